@@ -1,0 +1,131 @@
+//===- KVAttrs.cpp - Attributes of the kv dialect ---------------*- C++ -*-===//
+
+#include "dialects/KV/KVDialect.h"
+
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::kv;
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/KV/KVAttrs.cpp.inc"
+
+void KVDialect::registerAttributes() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialects/KV/KVAttrs.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// RepairAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult RepairAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                 RepairKind kind, int64_t firstK,
+                                 APFloat fraction) {
+  if (kind == RepairKind::FirstK && firstK < 0)
+    return emitError() << "repair budget first_k must be non-negative, got "
+                       << firstK;
+  if (kind == RepairKind::Fraction) {
+    double f = fraction.convertToDouble();
+    if (!(f >= 0.0 && f <= 1.0))
+      return emitError() << "repair budget fraction must be in [0, 1], got "
+                         << f;
+  }
+  return success();
+}
+
+RepairAttr RepairAttr::parseBody(AsmParser &parser) {
+  SMLoc loc = parser.getCurrentLocation();
+  StringRef keyword;
+  if (parser.parseKeyword(&keyword))
+    return {};
+  std::optional<RepairKind> kind = symbolizeRepairKind(keyword);
+  if (!kind) {
+    parser.emitError(loc) << "unknown repair budget '" << keyword
+                          << "' (expected first_k or fraction)";
+    return {};
+  }
+  if (parser.parseEqual())
+    return {};
+  int64_t firstK = 0;
+  double fraction = 0.0;
+  if (*kind == RepairKind::FirstK) {
+    if (parser.parseInteger(firstK))
+      return {};
+  } else if (parser.parseFloat(fraction)) {
+    return {};
+  }
+  return parser.getChecked<RepairAttr>(loc, parser.getContext(), *kind, firstK,
+                                       APFloat(fraction));
+}
+
+void RepairAttr::printBody(AsmPrinter &printer) const {
+  printer << stringifyRepairKind(getKind()) << " = ";
+  if (getKind() == RepairKind::FirstK)
+    printer << getFirstK();
+  else
+    printer.printFloat(getFraction());
+}
+
+Attribute RepairAttr::parse(AsmParser &parser, Type) {
+  if (parser.parseLess())
+    return {};
+  RepairAttr attr = parseBody(parser);
+  if (!attr || parser.parseGreater())
+    return {};
+  return attr;
+}
+
+void RepairAttr::print(AsmPrinter &printer) const {
+  printer << "<";
+  printBody(printer);
+  printer << ">";
+}
+
+//===----------------------------------------------------------------------===//
+// StrategyAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+StrategyAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                     StrategyKind kind, RepairAttr repair) {
+  if (repair && kind != StrategyKind::CotSlice)
+    return emitError() << "a repair budget needs the cot_slice strategy, not "
+                       << stringifyStrategyKind(kind);
+  return success();
+}
+
+Attribute StrategyAttr::parse(AsmParser &parser, Type) {
+  SMLoc loc = parser.getCurrentLocation();
+  StringRef keyword;
+  if (parser.parseLess() || parser.parseKeyword(&keyword))
+    return {};
+  std::optional<StrategyKind> kind = symbolizeStrategyKind(keyword);
+  if (!kind) {
+    parser.emitError(loc) << "unknown edit strategy '" << keyword
+                          << "' (expected exact or cot_slice)";
+    return {};
+  }
+  RepairAttr repair;
+  if (succeeded(parser.parseOptionalComma())) {
+    repair = RepairAttr::parseBody(parser);
+    if (!repair)
+      return {};
+  }
+  if (parser.parseGreater())
+    return {};
+  return parser.getChecked<StrategyAttr>(loc, parser.getContext(), *kind,
+                                         repair);
+}
+
+void StrategyAttr::print(AsmPrinter &printer) const {
+  printer << "<" << stringifyStrategyKind(getKind());
+  if (RepairAttr repair = getRepair()) {
+    printer << ", ";
+    repair.printBody(printer);
+  }
+  printer << ">";
+}

@@ -1,0 +1,466 @@
+//===- KVOps.cpp - Operations of the kv dialect -----------------*- C++ -*-===//
+//
+// Verifiers, custom directives and symbol checks of the kv ops. Folders and
+// canonicalization patterns live in KVOpFolders.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/KV/KVOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallPtrSet.h"
+
+using namespace mlir;
+using namespace mlir::kv;
+
+//===----------------------------------------------------------------------===//
+// Custom directives
+//===----------------------------------------------------------------------===//
+
+/// `tokens(N)` or `tokens(?)` (a static or dynamic segment size), then an
+/// optional `deps(@a, @b)`.
+static ParseResult parseSegmentSizeAndDeps(OpAsmParser &parser,
+                                           IntegerAttr &tokens,
+                                           ArrayAttr &deps) {
+  if (parser.parseKeyword("tokens") || parser.parseLParen())
+    return failure();
+  if (failed(parser.parseOptionalQuestion())) {
+    int64_t size;
+    if (parser.parseInteger(size))
+      return failure();
+    tokens = parser.getBuilder().getI64IntegerAttr(size);
+  }
+  if (parser.parseRParen())
+    return failure();
+  SmallVector<Attribute> refs;
+  if (succeeded(parser.parseOptionalKeyword("deps"))) {
+    auto parseRef = [&]() -> ParseResult {
+      StringAttr name;
+      if (parser.parseSymbolName(name))
+        return failure();
+      refs.push_back(FlatSymbolRefAttr::get(name));
+      return success();
+    };
+    if (parser.parseCommaSeparatedList(OpAsmParser::Delimiter::Paren, parseRef))
+      return failure();
+  }
+  deps = parser.getBuilder().getArrayAttr(refs);
+  return success();
+}
+
+static void printSegmentSizeAndDeps(OpAsmPrinter &printer, Operation *,
+                                    IntegerAttr tokens, ArrayAttr deps) {
+  printer << "tokens(";
+  if (tokens)
+    printer << tokens.getInt();
+  else
+    printer << "?";
+  printer << ")";
+  if (!deps || deps.empty())
+    return;
+  printer << " deps(";
+  llvm::interleaveComma(deps, printer, [&](Attribute ref) {
+    printer.printAttributeWithoutType(ref);
+  });
+  printer << ")";
+}
+
+/// A view list: `%v` or `[%a, %b]` or `[%a + %da, %b + %db]`, where every
+/// entry has an offset or none has.
+static ParseResult
+parseViewList(OpAsmParser &parser,
+              SmallVectorImpl<OpAsmParser::UnresolvedOperand> &views,
+              SmallVectorImpl<OpAsmParser::UnresolvedOperand> &offsets) {
+  if (failed(parser.parseOptionalLSquare())) {
+    OpAsmParser::UnresolvedOperand view;
+    if (parser.parseOperand(view))
+      return failure();
+    views.push_back(view);
+    return success();
+  }
+  SMLoc loc = parser.getCurrentLocation();
+  auto parseEntry = [&]() -> ParseResult {
+    OpAsmParser::UnresolvedOperand view;
+    if (parser.parseOperand(view))
+      return failure();
+    views.push_back(view);
+    if (succeeded(parser.parseOptionalPlus())) {
+      OpAsmParser::UnresolvedOperand offset;
+      if (parser.parseOperand(offset))
+        return failure();
+      offsets.push_back(offset);
+    }
+    return success();
+  };
+  if (parser.parseCommaSeparatedList(parseEntry) || parser.parseRSquare())
+    return failure();
+  if (!offsets.empty() && offsets.size() != views.size())
+    return parser.emitError(loc)
+           << "either every view of the list has an offset or none has";
+  return success();
+}
+
+static void printViewList(OpAsmPrinter &printer, Operation *,
+                          OperandRange views, OperandRange offsets) {
+  if (views.size() == 1 && offsets.empty()) {
+    printer << views.front();
+    return;
+  }
+  printer << "[";
+  for (auto [i, view] : llvm::enumerate(views)) {
+    if (i)
+      printer << ", ";
+    printer << view;
+    if (!offsets.empty())
+      printer << " + " << offsets[i];
+  }
+  printer << "]";
+}
+
+//===----------------------------------------------------------------------===//
+// Shared verification helpers
+//===----------------------------------------------------------------------===//
+
+/// Checks that `cache` holds K/V of the shape `model` computes.
+static LogicalResult verifyCacheMatchesModel(Operation *op, ModelType model,
+                                             CacheType cache,
+                                             const Twine &what) {
+  if (cache.getLayers() == model.getLayers() &&
+      cache.getKvHeads() == model.getKvHeads() &&
+      cache.getHeadSize() == model.getHeadSize())
+    return success();
+  return op->emitOpError()
+         << what << " does not match the model: the model has "
+         << model.getLayers() << " layers x " << model.getKvHeads()
+         << " KV heads x head size " << model.getHeadSize() << ", the cache "
+         << cache.getLayers() << " x " << cache.getKvHeads() << " x "
+         << cache.getHeadSize();
+}
+
+/// Checks a view list against the model and its offsets against the views.
+static LogicalResult verifyViewList(Operation *op, ModelType model,
+                                    ValueRange views, ValueRange offsets) {
+  if (views.empty())
+    return op->emitOpError("needs at least one view");
+  if (!offsets.empty() && offsets.size() != views.size())
+    return op->emitOpError() << "has " << views.size() << " views but "
+                             << offsets.size() << " offsets";
+  for (auto [i, view] : llvm::enumerate(views))
+    if (failed(verifyCacheMatchesModel(op, model, cast<CacheType>(view.getType()),
+                                       "view #" + Twine(i))))
+      return failure();
+  return success();
+}
+
+/// Checks that logits have one column per vocabulary entry.
+static LogicalResult verifyLogitsType(Operation *op, ModelType model,
+                                      RankedTensorType logits) {
+  if (logits.isDynamicDim(1) || logits.getDimSize(1) != model.getVocab())
+    return op->emitOpError()
+           << "logits type " << logits << " does not match the model: "
+           << "expected " << model.getVocab() << " columns (the vocabulary)";
+  return success();
+}
+
+/// Resolves the context a cache type names, if any. Fails (with a diagnostic)
+/// when the name does not resolve to a kv.context.
+static FailureOr<ContextOp> lookupContext(Operation *op, CacheType type,
+                                          SymbolTableCollection &tables) {
+  FlatSymbolRefAttr name = type.getContextName();
+  if (!name)
+    return ContextOp();
+  Operation *symbol = tables.lookupNearestSymbolFrom(op, name);
+  if (!symbol)
+    return op->emitOpError() << "cache type names context " << name
+                             << ", which is not defined";
+  auto context = dyn_cast<ContextOp>(symbol);
+  if (!context)
+    return op->emitOpError() << "cache type names " << name
+                             << ", which is not a 'kv.context'";
+  return context;
+}
+
+/// Checks that `segment` is a segment of the context `type` names. With
+/// `requireContext`, a cache type that names no context is an error too.
+static LogicalResult verifySegmentUse(Operation *op, CacheType type,
+                                      FlatSymbolRefAttr segment,
+                                      SymbolTableCollection &tables,
+                                      bool requireContext) {
+  FailureOr<ContextOp> context = lookupContext(op, type, tables);
+  if (failed(context))
+    return failure();
+  if (!*context) {
+    if (!requireContext)
+      return success();
+    return op->emitOpError()
+           << "needs a cache type that names a kv.context, to know the "
+              "dependencies of segment "
+           << segment;
+  }
+  if (!context->lookupSegment(segment.getValue()))
+    return op->emitOpError() << "segment " << segment
+                             << " is not defined in context @"
+                             << context->getSymName();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// ContextOp
+//===----------------------------------------------------------------------===//
+
+void ContextOp::build(OpBuilder &builder, OperationState &state,
+                      StringRef name) {
+  state.addAttribute(getSymNameAttrName(state.name),
+                     builder.getStringAttr(name));
+  state.addRegion()->emplaceBlock();
+}
+
+SegmentOp ContextOp::lookupSegment(StringRef name) {
+  return dyn_cast_or_null<SegmentOp>(
+      ::mlir::SymbolTable::lookupSymbolIn(
+      getOperation(), StringAttr::get(getContext(), name)));
+}
+
+/// Finds a path of dependencies from `from` to `to`, following every edge
+/// (forward ones included), and appends it to `path`.
+static bool findDependencyPath(StringAttr from, StringAttr to,
+                               const llvm::DenseMap<StringAttr, ArrayAttr> &deps,
+                               llvm::SmallPtrSetImpl<Attribute> &visited,
+                               SmallVectorImpl<StringAttr> &path) {
+  path.push_back(from);
+  if (from == to)
+    return true;
+  if (visited.insert(from).second) {
+    auto it = deps.find(from);
+    if (it != deps.end() && it->second)
+      for (auto ref : it->second.getAsRange<FlatSymbolRefAttr>())
+        if (findDependencyPath(ref.getAttr(), to, deps, visited, path))
+          return true;
+  }
+  path.pop_back();
+  return false;
+}
+
+LogicalResult ContextOp::verifyRegions() {
+  llvm::DenseMap<StringAttr, unsigned> order;
+  llvm::DenseMap<StringAttr, ArrayAttr> deps;
+  for (Operation &op : getBody().front()) {
+    auto segment = dyn_cast<SegmentOp>(op);
+    if (!segment)
+      return op.emitOpError("is not allowed in a 'kv.context'; only "
+                            "'kv.segment' ops are");
+    order.try_emplace(segment.getSymNameAttr(), order.size());
+    deps[segment.getSymNameAttr()] = segment.getDeps();
+  }
+  for (SegmentOp segment : getSegments()) {
+    StringAttr name = segment.getSymNameAttr();
+    llvm::SmallPtrSet<Attribute, 4> listed;
+    for (auto ref : segment.getDeps().getAsRange<FlatSymbolRefAttr>()) {
+      StringAttr dep = ref.getAttr();
+      if (!listed.insert(dep).second)
+        return segment.emitOpError()
+               << "segment @" << name.getValue() << " lists dependency " << ref
+               << " twice";
+      if (dep == name)
+        return segment.emitOpError()
+               << "segment @" << name.getValue() << " depends on itself";
+      auto it = order.find(dep);
+      if (it == order.end())
+        return segment.emitOpError()
+               << "segment @" << name.getValue() << " depends on " << ref
+               << ", which is not a segment of context @" << getSymName();
+      if (it->second < order.lookup(name))
+        continue;
+      llvm::SmallPtrSet<Attribute, 8> visited;
+      SmallVector<StringAttr> path;
+      if (findDependencyPath(dep, name, deps, visited, path)) {
+        InFlightDiagnostic diag = segment.emitOpError()
+                                  << "dependency cycle: @" << name.getValue();
+        for (StringAttr step : path)
+          diag << " -> @" << step.getValue();
+        return diag;
+      }
+      return segment.emitOpError()
+             << "segment @" << name.getValue() << " depends on " << ref
+             << ", which comes later in the context; dependencies must point "
+                "to earlier segments";
+    }
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// SegmentOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SegmentOp::verify() {
+  if (std::optional<int64_t> tokens = getTokens(); tokens && *tokens <= 0)
+    return emitOpError() << "segment @" << getSymName()
+                         << " must have a positive token count, got " << *tokens
+                         << " (use tokens(?) for a size known at run time)";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// EmptyOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmptyOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return lookupContext(*this, getType(), tables);
+}
+
+//===----------------------------------------------------------------------===//
+// PrefillOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult PrefillOp::verify() {
+  ModelType model = getModel().getType();
+  if (failed(verifyViewList(*this, model, getViews(), getOffsets())) ||
+      failed(verifyCacheMatchesModel(*this, model, getResult().getType(),
+                                     "result type")))
+    return failure();
+  RankedTensorType logits = getLogits().getType();
+  if (failed(verifyLogitsType(*this, model, logits)))
+    return failure();
+  if (logits.isDynamicDim(0))
+    return success();
+  int64_t rows = logits.getDimSize(0);
+  if (getLast() && rows != 1)
+    return emitOpError() << "returns the logits of the last token only, so "
+                            "its logits type needs 1 row, got "
+                         << rows;
+  RankedTensorType tokens = getTokens().getType();
+  if (!getLast() && !tokens.isDynamicDim(0) && tokens.getDimSize(0) != rows)
+    return emitOpError() << "computes the logits of " << tokens.getDimSize(0)
+                         << " tokens, but its logits type has " << rows
+                         << " rows";
+  return success();
+}
+
+LogicalResult PrefillOp::verifySymbolUses(SymbolTableCollection &tables) {
+  CacheType type = getResult().getType();
+  if (failed(lookupContext(*this, type, tables)))
+    return failure();
+  if (FlatSymbolRefAttr segment = getSegmentAttr())
+    return verifySegmentUse(*this, type, segment, tables,
+                            /*requireContext=*/false);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// EditOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult EditOp::verify() {
+  return verifyCacheMatchesModel(*this, getModel().getType(),
+                                 getCache().getType(), "cache type");
+}
+
+LogicalResult EditOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return verifySegmentUse(*this, getCache().getType(), getSegmentAttr(), tables,
+                          /*requireContext=*/true);
+}
+
+//===----------------------------------------------------------------------===//
+// LogitsOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult LogitsOp::verify() {
+  ModelType model = getModel().getType();
+  if (failed(verifyCacheMatchesModel(*this, model, getCache().getType(),
+                                     "cache type")))
+    return failure();
+  return verifyLogitsType(*this, model, getLogits().getType());
+}
+
+LogicalResult LogitsOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return verifySegmentUse(*this, getCache().getType(), getSegmentAttr(), tables,
+                          /*requireContext=*/false);
+}
+
+//===----------------------------------------------------------------------===//
+// ComposeOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ComposeOp::verify() {
+  CacheType cache = getCache().getType();
+  CacheType block = getBlock().getType();
+  if (!cache.isLayoutCompatibleWith(block))
+    return emitOpError() << "block type " << block
+                         << " does not hold K/V of the shape of the cache "
+                         << cache;
+  if (getRepair() && !getModel())
+    return emitOpError("needs the model (`using %model`) to spend a repair "
+                       "budget");
+  if (!getRepair() && getModel())
+    return emitOpError("takes a model only to spend a repair budget; add "
+                       "`repair <...>` or drop `using`");
+  if (TypedValue<ModelType> model = getModel())
+    return verifyCacheMatchesModel(*this, model.getType(), cache, "cache type");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// MaterializeOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult MaterializeOp::verify() {
+  return verifyCacheMatchesModel(*this, getModel().getType(),
+                                 getCache().getType(), "cache type");
+}
+
+//===----------------------------------------------------------------------===//
+// AttentionOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionOp::verify() {
+  ModelType model = getModel().getType();
+  if (failed(verifyViewList(*this, model, getViews(), getOffsets())))
+    return failure();
+  if (static_cast<int64_t>(getLayer()) >= model.getLayers())
+    return emitOpError() << "layer " << getLayer()
+                         << " is out of range for a model with "
+                         << model.getLayers() << " layers";
+  RankedTensorType query = getQuery().getType();
+  if (query.isDynamicDim(1) || query.getDimSize(1) != model.getHeads() ||
+      query.isDynamicDim(2) || query.getDimSize(2) != model.getHeadSize())
+    return emitOpError() << "query type " << query
+                         << " does not match the model: expected [n][" 
+                         << model.getHeads() << "][" << model.getHeadSize()
+                         << "] (tokens x heads x head size)";
+  if (getResult().getType() != query)
+    return emitOpError() << "result type " << getResult().getType()
+                         << " differs from the query type " << query;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// ConcatOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("needs at least one input");
+  CacheType result = getResult().getType();
+  for (auto [i, input] : llvm::enumerate(getInputs()))
+    if (!cast<CacheType>(input.getType()).isLayoutCompatibleWith(result))
+      return emitOpError() << "input #" << i << " of type " << input.getType()
+                           << " does not hold K/V of the shape of the result "
+                           << result;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// SegmentBoundsOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SegmentBoundsOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return verifySegmentUse(*this, getCache().getType(), getSegmentAttr(), tables,
+                          /*requireContext=*/false);
+}
+
+#define GET_OP_CLASSES
+#include "dialects/KV/KVOps.cpp.inc"

@@ -1,0 +1,185 @@
+//===- KVTypes.cpp - Types of the kv dialect --------------------*- C++ -*-===//
+
+#include "dialects/KV/KVDialect.h"
+
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::kv;
+
+#define GET_TYPEDEF_CLASSES
+#include "dialects/KV/KVTypes.cpp.inc"
+
+void KVDialect::registerTypes() {
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "dialects/KV/KVTypes.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// ModelType
+//===----------------------------------------------------------------------===//
+
+LogicalResult ModelType::verify(function_ref<InFlightDiagnostic()> emitError,
+                                int64_t dim, int64_t hidden, int64_t layers,
+                                int64_t heads, int64_t kvHeads, int64_t vocab,
+                                RopeLayout, APFloat theta, APFloat eps) {
+  std::pair<StringRef, int64_t> sizes[] = {
+      {"dim", dim},     {"hidden", hidden},    {"layers", layers},
+      {"heads", heads}, {"kv_heads", kvHeads}, {"vocab", vocab}};
+  for (auto [name, value] : sizes)
+    if (value <= 0)
+      return emitError() << "model " << name << " must be positive, got "
+                         << value;
+  if (dim % heads != 0)
+    return emitError() << "model heads (" << heads << ") do not divide dim ("
+                       << dim << ")";
+  if (heads % kvHeads != 0)
+    return emitError() << "model kv_heads (" << kvHeads
+                       << ") do not divide heads (" << heads << ")";
+  if ((dim / heads) % 2 != 0)
+    return emitError() << "model head size " << dim / heads
+                       << " is odd; RoPE rotates pairs of dimensions";
+  double thetaValue = theta.convertToDouble();
+  if (!std::isfinite(thetaValue) || thetaValue <= 0.0)
+    return emitError() << "model RoPE theta must be positive and finite, got "
+                       << thetaValue;
+  double epsValue = eps.convertToDouble();
+  if (!std::isfinite(epsValue) || epsValue <= 0.0)
+    return emitError() << "model RMSNorm eps must be positive and finite, got "
+                       << epsValue;
+  return success();
+}
+
+Type ModelType::parse(AsmParser &parser) {
+  SMLoc loc = parser.getCurrentLocation();
+  llvm::StringMap<int64_t> sizes;
+  RopeLayout rope = RopeLayout::Interleaved;
+  double theta = 10000.0, eps = 1e-5;
+  llvm::StringSet<> seen;
+  static constexpr StringRef kSizeKeys[] = {"dim",   "hidden",   "layers",
+                                            "heads", "kv_heads", "vocab"};
+
+  auto parseEntry = [&]() -> ParseResult {
+    SMLoc keyLoc = parser.getCurrentLocation();
+    StringRef key;
+    if (parser.parseKeyword(&key) || parser.parseEqual())
+      return failure();
+    if (!seen.insert(key).second)
+      return parser.emitError(keyLoc) << "model parameter '" << key
+                                      << "' is given twice";
+    if (llvm::is_contained(kSizeKeys, key))
+      return parser.parseInteger(sizes[key]);
+    if (key == "theta")
+      return parser.parseFloat(theta);
+    if (key == "eps")
+      return parser.parseFloat(eps);
+    if (key == "rope") {
+      SMLoc valueLoc = parser.getCurrentLocation();
+      StringRef value;
+      if (parser.parseKeyword(&value))
+        return failure();
+      std::optional<RopeLayout> layout = symbolizeRopeLayout(value);
+      if (!layout)
+        return parser.emitError(valueLoc)
+               << "unknown RoPE layout '" << value
+               << "' (expected interleaved or half)";
+      rope = *layout;
+      return success();
+    }
+    return parser.emitError(keyLoc)
+           << "unknown model parameter '" << key
+           << "' (expected dim, hidden, layers, heads, kv_heads, vocab, rope, "
+              "theta or eps)";
+  };
+  if (parser.parseCommaSeparatedList(AsmParser::Delimiter::LessGreater,
+                                     parseEntry))
+    return {};
+  for (StringRef key : kSizeKeys)
+    if (!sizes.count(key)) {
+      parser.emitError(loc) << "model type is missing '" << key << "'";
+      return {};
+    }
+  return parser.getChecked<ModelType>(
+      loc, parser.getContext(), sizes["dim"], sizes["hidden"], sizes["layers"],
+      sizes["heads"], sizes["kv_heads"], sizes["vocab"], rope, APFloat(theta),
+      APFloat(eps));
+}
+
+void ModelType::print(AsmPrinter &printer) const {
+  printer << "<dim = " << getDim() << ", hidden = " << getHidden()
+          << ", layers = " << getLayers() << ", heads = " << getHeads()
+          << ", kv_heads = " << getKvHeads() << ", vocab = " << getVocab()
+          << ", rope = " << stringifyRopeLayout(getRope()) << ", theta = ";
+  printer.printFloat(getTheta());
+  printer << ", eps = ";
+  printer.printFloat(getEps());
+  printer << ">";
+}
+
+//===----------------------------------------------------------------------===//
+// CacheType
+//===----------------------------------------------------------------------===//
+
+LogicalResult CacheType::verify(function_ref<InFlightDiagnostic()> emitError,
+                                int64_t layers, int64_t kvHeads,
+                                int64_t headSize, Type elementType,
+                                FlatSymbolRefAttr) {
+  std::pair<StringRef, int64_t> sizes[] = {
+      {"layers", layers}, {"KV heads", kvHeads}, {"head size", headSize}};
+  for (auto [name, value] : sizes)
+    if (value <= 0)
+      return emitError() << "cache " << name << " must be positive, got "
+                         << value;
+  if (headSize % 2 != 0)
+    return emitError() << "cache head size " << headSize
+                       << " is odd; RoPE rotates pairs of dimensions";
+  if (!elementType || !isa<Float32Type, Float16Type, BFloat16Type>(elementType))
+    return emitError() << "cache element type must be f32, f16 or bf16, got "
+                       << elementType;
+  return success();
+}
+
+Type CacheType::parse(AsmParser &parser) {
+  SMLoc loc = parser.getCurrentLocation();
+  SmallVector<int64_t> dims;
+  Type elementType;
+  if (parser.parseLess() ||
+      parser.parseDimensionList(dims, /*allowDynamic=*/false,
+                                /*withTrailingX=*/true) ||
+      parser.parseType(elementType))
+    return {};
+  if (dims.size() != 3) {
+    parser.emitError(loc) << "expected a cache shape "
+                             "`layers x kv_heads x head_size x element type`, "
+                             "got "
+                          << dims.size() << " dimensions";
+    return {};
+  }
+  FlatSymbolRefAttr contextName;
+  if (succeeded(parser.parseOptionalComma())) {
+    StringAttr name;
+    if (parser.parseSymbolName(name))
+      return {};
+    contextName = FlatSymbolRefAttr::get(name);
+  }
+  if (parser.parseGreater())
+    return {};
+  return parser.getChecked<CacheType>(loc, parser.getContext(), dims[0],
+                                      dims[1], dims[2], elementType,
+                                      contextName);
+}
+
+void CacheType::print(AsmPrinter &printer) const {
+  printer << "<" << getLayers() << "x" << getKvHeads() << "x" << getHeadSize()
+          << "x" << getElementType();
+  if (FlatSymbolRefAttr name = getContextName())
+    printer << ", " << name;
+  printer << ">";
+}

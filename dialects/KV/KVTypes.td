@@ -1,0 +1,78 @@
+//===- KVTypes.td - Types of the kv dialect ---------------*- tablegen -*-===//
+
+#ifndef KVIR_DIALECTS_KV_KVTYPES_TD
+#define KVIR_DIALECTS_KV_KVTYPES_TD
+
+include "dialects/KV/KVAttrs.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/BuiltinTypeInterfaces.td"
+
+class KV_Type<string name, string typeMnemonic, list<Trait> traits = []>
+    : TypeDef<KV_Dialect, name, traits> {
+  let mnemonic = typeMnemonic;
+}
+
+def KV_ModelType : KV_Type<"Model", "model"> {
+  let summary = "The weights of a Llama-family decoder, with their configuration";
+  let description = [{
+    A value of this type is a loaded model; its type carries the configuration
+    every kernel is specialised for. The head size is `dim / heads`.
+
+    ```mlir
+    !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4,
+              vocab = 512, rope = interleaved, theta = 10000.0, eps = 1.0e-05>
+    ```
+
+    `rope`, `theta` and `eps` may be omitted when parsing; they default to
+    `interleaved`, 10000 and 1e-5.
+  }];
+  let parameters = (ins "int64_t":$dim, "int64_t":$hidden, "int64_t":$layers,
+                        "int64_t":$heads, "int64_t":$kvHeads, "int64_t":$vocab,
+                        EnumParameter<KV_RopeLayout>:$rope,
+                        APFloatParameter<"RoPE base">:$theta,
+                        APFloatParameter<"RMSNorm epsilon">:$eps);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    int64_t getHeadSize() const { return getDim() / getHeads(); }
+    int64_t getKVDim() const { return getKvHeads() * getHeadSize(); }
+    double getThetaValue() const { return getTheta().convertToDouble(); }
+    double getEpsValue() const { return getEps().convertToDouble(); }
+  }];
+}
+
+def KV_CacheType : KV_Type<"Cache", "cache"> {
+  let summary = "A view of a paged KV cache";
+  let description = [{
+    An ordered list of runs (pages, token range, position offset Δ), the token
+    ids of every run and the segment each run belongs to. The type fixes the
+    shape of one token's K/V (layers x KV heads x head size x element type) and
+    may name the `kv.context` whose segments the cache holds.
+
+    ```mlir
+    !kv.cache<5x4x8xf32>
+    !kv.cache<5x4x8xf32, @agent>
+    ```
+  }];
+  let parameters = (ins "int64_t":$layers, "int64_t":$kvHeads,
+                        "int64_t":$headSize, "::mlir::Type":$elementType,
+                        OptionalParameter<"::mlir::FlatSymbolRefAttr">:$contextName);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Whether `other` holds K/V of the same shape (the context may differ).
+    bool isLayoutCompatibleWith(CacheType other) const {
+      return getLayers() == other.getLayers() &&
+             getKvHeads() == other.getKvHeads() &&
+             getHeadSize() == other.getHeadSize() &&
+             getElementType() == other.getElementType();
+    }
+    /// This type without a context symbol.
+    CacheType withoutContext() const {
+      return CacheType::get(getContext(), getLayers(), getKvHeads(),
+                            getHeadSize(), getElementType(), nullptr);
+    }
+  }];
+}
+
+#endif // KVIR_DIALECTS_KV_KVTYPES_TD

@@ -1,0 +1,32 @@
+# -*- Python -*-
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "KVIR"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "unit"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.kvir_obj_root, "test")
+
+config.substitutions.append(("%PATH%", config.environment["PATH"]))
+config.substitutions.append(("%kvir_src_root", config.kvir_src_root))
+
+llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
+llvm_config.use_default_substitutions()
+
+# The stories260K checkpoint: tests that need it say `REQUIRES: stories260k` and are
+# reported as unsupported (skipped) where it is absent.
+if os.path.exists(config.kvir_test_model):
+    config.available_features.add("stories260k")
+config.substitutions.append(("%stories260k", config.kvir_test_model))
+config.substitutions.append(
+    ("%models_dir", os.path.dirname(config.kvir_test_model)))
+
+tool_dirs = [config.kvir_tools_dir, config.llvm_tools_dir]
+tools = [ToolSubst("kv-opt", unresolved="fatal"), ToolSubst("kv-run", unresolved="ignore")]
+llvm_config.add_tool_substitutions(tools, tool_dirs)
+llvm_config.with_environment("PATH", config.kvir_tools_dir, append_path=True)
