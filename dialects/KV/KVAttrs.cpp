@@ -1,6 +1,7 @@
 //===- KVAttrs.cpp - Attributes of the kv dialect ---------------*- C++ -*-===//
 
 #include "dialects/KV/KVDialect.h"
+#include "dialects/KV/KVAsmUtils.h"
 
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -67,7 +68,7 @@ void RepairAttr::printBody(AsmPrinter &printer) const {
   if (getKind() == RepairKind::FirstK)
     printer << getFirstK();
   else
-    printer.printFloat(getFraction());
+    printShortestFloat(printer, getFraction());
 }
 
 Attribute RepairAttr::parse(AsmParser &parser, Type) {

@@ -1,6 +1,7 @@
 //===- KVTypes.cpp - Types of the kv dialect --------------------*- C++ -*-===//
 
 #include "dialects/KV/KVDialect.h"
+#include "dialects/KV/KVAsmUtils.h"
 
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/StringMap.h"
@@ -117,9 +118,9 @@ void ModelType::print(AsmPrinter &printer) const {
           << ", layers = " << getLayers() << ", heads = " << getHeads()
           << ", kv_heads = " << getKvHeads() << ", vocab = " << getVocab()
           << ", rope = " << stringifyRopeLayout(getRope()) << ", theta = ";
-  printer.printFloat(getTheta());
+  printShortestFloat(printer, getTheta());
   printer << ", eps = ";
-  printer.printFloat(getEps());
+  printShortestFloat(printer, getEps());
   printer << ">";
 }
 

@@ -1,0 +1,32 @@
+//===- KVAsmUtils.h - Shared printing helpers of the kv dialect -*- C++ -*-===//
+
+#ifndef KVIR_DIALECTS_KV_KVASMUTILS_H
+#define KVIR_DIALECTS_KV_KVASMUTILS_H
+
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/APFloat.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <charconv>
+#include <string>
+
+namespace mlir::kv {
+
+/// Prints a double in its shortest form that parses back to the same value,
+/// always as an MLIR float literal (with a '.'): 10000.0, 1.0e-05, 0.15.
+inline void printShortestFloat(AsmPrinter &printer, const llvm::APFloat &value) {
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer),
+                                 value.convertToDouble());
+  std::string text(buffer, ec == std::errc() ? end : buffer);
+  if (text.find_first_of(".en") == std::string::npos) // n: inf, nan
+    text += ".0";
+  else if (size_t e = text.find('e');
+           e != std::string::npos && text.find('.') == std::string::npos)
+    text.insert(e, ".0");
+  printer << text;
+}
+
+} // namespace mlir::kv
+
+#endif // KVIR_DIALECTS_KV_KVASMUTILS_H
