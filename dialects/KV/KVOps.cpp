@@ -462,5 +462,17 @@ LogicalResult SegmentBoundsOp::verifySymbolUses(SymbolTableCollection &tables) {
                           /*requireContext=*/false);
 }
 
+//===----------------------------------------------------------------------===//
+// SelectiveRecomputeOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SelectiveRecomputeOp::verify() {
+  double fraction = getFraction().convertToDouble();
+  if (!(fraction >= 0.0 && fraction <= 1.0))
+    return emitOpError() << "fraction must be in [0, 1], got " << fraction;
+  return verifyCacheMatchesModel(*this, getModel().getType(),
+                                 getCache().getType(), "cache type");
+}
+
 #define GET_OP_CLASSES
 #include "dialects/KV/KVOps.cpp.inc"

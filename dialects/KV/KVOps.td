@@ -371,4 +371,61 @@ def KV_LengthOp : KV_Op<"length", [Pure]> {
   let assemblyFormat = "$cache attr-dict `:` qualified(type($cache))";
 }
 
+def KV_StartPositionOp : KV_Op<"start_position", [Pure]> {
+  let summary = "The effective position of the first token of a view";
+  let description = [{
+    The stored position plus the offset Δ of the first token of the view; 0 for
+    an empty view. Compose relocates a block by `position - start_position`.
+
+    ```mlir
+    %p = kv.start_position %block : !kv.cache<5x4x8xf32>
+    ```
+  }];
+  let arguments = (ins KV_CacheType:$cache);
+  let results = (outs Index:$position);
+  let assemblyFormat = "$cache attr-dict `:` qualified(type($cache))";
+}
+
+def KV_EndPositionOp : KV_Op<"end_position", [Pure]> {
+  let summary = "The position right after the last token of a view";
+  let description = [{
+    One past the effective position of the last token of the view; 0 for an
+    empty view. It is where `kv.prefill` places new tokens by default.
+
+    ```mlir
+    %p = kv.end_position %c : !kv.cache<5x4x8xf32>
+    ```
+  }];
+  let arguments = (ins KV_CacheType:$cache);
+  let results = (outs Index:$position);
+  let assemblyFormat = "$cache attr-dict `:` qualified(type($cache))";
+}
+
+def KV_SelectiveRecomputeOp : KV_Op<"selective_recompute", [Pure,
+    AllTypesMatch<["cache", "result"]>]> {
+  let summary = "Recomputes the reused tokens whose K/V deviate most";
+  let description = [{
+    The repair budget `fraction = f` of CacheBlend: of the tokens [begin, end)
+    of the view, recompute the K/V of the ceil(f * (end - begin)) tokens whose
+    first-layer K/V deviate most (L2 distance of K and V) when recomputed over
+    the view before them; the other tokens keep their K/V. The selection is a
+    run-time step; the recomputation attends to the whole view before each
+    token. Tokens outside [begin, end) are unchanged.
+
+    ```mlir
+    %r = kv.selective_recompute %m, %c[%begin, %end] fraction 0.15
+        : !kv.model<...>, !kv.cache<5x4x8xf32>
+    ```
+  }];
+  let arguments = (ins KV_ModelType:$model, KV_CacheType:$cache, Index:$begin,
+                       Index:$end,
+                       F64Attr:$fraction);
+  let results = (outs KV_CacheType:$result);
+  let assemblyFormat = [{
+    $model `,` $cache `[` $begin `,` $end `]` `fraction` $fraction attr-dict
+    `:` qualified(type($model)) `,` qualified(type($cache))
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // KVIR_DIALECTS_KV_KVOPS_TD

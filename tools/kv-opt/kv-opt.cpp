@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "dialects/KV/KVDialect.h"
+#include "passes/Passes.h"
+#include "test/lib/TestPasses.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/InitAllDialects.h"
@@ -17,6 +19,8 @@
 
 int main(int argc, char **argv) {
   mlir::registerAllPasses();
+  mlir::kv::registerKVPassesAndPipelines();
+  mlir::kv::test::registerTestPasses();
 
   mlir::DialectRegistry registry;
   registry.insert<mlir::kv::KVDialect>();
