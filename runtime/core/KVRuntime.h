@@ -1,0 +1,337 @@
+//===- KVRuntime.h - KVIR runtime C ABI -------------------------*- C++ -*-===//
+//
+// The C interface of the KVIR runtime: models (llama2.c checkpoints and seeded
+// synthetic models), the paged KV pool, and cache views. Generated code and
+// tools use only this header.
+//
+// Conventions:
+//  - Every function that can fail returns a kvrt_status; KVRT_OK is 0. On
+//    failure kvrt_last_error() returns a message naming the problem (valid
+//    until the next failing call on the same thread). No C++ exception ever
+//    crosses this interface.
+//  - Handles are opaque and reference counted: *_retain adds a reference,
+//    *_release drops one (NULL is accepted and ignored). Functions returning a
+//    handle through an out parameter give the caller one reference.
+//  - Views are values: every view operation returns a new view and leaves its
+//    inputs unchanged.
+//
+// Page memory layout (f32):
+//
+//   A pool owns one contiguous arena of `capacity_pages` pages. A page holds
+//   `page_tokens` consecutive token slots of K and V for every layer and every
+//   KV head. Inside a page the order is
+//
+//       [n_layers][n_kv_heads][2 (0 = K, 1 = V)][page_tokens][head_size]
+//
+//   so the element (page p, layer l, kv head h, kind c, slot s, dim d) is at
+//
+//       base + p * page_stride + l * layer_stride + h * head_stride
+//            + c * kv_stride + s * head_size + d
+//
+//   with kv_stride = page_tokens * head_size, head_stride = 2 * kv_stride,
+//   layer_stride = n_kv_heads * head_stride, page_stride = n_layers *
+//   layer_stride (all in floats; kvrt_pool_get_layout returns them). K is
+//   stored already rotated by RoPE at the position it was computed at (the
+//   run's base_pos plus its index in the run); V is stored as computed.
+//
+// Runs and views:
+//
+//   A run is (pages, slot_begin, n_tokens, base_pos, delta, tokens, label).
+//   Token j (0 <= j < n_tokens) of a run lives in page
+//   pages[(slot_begin + j) / page_tokens] at slot (slot_begin + j) %
+//   page_tokens; its key was rotated at stored position base_pos + j and it
+//   behaves as if it were at the effective position base_pos + j + delta. A
+//   query at position m attends a key iff its effective position is <= m.
+//   A view is an ordered list of runs; the view's token index runs over the
+//   runs in order.
+//
+// Pages are reference counted and immutable once sealed. A page is allocated
+// open (writable by its single owner), written, then sealed; only sealed pages
+// can enter a view. kvrt_pool_cow gives a writable copy of a shared or sealed
+// page. Pool exhaustion is an error that changes nothing.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KVIR_RUNTIME_CORE_KVRUNTIME_H
+#define KVIR_RUNTIME_CORE_KVRUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//===----------------------------------------------------------------------===//
+// Errors
+//===----------------------------------------------------------------------===//
+
+/// Result of every fallible runtime call.
+typedef enum kvrt_status {
+  KVRT_OK = 0,
+  /// A NULL handle, an out-of-range index or an inconsistent argument.
+  KVRT_ERR_INVALID_ARGUMENT = 1,
+  /// A file could not be opened, read or written.
+  KVRT_ERR_IO = 2,
+  /// A model file or model config is malformed.
+  KVRT_ERR_BAD_MODEL = 3,
+  /// The KV pool has too few free pages; nothing was changed.
+  KVRT_ERR_POOL_EXHAUSTED = 4,
+  /// An operation not allowed in the object's state (writing a sealed page).
+  KVRT_ERR_STATE = 5,
+  /// Host memory allocation failed.
+  KVRT_ERR_OUT_OF_MEMORY = 6,
+  /// An unexpected internal failure.
+  KVRT_ERR_INTERNAL = 7,
+} kvrt_status;
+
+/// The message of the last failing call on this thread ("" if none).
+const char *kvrt_last_error(void);
+
+/// A short constant name of a status ("ok", "invalid argument", ...).
+const char *kvrt_status_name(kvrt_status status);
+
+//===----------------------------------------------------------------------===//
+// Models
+//===----------------------------------------------------------------------===//
+
+/// How RoPE pairs the dimensions of a head.
+typedef enum kvrt_rope_layout {
+  /// Pairs (2i, 2i+1), as llama2.c and GGUF's llama architecture.
+  KVRT_ROPE_INTERLEAVED = 0,
+  /// Pairs (i, i + head_size/2), as HF/NeoX.
+  KVRT_ROPE_HALF = 1,
+} kvrt_rope_layout;
+
+/// A Llama-family decoder configuration.
+typedef struct kvrt_model_config {
+  int32_t dim;
+  /// SwiGLU hidden size.
+  int32_t hidden_dim;
+  int32_t n_layers;
+  int32_t n_heads;
+  int32_t n_kv_heads;
+  /// Number of tokens (always positive here; the file format's sign is
+  /// shared_classifier).
+  int32_t vocab_size;
+  /// Trained context length (informational; positions are not limited).
+  int32_t seq_len;
+  /// 1 if the classifier is the token embedding, 0 if it has its own wcls.
+  int32_t shared_classifier;
+  kvrt_rope_layout rope_layout;
+  /// RoPE base: frequency of pair i is rope_theta^(-2i/head_size).
+  double rope_theta;
+  /// RMSNorm epsilon, added to the mean square.
+  double rms_eps;
+} kvrt_model_config;
+
+/// Pointers to a model's f32 weights, row-major [out][in], in llama2.c order.
+/// Valid while the model is alive.
+typedef struct kvrt_model_weights {
+  const float *token_embedding; ///< [vocab][dim]
+  const float *rms_att;         ///< [layers][dim]
+  const float *wq;              ///< [layers][dim][dim]
+  const float *wk;              ///< [layers][kv_dim][dim]
+  const float *wv;              ///< [layers][kv_dim][dim]
+  const float *wo;              ///< [layers][dim][dim]
+  const float *rms_ffn;         ///< [layers][dim]
+  const float *w1;              ///< [layers][hidden][dim]
+  const float *w2;              ///< [layers][dim][hidden]
+  const float *w3;              ///< [layers][hidden][dim]
+  const float *rms_final;       ///< [dim]
+  const float *wcls; ///< [vocab][dim]; equals token_embedding when shared
+} kvrt_model_weights;
+
+typedef struct kvrt_model kvrt_model;
+
+/// Fills `config` with a small valid default (stories260K's shape) with
+/// interleaved RoPE, rope_theta 10000 and rms_eps 1e-5.
+void kvrt_model_config_init(kvrt_model_config *config);
+
+/// Checks a config: positive sizes, heads dividing dim, kv heads dividing
+/// heads, an even head size, a positive finite theta and eps.
+kvrt_status kvrt_model_config_validate(const kvrt_model_config *config);
+
+/// Loads a llama2.c ("version 0") checkpoint with full validation. The model
+/// gets interleaved RoPE, rope_theta 10000 and rms_eps 1e-5.
+kvrt_status kvrt_model_load(const char *path, kvrt_model **out);
+
+/// Builds a model of any valid config whose weights come from `seed` through
+/// splitmix64 (identical on every machine): matrices uniform in
+/// [-1, 1) / sqrt(fan_in), the embedding uniform in [-1, 1), norm weights in
+/// [0.75, 1.25).
+kvrt_status kvrt_model_synthetic(const kvrt_model_config *config, uint64_t seed,
+                                 kvrt_model **out);
+
+/// Writes a model in the llama2.c format (negative vocab_size when the
+/// classifier is separate). Fails for configs the format cannot express
+/// (half RoPE, theta other than 10000, eps other than 1e-5).
+kvrt_status kvrt_model_save(const kvrt_model *model, const char *path);
+
+/// The model's config.
+kvrt_status kvrt_model_get_config(const kvrt_model *model,
+                                  kvrt_model_config *out);
+
+/// The model's weight pointers.
+kvrt_status kvrt_model_get_weights(const kvrt_model *model,
+                                   kvrt_model_weights *out);
+
+void kvrt_model_retain(kvrt_model *model);
+void kvrt_model_release(kvrt_model *model);
+
+//===----------------------------------------------------------------------===//
+// KV pool
+//===----------------------------------------------------------------------===//
+
+/// Shape and capacity of a pool.
+typedef struct kvrt_pool_config {
+  int32_t n_layers;
+  int32_t n_kv_heads;
+  int32_t head_size;
+  /// Token slots per page (default 16).
+  int32_t page_tokens;
+  /// Maximum number of pages (at most INT32_MAX). The arena is reserved up
+  /// front; the operating system backs it lazily.
+  int64_t capacity_pages;
+} kvrt_pool_config;
+
+/// Addressing of the pool's arena; see the layout at the top of this file.
+/// Strides are in floats.
+typedef struct kvrt_page_layout {
+  float *base;
+  int32_t n_layers;
+  int32_t n_kv_heads;
+  int32_t head_size;
+  int32_t page_tokens;
+  int64_t capacity_pages;
+  int64_t page_stride;
+  int64_t layer_stride;
+  int64_t head_stride;
+  int64_t kv_stride;
+  int64_t token_stride;
+  int64_t page_bytes;
+} kvrt_page_layout;
+
+/// Memory accounting: pages referenced by anyone.
+typedef struct kvrt_pool_stats {
+  int64_t pages_in_use;
+  int64_t peak_pages;
+  int64_t capacity_pages;
+  int64_t page_bytes;
+  int64_t bytes_in_use;
+  int64_t peak_bytes;
+} kvrt_pool_stats;
+
+typedef struct kvrt_pool kvrt_pool;
+
+/// The pool config matching a model: its layers, KV heads and head size,
+/// page_tokens 16, and room for four full contexts of seq_len tokens.
+kvrt_status kvrt_pool_config_for_model(const kvrt_model *model,
+                                       kvrt_pool_config *out);
+
+kvrt_status kvrt_pool_create(const kvrt_pool_config *config, kvrt_pool **out);
+void kvrt_pool_retain(kvrt_pool *pool);
+/// Drops a reference. Views keep their pool alive.
+void kvrt_pool_release(kvrt_pool *pool);
+
+kvrt_status kvrt_pool_get_layout(const kvrt_pool *pool, kvrt_page_layout *out);
+kvrt_status kvrt_pool_get_stats(const kvrt_pool *pool, kvrt_pool_stats *out);
+
+/// Allocates `count` open pages (refcount 1, zero-filled), all or nothing.
+kvrt_status kvrt_pool_alloc_pages(kvrt_pool *pool, int64_t count,
+                                  int32_t *pages);
+
+/// Adds a reference to a page in use.
+kvrt_status kvrt_pool_retain_page(kvrt_pool *pool, int32_t page);
+
+/// Drops a reference; the page is freed when none remains.
+kvrt_status kvrt_pool_release_page(kvrt_pool *pool, int32_t page);
+
+/// Makes a page immutable. Sealing a sealed page is allowed.
+kvrt_status kvrt_pool_seal_page(kvrt_pool *pool, int32_t page);
+
+/// A writable pointer to an open page (fails for sealed pages).
+kvrt_status kvrt_pool_page_data(kvrt_pool *pool, int32_t page, float **out);
+
+/// A read-only pointer to any page in use.
+kvrt_status kvrt_pool_page_cdata(const kvrt_pool *pool, int32_t page,
+                                 const float **out);
+
+/// Copy-on-write: gives the caller a writable page with the contents of
+/// `page`, consuming the caller's reference to `page`. An open page with a
+/// single reference is returned as is; otherwise a new page receives a copy.
+/// On exhaustion nothing changes and the caller keeps its reference.
+kvrt_status kvrt_pool_cow(kvrt_pool *pool, int32_t page, int32_t *out);
+
+/// The page's reference count (0 for a free page, -1 for an invalid id).
+int64_t kvrt_pool_page_refcount(const kvrt_pool *pool, int32_t page);
+
+/// 1 if the page is in use and sealed, 0 otherwise.
+int32_t kvrt_pool_page_is_sealed(const kvrt_pool *pool, int32_t page);
+
+//===----------------------------------------------------------------------===//
+// Views
+//===----------------------------------------------------------------------===//
+
+/// Stored positions lie in [0, KVRT_MAX_POSITION) and offsets and effective
+/// positions in [-KVRT_MAX_POSITION, KVRT_MAX_POSITION]: every one of them is
+/// exact as a double, so RoPE angles are computed from exact positions.
+#define KVRT_MAX_POSITION (INT64_C(1) << 53)
+
+/// One run of a view (see the top of this file). As an input to
+/// kvrt_view_append, every pointer is copied. As an output of
+/// kvrt_view_get_run, the pointers are valid while the view is alive.
+typedef struct kvrt_run {
+  const int32_t *pages;
+  int64_t n_pages;
+  int64_t slot_begin;
+  int64_t n_tokens;
+  int64_t base_pos;
+  int64_t delta;
+  /// The n_tokens token ids of the run.
+  const int32_t *tokens;
+  /// Segment label, or NULL.
+  const char *label;
+} kvrt_run;
+
+typedef struct kvrt_view kvrt_view;
+
+/// An empty view over `pool`.
+kvrt_status kvrt_view_create(kvrt_pool *pool, kvrt_view **out);
+void kvrt_view_retain(kvrt_view *view);
+void kvrt_view_release(kvrt_view *view);
+
+/// `view` followed by `run`. The run's pages must be sealed pages of the
+/// view's pool, exactly those covering slots [slot_begin, slot_begin +
+/// n_tokens) with slot_begin < page_tokens; n_tokens > 0.
+kvrt_status kvrt_view_append(const kvrt_view *view, const kvrt_run *run,
+                             kvrt_view **out);
+
+/// The runs of `a` followed by those of `b` (same pool).
+kvrt_status kvrt_view_concat(const kvrt_view *a, const kvrt_view *b,
+                             kvrt_view **out);
+
+/// Tokens [begin, end) of the view; runs are cut and keep their offsets.
+kvrt_status kvrt_view_slice(const kvrt_view *view, int64_t begin, int64_t end,
+                            kvrt_view **out);
+
+/// The view with `delta` added to the offset of every run (a RoPE shift as
+/// metadata: no key is rewritten).
+kvrt_status kvrt_view_shift(const kvrt_view *view, int64_t delta,
+                            kvrt_view **out);
+
+/// Number of runs (0 for NULL).
+int64_t kvrt_view_num_runs(const kvrt_view *view);
+/// Number of tokens over all runs (0 for NULL).
+int64_t kvrt_view_num_tokens(const kvrt_view *view);
+/// The pool of the view (no reference added).
+kvrt_pool *kvrt_view_pool(const kvrt_view *view);
+/// Run `index` of the view.
+kvrt_status kvrt_view_get_run(const kvrt_view *view, int64_t index,
+                              kvrt_run *out);
+
+#ifdef __cplusplus
+} // extern "C"
+#endif
+
+#endif // KVIR_RUNTIME_CORE_KVRUNTIME_H

@@ -1,0 +1,233 @@
+//===- KVView.cpp - Cache views: ordered runs over pool pages ---*- C++ -*-===//
+
+#include "runtime/core/KVPool.h"
+#include "runtime/core/Support.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+using namespace kvrt;
+
+namespace {
+
+/// Checks a run descriptor against the pool; the caller holds the mutex.
+kvrt_status checkRun(const kvrt_pool &pool, const kvrt_run &run) {
+  int64_t pageTokens = pool.config.page_tokens;
+  if (run.n_tokens <= 0)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("kvrt_view_append: run has n_tokens = ", run.n_tokens,
+                    ", must be positive"));
+  if (run.slot_begin < 0 || run.slot_begin >= pageTokens)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("kvrt_view_append: slot_begin = ", run.slot_begin,
+                    " is outside the first page [0, ", pageTokens, ")"));
+  if (run.n_tokens > kMaxPosition)
+    return fail(KVRT_ERR_INVALID_ARGUMENT, str("kvrt_view_append: n_tokens = ",
+                                               run.n_tokens, " is too large"));
+  int64_t needed =
+      (run.slot_begin + run.n_tokens + pageTokens - 1) / pageTokens;
+  if (run.n_pages != needed || !run.pages)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("kvrt_view_append: run lists ", run.n_pages,
+                    " pages, its slots [", run.slot_begin, ", ",
+                    run.slot_begin + run.n_tokens, ") need ", needed));
+  if (!run.tokens)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                "kvrt_view_append: run has no token ids");
+  if (run.base_pos < 0 || run.base_pos > kMaxPosition - run.n_tokens ||
+      std::llabs(run.delta) > kMaxPosition)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("kvrt_view_append: base_pos ", run.base_pos, " or delta ",
+                    run.delta, " is outside [0, 2^53) / [-2^53, 2^53]"));
+  for (int64_t i = 0; i < run.n_pages; ++i) {
+    int32_t page = run.pages[i];
+    if (!pool.inUse(page))
+      return fail(
+          KVRT_ERR_INVALID_ARGUMENT,
+          str("kvrt_view_append: page ", page, " is not an allocated page"));
+    if (!pool.sealed[page])
+      return fail(KVRT_ERR_STATE, str("kvrt_view_append: page ", page,
+                                      " is not sealed; seal pages before "
+                                      "they enter a view"));
+  }
+  return KVRT_OK;
+}
+
+/// Tokens [from, from + count) of `run` as a run of their own.
+Run cutRun(const Run &run, int64_t pageTokens, int64_t from, int64_t count) {
+  Run piece;
+  int64_t firstSlot = run.slotBegin + from;
+  int64_t firstPage = firstSlot / pageTokens;
+  int64_t lastPage = (firstSlot + count - 1) / pageTokens;
+  piece.pages.assign(run.pages.begin() + firstPage,
+                     run.pages.begin() + lastPage + 1);
+  piece.slotBegin = firstSlot % pageTokens;
+  piece.nTokens = count;
+  piece.basePos = run.basePos + from;
+  piece.delta = run.delta;
+  piece.tokens.assign(run.tokens.begin() + from,
+                      run.tokens.begin() + from + count);
+  piece.hasLabel = run.hasLabel;
+  piece.label = run.label;
+  return piece;
+}
+
+/// Hands a new view to the caller, converting exceptions.
+template <typename Build> kvrt_status makeView(kvrt_view **out, Build &&build) {
+  *out = nullptr;
+  return guard([&] {
+    kvrt_view *view = nullptr;
+    if (kvrt_status s = build(view))
+      return s;
+    *out = view;
+    return KVRT_OK;
+  });
+}
+
+} // namespace
+
+kvrt_view::kvrt_view(kvrt_pool *pool, std::vector<Run> runs)
+    : pool(pool), runs(std::move(runs)) {
+  kvrt_pool_retain(pool);
+  std::lock_guard<std::mutex> lock(pool->mutex);
+  pool->retainRuns(this->runs);
+  for (const Run &run : this->runs)
+    nTokens += run.nTokens;
+}
+
+kvrt_view::~kvrt_view() {
+  {
+    std::lock_guard<std::mutex> lock(pool->mutex);
+    pool->releaseRuns(runs);
+  }
+  kvrt_pool_release(pool);
+}
+
+extern "C" kvrt_status kvrt_view_create(kvrt_pool *pool, kvrt_view **out) {
+  if (!pool || !out)
+    return nullArgument(__func__);
+  return makeView(out, [&](kvrt_view *&view) {
+    view = new kvrt_view(pool, {});
+    return KVRT_OK;
+  });
+}
+
+extern "C" void kvrt_view_retain(kvrt_view *view) { retain(view); }
+
+extern "C" void kvrt_view_release(kvrt_view *view) { release(view); }
+
+extern "C" kvrt_status kvrt_view_append(const kvrt_view *view,
+                                        const kvrt_run *run, kvrt_view **out) {
+  if (!view || !run || !out)
+    return nullArgument(__func__);
+  return makeView(out, [&](kvrt_view *&result) {
+    {
+      std::lock_guard<std::mutex> lock(view->pool->mutex);
+      if (kvrt_status s = checkRun(*view->pool, *run))
+        return s;
+    }
+    std::vector<Run> runs = view->runs;
+    Run added;
+    added.pages.assign(run->pages, run->pages + run->n_pages);
+    added.slotBegin = run->slot_begin;
+    added.nTokens = run->n_tokens;
+    added.basePos = run->base_pos;
+    added.delta = run->delta;
+    added.tokens.assign(run->tokens, run->tokens + run->n_tokens);
+    added.hasLabel = run->label != nullptr;
+    added.label = run->label ? run->label : "";
+    runs.push_back(std::move(added));
+    result = new kvrt_view(view->pool, std::move(runs));
+    return KVRT_OK;
+  });
+}
+
+extern "C" kvrt_status kvrt_view_concat(const kvrt_view *a, const kvrt_view *b,
+                                        kvrt_view **out) {
+  if (!a || !b || !out)
+    return nullArgument(__func__);
+  if (a->pool != b->pool)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                "kvrt_view_concat: the views belong to different pools");
+  return makeView(out, [&](kvrt_view *&result) {
+    std::vector<Run> runs = a->runs;
+    runs.insert(runs.end(), b->runs.begin(), b->runs.end());
+    result = new kvrt_view(a->pool, std::move(runs));
+    return KVRT_OK;
+  });
+}
+
+extern "C" kvrt_status kvrt_view_slice(const kvrt_view *view, int64_t begin,
+                                       int64_t end, kvrt_view **out) {
+  if (!view || !out)
+    return nullArgument(__func__);
+  if (begin < 0 || begin > end || end > view->nTokens)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("kvrt_view_slice: range [", begin, ", ", end,
+                    ") is not within the view's ", view->nTokens, " tokens"));
+  return makeView(out, [&](kvrt_view *&result) {
+    std::vector<Run> runs;
+    int64_t runStart = 0;
+    for (const Run &run : view->runs) {
+      int64_t from = std::max(begin, runStart) - runStart;
+      int64_t to = std::min(end, runStart + run.nTokens) - runStart;
+      if (from < to)
+        runs.push_back(
+            cutRun(run, view->pool->config.page_tokens, from, to - from));
+      runStart += run.nTokens;
+    }
+    result = new kvrt_view(view->pool, std::move(runs));
+    return KVRT_OK;
+  });
+}
+
+extern "C" kvrt_status kvrt_view_shift(const kvrt_view *view, int64_t delta,
+                                       kvrt_view **out) {
+  if (!view || !out)
+    return nullArgument(__func__);
+  for (const Run &run : view->runs)
+    if (std::llabs(delta) > kMaxPosition ||
+        std::llabs(run.delta + delta) > kMaxPosition)
+      return fail(KVRT_ERR_INVALID_ARGUMENT,
+                  str("kvrt_view_shift: offset ", run.delta, " + ", delta,
+                      " leaves [-2^53, 2^53]"));
+  return makeView(out, [&](kvrt_view *&result) {
+    std::vector<Run> runs = view->runs;
+    for (Run &run : runs)
+      run.delta += delta;
+    result = new kvrt_view(view->pool, std::move(runs));
+    return KVRT_OK;
+  });
+}
+
+extern "C" int64_t kvrt_view_num_runs(const kvrt_view *view) {
+  return view ? static_cast<int64_t>(view->runs.size()) : 0;
+}
+
+extern "C" int64_t kvrt_view_num_tokens(const kvrt_view *view) {
+  return view ? view->nTokens : 0;
+}
+
+extern "C" kvrt_pool *kvrt_view_pool(const kvrt_view *view) {
+  return view ? view->pool : nullptr;
+}
+
+extern "C" kvrt_status kvrt_view_get_run(const kvrt_view *view, int64_t index,
+                                         kvrt_run *out) {
+  if (!view || !out)
+    return nullArgument(__func__);
+  if (index < 0 || index >= static_cast<int64_t>(view->runs.size()))
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("kvrt_view_get_run: run ", index, " of a view with ",
+                    view->runs.size(), " runs"));
+  const Run &run = view->runs[index];
+  out->pages = run.pages.data();
+  out->n_pages = static_cast<int64_t>(run.pages.size());
+  out->slot_begin = run.slotBegin;
+  out->n_tokens = run.nTokens;
+  out->base_pos = run.basePos;
+  out->delta = run.delta;
+  out->tokens = run.tokens.data();
+  out->label = run.hasLabel ? run.label.c_str() : nullptr;
+  return KVRT_OK;
+}

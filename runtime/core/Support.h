@@ -1,0 +1,68 @@
+//===- Support.h - Helpers behind the C ABI ---------------------*- C++ -*-===//
+//
+// Internal helpers of the runtime: record the thread-local message returned by
+// kvrt_last_error(), keep C++ exceptions from crossing the C interface, and
+// count references of the objects behind opaque handles.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KVIR_RUNTIME_CORE_SUPPORT_H
+#define KVIR_RUNTIME_CORE_SUPPORT_H
+
+#include "runtime/core/KVRuntime.h"
+
+#include <atomic>
+#include <exception>
+#include <new>
+#include <sstream>
+#include <string>
+#include <utility>
+
+namespace kvrt {
+
+/// Records `message` as this thread's last error and returns `status`.
+kvrt_status fail(kvrt_status status, const std::string &message);
+
+/// Concatenates the stream representations of `parts`.
+template <typename... Parts> std::string str(Parts &&...parts) {
+  std::ostringstream os;
+  (os << ... << std::forward<Parts>(parts));
+  return os.str();
+}
+
+/// The error of a C entry point called with a NULL handle or out pointer.
+inline kvrt_status nullArgument(const char *function) {
+  return fail(KVRT_ERR_INVALID_ARGUMENT,
+              str(function, ": a required argument is NULL"));
+}
+
+/// Adds a reference to an object with an atomic `refs` member (NULL is
+/// ignored).
+template <typename T> void retain(T *object) {
+  if (object)
+    object->refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+/// Drops a reference and deletes the object with the last one.
+template <typename T> void release(T *object) {
+  if (object && object->refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
+    delete object;
+}
+
+/// Runs `body` (returning kvrt_status) and converts any exception it throws
+/// into a status and a message.
+template <typename Body> kvrt_status guard(Body &&body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc &) {
+    return fail(KVRT_ERR_OUT_OF_MEMORY, "out of host memory");
+  } catch (const std::exception &e) {
+    return fail(KVRT_ERR_INTERNAL, str("internal error: ", e.what()));
+  } catch (...) {
+    return fail(KVRT_ERR_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+} // namespace kvrt
+
+#endif // KVIR_RUNTIME_CORE_SUPPORT_H

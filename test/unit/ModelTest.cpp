@@ -1,0 +1,273 @@
+//===- ModelTest.cpp - Model loading, validation and saving -----*- C++ -*-===//
+
+#include "test/unit/TestSupport.h"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+
+using namespace kvir::test;
+
+namespace {
+
+/// A tiny valid config: dim 8, 2 heads of 4, 1 KV head, vocab 16.
+kvrt_model_config tinyConfig(bool shared) {
+  kvrt_model_config c = makeConfig(8, 16, 2, 2, 1, 16, 4);
+  c.shared_classifier = shared;
+  return c;
+}
+
+std::vector<char> readBytes(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void writeBytes(const std::string &path, const std::vector<char> &bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), bytes.size());
+}
+
+/// Fixture: a valid tiny checkpoint written by kvrt_model_save, which each
+/// test corrupts in one way.
+class MalformedModelTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    ModelPtr model = syntheticModel(tinyConfig(true), 7);
+    ASSERT_EQ(kvrt_model_save(model.get(), path.c_str()), KVRT_OK)
+        << kvrt_last_error();
+    bytes = readBytes(path);
+  }
+
+  void setHeader(int index, int32_t value) {
+    std::memcpy(bytes.data() + 4 * index, &value, 4);
+  }
+
+  void setFloat(size_t index, float value) {
+    std::memcpy(bytes.data() + 28 + 4 * index, &value, 4);
+  }
+
+  /// Writes the corrupted bytes and expects a load failure whose message
+  /// contains every one of `needles`.
+  void expectRejected(kvrt_status status,
+                      std::initializer_list<const char *> needles) {
+    writeBytes(path, bytes);
+    kvrt_model *model = nullptr;
+    EXPECT_EQ(kvrt_model_load(path.c_str(), &model), status);
+    EXPECT_EQ(model, nullptr);
+    std::string message = kvrt_last_error();
+    for (const char *needle : needles)
+      EXPECT_NE(message.find(needle), std::string::npos)
+          << "message '" << message << "' lacks '" << needle << "'";
+  }
+
+  TempDir dir;
+  std::string path = dir.file("tiny.bin");
+  std::vector<char> bytes;
+};
+
+TEST(ModelTest, LoadsStories260K) {
+  KVIR_REQUIRE_TEST_MODEL();
+  ModelPtr model = loadModel(testModelPath());
+  ASSERT_TRUE(model);
+  kvrt_model_config c;
+  ASSERT_EQ(kvrt_model_get_config(model.get(), &c), KVRT_OK);
+  EXPECT_EQ(c.dim, 64);
+  EXPECT_EQ(c.hidden_dim, 172);
+  EXPECT_EQ(c.n_layers, 5);
+  EXPECT_EQ(c.n_heads, 8);
+  EXPECT_EQ(c.n_kv_heads, 4);
+  EXPECT_EQ(c.vocab_size, 512);
+  EXPECT_EQ(c.seq_len, 512);
+  EXPECT_EQ(c.shared_classifier, 1);
+  EXPECT_EQ(c.rope_layout, KVRT_ROPE_INTERLEAVED);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_EQ(c.rms_eps, 1e-5);
+  kvrt_model_weights w;
+  ASSERT_EQ(kvrt_model_get_weights(model.get(), &w), KVRT_OK);
+  EXPECT_EQ(w.wcls, w.token_embedding);
+  // rms_final is the last tensor before the legacy tables: 7 int32 header,
+  // then everything up to rms_final.
+  std::vector<char> file = readBytes(testModelPath());
+  size_t offset = 28 + 4 * (w.rms_final - w.token_embedding);
+  float first;
+  std::memcpy(&first, file.data() + offset, 4);
+  EXPECT_EQ(first, w.rms_final[0]);
+}
+
+TEST(ModelTest, SyntheticIsSplitMix64) {
+  // Vigna's splitmix64 from seed 1234567 starts 6457827717110365317 and
+  // 3203168211198807973; weights take the top 24 bits k as (k - 2^23)/2^23.
+  ModelPtr model = syntheticModel(tinyConfig(true), 1234567);
+  kvrt_model_weights w;
+  ASSERT_EQ(kvrt_model_get_weights(model.get(), &w), KVRT_OK);
+  for (auto [index, draw] :
+       {std::pair<int, uint64_t>{0, 6457827717110365317ULL},
+        {1, 3203168211198807973ULL}}) {
+    double expected = (double(draw >> 40) - 8388608.0) / 8388608.0;
+    EXPECT_EQ(w.token_embedding[index], expected);
+  }
+}
+
+TEST(ModelTest, SyntheticIsDeterministicAndScaled) {
+  kvrt_model_config c = tinyConfig(false);
+  ModelPtr a = syntheticModel(c, 42), b = syntheticModel(c, 42),
+           other = syntheticModel(c, 43);
+  kvrt_model_weights wa, wb, wo;
+  kvrt_model_get_weights(a.get(), &wa);
+  kvrt_model_get_weights(b.get(), &wb);
+  kvrt_model_get_weights(other.get(), &wo);
+  size_t wqCount = size_t(c.n_layers) * c.dim * c.dim;
+  EXPECT_EQ(std::memcmp(wa.wq, wb.wq, wqCount * 4), 0);
+  EXPECT_NE(std::memcmp(wa.wq, wo.wq, wqCount * 4), 0);
+  EXPECT_NE(wa.wcls, wa.token_embedding);
+  double bound = 1.0 / std::sqrt(double(c.dim)), largest = 0;
+  for (size_t i = 0; i < wqCount; ++i)
+    largest = std::max(largest, std::fabs(double(wa.wq[i])));
+  EXPECT_LE(largest, bound);
+  EXPECT_GT(largest, 0.8 * bound);
+  for (int i = 0; i < c.dim; ++i) {
+    EXPECT_GE(wa.rms_final[i], 0.75f);
+    EXPECT_LT(wa.rms_final[i], 1.25f);
+  }
+}
+
+TEST(ModelTest, SaveLoadRoundTrip) {
+  TempDir dir;
+  for (bool shared : {true, false}) {
+    kvrt_model_config c = tinyConfig(shared);
+    ModelPtr model = syntheticModel(c, 5);
+    std::string path = dir.file(shared ? "shared.bin" : "wcls.bin");
+    ASSERT_EQ(kvrt_model_save(model.get(), path.c_str()), KVRT_OK)
+        << kvrt_last_error();
+    ModelPtr loaded = loadModel(path);
+    ASSERT_TRUE(loaded);
+    kvrt_model_config lc;
+    kvrt_model_get_config(loaded.get(), &lc);
+    EXPECT_EQ(std::memcmp(&lc, &c, sizeof c), 0);
+    int32_t vocabField;
+    std::vector<char> file = readBytes(path);
+    std::memcpy(&vocabField, file.data() + 20, 4);
+    EXPECT_EQ(vocabField, shared ? 16 : -16);
+    kvrt_model_weights w0, w1;
+    kvrt_model_get_weights(model.get(), &w0);
+    kvrt_model_get_weights(loaded.get(), &w1);
+    EXPECT_EQ(std::memcmp(w0.token_embedding, w1.token_embedding, 16 * 8 * 4),
+              0);
+    EXPECT_EQ(std::memcmp(w0.w2, w1.w2, 2 * 8 * 16 * 4), 0);
+    EXPECT_EQ(std::memcmp(w0.wcls, w1.wcls, 16 * 8 * 4), 0);
+    EXPECT_EQ(w1.wcls == w1.token_embedding, shared);
+  }
+}
+
+TEST(ModelTest, SaveRejectsWhatTheFormatCannotHold) {
+  TempDir dir;
+  kvrt_model_config c = tinyConfig(true);
+  c.rope_layout = KVRT_ROPE_HALF;
+  ModelPtr model = syntheticModel(c, 1);
+  EXPECT_EQ(kvrt_model_save(model.get(), dir.file("half.bin").c_str()),
+            KVRT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvrt_last_error()).find("interleaved"),
+            std::string::npos);
+}
+
+TEST(ModelTest, InvalidConfigs) {
+  kvrt_model_config c = tinyConfig(true);
+  c.rope_theta = std::numeric_limits<double>::infinity();
+  kvrt_model *model = nullptr;
+  EXPECT_EQ(kvrt_model_synthetic(&c, 1, &model), KVRT_ERR_BAD_MODEL);
+  EXPECT_NE(std::string(kvrt_last_error()).find("rope_theta"),
+            std::string::npos);
+  c = tinyConfig(true);
+  c.hidden_dim = -3;
+  EXPECT_EQ(kvrt_model_synthetic(&c, 1, &model), KVRT_ERR_BAD_MODEL);
+  EXPECT_NE(std::string(kvrt_last_error()).find("hidden_dim = -3"),
+            std::string::npos);
+  EXPECT_EQ(model, nullptr);
+}
+
+TEST_F(MalformedModelTest, ValidFileLoads) {
+  ModelPtr model = loadModel(path);
+  EXPECT_TRUE(model);
+}
+
+TEST_F(MalformedModelTest, MissingFile) {
+  kvrt_model *model = nullptr;
+  EXPECT_EQ(kvrt_model_load(dir.file("absent.bin").c_str(), &model),
+            KVRT_ERR_IO);
+  EXPECT_NE(std::string(kvrt_last_error()).find("cannot open model"),
+            std::string::npos);
+}
+
+TEST_F(MalformedModelTest, TruncatedHeader) {
+  bytes.resize(10);
+  expectRejected(KVRT_ERR_BAD_MODEL, {"truncated", "10 bytes", "header"});
+}
+
+TEST_F(MalformedModelTest, ZeroDim) {
+  setHeader(0, 0);
+  expectRejected(KVRT_ERR_BAD_MODEL, {"invalid header", "dim = 0"});
+}
+
+TEST_F(MalformedModelTest, NegativeLayers) {
+  setHeader(2, -1);
+  expectRejected(KVRT_ERR_BAD_MODEL, {"n_layers = -1 must be positive"});
+}
+
+TEST_F(MalformedModelTest, ZeroVocab) {
+  setHeader(5, 0);
+  expectRejected(KVRT_ERR_BAD_MODEL, {"vocab_size = 0"});
+}
+
+TEST_F(MalformedModelTest, HeadsDoNotDivideDim) {
+  setHeader(3, 3);
+  expectRejected(KVRT_ERR_BAD_MODEL, {"dim 8 is not divisible by n_heads 3"});
+}
+
+TEST_F(MalformedModelTest, KvHeadsDoNotDivideHeads) {
+  setHeader(4, 3);
+  setHeader(3, 4);
+  expectRejected(KVRT_ERR_BAD_MODEL,
+                 {"n_heads 4 is not divisible by n_kv_heads 3"});
+}
+
+TEST_F(MalformedModelTest, OddHeadSize) {
+  setHeader(3, 8); // dim 8 / 8 heads = head size 1
+  setHeader(4, 8);
+  expectRejected(KVRT_ERR_BAD_MODEL, {"head size 1", "is odd"});
+}
+
+TEST_F(MalformedModelTest, TruncatedWeights) {
+  bytes.resize(bytes.size() - 6);
+  expectRejected(KVRT_ERR_BAD_MODEL, {"truncated", "6 missing"});
+}
+
+TEST_F(MalformedModelTest, TrailingBytes) {
+  bytes.insert(bytes.end(), 12, 0);
+  expectRejected(KVRT_ERR_BAD_MODEL, {"size mismatch", "12 trailing bytes"});
+}
+
+TEST_F(MalformedModelTest, WrongSizeForHeader) {
+  setHeader(1, 20); // hidden_dim 20 needs more bytes than the file has
+  expectRejected(KVRT_ERR_BAD_MODEL, {"truncated", "missing"});
+}
+
+TEST_F(MalformedModelTest, NaNWeight) {
+  // wq starts after the embedding (16 x 8) and rms_att (2 x 8); this is the
+  // first float of layer 1's wq (8 x 8 per layer).
+  setFloat(16 * 8 + 2 * 8 + 64, std::numeric_limits<float>::quiet_NaN());
+  expectRejected(KVRT_ERR_BAD_MODEL,
+                 {"non-finite weight wq[64] (layer 1) = nan"});
+}
+
+TEST_F(MalformedModelTest, InfiniteWeightInSeparateClassifier) {
+  ModelPtr model = syntheticModel(tinyConfig(false), 3);
+  ASSERT_EQ(kvrt_model_save(model.get(), path.c_str()), KVRT_OK);
+  bytes = readBytes(path);
+  float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(bytes.data() + bytes.size() - 4, &inf, 4);
+  expectRejected(KVRT_ERR_BAD_MODEL, {"non-finite weight wcls[127] = inf"});
+}
+
+} // namespace

@@ -1,0 +1,126 @@
+//===- TestSupport.cpp - Shared unit test helpers ---------------*- C++ -*-===//
+
+#include "test/unit/TestSupport.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+
+using namespace kvir::test;
+
+std::string kvir::test::testModelPath() { return KVIR_TEST_MODEL; }
+
+std::string kvir::test::greedyTokensPath() {
+  return std::filesystem::path(KVIR_TEST_MODEL)
+      .replace_filename("stories260K.greedy81.tokens.txt")
+      .string();
+}
+
+std::string kvir::test::greedyLogitsPath() {
+  return std::filesystem::path(KVIR_TEST_MODEL)
+      .replace_filename("stories260K.greedy81.logits.f32")
+      .string();
+}
+
+bool kvir::test::haveTestModel() {
+  return std::filesystem::exists(testModelPath()) &&
+         std::filesystem::exists(greedyTokensPath()) &&
+         std::filesystem::exists(greedyLogitsPath());
+}
+
+std::vector<float> kvir::test::readFloats(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                          std::istreambuf_iterator<char>());
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::copy(bytes.begin(), bytes.begin() + values.size() * sizeof(float),
+            reinterpret_cast<char *>(values.data()));
+  return values;
+}
+
+std::vector<int32_t> kvir::test::readTokenFile(const std::string &path) {
+  std::ifstream in(path);
+  std::vector<int32_t> tokens;
+  for (int32_t t; in >> t;)
+    tokens.push_back(t);
+  return tokens;
+}
+
+TempDir::TempDir() {
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "kvir-test-XXXXXX").string();
+  if (!mkdtemp(pattern.data()))
+    ADD_FAILURE() << "cannot create a temporary directory";
+  dir = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+std::string TempDir::file(const std::string &name) const {
+  return (dir / name).string();
+}
+
+ModelPtr kvir::test::loadModel(const std::string &path) {
+  kvrt_model *model = nullptr;
+  EXPECT_EQ(kvrt_model_load(path.c_str(), &model), KVRT_OK)
+      << kvrt_last_error();
+  return ModelPtr(model);
+}
+
+ModelPtr kvir::test::syntheticModel(const kvrt_model_config &config,
+                                    uint64_t seed) {
+  kvrt_model *model = nullptr;
+  EXPECT_EQ(kvrt_model_synthetic(&config, seed, &model), KVRT_OK)
+      << kvrt_last_error();
+  return ModelPtr(model);
+}
+
+kvrt_model_config kvir::test::makeConfig(int32_t dim, int32_t hidden,
+                                         int32_t layers, int32_t heads,
+                                         int32_t kvHeads, int32_t vocab,
+                                         int32_t seqLen) {
+  kvrt_model_config c;
+  kvrt_model_config_init(&c);
+  c.dim = dim;
+  c.hidden_dim = hidden;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kvHeads;
+  c.vocab_size = vocab;
+  c.seq_len = seqLen;
+  return c;
+}
+
+kvrt_model_config kvir::test::smallConfig(kvrt_rope_layout layout) {
+  kvrt_model_config c = makeConfig(48, 96, 2, 4, 2, 64, 128);
+  c.rope_layout = layout;
+  return c;
+}
+
+PoolPtr kvir::test::poolFor(const kvrt_model *model, int64_t capacityPages,
+                            int32_t pageTokens) {
+  kvrt_pool_config config;
+  EXPECT_EQ(kvrt_pool_config_for_model(model, &config), KVRT_OK);
+  config.capacity_pages = capacityPages;
+  config.page_tokens = pageTokens;
+  kvrt_pool *pool = nullptr;
+  EXPECT_EQ(kvrt_pool_create(&config, &pool), KVRT_OK) << kvrt_last_error();
+  return PoolPtr(pool);
+}
+
+ViewPtr kvir::test::emptyView(kvrt_pool *pool) {
+  kvrt_view *view = nullptr;
+  EXPECT_EQ(kvrt_view_create(pool, &view), KVRT_OK) << kvrt_last_error();
+  return ViewPtr(view);
+}
+
+double kvir::test::maxAbsDiff(const float *a, const float *b, size_t n) {
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i)
+    worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])));
+  return worst;
+}
