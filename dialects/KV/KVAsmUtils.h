@@ -12,19 +12,23 @@
 
 namespace mlir::kv {
 
-/// Prints a double in its shortest form that parses back to the same value,
+/// Formats a double in its shortest form that parses back to the same value,
 /// always as an MLIR float literal (with a '.'): 10000.0, 1.0e-05, 0.15.
-inline void printShortestFloat(AsmPrinter &printer, const llvm::APFloat &value) {
+inline std::string formatShortestFloat(double value) {
   char buffer[64];
-  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer),
-                                 value.convertToDouble());
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
   std::string text(buffer, ec == std::errc() ? end : buffer);
   if (text.find_first_of(".en") == std::string::npos) // n: inf, nan
     text += ".0";
   else if (size_t e = text.find('e');
            e != std::string::npos && text.find('.') == std::string::npos)
     text.insert(e, ".0");
-  printer << text;
+  return text;
+}
+
+/// Prints a float attribute parameter with formatShortestFloat.
+inline void printShortestFloat(AsmPrinter &printer, const llvm::APFloat &value) {
+  printer << formatShortestFloat(value.convertToDouble());
 }
 
 } // namespace mlir::kv

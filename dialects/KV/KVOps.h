@@ -14,6 +14,32 @@
 
 namespace mlir::kv {
 class SegmentOp;
+
+namespace OpTrait {
+/// Checks that the non-variadic operand groups `Groups` of an op with
+/// AttrSizedOperandSegments hold exactly one value each. ODS only checks that
+/// the groups add up; without this, a generic-form op could make an operand
+/// accessor read another group's operand, or past the last one.
+template <unsigned... Groups>
+struct SingleValuedOperandGroups {
+  template <typename ConcreteType>
+  class Impl : public ::mlir::OpTrait::TraitBase<ConcreteType, Impl> {
+  public:
+    static LogicalResult verifyTrait(Operation *op) {
+      for (unsigned group : {Groups...}) {
+        unsigned size =
+            cast<ConcreteType>(op).getODSOperandIndexAndLength(group).second;
+        if (size != 1)
+          return op->emitOpError()
+                 << "operand group #" << group
+                 << " is a single operand, but operandSegmentSizes gives it "
+                 << size << " values";
+      }
+      return success();
+    }
+  };
+};
+} // namespace OpTrait
 } // namespace mlir::kv
 
 #define GET_OP_CLASSES

@@ -13,6 +13,17 @@ include "mlir/Interfaces/InferTypeOpInterface.td"
 class KV_Op<string mnemonic, list<Trait> traits = []>
     : Op<KV_Dialect, mnemonic, traits>;
 
+// ODS checks that the operand groups of an op with AttrSizedOperandSegments
+// add up to its operands, but not that a non-variadic group holds exactly one
+// value: a generic-form op with `operandSegmentSizes = array<i32: 0, 1, ...>`
+// would make `getModel()` return an operand of another group, or read past the
+// end. This trait checks the listed groups; being structural, it runs before
+// the ODS-generated checks and verifiers, which call those accessors.
+class KV_SingleValuedOperandGroups<string groups>
+    : ParamNativeOpTrait<"SingleValuedOperandGroups", groups>, StructuralOpTrait {
+  let cppNamespace = "::mlir::kv::OpTrait";
+}
+
 def KV_TokensType : 1DTensorOf<[I32]>;
 def KV_LogitsType : 2DTensorOf<[F32]>;
 def KV_QueryType : 3DTensorOf<[F32]>;
@@ -104,6 +115,7 @@ def KV_EmptyOp : KV_Op<"empty", [Pure,
 }
 
 def KV_PrefillOp : KV_Op<"prefill", [Pure, AttrSizedOperandSegments,
+    KV_SingleValuedOperandGroups<"0, 3">,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "Computes the K/V and logits of new tokens over a view";
   let description = [{
@@ -140,6 +152,7 @@ def KV_PrefillOp : KV_Op<"prefill", [Pure, AttrSizedOperandSegments,
     `->` qualified(type($result)) `,` qualified(type($logits))
   }];
   let hasVerifier = 1;
+  let hasCanonicalizer = 1;
 }
 
 def KV_EditOp : KV_Op<"edit", [Pure,
@@ -169,6 +182,7 @@ def KV_EditOp : KV_Op<"edit", [Pure,
     `:` qualified(type($model)) `,` qualified(type($cache)) `,` qualified(type($tokens))
   }];
   let hasVerifier = 1;
+  let hasCanonicalizer = 1;
 }
 
 def KV_LogitsOp : KV_Op<"logits", [Pure,
@@ -195,6 +209,7 @@ def KV_LogitsOp : KV_Op<"logits", [Pure,
 }
 
 def KV_ComposeOp : KV_Op<"compose", [Pure, AttrSizedOperandSegments,
+    KV_SingleValuedOperandGroups<"0, 1">,
     AllTypesMatch<["cache", "result"]>]> {
   let summary = "Appends an independently prefilled block at a new position";
   let description = [{
@@ -223,6 +238,7 @@ def KV_ComposeOp : KV_Op<"compose", [Pure, AttrSizedOperandSegments,
     (`,` qualified(type($model))^)?
   }];
   let hasVerifier = 1;
+  let hasCanonicalizer = 1;
 }
 
 def KV_RopeShiftOp : KV_Op<"rope_shift", [Pure, AllTypesMatch<["cache", "result"]>]> {
@@ -264,7 +280,8 @@ def KV_MaterializeOp : KV_Op<"materialize", [Pure,
   let hasVerifier = 1;
 }
 
-def KV_AttentionOp : KV_Op<"attention", [Pure, AttrSizedOperandSegments]> {
+def KV_AttentionOp : KV_Op<"attention", [Pure, AttrSizedOperandSegments,
+    KV_SingleValuedOperandGroups<"0, 1, 4">]> {
   let summary = "Attention of queries at consecutive positions over a view";
   let description = [{
     `query` holds un-rotated queries `[n][heads][head_size]` of layer `layer`
@@ -312,6 +329,7 @@ def KV_ConcatOp : KV_Op<"concat", [Pure]> {
   let results = (outs KV_CacheType:$result);
   let assemblyFormat = "$inputs attr-dict `:` qualified(type($inputs)) `->` qualified(type($result))";
   let hasVerifier = 1;
+  let hasCanonicalizer = 1;
   let hasFolder = 1;
 }
 

@@ -2,6 +2,8 @@
 
 #include "passes/Analysis/DependencySlice.h"
 
+#include "dialects/KV/KVAsmUtils.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Matchers.h"
 #include "llvm/ADT/STLExtras.h"
@@ -327,7 +329,7 @@ std::string mlir::kv::describeEditPlan(const DependencyGraph &graph,
     if (plan.repair.getKind() == RepairKind::FirstK)
       os << "first_k = " << plan.repair.getFirstK();
     else
-      os << "fraction = " << plan.repair.getFractionValue();
+      os << "fraction = " << formatShortestFloat(plan.repair.getFractionValue());
   }
   os << ")";
   for (SegmentAction action : {SegmentAction::Keep, SegmentAction::Recompute,
