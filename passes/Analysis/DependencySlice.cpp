@@ -378,9 +378,8 @@ FailureOr<EditTarget> mlir::kv::getEditTarget(EditOp edit) {
     return failure();
   std::optional<unsigned> edited = graph->lookup(edit.getSegment());
   if (!edited)
-    return edit.emitOpError() << "cannot plan: the cache holds no segment @"
-                              << edit.getSegment() << " (context "
-                              << contextName << ")";
+    return edit.emitOpError() << "cannot plan: context " << contextName
+                              << " declares no segment @" << edit.getSegment();
   return EditTarget{context, std::move(*graph), *edited};
 }
 

@@ -49,7 +49,7 @@ private:
               SmallVectorImpl<ViewEntry> &entries);
   /// Rewrites the view list of `op` (a prefill or an attention) in place.
   template <typename OpTy>
-  void fuse(OpTy op);
+  LogicalResult fuse(OpTy op);
 };
 
 } // namespace
@@ -84,18 +84,24 @@ bool KVFuseRopeShiftPass::expand(OpBuilder &builder, Location loc, Value view,
 }
 
 template <typename OpTy>
-void KVFuseRopeShiftPass::fuse(OpTy op) {
+LogicalResult KVFuseRopeShiftPass::fuse(OpTy op) {
   OpBuilder builder(op);
   Location loc = op.getLoc();
   SmallVector<ViewEntry> entries;
   bool changed = false;
   SmallVector<Value> oldViews(op.getViews()), oldOffsets(op.getOffsets());
+  // The verifier rejects this; a pass run without verification must not
+  // index past the offsets.
+  if (!oldOffsets.empty() && oldOffsets.size() != oldViews.size())
+    return op.emitOpError() << "cannot fuse: " << oldViews.size()
+                            << " views but " << oldOffsets.size()
+                            << " offsets";
   for (auto [i, view] : llvm::enumerate(oldViews)) {
     Value offset = oldOffsets.empty() ? Value() : oldOffsets[i];
     changed |= expand(builder, loc, view, offset, entries);
   }
   if (!changed)
-    return;
+    return success();
 
   bool anyOffset = llvm::any_of(entries, [](const ViewEntry &entry) {
     return static_cast<bool>(entry.offset);
@@ -118,16 +124,21 @@ void KVFuseRopeShiftPass::fuse(OpTy op) {
   // the operands that follow it.
   op.getViewsMutable().assign(newViews);
   op.getOffsetsMutable().assign(newOffsets);
+  return success();
 }
 
 void KVFuseRopeShiftPass::runOnOperation() {
   counts = {};
-  getOperation().walk([&](Operation *op) {
+  WalkResult walk = getOperation().walk([&](Operation *op) {
+    LogicalResult fused = success();
     if (auto prefill = dyn_cast<PrefillOp>(op))
-      fuse(prefill);
+      fused = fuse(prefill);
     else if (auto attention = dyn_cast<AttentionOp>(op))
-      fuse(attention);
+      fused = fuse(attention);
+    return failed(fused) ? WalkResult::interrupt() : WalkResult::advance();
   });
+  if (walk.wasInterrupted())
+    return signalPassFailure();
 
   // Erase what no longer has a user, innermost first, and count the
   // materializations that stay because something needs physical keys.
