@@ -30,3 +30,5 @@ tool_dirs = [config.kvir_tools_dir, config.llvm_tools_dir]
 tools = [ToolSubst("kv-opt", unresolved="fatal"), ToolSubst("kv-run", unresolved="ignore")]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.kvir_tools_dir, append_path=True)
+# `not` and FileCheck also at the start of a RUN line.
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

@@ -33,7 +33,7 @@ LogicalResult RepairAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     double f = fraction.convertToDouble();
     if (!(f >= 0.0 && f <= 1.0))
       return emitError() << "repair budget fraction must be in [0, 1], got "
-                         << f;
+                         << formatShortestFloat(f);
   }
   return success();
 }

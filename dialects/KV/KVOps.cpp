@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dialects/KV/KVOps.h"
+#include "dialects/KV/KVAsmUtils.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -133,10 +134,11 @@ static LogicalResult verifyCacheMatchesModel(Operation *op, ModelType model,
       cache.getHeadSize() == model.getHeadSize())
     return success();
   return op->emitOpError()
-         << what << " does not match the model: the model has "
+         << what << " does not match the model: the model computes "
          << model.getLayers() << " layers x " << model.getKvHeads()
-         << " KV heads x head size " << model.getHeadSize() << ", the cache "
-         << cache.getLayers() << " x " << cache.getKvHeads() << " x "
+         << " KV heads x head size " << model.getHeadSize()
+         << ", the cache holds " << cache.getLayers() << " x "
+         << cache.getKvHeads() << " x "
          << cache.getHeadSize();
 }
 
@@ -469,7 +471,8 @@ LogicalResult SegmentBoundsOp::verifySymbolUses(SymbolTableCollection &tables) {
 LogicalResult SelectiveRecomputeOp::verify() {
   double fraction = getFraction().convertToDouble();
   if (!(fraction >= 0.0 && fraction <= 1.0))
-    return emitOpError() << "fraction must be in [0, 1], got " << fraction;
+    return emitOpError() << "fraction must be in [0, 1], got "
+                         << formatShortestFloat(fraction);
   return verifyCacheMatchesModel(*this, getModel().getType(),
                                  getCache().getType(), "cache type");
 }

@@ -50,11 +50,11 @@ LogicalResult ModelType::verify(function_ref<InFlightDiagnostic()> emitError,
   double thetaValue = theta.convertToDouble();
   if (!std::isfinite(thetaValue) || thetaValue <= 0.0)
     return emitError() << "model RoPE theta must be positive and finite, got "
-                       << thetaValue;
+                       << formatShortestFloat(thetaValue);
   double epsValue = eps.convertToDouble();
   if (!std::isfinite(epsValue) || epsValue <= 0.0)
     return emitError() << "model RMSNorm eps must be positive and finite, got "
-                       << epsValue;
+                       << formatShortestFloat(epsValue);
   return success();
 }
 

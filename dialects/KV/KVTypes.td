@@ -13,7 +13,7 @@ class KV_Type<string name, string typeMnemonic, list<Trait> traits = []>
 }
 
 def KV_ModelType : KV_Type<"Model", "model"> {
-  let summary = "The weights of a Llama-family decoder, with their configuration";
+  let summary = "Llama-family decoder model (weights and configuration)";
   let description = [{
     A value of this type is a loaded model; its type carries the configuration
     every kernel is specialised for. The head size is `dim / heads`.
@@ -42,7 +42,7 @@ def KV_ModelType : KV_Type<"Model", "model"> {
 }
 
 def KV_CacheType : KV_Type<"Cache", "cache"> {
-  let summary = "A view of a paged KV cache";
+  let summary = "paged KV cache view";
   let description = [{
     An ordered list of runs (pages, token range, position offset Δ), the token
     ids of every run and the segment each run belongs to. The type fixes the

@@ -1,0 +1,549 @@
+// RUN: kv-opt %s -split-input-file -verify-diagnostics
+
+// Only kv.segment ops may appear in a kv.context.
+kv.context @agent {
+  kv.segment @system kind(system) tokens(12)
+  // expected-error@+1 {{'func.func' op is not allowed in a 'kv.context'; only 'kv.segment' ops are}}
+  func.func private @helper()
+}
+
+// -----
+
+// A kv.segment outside a kv.context.
+// expected-error@+1 {{'kv.segment' op expects parent op 'kv.context'}}
+kv.segment @loose kind(fact) tokens(4)
+
+// -----
+
+// A static segment size of zero.
+kv.context @agent {
+  // expected-error@+1 {{segment @empty must have a positive token count, got 0 (use tokens(?) for a size known at run time)}}
+  kv.segment @empty kind(fact) tokens(0)
+}
+
+// -----
+
+// A negative segment size.
+kv.context @agent {
+  // expected-error@+1 {{segment @city must have a positive token count, got -3}}
+  kv.segment @city kind(fact) tokens(-3)
+}
+
+// -----
+
+// A dependency on a later segment.
+kv.context @agent {
+  // expected-error@+1 {{segment @think depends on @city, which comes later in the context; dependencies must point to earlier segments}}
+  kv.segment @think kind(thought) tokens(4) deps(@city)
+  kv.segment @city kind(fact) tokens(?)
+}
+
+// -----
+
+// A dependency on a segment the context does not declare.
+kv.context @agent {
+  kv.segment @city kind(fact) tokens(?)
+  // expected-error@+1 {{segment @think depends on @weather, which is not a segment of context @agent}}
+  kv.segment @think kind(thought) tokens(4) deps(@city, @weather)
+}
+
+// -----
+
+// A segment that depends on itself.
+kv.context @agent {
+  // expected-error@+1 {{segment @think depends on itself}}
+  kv.segment @think kind(thought) tokens(4) deps(@think)
+}
+
+// -----
+
+// A dependency listed twice.
+kv.context @agent {
+  kv.segment @city kind(fact) tokens(?)
+  // expected-error@+1 {{segment @think lists dependency @city twice}}
+  kv.segment @think kind(thought) tokens(4) deps(@city, @city)
+}
+
+// -----
+
+// Two segments that depend on each other.
+kv.context @agent {
+  // expected-error@+1 {{dependency cycle: @a -> @b -> @a}}
+  kv.segment @a kind(thought) tokens(4) deps(@b)
+  kv.segment @b kind(thought) tokens(4) deps(@a)
+}
+
+// -----
+
+// A cycle through three segments is reported with its whole path.
+kv.context @agent {
+  // expected-error@+1 {{dependency cycle: @a -> @c -> @b -> @a}}
+  kv.segment @a kind(thought) tokens(4) deps(@c)
+  kv.segment @b kind(thought) tokens(4) deps(@a)
+  kv.segment @c kind(thought) tokens(4) deps(@b)
+}
+
+// -----
+
+// kv.edit of a segment the context does not declare.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @city kind(fact) tokens(?)
+}
+func.func @edit_unknown_segment(%m: !m, %c: !kv.cache<5x4x8xf32, @agent>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.edit' op segment @town is not defined in context @agent}}
+  %0 = kv.edit %m, %c[@town] = %t strategy <exact> : !m, !kv.cache<5x4x8xf32, @agent>, tensor<?xi32>
+  return
+}
+
+// -----
+
+// kv.logits of a segment the context does not declare.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @answer kind(answer) tokens(8)
+}
+func.func @logits_unknown_segment(%m: !m, %c: !kv.cache<5x4x8xf32, @agent>) {
+  // expected-error@+1 {{'kv.logits' op segment @reply is not defined in context @agent}}
+  %0 = kv.logits %m, %c[@reply] : !m, !kv.cache<5x4x8xf32, @agent> -> tensor<?x512xf32>
+  return
+}
+
+// -----
+
+// kv.segment_bounds of a segment the context does not declare.
+kv.context @agent {
+  kv.segment @city kind(fact) tokens(?)
+}
+func.func @bounds_unknown_segment(%c: !kv.cache<5x4x8xf32, @agent>) {
+  // expected-error@+1 {{'kv.segment_bounds' op segment @town is not defined in context @agent}}
+  %b, %e = kv.segment_bounds %c[@town] : !kv.cache<5x4x8xf32, @agent>
+  return
+}
+
+// -----
+
+// kv.prefill labels its run with a segment the context does not declare.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @system kind(system) tokens(12)
+}
+func.func @prefill_unknown_segment(%m: !m, %c: !kv.cache<5x4x8xf32, @agent>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.prefill' op segment @prompt is not defined in context @agent}}
+  %0, %1 = kv.prefill %m, %c, %t segment @prompt : !m, (!kv.cache<5x4x8xf32, @agent>), tensor<?xi32> -> !kv.cache<5x4x8xf32, @agent>, tensor<?x512xf32>
+  return
+}
+
+// -----
+
+// A cache type that names a context that is not defined.
+func.func @undefined_context() {
+  // expected-error@+1 {{'kv.empty' op cache type names context @nowhere, which is not defined}}
+  %0 = kv.empty : !kv.cache<5x4x8xf32, @nowhere>
+  return
+}
+
+// -----
+
+// A cache type that names a symbol that is not a kv.context.
+func.func private @agent()
+func.func @not_a_context() {
+  // expected-error@+1 {{'kv.empty' op cache type names @agent, which is not a 'kv.context'}}
+  %0 = kv.empty : !kv.cache<5x4x8xf32, @agent>
+  return
+}
+
+// -----
+
+// kv.edit needs the context's dependency graph, so its cache type must name one.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @edit_without_context(%m: !m, %c: !kv.cache<5x4x8xf32>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.edit' op needs a cache type that names a kv.context, to know the dependencies of segment @city}}
+  %0 = kv.edit %m, %c[@city] = %t strategy <cot_slice> : !m, !kv.cache<5x4x8xf32>, tensor<?xi32>
+  return
+}
+
+// -----
+
+// A model size of zero.
+// expected-error@+1 {{model dim must be positive, got 0}}
+func.func private @zero_dim(!kv.model<dim = 0, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>)
+
+// -----
+
+// A negative model size.
+// expected-error@+1 {{model layers must be positive, got -5}}
+func.func private @negative_layers(!kv.model<dim = 64, hidden = 172, layers = -5, heads = 8, kv_heads = 4, vocab = 512>)
+
+// -----
+
+// A head count that does not divide the model dimension.
+// expected-error@+1 {{model heads (6) do not divide dim (64)}}
+func.func private @heads_do_not_divide(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 6, kv_heads = 2, vocab = 512>)
+
+// -----
+
+// A KV head count that does not divide the head count.
+// expected-error@+1 {{model kv_heads (3) do not divide heads (8)}}
+func.func private @kv_heads_do_not_divide(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 3, vocab = 512>)
+
+// -----
+
+// RoPE needs an even head size.
+// expected-error@+1 {{model head size 3 is odd; RoPE rotates pairs of dimensions}}
+func.func private @odd_head_size(!kv.model<dim = 24, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>)
+
+// -----
+
+// A RoPE base that is not positive.
+// expected-error@+1 {{model RoPE theta must be positive and finite, got -1}}
+func.func private @bad_theta(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, theta = -1.0>)
+
+// -----
+
+// An RMSNorm epsilon that is not positive.
+// expected-error@+1 {{model RMSNorm eps must be positive and finite, got 0}}
+func.func private @bad_eps(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, eps = 0.0>)
+
+// -----
+
+// An unknown model parameter.
+// expected-error@+1 {{unknown model parameter 'width' (expected dim, hidden, layers, heads, kv_heads, vocab, rope, theta or eps)}}
+func.func private @unknown_parameter(!kv.model<dim = 64, width = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>)
+
+// -----
+
+// A missing model parameter.
+// expected-error@+1 {{model type is missing 'vocab'}}
+func.func private @missing_parameter(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4>)
+
+// -----
+
+// A model parameter given twice.
+// expected-error@+1 {{model parameter 'heads' is given twice}}
+func.func private @duplicate_parameter(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, heads = 4, kv_heads = 4, vocab = 512>)
+
+// -----
+
+// An unknown RoPE layout.
+// expected-error@+1 {{unknown RoPE layout 'neox' (expected interleaved or half)}}
+func.func private @unknown_rope(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope = neox>)
+
+// -----
+
+// A cache shape needs exactly three dimensions.
+// expected-error@+1 {{expected a cache shape `layers x kv_heads x head_size x element type`, got 2 dimensions}}
+func.func private @cache_rank(!kv.cache<4x8xf32>)
+
+// -----
+
+// A cache dimension that is not positive.
+// expected-error@+1 {{cache KV heads must be positive, got 0}}
+func.func private @cache_zero_dim(!kv.cache<5x0x8xf32>)
+
+// -----
+
+// RoPE needs an even cache head size.
+// expected-error@+1 {{cache head size 7 is odd; RoPE rotates pairs of dimensions}}
+func.func private @cache_odd_head_size(!kv.cache<5x4x7xf32>)
+
+// -----
+
+// K/V are floats of 32 or 16 bits.
+// expected-error@+1 {{cache element type must be f32, f16 or bf16, got 'i32'}}
+func.func private @cache_element_type(!kv.cache<5x4x8xi32>)
+
+// -----
+
+// An unknown edit strategy.
+// expected-error@+1 {{unknown edit strategy 'lazy' (expected exact or cot_slice)}}
+func.func private @unknown_strategy() attributes {kv.s = #kv.strategy<lazy>}
+
+// -----
+
+// A repair budget only makes sense with cot_slice.
+// expected-error@+1 {{a repair budget needs the cot_slice strategy, not exact}}
+func.func private @repair_with_exact() attributes {kv.s = #kv.strategy<exact, first_k = 8>}
+
+// -----
+
+// A negative first_k budget.
+// expected-error@+1 {{repair budget first_k must be non-negative, got -4}}
+func.func private @negative_first_k() attributes {kv.r = #kv.repair<first_k = -4>}
+
+// -----
+
+// A fraction budget above 1.
+// expected-error@+1 {{repair budget fraction must be in [0, 1], got 1.5}}
+func.func private @fraction_above_one() attributes {kv.s = #kv.strategy<cot_slice, fraction = 1.5>}
+
+// -----
+
+// A negative fraction budget.
+// expected-error@+1 {{repair budget fraction must be in [0, 1], got -0.25}}
+func.func private @negative_fraction() attributes {kv.r = #kv.repair<fraction = -0.25>}
+
+// -----
+
+// An unknown kind of repair budget.
+// expected-error@+1 {{unknown repair budget 'last_k' (expected first_k or fraction)}}
+func.func private @unknown_repair() attributes {kv.s = #kv.strategy<cot_slice, last_k = 8>}
+
+// -----
+
+// A prefill view whose K/V shape differs from the model's.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @prefill_view(%m: !m, %c: !kv.cache<5x2x8xf32>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.prefill' op view #0 does not match the model: the model computes 5 layers x 4 KV heads x head size 8, the cache holds 5 x 2 x 8}}
+  %0, %1 = kv.prefill %m, %c, %t : !m, (!kv.cache<5x2x8xf32>), tensor<?xi32> -> !kv.cache<5x2x8xf32>, tensor<?x512xf32>
+  return
+}
+
+// -----
+
+// A prefill result type whose K/V shape differs from the model's.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @prefill_result(%m: !m, %c: !kv.cache<5x4x8xf32>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.prefill' op result type does not match the model: the model computes 5 layers x 4 KV heads x head size 8, the cache holds 4 x 4 x 8}}
+  %0, %1 = kv.prefill %m, %c, %t : !m, (!kv.cache<5x4x8xf32>), tensor<?xi32> -> !kv.cache<4x4x8xf32>, tensor<?x512xf32>
+  return
+}
+
+// -----
+
+// Logits have one column per vocabulary entry.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @prefill_logits_columns(%m: !m, %c: !kv.cache<5x4x8xf32>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.prefill' op logits type 'tensor<?x500xf32>' does not match the model: expected 512 columns (the vocabulary)}}
+  %0, %1 = kv.prefill %m, %c, %t : !m, (!kv.cache<5x4x8xf32>), tensor<?xi32> -> !kv.cache<5x4x8xf32>, tensor<?x500xf32>
+  return
+}
+
+// -----
+
+// With `last`, prefill returns one row of logits.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @prefill_last_rows(%m: !m, %c: !kv.cache<5x4x8xf32>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.prefill' op returns the logits of the last token only, so its logits type needs 1 row, got 4}}
+  %0, %1 = kv.prefill %m, %c, %t last : !m, (!kv.cache<5x4x8xf32>), tensor<?xi32> -> !kv.cache<5x4x8xf32>, tensor<4x512xf32>
+  return
+}
+
+// -----
+
+// Without `last`, prefill returns one row per token.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @prefill_rows(%m: !m, %c: !kv.cache<5x4x8xf32>, %t: tensor<4xi32>) {
+  // expected-error@+1 {{'kv.prefill' op computes the logits of 4 tokens, but its logits type has 3 rows}}
+  %0, %1 = kv.prefill %m, %c, %t : !m, (!kv.cache<5x4x8xf32>), tensor<4xi32> -> !kv.cache<5x4x8xf32>, tensor<3x512xf32>
+  return
+}
+
+// -----
+
+// A view list where only some views have an offset.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @mixed_offsets(%m: !m, %a: !kv.cache<5x4x8xf32>, %b: !kv.cache<5x4x8xf32>, %d: index, %t: tensor<?xi32>) {
+  // expected-error@+1 {{either every view of the list has an offset or none has}}
+  %0, %1 = kv.prefill %m, [%a + %d, %b], %t : !m, (!kv.cache<5x4x8xf32>, !kv.cache<5x4x8xf32>), tensor<?xi32> -> !kv.cache<5x4x8xf32>, tensor<?x512xf32>
+  return
+}
+
+// -----
+
+// In the generic form, the number of offsets must match the number of views.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @offset_count(%m: !m, %a: !kv.cache<5x4x8xf32>, %b: !kv.cache<5x4x8xf32>, %d: index, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.prefill' op has 2 views but 1 offsets}}
+  %0:2 = "kv.prefill"(%m, %a, %b, %d, %t) <{operandSegmentSizes = array<i32: 1, 2, 1, 1, 0>}> : (!m, !kv.cache<5x4x8xf32>, !kv.cache<5x4x8xf32>, index, tensor<?xi32>) -> (!kv.cache<5x4x8xf32>, tensor<?x512xf32>)
+  return
+}
+
+// -----
+
+// In the generic form, a prefill without any view.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @no_view(%m: !m, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.prefill' op needs at least one view}}
+  %0:2 = "kv.prefill"(%m, %t) <{operandSegmentSizes = array<i32: 1, 0, 0, 1, 0>}> : (!m, tensor<?xi32>) -> (!kv.cache<5x4x8xf32>, tensor<?x512xf32>)
+  return
+}
+
+// -----
+
+// In the generic form, a single operand (here the model) must get exactly one value.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @no_model(%c: !kv.cache<5x4x8xf32>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.prefill' op operand group #0 is a single operand, but operandSegmentSizes gives it 0 values}}
+  %0:2 = "kv.prefill"(%c, %t) <{operandSegmentSizes = array<i32: 0, 1, 0, 1, 0>}> : (!kv.cache<5x4x8xf32>, tensor<?xi32>) -> (!kv.cache<5x4x8xf32>, tensor<?x512xf32>)
+  return
+}
+
+// -----
+
+// kv.edit of a cache whose K/V shape differs from the model's.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @city kind(fact) tokens(?)
+}
+func.func @edit_shape(%m: !m, %c: !kv.cache<5x4x16xf32, @agent>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.edit' op cache type does not match the model: the model computes 5 layers x 4 KV heads x head size 8, the cache holds 5 x 4 x 16}}
+  %0 = kv.edit %m, %c[@city] = %t strategy <exact> : !m, !kv.cache<5x4x16xf32, @agent>, tensor<?xi32>
+  return
+}
+
+// -----
+
+// kv.logits of a cache whose K/V shape differs from the model's.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @logits_shape(%m: !m, %c: !kv.cache<6x4x8xf32>) {
+  // expected-error@+1 {{'kv.logits' op cache type does not match the model: the model computes 5 layers x 4 KV heads x head size 8, the cache holds 6 x 4 x 8}}
+  %0 = kv.logits %m, %c[@answer] : !m, !kv.cache<6x4x8xf32> -> tensor<?x512xf32>
+  return
+}
+
+// -----
+
+// kv.logits with a logits type that is not one column per vocabulary entry.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @logits_columns(%m: !m, %c: !kv.cache<5x4x8xf32>) {
+  // expected-error@+1 {{'kv.logits' op logits type 'tensor<8x?xf32>' does not match the model: expected 512 columns (the vocabulary)}}
+  %0 = kv.logits %m, %c[@answer] : !m, !kv.cache<5x4x8xf32> -> tensor<8x?xf32>
+  return
+}
+
+// -----
+
+// kv.materialize of a cache whose K/V shape differs from the model's.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @materialize_shape(%m: !m, %c: !kv.cache<5x8x8xf32>) {
+  // expected-error@+1 {{'kv.materialize' op cache type does not match the model: the model computes 5 layers x 4 KV heads x head size 8, the cache holds 5 x 8 x 8}}
+  %0 = kv.materialize %m, %c : !m, !kv.cache<5x8x8xf32>
+  return
+}
+
+// -----
+
+// An attention query that is not [n][heads][head size].
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @attention_query(%m: !m, %q: tensor<?x4x8xf32>, %c: !kv.cache<5x4x8xf32>, %p: index) {
+  // expected-error@+1 {{'kv.attention' op query type 'tensor<?x4x8xf32>' does not match the model: expected [n][8][8] (tokens x heads x head size)}}
+  %0 = kv.attention %m, %q over %c layer 0 at %p : !m, (!kv.cache<5x4x8xf32>), tensor<?x4x8xf32> -> tensor<?x4x8xf32>
+  return
+}
+
+// -----
+
+// An attention layer the model does not have.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @attention_layer(%m: !m, %q: tensor<?x8x8xf32>, %c: !kv.cache<5x4x8xf32>, %p: index) {
+  // expected-error@+1 {{'kv.attention' op layer 5 is out of range for a model with 5 layers}}
+  %0 = kv.attention %m, %q over %c layer 5 at %p : !m, (!kv.cache<5x4x8xf32>), tensor<?x8x8xf32> -> tensor<?x8x8xf32>
+  return
+}
+
+// -----
+
+// A negative attention layer.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @attention_negative_layer(%m: !m, %q: tensor<?x8x8xf32>, %c: !kv.cache<5x4x8xf32>, %p: index) {
+  // expected-error@+1 {{'kv.attention' op attribute 'layer' failed to satisfy constraint: 64-bit signless integer attribute whose value is non-negative}}
+  %0 = kv.attention %m, %q over %c layer -1 at %p : !m, (!kv.cache<5x4x8xf32>), tensor<?x8x8xf32> -> tensor<?x8x8xf32>
+  return
+}
+
+// -----
+
+// The attention result has the type of its query.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @attention_result(%m: !m, %q: tensor<?x8x8xf32>, %c: !kv.cache<5x4x8xf32>, %p: index) {
+  // expected-error@+1 {{'kv.attention' op result type 'tensor<4x8x8xf32>' differs from the query type 'tensor<?x8x8xf32>'}}
+  %0 = kv.attention %m, %q over %c layer 0 at %p : !m, (!kv.cache<5x4x8xf32>), tensor<?x8x8xf32> -> tensor<4x8x8xf32>
+  return
+}
+
+// -----
+
+// An attention view whose K/V shape differs from the model's.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @attention_view(%m: !m, %q: tensor<?x8x8xf32>, %a: !kv.cache<5x4x8xf32>, %b: !kv.cache<3x4x8xf32>, %p: index) {
+  // expected-error@+1 {{'kv.attention' op view #1 does not match the model: the model computes 5 layers x 4 KV heads x head size 8, the cache holds 3 x 4 x 8}}
+  %0 = kv.attention %m, %q over [%a + %p, %b + %p] layer 0 at %p : !m, (!kv.cache<5x4x8xf32>, !kv.cache<3x4x8xf32>), tensor<?x8x8xf32> -> tensor<?x8x8xf32>
+  return
+}
+
+// -----
+
+// A composed block must hold K/V of the shape of the cache.
+func.func @compose_block(%c: !kv.cache<5x4x8xf32>, %b: !kv.cache<5x4x8xf16>) {
+  // expected-error@+1 {{'kv.compose' op block type '!kv.cache<5x4x8xf16>' does not hold K/V of the shape of the cache '!kv.cache<5x4x8xf32>'}}
+  %0 = kv.compose %c, %b : !kv.cache<5x4x8xf32>, !kv.cache<5x4x8xf16>
+  return
+}
+
+// -----
+
+// A repair budget recomputes tokens, so compose needs the model.
+func.func @compose_repair_without_model(%c: !kv.cache<5x4x8xf32>, %b: !kv.cache<5x4x8xf32>) {
+  // expected-error@+1 {{'kv.compose' op needs the model (`using %model`) to spend a repair budget}}
+  %0 = kv.compose %c, %b repair <first_k = 16> : !kv.cache<5x4x8xf32>, !kv.cache<5x4x8xf32>
+  return
+}
+
+// -----
+
+// A model without a repair budget is unused.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @compose_model_without_repair(%m: !m, %c: !kv.cache<5x4x8xf32>, %b: !kv.cache<5x4x8xf32>) {
+  // expected-error@+1 {{'kv.compose' op takes a model only to spend a repair budget; add `repair <...>` or drop `using`}}
+  %0 = kv.compose %c, %b using %m : !kv.cache<5x4x8xf32>, !kv.cache<5x4x8xf32>, !m
+  return
+}
+
+// -----
+
+// A repairing compose with a model of another K/V shape.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @compose_model_shape(%m: !m, %c: !kv.cache<5x2x8xf32>, %b: !kv.cache<5x2x8xf32>) {
+  // expected-error@+1 {{'kv.compose' op cache type does not match the model: the model computes 5 layers x 4 KV heads x head size 8, the cache holds 5 x 2 x 8}}
+  %0 = kv.compose %c, %b repair <fraction = 0.15> using %m : !kv.cache<5x2x8xf32>, !kv.cache<5x2x8xf32>, !m
+  return
+}
+
+// -----
+
+// Concatenated views must hold K/V of the shape of the result.
+func.func @concat_shape(%a: !kv.cache<5x4x8xf32>, %b: !kv.cache<5x2x8xf32>) {
+  // expected-error@+1 {{'kv.concat' op input #1 of type '!kv.cache<5x2x8xf32>' does not hold K/V of the shape of the result '!kv.cache<5x4x8xf32>'}}
+  %0 = kv.concat %a, %b : !kv.cache<5x4x8xf32>, !kv.cache<5x2x8xf32> -> !kv.cache<5x4x8xf32>
+  return
+}
+
+// -----
+
+// In the generic form, a concatenation of nothing.
+func.func @concat_nothing() {
+  // expected-error@+1 {{'kv.concat' op needs at least one input}}
+  %0 = "kv.concat"() : () -> !kv.cache<5x4x8xf32>
+  return
+}
+
+// -----
+
+// A selective recomputation of a fraction outside [0, 1].
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @selective_fraction(%m: !m, %c: !kv.cache<5x4x8xf32>, %b: index, %e: index) {
+  // expected-error@+1 {{'kv.selective_recompute' op fraction must be in [0, 1], got 1.25}}
+  %0 = kv.selective_recompute %m, %c[%b, %e] fraction 1.25 : !m, !kv.cache<5x4x8xf32>
+  return
+}
+
+// -----
+
+// A selective recomputation of a cache whose K/V shape differs from the model's.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @selective_shape(%m: !m, %d: !kv.cache<5x1x8xf32>, %b: index, %e: index) {
+  // expected-error@+1 {{'kv.selective_recompute' op cache type does not match the model: the model computes 5 layers x 4 KV heads x head size 8, the cache holds 5 x 1 x 8}}
+  %0 = kv.selective_recompute %m, %d[%b, %e] fraction 0.15 : !m, !kv.cache<5x1x8xf32>
+  return
+}
