@@ -4,6 +4,10 @@
 # single copy of MLIR's global registries (Debian's ExecutionEngine links it anyway).
 set(MLIR_LINK_MLIR_DYLIB ON)
 
+# add_mlir_tool leaves tools out of `all` unless this is set: kv-opt must be
+# built by a plain `cmake --build`.
+set(LLVM_BUILD_TOOLS ON)
+
 find_program(KVIR_CCACHE ccache)
 if(KVIR_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
   set(CMAKE_C_COMPILER_LAUNCHER "${KVIR_CCACHE}")
