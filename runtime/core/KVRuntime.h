@@ -83,6 +83,9 @@ typedef enum kvrt_status {
   KVRT_ERR_OUT_OF_MEMORY = 6,
   /// An unexpected internal failure.
   KVRT_ERR_INTERNAL = 7,
+  /// A device or its driver is not available (no libcuda, no GPU), or a
+  /// device call failed.
+  KVRT_ERR_UNAVAILABLE = 8,
 } kvrt_status;
 
 /// The message of the last failing call on this thread ("" if none).

@@ -32,6 +32,8 @@ extern "C" const char *kvrt_status_name(kvrt_status status) {
     return "out of memory";
   case KVRT_ERR_INTERNAL:
     return "internal error";
+  case KVRT_ERR_UNAVAILABLE:
+    return "unavailable";
   }
   return "unknown status";
 }

@@ -1,0 +1,373 @@
+//===- CudaRuntime.cpp - The CUDA driver, opened at run time ----*- C++ -*-===//
+//
+// The driver API is declared here by hand (no cuda.h needed): the handful of
+// entry points KVIR uses, with the versioned symbol names the driver exports.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/CudaRuntime.h"
+#include "runtime/core/Support.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+namespace {
+
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = void *;
+using CUmodule = void *;
+using CUfunction = void *;
+using CUstream = void *;
+using CUevent = void *;
+using CUdeviceptr = uint64_t;
+
+constexpr CUresult kSuccess = 0;
+/// CU_JIT_OPTIMIZATION_LEVEL, for PTX loaded through the driver's JIT.
+constexpr int kJitOptimizationLevel = 7;
+/// CU_MEM_ATTACH_GLOBAL.
+constexpr unsigned kMemAttachGlobal = 1;
+
+/// The driver entry points, resolved by name from the opened library.
+struct Driver {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDeviceGetCount)(int *);
+  CUresult (*cuDeviceGet)(CUdevice *, int);
+  CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuGetErrorName)(CUresult, const char **);
+  CUresult (*cuGetErrorString)(CUresult, const char **);
+  CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+  CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, int *,
+                                 void **);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, unsigned, unsigned, CUstream,
+                             void **, void **);
+  CUresult (*cuStreamCreate)(CUstream *, unsigned);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
+  CUresult (*cuEventCreate)(CUevent *, unsigned);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+  CUresult (*cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
+};
+
+/// Process-wide state: the driver, the first error, the device.
+struct State {
+  std::once_flag once;
+  bool ready = false;
+  Driver driver{};
+  std::string error;
+  std::string deviceName;
+  std::mutex errorMutex;
+};
+
+State &state() {
+  static State s;
+  return s;
+}
+
+/// Records the first error of the process (later ones add nothing: the first
+/// is the cause).
+void record(const std::string &message) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.errorMutex);
+  if (s.error.empty())
+    s.error = message;
+}
+
+std::string describe(CUresult result) {
+  const Driver &d = state().driver;
+  const char *name = nullptr, *text = nullptr;
+  if (d.cuGetErrorName)
+    d.cuGetErrorName(result, &name);
+  if (d.cuGetErrorString)
+    d.cuGetErrorString(result, &text);
+  return kvrt::str(name ? name : "CUDA error", " (", result, ")",
+                   text ? ": " : "", text ? text : "");
+}
+
+/// Resolves every entry point; names the first one missing.
+bool resolve(void *library, Driver &d, std::string &missing) {
+  bool ok = true;
+  auto get = [&](auto &fn, const char *name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(
+        dlsym(library, name));
+    if (!fn && ok) {
+      ok = false;
+      missing = name;
+    }
+  };
+  get(d.cuInit, "cuInit");
+  get(d.cuDeviceGetCount, "cuDeviceGetCount");
+  get(d.cuDeviceGet, "cuDeviceGet");
+  get(d.cuDeviceGetName, "cuDeviceGetName");
+  get(d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  get(d.cuCtxSetCurrent, "cuCtxSetCurrent");
+  get(d.cuGetErrorName, "cuGetErrorName");
+  get(d.cuGetErrorString, "cuGetErrorString");
+  get(d.cuModuleLoadData, "cuModuleLoadData");
+  get(d.cuModuleLoadDataEx, "cuModuleLoadDataEx");
+  get(d.cuModuleUnload, "cuModuleUnload");
+  get(d.cuModuleGetFunction, "cuModuleGetFunction");
+  get(d.cuLaunchKernel, "cuLaunchKernel");
+  get(d.cuStreamCreate, "cuStreamCreate");
+  get(d.cuStreamDestroy, "cuStreamDestroy_v2");
+  get(d.cuStreamSynchronize, "cuStreamSynchronize");
+  get(d.cuStreamWaitEvent, "cuStreamWaitEvent");
+  get(d.cuEventCreate, "cuEventCreate");
+  get(d.cuEventDestroy, "cuEventDestroy_v2");
+  get(d.cuEventSynchronize, "cuEventSynchronize");
+  get(d.cuEventRecord, "cuEventRecord");
+  get(d.cuMemAlloc, "cuMemAlloc_v2");
+  get(d.cuMemAllocManaged, "cuMemAllocManaged");
+  get(d.cuMemFree, "cuMemFree_v2");
+  get(d.cuMemcpyAsync, "cuMemcpyAsync");
+  get(d.cuMemsetD32Async, "cuMemsetD32Async");
+  return ok;
+}
+
+void initOnce() {
+  State &s = state();
+  const char *override = std::getenv("KVIR_CUDA_DRIVER");
+  const char *path = override && *override ? override : "libcuda.so.1";
+  void *library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!library) {
+    const char *why = dlerror();
+    record(kvrt::str("no CUDA driver: cannot open ", path, " (",
+                     why ? why : "unknown reason",
+                     "); install the NVIDIA driver or run on a machine with "
+                     "a GPU"));
+    return;
+  }
+  std::string missing;
+  if (!resolve(library, s.driver, missing)) {
+    record(kvrt::str("the CUDA driver ", path, " lacks ", missing,
+                     "; it is too old or not a CUDA driver"));
+    return;
+  }
+  const Driver &d = s.driver;
+  if (CUresult r = d.cuInit(0); r != kSuccess) {
+    record("cuInit failed: " + describe(r));
+    return;
+  }
+  int count = 0;
+  if (CUresult r = d.cuDeviceGetCount(&count); r != kSuccess || count == 0) {
+    record(r != kSuccess ? "cannot count CUDA devices: " + describe(r)
+                         : std::string("no CUDA device found"));
+    return;
+  }
+  CUdevice device;
+  CUcontext context;
+  if (CUresult r = d.cuDeviceGet(&device, 0); r != kSuccess) {
+    record("cannot get CUDA device 0: " + describe(r));
+    return;
+  }
+  char name[256] = {0};
+  d.cuDeviceGetName(name, sizeof(name) - 1, device);
+  s.deviceName = name;
+  if (CUresult r = d.cuDevicePrimaryCtxRetain(&context, device);
+      r != kSuccess) {
+    record("cannot create a context on " + s.deviceName + ": " + describe(r));
+    return;
+  }
+  if (CUresult r = d.cuCtxSetCurrent(context); r != kSuccess) {
+    record("cannot make the CUDA context current: " + describe(r));
+    return;
+  }
+  s.ready = true;
+}
+
+/// The driver, ready for use on this thread, or null (with the error
+/// recorded) when it is not available or an earlier call failed.
+const Driver *driver() {
+  State &s = state();
+  std::call_once(s.once, initOnce);
+  if (!s.ready)
+    return nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s.errorMutex);
+    if (!s.error.empty())
+      return nullptr;
+  }
+  return &s.driver;
+}
+
+/// Records `result` as the error of `what` unless it is a success.
+bool check(CUresult result, const char *what) {
+  if (result == kSuccess)
+    return true;
+  record(kvrt::str(what, " failed: ", describe(result)));
+  return false;
+}
+
+CUdeviceptr devicePtr(void *ptr) { return reinterpret_cast<CUdeviceptr>(ptr); }
+
+} // namespace
+
+extern "C" {
+
+kvrt_status kvrt_cuda_init(void) {
+  if (driver())
+    return KVRT_OK;
+  return kvrt::fail(KVRT_ERR_UNAVAILABLE, kvrt_cuda_last_error());
+}
+
+const char *kvrt_cuda_last_error(void) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.errorMutex);
+  return s.error.empty() ? nullptr : s.error.c_str();
+}
+
+void kvrt_cuda_clear_error(void) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.errorMutex);
+  if (s.ready)
+    s.error.clear();
+}
+
+const char *kvrt_cuda_device_name(void) {
+  return state().deviceName.c_str();
+}
+
+void *mgpuModuleLoad(void *data, size_t) {
+  const Driver *d = driver();
+  CUmodule module = nullptr;
+  if (d && !check(d->cuModuleLoadData(&module, data), "cuModuleLoadData"))
+    return nullptr;
+  return module;
+}
+
+void *mgpuModuleLoadJIT(void *data, int optLevel) {
+  const Driver *d = driver();
+  CUmodule module = nullptr;
+  int options[] = {kJitOptimizationLevel};
+  void *values[] = {reinterpret_cast<void *>(static_cast<intptr_t>(optLevel))};
+  if (d && !check(d->cuModuleLoadDataEx(&module, data, 1, options, values),
+                  "cuModuleLoadDataEx (PTX JIT)"))
+    return nullptr;
+  return module;
+}
+
+void mgpuModuleUnload(void *module) {
+  if (const Driver *d = driver(); d && module)
+    check(d->cuModuleUnload(module), "cuModuleUnload");
+}
+
+void *mgpuModuleGetFunction(void *module, const char *name) {
+  const Driver *d = driver();
+  CUfunction function = nullptr;
+  if (!d || !module)
+    return nullptr;
+  if (!check(d->cuModuleGetFunction(&function, module, name),
+             "cuModuleGetFunction"))
+    return nullptr;
+  return function;
+}
+
+void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
+                      intptr_t gridZ, intptr_t blockX, intptr_t blockY,
+                      intptr_t blockZ, int32_t smem, void *stream,
+                      void **params, void **extra, size_t) {
+  const Driver *d = driver();
+  if (!d || !function)
+    return;
+  check(d->cuLaunchKernel(function, gridX, gridY, gridZ, blockX, blockY,
+                          blockZ, smem, stream, params, extra),
+        "cuLaunchKernel");
+}
+
+void *mgpuStreamCreate(void) {
+  const Driver *d = driver();
+  CUstream stream = nullptr;
+  if (d)
+    check(d->cuStreamCreate(&stream, 0), "cuStreamCreate");
+  return stream;
+}
+
+void mgpuStreamDestroy(void *stream) {
+  if (const Driver *d = driver(); d && stream)
+    check(d->cuStreamDestroy(stream), "cuStreamDestroy");
+}
+
+void mgpuStreamSynchronize(void *stream) {
+  if (const Driver *d = driver())
+    check(d->cuStreamSynchronize(stream), "cuStreamSynchronize");
+}
+
+void mgpuStreamWaitEvent(void *stream, void *event) {
+  if (const Driver *d = driver(); d && event)
+    check(d->cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent");
+}
+
+void *mgpuEventCreate(void) {
+  const Driver *d = driver();
+  CUevent event = nullptr;
+  if (d)
+    check(d->cuEventCreate(&event, 0), "cuEventCreate");
+  return event;
+}
+
+void mgpuEventDestroy(void *event) {
+  if (const Driver *d = driver(); d && event)
+    check(d->cuEventDestroy(event), "cuEventDestroy");
+}
+
+void mgpuEventSynchronize(void *event) {
+  if (const Driver *d = driver(); d && event)
+    check(d->cuEventSynchronize(event), "cuEventSynchronize");
+}
+
+void mgpuEventRecord(void *event, void *stream) {
+  if (const Driver *d = driver(); d && event)
+    check(d->cuEventRecord(event, stream), "cuEventRecord");
+}
+
+void *mgpuMemAlloc(uint64_t sizeBytes, void *, bool isHostShared) {
+  const Driver *d = driver();
+  CUdeviceptr ptr = 0;
+  if (!d || sizeBytes == 0)
+    return nullptr;
+  bool ok = isHostShared
+                ? check(d->cuMemAllocManaged(&ptr, sizeBytes, kMemAttachGlobal),
+                        "cuMemAllocManaged")
+                : check(d->cuMemAlloc(&ptr, sizeBytes), "cuMemAlloc");
+  return ok ? reinterpret_cast<void *>(ptr) : nullptr;
+}
+
+void mgpuMemFree(void *ptr, void *) {
+  if (const Driver *d = driver(); d && ptr)
+    check(d->cuMemFree(devicePtr(ptr)), "cuMemFree");
+}
+
+void mgpuMemcpy(void *dst, void *src, size_t sizeBytes, void *stream) {
+  if (const Driver *d = driver(); d && dst && src)
+    check(d->cuMemcpyAsync(devicePtr(dst), devicePtr(src), sizeBytes, stream),
+          "cuMemcpyAsync");
+}
+
+void mgpuMemset32(void *dst, unsigned int value, size_t count, void *stream) {
+  if (const Driver *d = driver(); d && dst)
+    check(d->cuMemsetD32Async(devicePtr(dst), value, count, stream),
+          "cuMemsetD32Async");
+}
+
+void mgpuSetDefaultDevice(int32_t device) {
+  if (device != 0)
+    record(kvrt::str("device ", device,
+                     " requested; this runtime drives device 0 only"));
+}
+
+} // extern "C"

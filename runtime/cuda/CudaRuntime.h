@@ -1,0 +1,81 @@
+//===- CudaRuntime.h - The CUDA driver, opened at run time ------*- C++ -*-===//
+//
+// KVIR never links libcuda: it opens the driver with dlopen the first time a
+// GPU function is used, so everything builds and runs where no GPU is. This
+// header is the C interface of that layer:
+//
+//  - kvrt_cuda_init() opens the driver, finds a device and makes its primary
+//    context current. It fails with a message naming the problem (no driver
+//    library, a driver too old for a needed function, no device, an init
+//    error), and may be called again: it only tries once per process.
+//  - The mgpu* functions are those that upstream MLIR GPU lowering
+//    (gpu-to-llvm) emits calls to; Debian ships no libmlir_cuda_runtime, so
+//    KVIR implements them here over the driver API. They cannot return errors,
+//    so the first failure is recorded (kvrt_cuda_last_error) and every later
+//    mgpu call becomes a no-op returning null: a host program that loads a
+//    module where no driver is does not crash, and its runner reports the
+//    recorded error and exits non-zero.
+//
+// The driver library is libcuda.so.1, or the file named by the environment
+// variable KVIR_CUDA_DRIVER (used by tests to simulate a missing or broken
+// driver).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KVIR_RUNTIME_CUDA_CUDARUNTIME_H
+#define KVIR_RUNTIME_CUDA_CUDARUNTIME_H
+
+#include "runtime/core/KVRuntime.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// Opens the driver and makes device 0's primary context current. Returns
+/// KVRT_OK, or KVRT_ERR_UNAVAILABLE with the reason in kvrt_last_error() and
+/// kvrt_cuda_last_error().
+kvrt_status kvrt_cuda_init(void);
+
+/// The first error any CUDA call of this process recorded, or NULL.
+const char *kvrt_cuda_last_error(void);
+
+/// Clears the recorded error (tests only; a failed init stays failed).
+void kvrt_cuda_clear_error(void);
+
+/// The name of the current device (after a successful init), else "".
+const char *kvrt_cuda_device_name(void);
+
+//===----------------------------------------------------------------------===//
+// The functions upstream GPU lowering calls (see BUILD-NOTES: gpu-to-llvm).
+//===----------------------------------------------------------------------===//
+
+void *mgpuModuleLoad(void *data, size_t size);
+void *mgpuModuleLoadJIT(void *data, int optLevel);
+void mgpuModuleUnload(void *module);
+void *mgpuModuleGetFunction(void *module, const char *name);
+void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
+                      intptr_t gridZ, intptr_t blockX, intptr_t blockY,
+                      intptr_t blockZ, int32_t smem, void *stream,
+                      void **params, void **extra, size_t paramsCount);
+void *mgpuStreamCreate(void);
+void mgpuStreamDestroy(void *stream);
+void mgpuStreamSynchronize(void *stream);
+void mgpuStreamWaitEvent(void *stream, void *event);
+void *mgpuEventCreate(void);
+void mgpuEventDestroy(void *event);
+void mgpuEventSynchronize(void *event);
+void mgpuEventRecord(void *event, void *stream);
+void *mgpuMemAlloc(uint64_t sizeBytes, void *stream, bool isHostShared);
+void mgpuMemFree(void *ptr, void *stream);
+void mgpuMemcpy(void *dst, void *src, size_t sizeBytes, void *stream);
+void mgpuMemset32(void *dst, unsigned int value, size_t count, void *stream);
+void mgpuSetDefaultDevice(int32_t device);
+
+#ifdef __cplusplus
+} // extern "C"
+#endif
+
+#endif // KVIR_RUNTIME_CUDA_CUDARUNTIME_H
