@@ -27,7 +27,8 @@ inline std::string formatShortestFloat(double value) {
 }
 
 /// Prints a float attribute parameter with formatShortestFloat.
-inline void printShortestFloat(AsmPrinter &printer, const llvm::APFloat &value) {
+inline void printShortestFloat(AsmPrinter &printer,
+                               const llvm::APFloat &value) {
   printer << formatShortestFloat(value.convertToDouble());
 }
 

@@ -1,7 +1,7 @@
 //===- KVAttrs.cpp - Attributes of the kv dialect ---------------*- C++ -*-===//
 
-#include "dialects/KV/KVDialect.h"
 #include "dialects/KV/KVAsmUtils.h"
+#include "dialects/KV/KVDialect.h"
 
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -90,9 +90,8 @@ void RepairAttr::print(AsmPrinter &printer) const {
 // StrategyAttr
 //===----------------------------------------------------------------------===//
 
-LogicalResult
-StrategyAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                     StrategyKind kind, RepairAttr repair) {
+LogicalResult StrategyAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                   StrategyKind kind, RepairAttr repair) {
   if (repair && kind != StrategyKind::CotSlice)
     return emitError() << "a repair budget needs the cot_slice strategy, not "
                        << stringifyStrategyKind(kind);

@@ -1,4 +1,5 @@
-//===- KVOpFolders.cpp - Folders and canonicalizations of kv ops -*- C++ -*-===//
+//===- KVOpFolders.cpp - Folders and canonicalizations of kv ops -*- C++
+//-*-===//
 
 #include "dialects/KV/KVOps.h"
 

@@ -133,13 +133,13 @@ static LogicalResult verifyCacheMatchesModel(Operation *op, ModelType model,
       cache.getKvHeads() == model.getKvHeads() &&
       cache.getHeadSize() == model.getHeadSize())
     return success();
-  return op->emitOpError()
-         << what << " does not match the model: the model computes "
-         << model.getLayers() << " layers x " << model.getKvHeads()
-         << " KV heads x head size " << model.getHeadSize()
-         << ", the cache holds " << cache.getLayers() << " x "
-         << cache.getKvHeads() << " x "
-         << cache.getHeadSize();
+  return op->emitOpError() << what
+                           << " does not match the model: the model computes "
+                           << model.getLayers() << " layers x "
+                           << model.getKvHeads() << " KV heads x head size "
+                           << model.getHeadSize() << ", the cache holds "
+                           << cache.getLayers() << " x " << cache.getKvHeads()
+                           << " x " << cache.getHeadSize();
 }
 
 /// Checks a view list against the model and its offsets against the views.
@@ -151,8 +151,8 @@ static LogicalResult verifyViewList(Operation *op, ModelType model,
     return op->emitOpError() << "has " << views.size() << " views but "
                              << offsets.size() << " offsets";
   for (auto [i, view] : llvm::enumerate(views))
-    if (failed(verifyCacheMatchesModel(op, model, cast<CacheType>(view.getType()),
-                                       "view #" + Twine(i))))
+    if (failed(verifyCacheMatchesModel(
+            op, model, cast<CacheType>(view.getType()), "view #" + Twine(i))))
       return failure();
   return success();
 }
@@ -176,12 +176,12 @@ static FailureOr<ContextOp> lookupContext(Operation *op, CacheType type,
     return ContextOp();
   Operation *symbol = tables.lookupNearestSymbolFrom(op, name);
   if (!symbol)
-    return op->emitOpError() << "cache type names context " << name
-                             << ", which is not defined";
+    return op->emitOpError()
+           << "cache type names context " << name << ", which is not defined";
   auto context = dyn_cast<ContextOp>(symbol);
   if (!context)
-    return op->emitOpError() << "cache type names " << name
-                             << ", which is not a 'kv.context'";
+    return op->emitOpError()
+           << "cache type names " << name << ", which is not a 'kv.context'";
   return context;
 }
 
@@ -203,9 +203,9 @@ static LogicalResult verifySegmentUse(Operation *op, CacheType type,
            << segment;
   }
   if (!context->lookupSegment(segment.getValue()))
-    return op->emitOpError() << "segment " << segment
-                             << " is not defined in context @"
-                             << context->getSymName();
+    return op->emitOpError()
+           << "segment " << segment << " is not defined in context @"
+           << context->getSymName();
   return success();
 }
 
@@ -221,17 +221,17 @@ void ContextOp::build(OpBuilder &builder, OperationState &state,
 }
 
 SegmentOp ContextOp::lookupSegment(StringRef name) {
-  return dyn_cast_or_null<SegmentOp>(
-      ::mlir::SymbolTable::lookupSymbolIn(
+  return dyn_cast_or_null<SegmentOp>(::mlir::SymbolTable::lookupSymbolIn(
       getOperation(), StringAttr::get(getContext(), name)));
 }
 
 /// Finds a path of dependencies from `from` to `to`, following every edge
 /// (forward ones included), and appends it to `path`.
-static bool findDependencyPath(StringAttr from, StringAttr to,
-                               const llvm::DenseMap<StringAttr, ArrayAttr> &deps,
-                               llvm::SmallPtrSetImpl<Attribute> &visited,
-                               SmallVectorImpl<StringAttr> &path) {
+static bool
+findDependencyPath(StringAttr from, StringAttr to,
+                   const llvm::DenseMap<StringAttr, ArrayAttr> &deps,
+                   llvm::SmallPtrSetImpl<Attribute> &visited,
+                   SmallVectorImpl<StringAttr> &path) {
   path.push_back(from);
   if (from == to)
     return true;
@@ -263,9 +263,8 @@ LogicalResult ContextOp::verifyRegions() {
     for (auto ref : segment.getDeps().getAsRange<FlatSymbolRefAttr>()) {
       StringAttr dep = ref.getAttr();
       if (!listed.insert(dep).second)
-        return segment.emitOpError()
-               << "segment @" << name.getValue() << " lists dependency " << ref
-               << " twice";
+        return segment.emitOpError() << "segment @" << name.getValue()
+                                     << " lists dependency " << ref << " twice";
       if (dep == name)
         return segment.emitOpError()
                << "segment @" << name.getValue() << " depends on itself";
@@ -430,7 +429,7 @@ LogicalResult AttentionOp::verify() {
   if (query.isDynamicDim(1) || query.getDimSize(1) != model.getHeads() ||
       query.isDynamicDim(2) || query.getDimSize(2) != model.getHeadSize())
     return emitOpError() << "query type " << query
-                         << " does not match the model: expected [n][" 
+                         << " does not match the model: expected [n]["
                          << model.getHeads() << "][" << model.getHeadSize()
                          << "] (tokens x heads x head size)";
   if (getResult().getType() != query)

@@ -20,8 +20,7 @@ namespace OpTrait {
 /// AttrSizedOperandSegments hold exactly one value each. ODS only checks that
 /// the groups add up; without this, a generic-form op could make an operand
 /// accessor read another group's operand, or past the last one.
-template <unsigned... Groups>
-struct SingleValuedOperandGroups {
+template <unsigned... Groups> struct SingleValuedOperandGroups {
   template <typename ConcreteType>
   class Impl : public ::mlir::OpTrait::TraitBase<ConcreteType, Impl> {
   public:

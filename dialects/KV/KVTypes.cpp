@@ -1,7 +1,7 @@
 //===- KVTypes.cpp - Types of the kv dialect --------------------*- C++ -*-===//
 
-#include "dialects/KV/KVDialect.h"
 #include "dialects/KV/KVAsmUtils.h"
+#include "dialects/KV/KVDialect.h"
 
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/StringMap.h"
@@ -73,8 +73,8 @@ Type ModelType::parse(AsmParser &parser) {
     if (parser.parseKeyword(&key) || parser.parseEqual())
       return failure();
     if (!seen.insert(key).second)
-      return parser.emitError(keyLoc) << "model parameter '" << key
-                                      << "' is given twice";
+      return parser.emitError(keyLoc)
+             << "model parameter '" << key << "' is given twice";
     if (llvm::is_contained(kSizeKeys, key))
       return parser.parseInteger(sizes[key]);
     if (key == "theta")
@@ -88,9 +88,8 @@ Type ModelType::parse(AsmParser &parser) {
         return failure();
       std::optional<RopeLayout> layout = symbolizeRopeLayout(value);
       if (!layout)
-        return parser.emitError(valueLoc)
-               << "unknown RoPE layout '" << value
-               << "' (expected interleaved or half)";
+        return parser.emitError(valueLoc) << "unknown RoPE layout '" << value
+                                          << "' (expected interleaved or half)";
       rope = *layout;
       return success();
     }

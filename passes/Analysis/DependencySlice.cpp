@@ -329,11 +329,12 @@ std::string mlir::kv::describeEditPlan(const DependencyGraph &graph,
     if (plan.repair.getKind() == RepairKind::FirstK)
       os << "first_k = " << plan.repair.getFirstK();
     else
-      os << "fraction = " << formatShortestFloat(plan.repair.getFractionValue());
+      os << "fraction = "
+         << formatShortestFloat(plan.repair.getFractionValue());
   }
   os << ")";
-  for (SegmentAction action : {SegmentAction::Keep, SegmentAction::Recompute,
-                               SegmentAction::Reuse}) {
+  for (SegmentAction action :
+       {SegmentAction::Keep, SegmentAction::Recompute, SegmentAction::Reuse}) {
     SmallVector<unsigned> segments = plan.segmentsWith(action);
     os << "; " << stringifySegmentAction(action) << ":";
     if (segments.empty())
@@ -371,8 +372,8 @@ FailureOr<EditTarget> mlir::kv::getEditTarget(EditOp edit) {
   auto context = SymbolTable::lookupNearestSymbolFrom<ContextOp>(
       edit.getOperation(), contextName.getAttr());
   if (!context)
-    return edit.emitOpError() << "cannot plan: context " << contextName
-                              << " is not defined";
+    return edit.emitOpError()
+           << "cannot plan: context " << contextName << " is not defined";
   FailureOr<DependencyGraph> graph = DependencyGraph::build(context);
   if (failed(graph))
     return failure();
@@ -383,8 +384,8 @@ FailureOr<EditTarget> mlir::kv::getEditTarget(EditOp edit) {
   return EditTarget{context, std::move(*graph), *edited};
 }
 
-LogicalResult mlir::kv::emitEditPlanRemarks(EditOp edit,
-                                            std::optional<int64_t> dynamicSize) {
+LogicalResult
+mlir::kv::emitEditPlanRemarks(EditOp edit, std::optional<int64_t> dynamicSize) {
   FailureOr<EditTarget> target = getEditTarget(edit);
   if (failed(target))
     return failure();
@@ -437,7 +438,8 @@ void mlir::kv::emitComposePlanRemarks(ComposeOp compose,
     else
       remark << "block of run-time length";
     if (position && start)
-      remark << " at position " << *position << ", shift " << *position - *start;
+      remark << " at position " << *position << ", shift "
+             << *position - *start;
     else
       remark << " shifted by position - start_position(block) at run time";
   }
@@ -451,7 +453,7 @@ void mlir::kv::emitComposePlanRemarks(ComposeOp compose,
                          << " tokens; full " << *prefix + *block << " tokens";
     return;
   }
-  compose.emitRemark() << describeCost(computeComposeCost(
-      *prefix, *block, compose.getRepairAttr(),
-      CostModel::get(model.getType())));
+  compose.emitRemark() << describeCost(
+      computeComposeCost(*prefix, *block, compose.getRepairAttr(),
+                         CostModel::get(model.getType())));
 }

@@ -1,4 +1,5 @@
-//===- DeriveCotSlices.cpp - Plan edits and composes into primitives -*- C++ -*-===//
+//===- DeriveCotSlices.cpp - Plan edits and composes into primitives -*- C++
+//-*-===//
 //
 // Rewrites kv.edit, kv.compose and kv.logits into prefill, slice, rope_shift
 // and concat ops, following the dependency slice of each edit.
@@ -47,9 +48,8 @@ public:
   }
 
   std::pair<Value, Value> bounds(Value cache, StringRef segment) {
-    auto op = SegmentBoundsOp::create(b, loc, cache,
-                                      FlatSymbolRefAttr::get(b.getContext(),
-                                                             segment));
+    auto op = SegmentBoundsOp::create(
+        b, loc, cache, FlatSymbolRefAttr::get(b.getContext(), segment));
     return {op.getBegin(), op.getEnd()};
   }
   Value slice(Value cache, Value begin, Value end) {
@@ -72,8 +72,7 @@ public:
   std::pair<Value, Value> prefill(Value view, Value tokens, StringRef segment,
                                   bool allLogits, Value position = {}) {
     int64_t rows = allLogits ? ShapedType::kDynamic : 1;
-    auto logitsType =
-        RankedTensorType::get({rows, vocab}, b.getF32Type());
+    auto logitsType = RankedTensorType::get({rows, vocab}, b.getF32Type());
     FlatSymbolRefAttr label =
         segment.empty() ? nullptr
                         : FlatSymbolRefAttr::get(b.getContext(), segment);
@@ -187,11 +186,11 @@ KVDeriveCotSlicesPass::deriveEdit(EditOp edit,
     StringRef name = graph.segment(i).name;
     auto [begin, segmentEnd] = pb.bounds(source, name);
     if (plan.actions[i] == SegmentAction::Recompute) {
-      view = recompute(view, pb.tokens(pb.slice(source, begin, segmentEnd)),
-                       name);
+      view =
+          recompute(view, pb.tokens(pb.slice(source, begin, segmentEnd)), name);
     } else {
-      view = pb.reuse(view, source, begin, segmentEnd, delta, plan.repair,
-                      name);
+      view =
+          pb.reuse(view, source, begin, segmentEnd, delta, plan.repair, name);
       ++counts.segmentsReused;
     }
     end = segmentEnd;

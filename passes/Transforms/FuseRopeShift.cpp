@@ -48,8 +48,7 @@ private:
   bool expand(OpBuilder &builder, Location loc, Value view, Value offset,
               SmallVectorImpl<ViewEntry> &entries);
   /// Rewrites the view list of `op` (a prefill or an attention) in place.
-  template <typename OpTy>
-  LogicalResult fuse(OpTy op);
+  template <typename OpTy> LogicalResult fuse(OpTy op);
 };
 
 } // namespace
@@ -83,8 +82,7 @@ bool KVFuseRopeShiftPass::expand(OpBuilder &builder, Location loc, Value view,
   return false;
 }
 
-template <typename OpTy>
-LogicalResult KVFuseRopeShiftPass::fuse(OpTy op) {
+template <typename OpTy> LogicalResult KVFuseRopeShiftPass::fuse(OpTy op) {
   OpBuilder builder(op);
   Location loc = op.getLoc();
   SmallVector<ViewEntry> entries;
@@ -94,8 +92,7 @@ LogicalResult KVFuseRopeShiftPass::fuse(OpTy op) {
   // index past the offsets.
   if (!oldOffsets.empty() && oldOffsets.size() != oldViews.size())
     return op.emitOpError() << "cannot fuse: " << oldViews.size()
-                            << " views but " << oldOffsets.size()
-                            << " offsets";
+                            << " views but " << oldOffsets.size() << " offsets";
   for (auto [i, view] : llvm::enumerate(oldViews)) {
     Value offset = oldOffsets.empty() ? Value() : oldOffsets[i];
     changed |= expand(builder, loc, view, offset, entries);

@@ -47,9 +47,9 @@ public:
   /// without appending anything: `k` and `v` receive [n][kv_heads][head_size]
   /// floats each.
   virtual kvrt_status firstLayerKV(const kvrt_model *model,
-                                   const kvrt_view *view,
-                                   const int32_t *tokens, int64_t n,
-                                   int64_t pos, std::vector<float> *k,
+                                   const kvrt_view *view, const int32_t *tokens,
+                                   int64_t n, int64_t pos,
+                                   std::vector<float> *k,
                                    std::vector<float> *v) = 0;
 };
 

@@ -46,9 +46,9 @@ struct Driver {
                                  void **);
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
-  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
-                             unsigned, unsigned, unsigned, unsigned, CUstream,
-                             void **, void **);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, unsigned, CUstream, void **,
+                             void **);
   CUresult (*cuStreamCreate)(CUstream *, unsigned);
   CUresult (*cuStreamDestroy)(CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);
@@ -238,9 +238,7 @@ void kvrt_cuda_clear_error(void) {
     s.error.clear();
 }
 
-const char *kvrt_cuda_device_name(void) {
-  return state().deviceName.c_str();
-}
+const char *kvrt_cuda_device_name(void) { return state().deviceName.c_str(); }
 
 void *mgpuModuleLoad(void *data, size_t) {
   const Driver *d = driver();
@@ -284,8 +282,8 @@ void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
   const Driver *d = driver();
   if (!d || !function)
     return;
-  check(d->cuLaunchKernel(function, gridX, gridY, gridZ, blockX, blockY,
-                          blockZ, smem, stream, params, extra),
+  check(d->cuLaunchKernel(function, gridX, gridY, gridZ, blockX, blockY, blockZ,
+                          smem, stream, params, extra),
         "cuLaunchKernel");
 }
 

@@ -1,4 +1,5 @@
-//===- CudaRuntimeTest.cpp - The CUDA layer without a usable driver -*- C++ -*-===//
+//===- CudaRuntimeTest.cpp - The CUDA layer without a usable driver -*- C++
+//-*-===//
 //
 // Each case runs in a child process (a death test), since the driver is opened
 // once per process: KVIR_CUDA_DRIVER selects what that process finds.
@@ -27,8 +28,7 @@ namespace {
 }
 
 TEST(CudaRuntimeDeathTest, MissingDriverIsAClearError) {
-  EXPECT_EXIT(initWith("/nonexistent/libcuda.so.1"),
-              testing::ExitedWithCode(3),
+  EXPECT_EXIT(initWith("/nonexistent/libcuda.so.1"), testing::ExitedWithCode(3),
               "status=unavailable error=no CUDA driver: cannot open "
               "/nonexistent/libcuda.so.1");
 }
@@ -57,8 +57,7 @@ TEST(CudaRuntimeDeathTest, MgpuCallsWithoutADriverDoNotCrash) {
     mgpuStreamDestroy(stream);
     mgpuModuleUnload(module);
     bool allNull = !module && !function && !stream && !buffer;
-    std::fprintf(stderr, "null=%d error=%s\n", allNull,
-                 kvrt_cuda_last_error());
+    std::fprintf(stderr, "null=%d error=%s\n", allNull, kvrt_cuda_last_error());
     std::exit(allNull ? 4 : 5);
   };
   EXPECT_EXIT(run(), testing::ExitedWithCode(4),
