@@ -44,3 +44,16 @@ set(CMAKE_POSITION_INDEPENDENT_CODE ON)
 set(KVIR_TEST_MODEL "${PROJECT_SOURCE_DIR}/../shared/models/stories260K.bin"
     CACHE FILEPATH "llama2.c checkpoint used by the numerical tests")
 get_filename_component(KVIR_TEST_MODEL_DIR "${KVIR_TEST_MODEL}" DIRECTORY)
+
+# The CUDA toolkit (ptxas, libdevice) the GPU path compiles with. Found at
+# configure time and passed explicitly to gpu-module-to-binary; optional:
+# without it the GPU tests that need it are reported as unsupported.
+find_program(KVIR_PTXAS ptxas HINTS /usr/local/cuda/bin ENV CUDA_HOME PATH_SUFFIXES bin)
+if(KVIR_PTXAS)
+  get_filename_component(KVIR_CUDA_TOOLKIT_DEFAULT "${KVIR_PTXAS}" DIRECTORY)
+  get_filename_component(KVIR_CUDA_TOOLKIT_DEFAULT "${KVIR_CUDA_TOOLKIT_DEFAULT}" DIRECTORY)
+else()
+  set(KVIR_CUDA_TOOLKIT_DEFAULT "")
+endif()
+set(KVIR_CUDA_TOOLKIT "${KVIR_CUDA_TOOLKIT_DEFAULT}" CACHE PATH
+    "CUDA toolkit root (ptxas, libdevice) for the GPU path")

@@ -26,6 +26,13 @@ config.substitutions.append(("%stories260k", config.kvir_test_model))
 config.substitutions.append(
     ("%models_dir", os.path.dirname(config.kvir_test_model)))
 
+# The CUDA toolkit: `REQUIRES: cuda-toolkit` for tests that assemble PTX or
+# link libdevice; %cuda_toolkit is its root.
+if config.kvir_cuda_toolkit and os.path.exists(
+        os.path.join(config.kvir_cuda_toolkit, "bin", "ptxas")):
+    config.available_features.add("cuda-toolkit")
+config.substitutions.append(("%cuda_toolkit", config.kvir_cuda_toolkit or "none"))
+
 tool_dirs = [config.kvir_tools_dir, config.llvm_tools_dir]
 tools = [ToolSubst("kv-opt", unresolved="fatal"), ToolSubst("kv-run", unresolved="ignore")]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
