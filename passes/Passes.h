@@ -22,7 +22,8 @@ struct OptimizePipelineOptions
     : public PassPipelineOptions<OptimizePipelineOptions> {
   PassOptions::Option<bool> emitPlan{
       *this, "emit-plan",
-      llvm::cl::desc("Emit each edit and compose plan with its cost as remarks"),
+      llvm::cl::desc(
+          "Emit each edit and compose plan with its cost as remarks"),
       llvm::cl::init(false)};
   PassOptions::Option<bool> emitStatistics{
       *this, "emit-statistics",
@@ -34,6 +35,22 @@ struct OptimizePipelineOptions
 /// RoPE shifts into attention and prefill, canonicalize and CSE.
 void buildOptimizePipeline(OpPassManager &pm,
                            const OptimizePipelineOptions &options);
+
+/// Options of the kv-lower-to-cpu pipeline.
+struct LowerToCPUPipelineOptions
+    : public PassPipelineOptions<LowerToCPUPipelineOptions> {
+  PassOptions::Option<bool> reassociateFPReductions{
+      *this, "reassociate-fp-reductions",
+      llvm::cl::desc("Let LLVM reassociate the vector reductions of dot "
+                     "products (tree sums instead of a serial chain)"),
+      llvm::cl::init(true)};
+};
+
+/// Builds kv-lower-to-cpu: emit the forward of every model named by the
+/// module's `kv.forward` attribute (convert-kv-to-cpu), then lower func, scf,
+/// arith, math, memref and vector to the LLVM dialect.
+void buildLowerToCPUPipeline(OpPassManager &pm,
+                             const LowerToCPUPipelineOptions &options);
 
 /// Registers the kv passes and pipelines with the global registry.
 void registerKVPassesAndPipelines();

@@ -6,6 +6,54 @@
 include "mlir/Pass/PassBase.td"
 
 //===----------------------------------------------------------------------===//
+// Conversion
+//===----------------------------------------------------------------------===//
+
+def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
+  let summary = "Emits the generated CPU forward of every model the module asks for";
+  let description = [{
+    Reads the module attribute `kv.forward`, a dictionary from a name to a
+    `!kv.model` type, and emits for each entry NAME the decoder forward of
+    that config as functions in upstream dialects (func, scf, arith, math,
+    memref, vector), specialised to its dimensions:
+
+    * `NAME_prefill`: RMSNorm, Q/K/V projections, RoPE (angles from integer
+      positions in f64), K/V written into the pages of the new run, attention
+      over the runs of a view with one query rotation per run offset Δ and an
+      online-softmax merge, output projection, SwiGLU FFN, residuals, final
+      norm and logits;
+    * `NAME_attention`: the attention alone (n queries over a run table);
+    * `NAME_first_layer_kv`: the first-layer K/V of tokens.
+
+    The public functions carry `llvm.emit_c_interface`; their run-table ABI is
+    documented in docs/cpu-backend.md. The attribute is removed.
+
+    Before:
+    ```mlir
+    module attributes {kv.forward = {tiny = !kv.model<dim = 64, hidden = 172,
+        layers = 5, heads = 8, kv_heads = 4, vocab = 512>}} {}
+    ```
+    After:
+    ```mlir
+    module {
+      func.func private @tiny_rmsnorm(...)
+      ...
+      func.func @tiny_prefill(%x: memref<?xf32>, ...) attributes {llvm.emit_c_interface}
+    }
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::func::FuncDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::vector::VectorDialect"];
+  let statistics = [
+    Statistic<"numForwards", "forwards", "Number of model forwards emitted">
+  ];
+}
+
+//===----------------------------------------------------------------------===//
 // Transforms
 //===----------------------------------------------------------------------===//
 

@@ -2,6 +2,9 @@
 
 #include "passes/Passes.h"
 
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -22,6 +25,27 @@ void mlir::kv::buildOptimizePipeline(OpPassManager &pm,
   pm.addPass(createCSEPass());
 }
 
+void mlir::kv::buildLowerToCPUPipeline(
+    OpPassManager &pm, const LowerToCPUPipelineOptions &options) {
+  pm.addPass(createConvertKVToCPUPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  pm.addPass(createConvertLinalgToLoopsPass());
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createSCFToControlFlowPass());
+  ConvertVectorToLLVMPassOptions vector;
+  vector.reassociateFPReductions = options.reassociateFPReductions;
+  pm.addPass(createConvertVectorToLLVMPass(vector));
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertIndexToLLVMPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+}
+
 void mlir::kv::registerKVPassesAndPipelines() {
   registerKVPasses();
   PassPipelineRegistration<OptimizePipelineOptions>(
@@ -30,4 +54,10 @@ void mlir::kv::registerKVPassesAndPipelines() {
       "and compose (kv-derive-cot-slices), fuse RoPE shifts into attention "
       "and prefill (kv-fuse-rope-shift), canonicalize and CSE",
       buildOptimizePipeline);
+  PassPipelineRegistration<LowerToCPUPipelineOptions>(
+      "kv-lower-to-cpu",
+      "Emit the generated CPU forward of every model in the module's "
+      "kv.forward attribute (convert-kv-to-cpu) and lower it to the LLVM "
+      "dialect",
+      buildLowerToCPUPipeline);
 }

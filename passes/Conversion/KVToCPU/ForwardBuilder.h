@@ -1,0 +1,66 @@
+//===- ForwardBuilder.h - The model forward as upstream IR ------*- C++ -*-===//
+//
+// Emits the decoder forward of a !kv.model as functions in upstream dialects
+// (func, scf, arith, math, memref, vector): the kernels the CPU backend runs.
+// The run-table ABI of these functions is documented in docs/cpu-backend.md
+// and mirrored by runtime/cpu/CpuKernels.h.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KVIR_PASSES_CONVERSION_KVTOCPU_FORWARDBUILDER_H
+#define KVIR_PASSES_CONVERSION_KVTOCPU_FORWARDBUILDER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Support/LLVM.h"
+
+#include <cstdint>
+#include <string>
+
+namespace mlir::kv {
+
+class ModelType;
+
+/// The configuration a forward is specialised for (a !kv.model's parameters).
+struct ForwardConfig {
+  int64_t dim = 0;
+  int64_t hidden = 0;
+  int64_t layers = 0;
+  int64_t heads = 0;
+  int64_t kvHeads = 0;
+  int64_t vocab = 0;
+  /// True for pairs (i, i + d/2), false for interleaved pairs (2i, 2i+1).
+  bool halfRope = false;
+  double theta = 10000.0;
+  double eps = 1e-5;
+
+  static ForwardConfig fromModelType(ModelType type);
+  int64_t headSize() const { return dim / heads; }
+  int64_t kvDim() const { return kvHeads * headSize(); }
+};
+
+/// Width of one row of the run table (`memref<?x8xi64>`): page-list offset,
+/// slot_begin, n_tokens, base_pos, delta, then three reserved zeros.
+constexpr int64_t kRunTableWidth = 8;
+
+/// Why `config` cannot be compiled, or an empty string when it can.
+std::string checkForwardConfig(const ForwardConfig &config);
+
+/// The MLIR source of the forward functions, each public one named
+/// `<prefix>_<kernel>`: `prefill`, `attention`, `first_layer_kv`,
+/// `materialize`.
+std::string getForwardSource(const ForwardConfig &config, StringRef prefix);
+
+/// Parses the forward of `config` and moves its functions into `module`.
+/// Fails with a diagnostic at `loc` when a function of that name exists or the
+/// config is not supported.
+LogicalResult buildForwardFunctions(ModuleOp module,
+                                    const ForwardConfig &config,
+                                    StringRef prefix, Location loc);
+
+/// Registers the dialects the emitted functions use.
+void registerForwardDialects(DialectRegistry &registry);
+
+} // namespace mlir::kv
+
+#endif // KVIR_PASSES_CONVERSION_KVTOCPU_FORWARDBUILDER_H

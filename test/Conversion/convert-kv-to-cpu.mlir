@@ -1,0 +1,63 @@
+// RUN: kv-opt %s --convert-kv-to-cpu --split-input-file | FileCheck %s
+
+// The forward of an interleaved-RoPE GQA model: upstream dialects only, the
+// three public kernels with C interfaces, the attribute consumed.
+module attributes {kv.forward = {tiny = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>}} {
+}
+
+// CHECK-LABEL: module {
+// CHECK-NOT:   kv.forward
+// CHECK:       func.func private @tiny_rmsnorm(
+// CHECK:         math.sqrt
+// CHECK:       func.func private @tiny_matmul_nt(
+// CHECK:         vector.fma
+// CHECK:       func.func private @tiny_rope_table(%{{.*}}: i64,
+// CHECK:         arith.sitofp %{{.*}} : i64 to f64
+// CHECK:         math.powf %{{.*}} : f64
+// CHECK:         math.cos %{{.*}} : f64
+// CHECK:         math.sin %{{.*}} : f64
+// CHECK:       func.func private @tiny_rope_apply(
+// Interleaved pairs (2i, 2i + 1).
+// CHECK:         %[[IA:.+]] = arith.muli %{{.*}}, %c2 : index
+// CHECK:         arith.addi %[[IA]], %c1 : index
+// CHECK:       func.func private @tiny_store_kv(
+// CHECK:       func.func @tiny_attention(%{{.*}}: memref<?xf32>, %{{.*}}: i64, %{{.*}}: i64, %{{.*}}: memref<?xf32>, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?x8xi64>, %{{.*}}: i64, %{{.*}}: i64, %{{.*}}: memref<?xf32>) attributes {llvm.emit_c_interface}
+// One query rotation per run: to m - delta (column 4 of the run table).
+// CHECK:         %[[DELTA:.+]] = memref.load %{{.*}}[%{{.*}}, %c4] : memref<?x8xi64>
+// CHECK:         scf.if
+// CHECK:           %[[QPOS:.+]] = arith.subi %{{.*}}, %[[DELTA]] : i64
+// CHECK:           call @tiny_rope_table(%[[QPOS]],
+// Keys are read as stored, never rotated; online softmax merge.
+// CHECK:           vector.load %{{.*}} : memref<?xf32>, vector<8xf32>
+// CHECK:           vector.reduction <add>
+// CHECK:           arith.maxnumf
+// CHECK:           math.exp
+// CHECK:           vector.fma
+// CHECK:       func.func @tiny_prefill({{.*}}) attributes {llvm.emit_c_interface}
+// CHECK:         call @tiny_store_kv(
+// CHECK:         call @tiny_attention(
+// CHECK:         call @tiny_swiglu(
+// CHECK:       func.func @tiny_first_layer_kv({{.*}}) attributes {llvm.emit_c_interface}
+
+// -----
+
+// Half RoPE pairs (i, i + head_size / 2); two models in one module.
+module attributes {kv.forward = {a = !kv.model<dim = 48, hidden = 96, layers = 2, heads = 4, kv_heads = 2, vocab = 64, rope = half, theta = 500000.0, eps = 1.0e-06>, b = !kv.model<dim = 32, hidden = 64, layers = 1, heads = 2, kv_heads = 2, vocab = 10>}} {
+}
+
+// CHECK-LABEL: module {
+// CHECK:       func.func private @a_rope_apply(
+// CHECK-NEXT:    %c0 = arith.constant 0 : index
+// CHECK:         %[[HALF:.+]] = arith.constant 6 : index
+// CHECK:         arith.addi %{{.*}}, %[[HALF]] : index
+// CHECK:       func.func @a_prefill(
+// CHECK:       func.func @b_prefill(
+
+// -----
+
+// A module without the attribute is left as it is.
+// CHECK-LABEL: func.func @negative_untouched
+// CHECK-NOT:   func.func
+func.func @negative_untouched() {
+  return
+}

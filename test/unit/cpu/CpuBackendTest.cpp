@@ -1,0 +1,485 @@
+//===- CpuBackendTest.cpp - Generated CPU kernels vs the oracle -*- C++ -*-===//
+//
+// The CPU backend's math is generated code (convert-kv-to-cpu, JIT-compiled).
+// These tests hold it to llama2.c's logits and to the reference oracle, on
+// full prefills, chunked prefills over views, views of several runs with
+// different RoPE offsets, the attention kernel alone and the first-layer K/V.
+// Tolerance: 1e-4 absolute on logits (the oracle accumulates in double).
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cpu/CpuBackend.h"
+#include "runtime/cpu/CpuHost.h"
+#include "runtime/cpu/jit/CpuJit.h"
+#include "runtime/reference/Reference.h"
+#include "test/unit/TestSupport.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+using namespace kvir::test;
+using kvir::ComputeBackend;
+
+namespace {
+
+constexpr double kLogitTolerance = 1e-4;
+
+/// One backend per test binary (kernels are cached per config anyway).
+ComputeBackend &cpuBackend(const kvrt_model *model) {
+  static std::unique_ptr<ComputeBackend> backend;
+  if (!backend) {
+    std::string error;
+    backend = kvir::cpu::createCpuBackend(model, &error);
+    EXPECT_TRUE(backend) << error;
+  }
+  return *backend;
+}
+
+/// A GQA model (2 query heads per KV head, head size 12) with half RoPE.
+const kvrt_model *gqaHalfModel() {
+  static ModelPtr model = syntheticModel(smallConfig(KVRT_ROPE_HALF), 7);
+  return model.get();
+}
+
+/// Multi-query attention (4 query heads on 1 KV head, head size 16),
+/// interleaved RoPE with theta 500000, sizes that are not multiples of 16.
+const kvrt_model *mqaModel() {
+  static ModelPtr model = [] {
+    kvrt_model_config c = makeConfig(64, 100, 2, 4, 1, 97, 256);
+    c.rope_theta = 500000.0;
+    c.rms_eps = 1e-6;
+    return syntheticModel(c, 11);
+  }();
+  return model.get();
+}
+
+const kvrt_model *storiesModel() {
+  static ModelPtr model = loadModel(testModelPath());
+  return model.get();
+}
+
+struct Prefilled {
+  std::vector<float> logits;
+  ViewPtr view;
+};
+
+Prefilled cpuPrefill(const kvrt_model *model, const kvrt_view *view,
+                     const std::vector<int32_t> &tokens, int64_t pos,
+                     bool lastOnly = false) {
+  Prefilled result;
+  kvrt_view *out = nullptr;
+  EXPECT_EQ(cpuBackend(model).prefill(model, view, tokens.data(), tokens.size(),
+                                      pos, "cpu", lastOnly, &result.logits,
+                                      &out),
+            KVRT_OK)
+      << kvrt_last_error();
+  result.view.reset(out);
+  return result;
+}
+
+Prefilled refPrefill(const kvrt_model *model, const kvrt_view *view,
+                     const std::vector<int32_t> &tokens, int64_t pos) {
+  Prefilled result;
+  kvrt_view *out = nullptr;
+  EXPECT_EQ(kvir::reference::prefill(model, view, tokens.data(), tokens.size(),
+                                     pos, "ref", &result.logits, &out),
+            KVRT_OK)
+      << kvrt_last_error();
+  result.view.reset(out);
+  return result;
+}
+
+ViewPtr shifted(const kvrt_view *view, int64_t delta) {
+  kvrt_view *out = nullptr;
+  EXPECT_EQ(kvrt_view_shift(view, delta, &out), KVRT_OK) << kvrt_last_error();
+  return ViewPtr(out);
+}
+
+ViewPtr concat(const kvrt_view *a, const kvrt_view *b) {
+  kvrt_view *out = nullptr;
+  EXPECT_EQ(kvrt_view_concat(a, b, &out), KVRT_OK) << kvrt_last_error();
+  return ViewPtr(out);
+}
+
+ViewPtr slice(const kvrt_view *view, int64_t begin, int64_t end) {
+  kvrt_view *out = nullptr;
+  EXPECT_EQ(kvrt_view_slice(view, begin, end, &out), KVRT_OK)
+      << kvrt_last_error();
+  return ViewPtr(out);
+}
+
+std::vector<int32_t> randomTokens(size_t n, int32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> tokens(n);
+  for (int32_t &t : tokens)
+    t = static_cast<int32_t>(rng() % vocab);
+  return tokens;
+}
+
+double maxDiff(const std::vector<float> &a, const std::vector<float> &b) {
+  EXPECT_EQ(a.size(), b.size());
+  return maxAbsDiff(a.data(), b.data(), std::min(a.size(), b.size()));
+}
+
+int32_t vocabOf(const kvrt_model *model) {
+  kvrt_model_config c;
+  EXPECT_EQ(kvrt_model_get_config(model, &c), KVRT_OK);
+  return c.vocab_size;
+}
+
+/// The K/V that `view`'s last run stores for layer `layer`, [n][kvh][hs].
+void lastRunKV(const kvrt_view *view, int32_t layer, std::vector<float> &k,
+               std::vector<float> &v) {
+  kvrt_page_layout l;
+  ASSERT_EQ(kvrt_pool_get_layout(kvrt_view_pool(view), &l), KVRT_OK);
+  kvrt_run run;
+  ASSERT_EQ(kvrt_view_get_run(view, kvrt_view_num_runs(view) - 1, &run),
+            KVRT_OK);
+  k.clear();
+  v.clear();
+  for (int64_t j = 0; j < run.n_tokens; ++j) {
+    int64_t slot = run.slot_begin + j;
+    const float *base =
+        l.base + run.pages[slot / l.page_tokens] * l.page_stride +
+        layer * l.layer_stride + (slot % l.page_tokens) * l.token_stride;
+    for (int32_t h = 0; h < l.n_kv_heads; ++h) {
+      const float *kh = base + h * l.head_stride;
+      k.insert(k.end(), kh, kh + l.head_size);
+      v.insert(v.end(), kh + l.kv_stride, kh + l.kv_stride + l.head_size);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// stories260K
+//===----------------------------------------------------------------------===//
+
+TEST(CpuBackendTest, ReproducesLlama2cLogits) {
+  KVIR_REQUIRE_TEST_MODEL();
+  const kvrt_model *model = storiesModel();
+  std::vector<int32_t> tokens = readTokenFile(greedyTokensPath());
+  std::vector<float> expected = readFloats(greedyLogitsPath());
+  PoolPtr pool = poolFor(model, 64);
+  ViewPtr empty = emptyView(pool.get());
+  Prefilled got = cpuPrefill(model, empty.get(), tokens, 0);
+  ASSERT_EQ(got.logits.size(), expected.size());
+  EXPECT_LT(maxDiff(got.logits, expected), kLogitTolerance);
+  EXPECT_EQ(kvrt_view_num_tokens(got.view.get()), int64_t(tokens.size()));
+  // The greedy chain: each position's argmax is the next token.
+  int32_t vocab = vocabOf(model);
+  for (size_t t = 0; t + 1 < tokens.size(); ++t) {
+    auto row = got.logits.begin() + t * vocab;
+    EXPECT_EQ(std::max_element(row, row + vocab) - row, tokens[t + 1])
+        << "at position " << t;
+  }
+  // lastOnly gives the last row alone.
+  Prefilled last = cpuPrefill(model, empty.get(), tokens, 0, true);
+  ASSERT_EQ(last.logits.size(), size_t(vocab));
+  EXPECT_LT(
+      maxAbsDiff(last.logits.data(), &expected[expected.size() - vocab], vocab),
+      kLogitTolerance);
+}
+
+TEST(CpuBackendTest, MatchesOracleOnRandomTokensAndChunks) {
+  KVIR_REQUIRE_TEST_MODEL();
+  const kvrt_model *model = storiesModel();
+  int32_t vocab = vocabOf(model);
+  for (int32_t pageTokens : {16, 5}) {
+    PoolPtr pool = poolFor(model, 256, pageTokens);
+    ViewPtr empty = emptyView(pool.get());
+    for (size_t n : {1, 23, 90}) {
+      std::vector<int32_t> tokens = randomTokens(n, vocab, 100 + n);
+      Prefilled cpu = cpuPrefill(model, empty.get(), tokens, 0);
+      Prefilled ref = refPrefill(model, empty.get(), tokens, 0);
+      EXPECT_LT(maxDiff(cpu.logits, ref.logits), kLogitTolerance)
+          << n << " tokens, pages of " << pageTokens;
+    }
+    // A continuation over the cached prefix, each backend on its own view.
+    std::vector<int32_t> prefix = randomTokens(37, vocab, 5);
+    std::vector<int32_t> next = randomTokens(12, vocab, 6);
+    Prefilled cpu1 = cpuPrefill(model, empty.get(), prefix, 0);
+    Prefilled ref1 = refPrefill(model, empty.get(), prefix, 0);
+    Prefilled cpu2 = cpuPrefill(model, cpu1.view.get(), next, 37);
+    Prefilled ref2 = refPrefill(model, ref1.view.get(), next, 37);
+    EXPECT_LT(maxDiff(cpu2.logits, ref2.logits), kLogitTolerance);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Synthetic models: GQA, MQA, half RoPE, odd sizes
+//===----------------------------------------------------------------------===//
+
+void checkSyntheticAgainstOracle(const kvrt_model *model) {
+  int32_t vocab = vocabOf(model);
+  PoolPtr pool = poolFor(model, 256, 7);
+  ViewPtr empty = emptyView(pool.get());
+  for (size_t n : {1, 9, 64}) {
+    std::vector<int32_t> tokens = randomTokens(n, vocab, 200 + n);
+    Prefilled cpu = cpuPrefill(model, empty.get(), tokens, 3);
+    Prefilled ref = refPrefill(model, empty.get(), tokens, 3);
+    EXPECT_LT(maxDiff(cpu.logits, ref.logits), kLogitTolerance) << n;
+    // Same stored K/V (layer 0 and the last layer).
+    for (int32_t layer : {0, 1}) {
+      std::vector<float> kc, vc, kr, vr;
+      lastRunKV(cpu.view.get(), layer, kc, vc);
+      lastRunKV(ref.view.get(), layer, kr, vr);
+      EXPECT_LT(maxDiff(kc, kr), 1e-5) << "K of layer " << layer;
+      EXPECT_LT(maxDiff(vc, vr), 1e-5) << "V of layer " << layer;
+    }
+  }
+  // Far positions: angles come from integer positions in double.
+  std::vector<int32_t> tokens = randomTokens(20, vocab, 9);
+  Prefilled cpu = cpuPrefill(model, empty.get(), tokens, 1000003);
+  Prefilled ref = refPrefill(model, empty.get(), tokens, 1000003);
+  EXPECT_LT(maxDiff(cpu.logits, ref.logits), kLogitTolerance);
+}
+
+TEST(CpuBackendTest, MatchesOracleWithGqaAndHalfRope) {
+  checkSyntheticAgainstOracle(gqaHalfModel());
+}
+
+TEST(CpuBackendTest, MatchesOracleWithMqaAndOddSizes) {
+  checkSyntheticAgainstOracle(mqaModel());
+}
+
+//===----------------------------------------------------------------------===//
+// Views of several runs with different offsets (fused attention)
+//===----------------------------------------------------------------------===//
+
+/// A view of five runs: blocks prefilled on their own at position 0 (by
+/// `prefill`), shifted by different Δ (one negative, one that puts keys after
+/// the new tokens' positions, so they are masked) and one sliced run.
+template <typename PrefillFn>
+ViewPtr multiRunView(const kvrt_model *model, kvrt_pool *pool,
+                     PrefillFn prefill) {
+  int32_t vocab = vocabOf(model);
+  ViewPtr empty = emptyView(pool);
+  ViewPtr a = prefill(model, empty.get(), randomTokens(21, vocab, 31), 0).view;
+  ViewPtr b = prefill(model, empty.get(), randomTokens(18, vocab, 32), 0).view;
+  ViewPtr c = prefill(model, empty.get(), randomTokens(9, vocab, 33), 5).view;
+  ViewPtr d = prefill(model, empty.get(), randomTokens(30, vocab, 34), 0).view;
+  ViewPtr v = concat(a.get(), shifted(b.get(), 21).get());
+  v = concat(v.get(), shifted(c.get(), 34).get()); // at 39 .. 47
+  v = concat(v.get(), shifted(slice(d.get(), 7, 26).get(), 41).get());
+  v = concat(v.get(), shifted(a.get(), -12).get()); // overlaps, Δ < 0
+  v = concat(v.get(), shifted(b.get(), 75).get());  // partly masked
+  return v;
+}
+
+void checkShiftedRuns(const kvrt_model *model) {
+  PoolPtr pool = poolFor(model, 512, 6);
+  auto cpu4 = [](const kvrt_model *m, const kvrt_view *v,
+                 const std::vector<int32_t> &t,
+                 int64_t p) { return cpuPrefill(m, v, t, p); };
+  ViewPtr cpuView = multiRunView(model, pool.get(), cpu4);
+  ViewPtr refView = multiRunView(model, pool.get(), refPrefill);
+  ASSERT_EQ(kvrt_view_num_runs(cpuView.get()), 6);
+  std::vector<int32_t> tokens = randomTokens(24, vocabOf(model), 41);
+  // The new tokens at 67 .. 90: the last run (Δ = 75, keys at 75 .. 92)
+  // is partly masked for every query.
+  Prefilled cpu = cpuPrefill(model, cpuView.get(), tokens, 67);
+  Prefilled ref = refPrefill(model, refView.get(), tokens, 67);
+  EXPECT_LT(maxDiff(cpu.logits, ref.logits), kLogitTolerance);
+  // The CPU kernels on the oracle's pages, and with a different offset.
+  Prefilled mixed = cpuPrefill(model, refView.get(), tokens, 67);
+  EXPECT_LT(maxDiff(mixed.logits, ref.logits), kLogitTolerance);
+  ViewPtr moved = shifted(refView.get(), 3);
+  Prefilled cpuMoved = cpuPrefill(model, moved.get(), tokens, 67);
+  Prefilled refMoved = refPrefill(model, moved.get(), tokens, 67);
+  EXPECT_LT(maxDiff(cpuMoved.logits, refMoved.logits), kLogitTolerance);
+  EXPECT_GT(maxDiff(cpuMoved.logits, cpu.logits), 1e-3)
+      << "the offsets must matter";
+}
+
+TEST(CpuBackendTest, ShiftedRunsMatchOracleGqaHalf) {
+  checkShiftedRuns(gqaHalfModel());
+}
+
+TEST(CpuBackendTest, ShiftedRunsMatchOracleStories260K) {
+  KVIR_REQUIRE_TEST_MODEL();
+  checkShiftedRuns(storiesModel());
+}
+
+TEST(CpuBackendTest, AttentionKernelMatchesOracleFusedAndMaterialized) {
+  const kvrt_model *model = gqaHalfModel();
+  kvrt_model_config c;
+  ASSERT_EQ(kvrt_model_get_config(model, &c), KVRT_OK);
+  PoolPtr pool = poolFor(model, 512, 6);
+  ViewPtr view = multiRunView(model, pool.get(), refPrefill);
+  std::shared_ptr<const kvir::cpu::CpuKernels> kernels;
+  ASSERT_EQ(kvir::cpu::compileCpuKernels(c, &kernels), KVRT_OK)
+      << kvrt_last_error();
+  kvir::cpu::RunTable table;
+  ASSERT_EQ(kvir::cpu::buildRunTable(view.get(), &table), KVRT_OK);
+  kvrt_page_layout l;
+  ASSERT_EQ(kvrt_pool_get_layout(pool.get(), &l), KVRT_OK);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  // Queries at positions before, inside and after the view's keys (-30
+  // sees no key: zeros).
+  for (int64_t m : {-30, 0, 20, 45, 80, 200}) {
+    for (int32_t layer = 0; layer < c.n_layers; ++layer) {
+      std::vector<float> q(c.dim), out(c.dim, 7.0f);
+      for (float &x : q)
+        x = uniform(rng);
+      auto qRef = kvir::cpu::memref1D(q.data(), c.dim);
+      auto oRef = kvir::cpu::memref1D(out.data(), c.dim);
+      auto kv = kvir::cpu::memref1D(l.base, l.capacity_pages * l.page_stride);
+      auto pages = table.pagesRef();
+      auto runs = table.rowsRef();
+      kernels->attention(&qRef, 1, m, &kv, &pages, &runs, layer, l.page_tokens,
+                         &oRef);
+      std::vector<double> qd(q.begin(), q.end()), fused(c.dim), mat(c.dim);
+      ASSERT_EQ(kvir::reference::attention(c, view.get(), layer, qd.data(), m,
+                                           kvir::reference::ShiftMode::Fused,
+                                           fused.data()),
+                KVRT_OK);
+      ASSERT_EQ(kvir::reference::attention(
+                    c, view.get(), layer, qd.data(), m,
+                    kvir::reference::ShiftMode::Materialized, mat.data()),
+                KVRT_OK);
+      for (int32_t i = 0; i < c.dim; ++i) {
+        EXPECT_NEAR(out[i], fused[i], 1e-5) << "m " << m << " dim " << i;
+        EXPECT_NEAR(out[i], mat[i], 1e-5) << "m " << m << " dim " << i;
+      }
+    }
+  }
+}
+
+TEST(CpuBackendTest, MaterializeKernelEqualsFusedShift) {
+  const kvrt_model *model = gqaHalfModel();
+  kvrt_model_config c;
+  ASSERT_EQ(kvrt_model_get_config(model, &c), KVRT_OK);
+  PoolPtr pool = poolFor(model, 512, 6);
+  ViewPtr view = multiRunView(model, pool.get(), refPrefill);
+  std::shared_ptr<const kvir::cpu::CpuKernels> kernels;
+  ASSERT_EQ(kvir::cpu::compileCpuKernels(c, &kernels), KVRT_OK);
+  kvir::cpu::RunTable table;
+  ASSERT_EQ(kvir::cpu::buildRunTable(view.get(), &table), KVRT_OK);
+  // Rewrite every run into pages of a second pool: K rotated by Δ.
+  PoolPtr target = poolFor(model, 512, 6);
+  std::vector<int32_t> targetPages(table.pages.size());
+  ASSERT_EQ(kvrt_pool_alloc_pages(target.get(), targetPages.size(),
+                                  targetPages.data()),
+            KVRT_OK);
+  kvrt_page_layout src, dst;
+  ASSERT_EQ(kvrt_pool_get_layout(pool.get(), &src), KVRT_OK);
+  ASSERT_EQ(kvrt_pool_get_layout(target.get(), &dst), KVRT_OK);
+  auto srcRef =
+      kvir::cpu::memref1D(src.base, src.capacity_pages * src.page_stride);
+  auto dstRef =
+      kvir::cpu::memref1D(dst.base, dst.capacity_pages * dst.page_stride);
+  auto pages = table.pagesRef();
+  auto runs = table.rowsRef();
+  auto dstPages =
+      kvir::cpu::memref1D(targetPages.data(), int64_t(targetPages.size()));
+  kernels->materialize(&srcRef, &pages, &runs, &dstRef, &dstPages,
+                       src.page_tokens);
+  // The same runs over the rewritten pages, offset folded into the position.
+  kvir::cpu::RunTable materialized;
+  for (int64_t r = 0; r < table.numRuns(); ++r) {
+    const int64_t *row = &table.rows[r * kvir::cpu::kRunWidth];
+    int64_t nPages =
+        (r + 1 < table.numRuns() ? table.rows[(r + 1) * kvir::cpu::kRunWidth]
+                                 : int64_t(table.pages.size())) -
+        row[kvir::cpu::kRunPageOffset];
+    materialized.append(
+        &targetPages[row[kvir::cpu::kRunPageOffset]], nPages,
+        row[kvir::cpu::kRunSlotBegin], row[kvir::cpu::kRunTokens],
+        row[kvir::cpu::kRunBasePos] + row[kvir::cpu::kRunDelta], 0);
+  }
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (int64_t m : {10, 45, 80}) {
+    std::vector<float> q(c.dim), fused(c.dim), mat(c.dim);
+    for (float &x : q)
+      x = uniform(rng);
+    auto qRef = kvir::cpu::memref1D(q.data(), c.dim);
+    auto fRef = kvir::cpu::memref1D(fused.data(), c.dim);
+    auto mRef = kvir::cpu::memref1D(mat.data(), c.dim);
+    auto mPages = materialized.pagesRef();
+    auto mRuns = materialized.rowsRef();
+    kernels->attention(&qRef, 1, m, &srcRef, &pages, &runs, 1, src.page_tokens,
+                       &fRef);
+    kernels->attention(&qRef, 1, m, &dstRef, &mPages, &mRuns, 1,
+                       dst.page_tokens, &mRef);
+    EXPECT_LT(maxDiff(fused, mat), 1e-5) << "m " << m;
+  }
+  for (int32_t page : targetPages)
+    kvrt_pool_release_page(target.get(), page);
+}
+
+//===----------------------------------------------------------------------===//
+// First-layer K/V, errors, kernel sources
+//===----------------------------------------------------------------------===//
+
+TEST(CpuBackendTest, FirstLayerKVMatchesOracleFirstLayer) {
+  for (const kvrt_model *model : {gqaHalfModel(), mqaModel()}) {
+    PoolPtr pool = poolFor(model, 64, 16);
+    ViewPtr empty = emptyView(pool.get());
+    std::vector<int32_t> prefix = randomTokens(10, vocabOf(model), 1);
+    std::vector<int32_t> tokens = randomTokens(13, vocabOf(model), 2);
+    Prefilled before = refPrefill(model, empty.get(), prefix, 0);
+    Prefilled ref = refPrefill(model, before.view.get(), tokens, 10);
+    std::vector<float> kRef, vRef, k, v;
+    lastRunKV(ref.view.get(), 0, kRef, vRef);
+    ASSERT_EQ(cpuBackend(model).firstLayerKV(model, before.view.get(),
+                                             tokens.data(), tokens.size(), 10,
+                                             &k, &v),
+              KVRT_OK)
+        << kvrt_last_error();
+    EXPECT_LT(maxDiff(k, kRef), 1e-5);
+    EXPECT_LT(maxDiff(v, vRef), 1e-5);
+  }
+}
+
+TEST(CpuBackendTest, ErrorsLeaveTheViewAndPoolIntact) {
+  const kvrt_model *model = gqaHalfModel();
+  PoolPtr pool = poolFor(model, 3, 16);
+  ViewPtr empty = emptyView(pool.get());
+  Prefilled first = cpuPrefill(model, empty.get(), {1, 2, 3}, 0);
+  kvrt_pool_stats before;
+  ASSERT_EQ(kvrt_pool_get_stats(pool.get(), &before), KVRT_OK);
+  ComputeBackend &backend = cpuBackend(model);
+  std::vector<float> logits;
+  kvrt_view *out = nullptr;
+  std::vector<int32_t> bad = {1, 64};
+  EXPECT_EQ(backend.prefill(model, first.view.get(), bad.data(), bad.size(), 3,
+                            nullptr, false, &logits, &out),
+            KVRT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvrt_last_error()).find("outside the vocabulary"),
+            std::string::npos)
+      << kvrt_last_error();
+  std::vector<int32_t> many(40, 1); // 3 pages, 2 free
+  EXPECT_EQ(backend.prefill(model, first.view.get(), many.data(), many.size(),
+                            3, nullptr, false, &logits, &out),
+            KVRT_ERR_POOL_EXHAUSTED);
+  EXPECT_EQ(out, nullptr);
+  kvrt_pool_stats after;
+  ASSERT_EQ(kvrt_pool_get_stats(pool.get(), &after), KVRT_OK);
+  EXPECT_EQ(after.pages_in_use, before.pages_in_use);
+  EXPECT_EQ(kvrt_view_num_tokens(first.view.get()), 3);
+}
+
+TEST(CpuBackendTest, KernelSourcesAreUpstreamThenLLVM) {
+  kvrt_model_config c = smallConfig(KVRT_ROPE_HALF);
+  std::string source, lowered;
+  ASSERT_EQ(kvir::cpu::getCpuKernelsSource(c, false, &source), KVRT_OK);
+  ASSERT_EQ(kvir::cpu::getCpuKernelsSource(c, true, &lowered), KVRT_OK);
+  EXPECT_NE(source.find("func.func @kv_prefill"), std::string::npos);
+  EXPECT_NE(source.find("math.cos"), std::string::npos);
+  EXPECT_EQ(lowered.find("scf.for"), std::string::npos);
+  EXPECT_NE(lowered.find("llvm.func @_mlir_ciface_kv_prefill"),
+            std::string::npos);
+  c.dim = 50; // head size 12.5: not a valid config for the generator
+  std::shared_ptr<const kvir::cpu::CpuKernels> kernels;
+  EXPECT_EQ(kvir::cpu::compileCpuKernels(c, &kernels),
+            KVRT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvrt_last_error()).find("do not divide"),
+            std::string::npos)
+      << kvrt_last_error();
+}
+
+} // namespace
