@@ -23,10 +23,22 @@ kv.context @agent {
 
 // Builds the cache segment by segment, replaces the fact, and returns the
 // answer's logits under the edited context.
-func.func @main(%m: !model, %system: tensor<48xi32>, %history: tensor<200xi32>,
-                %city: tensor<?xi32>, %tools: tensor<120xi32>,
-                %think1: tensor<32xi32>, %think2: tensor<32xi32>,
-                %answer: tensor<8xi32>, %new_city: tensor<?xi32>)
+//
+// kv-run binds the token arguments by position (`--input arg3=FILE`) or by
+// their `kv.name` (`--input city=FILE`); with --synthesize-inputs it makes
+// seeded random tokens, `kv.sample_length` of them for a dynamic argument (the
+// new @city has 16 tokens, the old one 12, so the edit shifts @tools by 4
+// positions):
+//
+//   kv-run examples/agent-edit.mlir --synthesize-inputs --compare-full-prefill
+func.func @main(%m: !model, %system: tensor<48xi32> {kv.name = "system"},
+                %history: tensor<200xi32> {kv.name = "history"},
+                %city: tensor<?xi32> {kv.name = "city", kv.sample_length = 12 : i64},
+                %tools: tensor<120xi32> {kv.name = "tools"},
+                %think1: tensor<32xi32> {kv.name = "think1"},
+                %think2: tensor<32xi32> {kv.name = "think2"},
+                %answer: tensor<8xi32> {kv.name = "answer"},
+                %new_city: tensor<?xi32> {kv.name = "new_city", kv.sample_length = 16 : i64})
     -> tensor<?x512xf32> {
   %c0 = kv.empty : !cache
   %c1, %l1 = kv.prefill %m, %c0, %system segment @system last

@@ -19,9 +19,14 @@ func.func @prefill_skill(%m: !model, %tokens: tensor<?xi32>) -> !cache {
 // The main context (a system prompt), then three skills appended after it, then
 // the user's question prefilled over the composed view. Returns the logits of
 // the question's tokens.
-func.func @main(%m: !model, %system: tensor<64xi32>, %search: tensor<?xi32>,
-                %calendar: tensor<?xi32>, %email: tensor<?xi32>,
-                %question: tensor<24xi32>) -> tensor<?x512xf32> {
+//
+//   kv-run examples/compose-skills.mlir --synthesize-inputs --compare-full-prefill
+func.func @main(%m: !model, %system: tensor<64xi32> {kv.name = "system"},
+                %search: tensor<?xi32> {kv.name = "search", kv.sample_length = 96 : i64},
+                %calendar: tensor<?xi32> {kv.name = "calendar", kv.sample_length = 80 : i64},
+                %email: tensor<?xi32> {kv.name = "email", kv.sample_length = 64 : i64},
+                %question: tensor<24xi32> {kv.name = "question"})
+    -> tensor<?x512xf32> {
   %empty = kv.empty : !cache
   %main, %l0 = kv.prefill %m, %empty, %system last
       : !model, (!cache), tensor<64xi32> -> !cache, tensor<1x512xf32>

@@ -188,7 +188,7 @@ kvrt_status spanOf(const kvrt_model_config &c, const kvrt_view *view,
 /// receive the new K/V.
 void forward(const kvrt_model_config &c, const kvrt_model_weights &w,
              KVSpan &span, const int32_t *tokens, int64_t n, int64_t pos,
-             std::vector<float> &logits) {
+             bool lastOnly, std::vector<float> &logits) {
   const kvrt_run &newRun = span.runs.back();
   int64_t dim = c.dim, hidden = c.hidden_dim, headSize = c.dim / c.n_heads;
   int64_t kvDim = headSize * c.n_kv_heads;
@@ -238,12 +238,39 @@ void forward(const kvrt_model_config &c, const kvrt_model_weights &w,
   }
 
   std::vector<double> row(c.vocab_size);
-  logits.resize(n * c.vocab_size);
-  for (int64_t t = 0; t < n; ++t) {
+  int64_t first = lastOnly ? n - 1 : 0;
+  logits.resize((n - first) * c.vocab_size);
+  for (int64_t t = first; t < n; ++t) {
     rmsnorm(&x[t * dim], w.rms_final, c.dim, c.rms_eps, xb.data());
     matvec(w.wcls, xb.data(), c.vocab_size, dim, row.data());
     for (int32_t i = 0; i < c.vocab_size; ++i)
-      logits[t * c.vocab_size + i] = static_cast<float>(row[i]);
+      logits[(t - first) * c.vocab_size + i] = static_cast<float>(row[i]);
+  }
+}
+
+/// The layer-0 K (rotated at pos + t) and V of every token; they depend on
+/// the token and its position only, not on the context.
+void firstLayer(const kvrt_model_config &c, const kvrt_model_weights &w,
+                const int32_t *tokens, int64_t n, int64_t pos,
+                std::vector<float> &kOut, std::vector<float> &vOut) {
+  int64_t dim = c.dim, headSize = c.dim / c.n_heads;
+  int64_t kvDim = headSize * c.n_kv_heads;
+  std::vector<double> x(dim), xb(dim), k(kvDim), v(kvDim);
+  kOut.resize(n * kvDim);
+  vOut.resize(n * kvDim);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < dim; ++i)
+      x[i] = w.token_embedding[int64_t(tokens[t]) * dim + i];
+    rmsnorm(x.data(), w.rms_att, c.dim, c.rms_eps, xb.data());
+    matvec(w.wk, xb.data(), kvDim, dim, k.data());
+    matvec(w.wv, xb.data(), kvDim, dim, v.data());
+    for (int32_t g = 0; g < c.n_kv_heads; ++g)
+      applyRope(&k[g * headSize], headSize, pos + t, c.rope_layout,
+                c.rope_theta);
+    for (int64_t i = 0; i < kvDim; ++i) {
+      kOut[t * kvDim + i] = static_cast<float>(k[i]);
+      vOut[t * kvDim + i] = static_cast<float>(v[i]);
+    }
   }
 }
 
@@ -264,20 +291,27 @@ kvrt_status checkPrefill(const kvrt_model_config &c, const int32_t *tokens,
   return KVRT_OK;
 }
 
-kvrt_status prefillImpl(const kvrt_model *model, const kvrt_view *view,
-                        const int32_t *tokens, int64_t n, int64_t pos,
-                        const char *label, std::vector<float> *logits,
-                        kvrt_view **out) {
-  kvrt_model_config c;
-  kvrt_model_weights w;
+/// Reads the model, checks the token arguments, and collects the view's runs.
+kvrt_status prepare(const kvrt_model *model, const kvrt_view *view,
+                    const int32_t *tokens, int64_t n, int64_t pos,
+                    kvrt_model_config &c, kvrt_model_weights &w, KVSpan &span) {
   if (kvrt_status s = kvrt_model_get_config(model, &c))
     return s;
   if (kvrt_status s = kvrt_model_get_weights(model, &w))
     return s;
   if (kvrt_status s = checkPrefill(c, tokens, n, pos))
     return s;
+  return spanOf(c, view, span);
+}
+
+kvrt_status prefillImpl(const kvrt_model *model, const kvrt_view *view,
+                        const int32_t *tokens, int64_t n, int64_t pos,
+                        const char *label, bool lastOnly,
+                        std::vector<float> *logits, kvrt_view **out) {
+  kvrt_model_config c;
+  kvrt_model_weights w;
   KVSpan span;
-  if (kvrt_status s = spanOf(c, view, span))
+  if (kvrt_status s = prepare(model, view, tokens, n, pos, c, w, span))
     return s;
 
   // All pages are taken before any work, so exhaustion changes nothing. The
@@ -290,7 +324,7 @@ kvrt_status prefillImpl(const kvrt_model *model, const kvrt_view *view,
   PageRefs held{pool, pages};
   kvrt_run run{pages.data(), nPages, 0, n, pos, 0, tokens, label};
   span.runs.push_back(run);
-  forward(c, w, span, tokens, n, pos, *logits);
+  forward(c, w, span, tokens, n, pos, lastOnly, *logits);
   for (int32_t page : pages)
     if (kvrt_status s = kvrt_pool_seal_page(pool, page))
       return s;
@@ -340,11 +374,114 @@ kvrt_status kvir::reference::prefill(const kvrt_model *model,
                                      const int32_t *tokens, int64_t n,
                                      int64_t pos, const char *label,
                                      std::vector<float> *logits,
-                                     kvrt_view **out) {
+                                     kvrt_view **out, bool lastOnly) {
   if (!model || !view || !logits || !out)
     return kvrt::nullArgument(__func__);
   *out = nullptr;
   return kvrt::guard([&] {
-    return prefillImpl(model, view, tokens, n, pos, label, logits, out);
+    return prefillImpl(model, view, tokens, n, pos, label, lastOnly, logits,
+                       out);
+  });
+}
+
+kvrt_status kvir::reference::firstLayerKV(const kvrt_model *model,
+                                          const kvrt_view *view,
+                                          const int32_t *tokens, int64_t n,
+                                          int64_t pos, std::vector<float> *k,
+                                          std::vector<float> *v) {
+  if (!model || !view || !k || !v)
+    return kvrt::nullArgument(__func__);
+  return kvrt::guard([&] {
+    // Layer 0 reads no cache; the view is checked so that a mismatched view
+    // fails here as it would in prefill.
+    kvrt_model_config c;
+    kvrt_model_weights w;
+    KVSpan span;
+    if (kvrt_status s = prepare(model, view, tokens, n, pos, c, w, span))
+      return s;
+    firstLayer(c, w, tokens, n, pos, *k, *v);
+    return KVRT_OK;
+  });
+}
+
+kvrt_status kvir::reference::materialize(const kvrt_model *model,
+                                         const kvrt_view *view,
+                                         kvrt_view **out) {
+  if (!model || !view || !out)
+    return kvrt::nullArgument(__func__);
+  *out = nullptr;
+  return kvrt::guard([&]() -> kvrt_status {
+    kvrt_model_config c;
+    if (kvrt_status s = kvrt_model_get_config(model, &c))
+      return s;
+    KVSpan span;
+    if (kvrt_status s = spanOf(c, view, span))
+      return s;
+    kvrt_pool *pool = kvrt_view_pool(view);
+    const kvrt_page_layout &l = span.layout;
+    int64_t pageTokens = l.page_tokens;
+    // Allocate every page first, so exhaustion changes nothing.
+    int64_t total = 0;
+    for (const kvrt_run &run : span.runs)
+      if (run.delta != 0)
+        total += (run.n_tokens + pageTokens - 1) / pageTokens;
+    std::vector<int32_t> pages(total);
+    if (total > 0)
+      if (kvrt_status s = kvrt_pool_alloc_pages(pool, total, pages.data()))
+        return s;
+    PageRefs held{pool, pages};
+    for (const kvrt_run &run : span.runs)
+      if (run.delta != 0 && run.base_pos + run.delta < 0)
+        return fail(KVRT_ERR_INVALID_ARGUMENT,
+                    str("materialize: a run at stored position ", run.base_pos,
+                        " shifted by ", run.delta,
+                        " would start at a negative position"));
+    kvrt_view *result = nullptr;
+    if (kvrt_status s = kvrt_view_create(pool, &result))
+      return s;
+    int64_t nextPage = 0;
+    std::vector<double> key(l.head_size);
+    for (const kvrt_run &run : span.runs) {
+      kvrt_run copy = run;
+      if (run.delta != 0) {
+        int64_t nPages = (run.n_tokens + pageTokens - 1) / pageTokens;
+        kvrt_run fresh{
+            &pages[nextPage],         nPages, 0,          run.n_tokens,
+            run.base_pos + run.delta, 0,      run.tokens, run.label};
+        nextPage += nPages;
+        for (int64_t j = 0; j < run.n_tokens; ++j)
+          for (int32_t layer = 0; layer < l.n_layers; ++layer)
+            for (int32_t h = 0; h < l.n_kv_heads; ++h) {
+              const float *k = span.vector(run, j, layer, h, 0);
+              const float *v = span.vector(run, j, layer, h, 1);
+              auto *kDst =
+                  const_cast<float *>(span.vector(fresh, j, layer, h, 0));
+              auto *vDst =
+                  const_cast<float *>(span.vector(fresh, j, layer, h, 1));
+              for (int32_t d = 0; d < l.head_size; ++d)
+                key[d] = k[d];
+              applyRope(key.data(), l.head_size, run.delta, c.rope_layout,
+                        c.rope_theta);
+              for (int32_t d = 0; d < l.head_size; ++d) {
+                kDst[d] = static_cast<float>(key[d]);
+                vDst[d] = v[d];
+              }
+            }
+        for (int64_t p = 0; p < nPages; ++p)
+          if (kvrt_status s = kvrt_pool_seal_page(pool, fresh.pages[p])) {
+            kvrt_view_release(result);
+            return s;
+          }
+        copy = fresh;
+      }
+      kvrt_view *next = nullptr;
+      kvrt_status s = kvrt_view_append(result, &copy, &next);
+      kvrt_view_release(result);
+      if (s)
+        return s;
+      result = next;
+    }
+    *out = result;
+    return KVRT_OK;
   });
 }

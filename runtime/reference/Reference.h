@@ -46,12 +46,27 @@ kvrt_status attention(const kvrt_model_config &config, const kvrt_view *view,
 /// attends the view (by the offset rule) and the new tokens up to itself. The
 /// new K/V go to fresh sealed pages, appended to the view as one run labelled
 /// `label` (may be NULL); the result is returned in `*out` (a new reference)
-/// and the logits of every new position, [n][vocab], in `*logits`. On pool
-/// exhaustion nothing changes.
+/// and the logits of every new position, [n][vocab], in `*logits` (only the
+/// last row, [1][vocab], with `lastOnly`). On pool exhaustion nothing changes.
 kvrt_status prefill(const kvrt_model *model, const kvrt_view *view,
                     const int32_t *tokens, int64_t n, int64_t pos,
                     const char *label, std::vector<float> *logits,
-                    kvrt_view **out);
+                    kvrt_view **out, bool lastOnly = false);
+
+/// The layer-0 K (rotated at pos + t) and V of `n` tokens, [n][kv_heads]
+/// [head_size] each, as a prefill over `view` would store them, without
+/// appending anything. Layer 0 reads no cache, so they do not depend on the
+/// view's contents (which is checked for shape only).
+kvrt_status firstLayerKV(const kvrt_model *model, const kvrt_view *view,
+                         const int32_t *tokens, int64_t n, int64_t pos,
+                         std::vector<float> *k, std::vector<float> *v);
+
+/// The view with every run's offset applied to its keys: runs with Δ != 0 are
+/// copied to fresh pages with keys rotated by R(Δ) (values copied) and stored
+/// at base_pos + Δ with Δ = 0; other runs are shared. On exhaustion nothing
+/// changes.
+kvrt_status materialize(const kvrt_model *model, const kvrt_view *view,
+                        kvrt_view **out);
 
 } // namespace kvir::reference
 

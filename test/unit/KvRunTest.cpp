@@ -121,7 +121,14 @@ TEST(KvRunTest, ClearErrorsWithoutAModel) {
   TempDir dir;
   expectFailure({"--model", dir.file("absent.bin"), "--tokens", "1 2"},
                 "cannot open model");
-  expectFailure({"--tokens", "1 2"}, "--model");
+}
+
+TEST(KvRunTest, BuiltInModelWithoutModelFlag) {
+  TempDir dir;
+  Outcome o = runKvRun(dir, {"--tokens", "1 2"});
+  ASSERT_EQ(o.exitCode, 0) << o.err;
+  EXPECT_NE(o.out.find("model: built-in synthetic model"), std::string::npos)
+      << o.out;
 }
 
 TEST(KvRunTest, ClearErrors) {

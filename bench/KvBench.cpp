@@ -1,0 +1,322 @@
+//===- KvBench.cpp - Edit and compose vs full prefill, side by side -*- C++
+//-*-===//
+//
+// Times what DESIGN.md §8 calls time to first token of the answer: the plan
+// kv-optimize derives for an edit (cot_slice, exact) or a compose, with
+// everything it recomputes, against a full prefill of the same final
+// context, with the same backend and warm kernels, in one run. Prints tokens,
+// model FLOPs and wall time of each, their ratios to full prefill, and the
+// answer's fidelity. Scenarios are kv programs generated for the model's
+// shape and executed by kv-run's ProgramRunner.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tools/kv-run/ProgramRunner.h"
+
+#include "runtime/core/ComputeBackend.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cl = llvm::cl;
+using namespace kvir;
+using namespace kvir::run;
+
+namespace {
+
+cl::opt<std::string> backendName("backend", cl::desc("reference or cpu"),
+                                 cl::init("reference"));
+cl::opt<std::string> storiesPath("stories",
+                                 cl::desc("stories260K checkpoint ('' skips)"),
+                                 cl::init(KVIR_TEST_MODEL));
+cl::opt<bool> skipSynthetic("skip-synthetic",
+                            cl::desc("skip the realistic synthetic model"),
+                            cl::init(false));
+cl::opt<int> history("history",
+                     cl::desc("tokens of the agent scenario's history "
+                              "(context = history + 504)"),
+                     cl::init(1600));
+cl::opt<int> blockTokens("block", cl::desc("tokens per composed skill block"),
+                         cl::init(512));
+cl::opt<int> synthDim("dim", cl::desc("synthetic model dim"), cl::init(512));
+cl::opt<int> synthLayers("layers", cl::desc("synthetic model layers"),
+                         cl::init(8));
+cl::opt<int> synthVocab("vocab", cl::desc("synthetic model vocabulary"),
+                        cl::init(32000));
+
+std::string modelType(const kvrt_model_config &c) {
+  return "!kv.model<dim = " + std::to_string(c.dim) +
+         ", hidden = " + std::to_string(c.hidden_dim) +
+         ", layers = " + std::to_string(c.n_layers) +
+         ", heads = " + std::to_string(c.n_heads) +
+         ", kv_heads = " + std::to_string(c.n_kv_heads) +
+         ", vocab = " + std::to_string(c.vocab_size) + ">";
+}
+
+std::string cacheType(const kvrt_model_config &c, const std::string &ctx) {
+  return "!kv.cache<" + std::to_string(c.n_layers) + "x" +
+         std::to_string(c.n_kv_heads) + "x" +
+         std::to_string(c.dim / c.n_heads) + "xf32" +
+         (ctx.empty() ? "" : ", @" + ctx) + ">";
+}
+
+/// The agent-edit scenario of examples/agent-edit.mlir with a history of
+/// `historyTokens`, a 12-token fact replaced by a 16-token one.
+std::string agentProgram(const kvrt_model_config &c, int historyTokens,
+                         const std::string &strategy) {
+  struct Seg {
+    const char *name, *kind;
+    int size;
+    const char *deps;
+  };
+  std::vector<Seg> segs = {{"system", "system", 256, ""},
+                           {"history", "history", historyTokens, ""},
+                           {"city", "fact", -1, ""},
+                           {"tools", "tool", 120, ""},
+                           {"think1", "thought", 48, " deps(@city)"},
+                           {"think2", "thought", 48, " deps(@think1)"},
+                           {"answer", "answer", 8, " deps(@think2, @tools)"}};
+  std::string m = modelType(c), cache = cacheType(c, "agent");
+  std::string v = std::to_string(c.vocab_size);
+  std::string s = "kv.context @agent {\n";
+  for (const Seg &g : segs)
+    s += std::string("  kv.segment @") + g.name + " kind(" + g.kind +
+         ") tokens(" + (g.size < 0 ? "?" : std::to_string(g.size)) + ")" +
+         g.deps + "\n";
+  s += "}\nfunc.func @main(%m: " + m;
+  auto tensor = [](int size) {
+    return "tensor<" + (size < 0 ? std::string("?") : std::to_string(size)) +
+           "xi32>";
+  };
+  for (const Seg &g : segs)
+    s += std::string(", %") + g.name + ": " + tensor(g.size) +
+         (g.size < 0 ? " {kv.sample_length = 12 : i64}" : "");
+  s += ", %new: tensor<?xi32> {kv.sample_length = 16 : i64}) -> tensor<?x" + v +
+       "xf32> {\n  %c0 = kv.empty : " + cache + "\n";
+  std::string prev = "%c0";
+  for (const Seg &g : segs) {
+    std::string next = std::string("%c_") + g.name;
+    s += "  " + next + ", %l_" + g.name + " = kv.prefill %m, " + prev + ", %" +
+         g.name + " segment @" + g.name + " last : " + m + ", (" + cache +
+         "), " + tensor(g.size) + " -> " + cache + ", tensor<1x" + v +
+         "xf32>\n";
+    prev = next;
+  }
+  s += "  %e = kv.edit %m, " + prev + "[@city] = %new strategy <" + strategy +
+       "> : " + m + ", " + cache + ", tensor<?xi32>\n";
+  s += "  %l = kv.logits %m, %e[@answer] : " + m + ", " + cache +
+       " -> tensor<?x" + v + "xf32>\n  return %l : tensor<?x" + v +
+       "xf32>\n}\n";
+  return s;
+}
+
+/// Four skill blocks of `block` tokens prefilled alone, composed after a
+/// 64-token system prompt; a 24-token question over the result.
+std::string composeProgram(const kvrt_model_config &c, int block) {
+  std::string m = modelType(c), cache = cacheType(c, "");
+  std::string v = std::to_string(c.vocab_size);
+  std::string b = "tensor<" + std::to_string(block) + "xi32>";
+  std::string s = "func.func @skill(%m: " + m + ", %t: " + b + ") -> " + cache +
+                  " {\n  %e = kv.empty : " + cache +
+                  "\n  %c, %l = kv.prefill %m, %e, %t last : " + m + ", (" +
+                  cache + "), " + b + " -> " + cache + ", tensor<1x" + v +
+                  "xf32>\n  return %c : " + cache + "\n}\n";
+  s += "func.func @main(%m: " + m + ", %sys: tensor<64xi32>";
+  for (int i = 0; i < 4; ++i)
+    s += ", %s" + std::to_string(i) + ": " + b;
+  s += ", %q: tensor<24xi32>) -> tensor<?x" + v +
+       "xf32> {\n  %e = kv.empty : " + cache +
+       "\n  %c, %l0 = kv.prefill %m, %e, %sys last : " + m + ", (" + cache +
+       "), tensor<64xi32> -> " + cache + ", tensor<1x" + v + "xf32>\n";
+  std::string prev = "%c";
+  for (int i = 0; i < 4; ++i) {
+    std::string n = std::to_string(i);
+    s += "  %b" + n + " = func.call @skill(%m, %s" + n + ") : (" + m + ", " +
+         b + ") -> " + cache + "\n";
+    s += "  %w" + n + " = kv.compose " + prev + ", %b" + n + " : " + cache +
+         ", " + cache + "\n";
+    prev = "%w" + n;
+  }
+  s += "  %f, %l = kv.prefill %m, " + prev + ", %q : " + m + ", (" + cache +
+       "), tensor<24xi32> -> " + cache + ", tensor<?x" + v +
+       "xf32>\n  return %l : tensor<?x" + v + "xf32>\n}\n";
+  return s;
+}
+
+struct Row {
+  std::string scenario, strategy;
+  WorkStats work;
+  double fullSeconds = 0;
+  int64_t fullFlops = 0, fullTokens = 0;
+  Fidelity fidelity;
+};
+
+std::unique_ptr<ComputeBackend> makeBackend(const kvrt_model *model) {
+  std::string error;
+  std::unique_ptr<ComputeBackend> backend =
+      createBackend(backendName, model, error);
+  if (!backend)
+    llvm::errs() << "kv-bench: " << error << "\n";
+  return backend;
+}
+
+/// Runs `program` and a full prefill of its answer's context; one row.
+bool measure(ComputeBackend &backend, const kvrt_model *model, kvrt_pool *pool,
+             const std::string &program, const std::string &scenario,
+             const std::string &strategy, std::vector<Row> &rows) {
+  mlir::DialectRegistry registry;
+  ProgramRunner::registerDialects(registry);
+  mlir::MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  llvm::SourceMgr sourceMgr;
+  mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+  ProgramRunner runner(context, backend, model, pool);
+  if (mlir::failed(runner.loadString(program)))
+    return false;
+  auto entry = runner.lookupEntry("main");
+  if (mlir::failed(entry))
+    return false;
+  InputOptions options;
+  options.synthesize = true;
+  auto args = runner.bindArguments(*entry, options);
+  if (mlir::failed(args))
+    return false;
+  auto results = runner.run(*entry, *args);
+  if (mlir::failed(results) || results->empty() ||
+      (*results)[0].kind != RuntimeValue::Kind::Logits)
+    return false;
+  const Logits &answer = *(*results)[0].logits;
+  std::vector<int32_t> final = viewTokens(answer.context.get());
+  final.insert(final.end(), answer.tokens.begin(), answer.tokens.end());
+  Logits full;
+  WorkStats fullWork;
+  std::string error;
+  if (mlir::failed(fullPrefill(backend, model, pool, final, answer.rows, full,
+                               fullWork, error))) {
+    llvm::errs() << "kv-bench: " << error << "\n";
+    return false;
+  }
+  Row row;
+  row.scenario = scenario + " (" + std::to_string(final.size()) + " tokens)";
+  row.strategy = strategy;
+  row.work = runner.planStats();
+  row.fullSeconds = fullWork.seconds;
+  row.fullFlops = fullWork.flops;
+  row.fullTokens = fullWork.prefillTokens;
+  row.fidelity = compareLogits(answer.data.data(), full.data.data(),
+                               answer.rows, answer.vocab);
+  rows.push_back(row);
+  return true;
+}
+
+void printRows(const std::vector<Row> &rows) {
+  llvm::outs() << llvm::format("%-28s %-12s %8s %10s %10s %8s %8s %8s %8s\n",
+                               "scenario", "plan", "tokens", "plan ms",
+                               "full ms", "tok/full", "flop/fl", "time/fl",
+                               "cos-min");
+  for (const Row &r : rows)
+    llvm::outs() << llvm::format(
+        "%-28s %-12s %8lld %10.2f %10.2f %8.4f %8.4f %8.4f %8.4f\n",
+        r.scenario.c_str(), r.strategy.c_str(), (long long)r.work.prefillTokens,
+        r.work.seconds * 1e3, r.fullSeconds * 1e3,
+        double(r.work.prefillTokens) / r.fullTokens,
+        double(r.work.flops) / r.fullFlops, r.work.seconds / r.fullSeconds,
+        r.fidelity.cosineMin);
+}
+
+bool benchModel(const kvrt_model *model, const std::string &description) {
+  kvrt_model_config c;
+  kvrt_model_get_config(model, &c);
+  std::unique_ptr<ComputeBackend> backend = makeBackend(model);
+  if (!backend)
+    return false;
+  kvrt_pool_config poolConfig;
+  kvrt_pool_config_for_model(model, &poolConfig);
+  poolConfig.capacity_pages = 4096;
+  kvrt_pool *poolRaw = nullptr;
+  if (kvrt_pool_create(&poolConfig, &poolRaw)) {
+    llvm::errs() << "kv-bench: " << kvrt_last_error() << "\n";
+    return false;
+  }
+  std::unique_ptr<kvrt_pool, void (*)(kvrt_pool *)> pool(poolRaw,
+                                                         kvrt_pool_release);
+  llvm::outs() << "\n== " << description << " (dim " << c.dim << ", hidden "
+               << c.hidden_dim << ", layers " << c.n_layers << ", heads "
+               << c.n_heads << "/" << c.n_kv_heads << ", vocab " << c.vocab_size
+               << "), backend " << backend->name() << "\n";
+  // Warm the kernels: one small prefill before anything is timed.
+  {
+    std::vector<float> logits;
+    kvrt_view *empty = nullptr, *out = nullptr;
+    kvrt_view_create(pool.get(), &empty);
+    int32_t token = 1;
+    backend->prefill(model, empty, &token, 1, 0, nullptr, true, &logits, &out);
+    kvrt_view_release(out);
+    kvrt_view_release(empty);
+  }
+  std::vector<Row> rows;
+  // And one untimed pass of a whole plan, so that every kernel shape the
+  // scenarios use (all-row logits, multi-run views) is compiled.
+  if (!measure(*backend, model, pool.get(), agentProgram(c, history, "exact"),
+               "warm-up", "exact", rows))
+    return false;
+  rows.clear();
+  for (const char *strategy : {"cot_slice", "exact"})
+    if (!measure(*backend, model, pool.get(),
+                 agentProgram(c, history, strategy), "agent edit", strategy,
+                 rows))
+      return false;
+  if (!measure(*backend, model, pool.get(), composeProgram(c, blockTokens),
+               "compose 4x" + std::to_string(int(blockTokens)), "compose",
+               rows))
+    return false;
+  printRows(rows);
+  return true;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "kv-bench: edit (cot_slice, exact) and compose vs full prefill\n");
+  bool ok = true;
+  if (!skipSynthetic) {
+    kvrt_model_config c;
+    kvrt_model_config_init(&c);
+    c.dim = synthDim;
+    c.hidden_dim = synthDim * 8 / 3 / 32 * 32 + 32;
+    c.n_layers = synthLayers;
+    c.n_heads = 8;
+    c.n_kv_heads = 4;
+    c.vocab_size = synthVocab;
+    c.seq_len = 4096;
+    kvrt_model *model = nullptr;
+    if (kvrt_model_synthetic(&c, 42, &model)) {
+      llvm::errs() << "kv-bench: " << kvrt_last_error() << "\n";
+      return 1;
+    }
+    ok &= benchModel(model, "synthetic model (seed 42)");
+    kvrt_model_release(model);
+  }
+  if (!storiesPath.empty()) {
+    kvrt_model *model = nullptr;
+    if (kvrt_model_load(storiesPath.c_str(), &model)) {
+      llvm::outs() << "\n== stories260K skipped: " << kvrt_last_error() << "\n";
+    } else {
+      ok &= benchModel(model, "stories260K");
+      kvrt_model_release(model);
+    }
+  }
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,219 @@
+//===- SelectiveRecompute.cpp - Repair by first-layer deviation -*- C++ -*-===//
+
+#include "runtime/core/SelectiveRecompute.h"
+#include "runtime/core/Support.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <string>
+
+using kvrt::fail;
+using kvrt::str;
+
+namespace {
+
+/// Owns one view reference.
+struct ViewDeleter {
+  void operator()(kvrt_view *v) const { kvrt_view_release(v); }
+};
+using ViewPtr = std::unique_ptr<kvrt_view, ViewDeleter>;
+
+/// One candidate token: where it lives and how it behaves.
+struct Candidate {
+  int32_t token;
+  int64_t storedPos, delta;
+  /// Index of the run (in the [begin, end) slice) it belongs to.
+  int64_t run;
+  const float *kv[2];
+};
+
+kvrt_status sliceView(const kvrt_view *view, int64_t begin, int64_t end,
+                      ViewPtr &out) {
+  kvrt_view *v = nullptr;
+  kvrt_status s = kvrt_view_slice(view, begin, end, &v);
+  out.reset(v);
+  return s;
+}
+
+/// `acc` followed by `piece`; `acc` is replaced.
+kvrt_status append(ViewPtr &acc, const kvrt_view *piece) {
+  if (kvrt_view_num_tokens(piece) == 0)
+    return KVRT_OK;
+  kvrt_view *v = nullptr;
+  if (kvrt_status s = kvrt_view_concat(acc.get(), piece, &v))
+    return s;
+  acc.reset(v);
+  return KVRT_OK;
+}
+
+kvrt_status run(kvir::ComputeBackend &backend, const kvrt_model *model,
+                const kvrt_view *view, int64_t begin, int64_t end,
+                double fraction, kvrt_view **out,
+                kvir::SelectiveRecomputeStats &stats) {
+  int64_t length = kvrt_view_num_tokens(view);
+  if (begin < 0 || begin > end || end > length)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("selective recompute: range [", begin, ", ", end,
+                    ") is outside the view's ", length, " tokens"));
+  if (!(fraction >= 0 && fraction <= 1))
+    return fail(KVRT_ERR_INVALID_ARGUMENT, str("selective recompute: fraction ",
+                                               fraction, " is outside [0, 1]"));
+  int64_t n = end - begin;
+  stats.candidates = n;
+  int64_t count = kvir::selectiveRecomputeCount(fraction, n);
+  if (count == 0) {
+    kvrt_view_retain(const_cast<kvrt_view *>(view));
+    *out = const_cast<kvrt_view *>(view);
+    return KVRT_OK;
+  }
+
+  ViewPtr prefix, range, suffix;
+  if (kvrt_status s = sliceView(view, 0, begin, prefix))
+    return s;
+  if (kvrt_status s = sliceView(view, begin, end, range))
+    return s;
+  if (kvrt_status s = sliceView(view, end, length, suffix))
+    return s;
+
+  kvrt_page_layout layout;
+  if (kvrt_status s = kvrt_pool_get_layout(kvrt_view_pool(view), &layout))
+    return s;
+  kvrt_model_config config;
+  if (kvrt_status s = kvrt_model_get_config(model, &config))
+    return s;
+  int64_t headSize = layout.head_size, kvHeads = layout.n_kv_heads;
+  if (config.n_kv_heads != kvHeads || config.dim / config.n_heads != headSize)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                "selective recompute: the view's pool does not fit the model");
+
+  // The candidates and the deviation of each, one firstLayerKV per run (the
+  // stored positions of a run are consecutive).
+  std::vector<Candidate> candidates;
+  std::vector<kvrt_run> runs(kvrt_view_num_runs(range.get()));
+  std::vector<double> deviation;
+  std::vector<float> k, v;
+  for (int64_t r = 0; r < int64_t(runs.size()); ++r) {
+    kvrt_run &run = runs[r];
+    if (kvrt_status s = kvrt_view_get_run(range.get(), r, &run))
+      return s;
+    if (kvrt_status s =
+            backend.firstLayerKV(model, prefix.get(), run.tokens, run.n_tokens,
+                                 run.base_pos, &k, &v))
+      return s;
+    stats.calls.push_back({begin, run.n_tokens, true});
+    for (int64_t j = 0; j < run.n_tokens; ++j) {
+      Candidate c;
+      c.token = run.tokens[j];
+      c.storedPos = run.base_pos + j;
+      c.delta = run.delta;
+      c.run = r;
+      int64_t slot = run.slot_begin + j;
+      const float *page = layout.base + run.pages[slot / layout.page_tokens] *
+                                            layout.page_stride;
+      double sum = 0;
+      for (int64_t h = 0; h < kvHeads; ++h)
+        for (int kind = 0; kind < 2; ++kind) {
+          const float *stored =
+              page + h * layout.head_stride + kind * layout.kv_stride +
+              (slot % layout.page_tokens) * layout.token_stride;
+          const float *fresh =
+              (kind == 0 ? k.data() : v.data()) + (j * kvHeads + h) * headSize;
+          for (int64_t d = 0; d < headSize; ++d) {
+            double diff = double(fresh[d]) - double(stored[d]);
+            sum += diff * diff;
+          }
+        }
+      candidates.push_back(c);
+      deviation.push_back(std::sqrt(sum));
+    }
+  }
+
+  // The `count` largest deviations; ties go to the earlier token.
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return deviation[a] > deviation[b];
+  });
+  order.resize(count);
+  stats.maxDeviation = deviation[order.front()];
+  stats.minChosenDeviation = deviation[order.back()];
+  std::sort(order.begin(), order.end());
+  for (int64_t i : order)
+    stats.chosen.push_back(begin + i);
+
+  // Rebuild [begin, end) in order over the prefix.
+  ViewPtr acc = std::move(prefix);
+  int64_t cursor = 0;
+  std::vector<float> logits;
+  std::vector<int32_t> tokens;
+  for (size_t i = 0; i < order.size();) {
+    // A group: consecutive chosen tokens of one run.
+    size_t j = i + 1;
+    while (j < order.size() && order[j] == order[j - 1] + 1 &&
+           candidates[order[j]].run == candidates[order[i]].run)
+      ++j;
+    int64_t first = order[i], last = order[j - 1];
+    if (first > cursor) {
+      ViewPtr reused;
+      if (kvrt_status s = sliceView(range.get(), cursor, first, reused))
+        return s;
+      if (kvrt_status s = append(acc, reused.get()))
+        return s;
+    }
+    tokens.clear();
+    for (int64_t t = first; t <= last; ++t)
+      tokens.push_back(candidates[t].token);
+    const Candidate &head = candidates[first];
+    kvrt_view *next = nullptr;
+    int64_t context = kvrt_view_num_tokens(acc.get());
+    if (kvrt_status s = backend.prefill(
+            model, acc.get(), tokens.data(), int64_t(tokens.size()),
+            head.storedPos + head.delta, runs[head.run].label,
+            /*lastOnly=*/true, &logits, &next))
+      return s;
+    stats.calls.push_back({context, int64_t(tokens.size()), false});
+    acc.reset(next);
+    cursor = last + 1;
+    i = j;
+  }
+  if (cursor < n) {
+    ViewPtr reused;
+    if (kvrt_status s = sliceView(range.get(), cursor, n, reused))
+      return s;
+    if (kvrt_status s = append(acc, reused.get()))
+      return s;
+  }
+  if (kvrt_status s = append(acc, suffix.get()))
+    return s;
+  *out = acc.release();
+  return KVRT_OK;
+}
+
+} // namespace
+
+int64_t kvir::selectiveRecomputeCount(double fraction, int64_t n) {
+  if (n <= 0 || !(fraction > 0))
+    return 0;
+  int64_t count = static_cast<int64_t>(std::ceil(fraction * n - 1e-9));
+  return std::clamp<int64_t>(count, 0, n);
+}
+
+kvrt_status kvir::selectiveRecompute(ComputeBackend &backend,
+                                     const kvrt_model *model,
+                                     const kvrt_view *view, int64_t begin,
+                                     int64_t end, double fraction,
+                                     kvrt_view **out,
+                                     SelectiveRecomputeStats *stats) {
+  if (!model || !view || !out)
+    return kvrt::nullArgument(__func__);
+  *out = nullptr;
+  SelectiveRecomputeStats local;
+  kvrt_status status = kvrt::guard([&] {
+    return run(backend, model, view, begin, end, fraction, out, local);
+  });
+  if (stats)
+    *stats = std::move(local);
+  return status;
+}
