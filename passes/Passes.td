@@ -23,7 +23,11 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
       online-softmax merge, output projection, SwiGLU FFN, residuals, final
       norm and logits;
     * `NAME_attention`: the attention alone (n queries over a run table);
-    * `NAME_first_layer_kv`: the first-layer K/V of tokens.
+    * `NAME_materialize`: keys rotated by their run's offset into new pages
+      (`kv.materialize`).
+
+    `NAME_prefill` takes the number of layers to run: fewer than all for the
+    deviation scan of a `fraction` repair, which reads one layer's K/V.
 
     The public functions carry `llvm.emit_c_interface`; their run-table ABI is
     documented in docs/cpu-backend.md. The attribute is removed.
@@ -71,7 +75,7 @@ def KVDeriveCotSlicesPass : Pass<"kv-derive-cot-slices", "ModuleOp"> {
       Δ = len(new tokens) - len(old segment);
     * `cot_slice` with `first_k = N`: also prefill again the first N tokens of
       every reused segment; with `fraction = f`: also recompute, per reused
-      segment, the fraction f of tokens whose first-layer K/V deviate most
+      segment, the fraction f of tokens whose K/V deviate most at layer 1
       (`kv.selective_recompute`).
 
     Each `kv.compose` becomes a `kv.rope_shift` of the block by

@@ -74,8 +74,9 @@ def KV_RepairAttr : KV_Attr<"Repair", "repair"> {
     * `first_k = N` (N >= 0): the first N tokens of every reused segment that
       follows the edit or the composed block (as EPIC does);
     * `fraction = f` (0 <= f <= 1): that fraction of the reused tokens, chosen at
-      run time as the ones whose first-layer K/V deviate most when recomputed
-      under the new context (as CacheBlend does).
+      run time as the ones whose K/V at layer 1 (the first layer whose K/V
+      depend on the context) deviate most when recomputed under the new
+      context (as CacheBlend does).
 
     ```mlir
     #kv.repair<first_k = 32>

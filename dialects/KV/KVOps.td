@@ -425,8 +425,9 @@ def KV_SelectiveRecomputeOp : KV_Op<"selective_recompute", [Pure,
   let description = [{
     The repair budget `fraction = f` of CacheBlend: of the tokens [begin, end)
     of the view, recompute the K/V of the ceil(f * (end - begin)) tokens whose
-    first-layer K/V deviate most (L2 distance of K and V) when recomputed over
-    the view before them; the other tokens keep their K/V. The selection is a
+    values at layer 1 (the first layer whose K/V depend on the context) deviate
+    most (L2 distance) when recomputed over the view before them; the other
+    tokens keep their K/V. The selection is a
     run-time step; the recomputation attends to the whole view before each
     token. Tokens outside [begin, end) are unchanged.
 

@@ -147,10 +147,10 @@ int64_t CostModel::rangeFlops(int64_t begin, int64_t end) const {
   return tokenFlops(0) * n + layers * 4 * dim * keys;
 }
 
-int64_t CostModel::firstLayerRangeFlops(int64_t begin, int64_t end) const {
+int64_t CostModel::scanRangeFlops(int64_t begin, int64_t end) const {
   if (layers == 0)
     return 0;
-  return rangeFlops(begin, end) / layers;
+  return rangeFlops(begin, end) / layers * std::min<int64_t>(layers, 2);
 }
 
 /// Adds the cost of recomputing the tokens [begin, end) of the final context.
@@ -173,13 +173,13 @@ static void addRepair(Cost &cost, const CostModel &model, RepairAttr repair,
     addRange(cost, model, begin, begin + std::min(n, repair.getFirstK()));
     return;
   }
-  // Fraction: the first layer of every candidate is recomputed to find the
+  // Fraction: layers 0 and 1 of every candidate are recomputed to find the
   // deviating tokens; the chosen ones are recomputed fully. Which ones is a
   // run-time choice: price them at the candidates' mean position.
   auto chosen = static_cast<int64_t>(
       std::ceil(repair.getFractionValue() * static_cast<double>(n)));
   cost.tokens += chosen;
-  cost.flops += model.firstLayerRangeFlops(begin, end);
+  cost.flops += model.scanRangeFlops(begin, end);
   int64_t meanKeys = (begin + 1 + end) / 2;
   cost.flops += chosen * model.tokenFlops(meanKeys);
   cost.estimated = true;

@@ -102,8 +102,10 @@ struct CostModel {
   /// FLOPs of the tokens at indices [begin, end) of a contiguous context, each
   /// attending every earlier token and itself.
   int64_t rangeFlops(int64_t begin, int64_t end) const;
-  /// FLOPs of the first layer only, for the tokens [begin, end).
-  int64_t firstLayerRangeFlops(int64_t begin, int64_t end) const;
+  /// FLOPs of the deviation scan of a `fraction` repair over the tokens
+  /// [begin, end): layers 0 and 1 (1 is the first layer whose K/V depend on
+  /// the context), or the only layer of a one-layer model.
+  int64_t scanRangeFlops(int64_t begin, int64_t end) const;
   int64_t logitsFlops(int64_t rows) const { return 2 * dim * vocab * rows; }
 };
 

@@ -1,7 +1,7 @@
 //===- ComputeBackend.h - The math a kv program needs -----------*- C++ -*-===//
 //
 // A kv program, once planned by kv-optimize, needs math in two places: a
-// prefill of new tokens over a view, and the first-layer K/V of tokens (for
+// prefill of new tokens over a view, and the K/V of tokens at one layer (for
 // the deviation scan of a `fraction` repair budget). Everything else (slices,
 // shifts, concatenation, bookkeeping) is view metadata the runtime core does.
 //
@@ -42,15 +42,16 @@ public:
                               const char *label, bool lastOnly,
                               std::vector<float> *logits, kvrt_view **out) = 0;
 
-  /// The first-layer K (rotated at its position) and V of `n` tokens at
-  /// positions pos .. pos+n-1 over `view`, as a prefill would compute them,
-  /// without appending anything: `k` and `v` receive [n][kv_heads][head_size]
-  /// floats each.
-  virtual kvrt_status firstLayerKV(const kvrt_model *model,
-                                   const kvrt_view *view, const int32_t *tokens,
-                                   int64_t n, int64_t pos,
-                                   std::vector<float> *k,
-                                   std::vector<float> *v) = 0;
+  /// The K (rotated at its position) and V of layer `layer` of `n` tokens at
+  /// positions pos .. pos+n-1 over `view`, as a prefill would compute them
+  /// (running layers 0 .. layer only), without appending anything: `k` and
+  /// `v` receive [n][kv_heads][head_size] floats each. Layer 0's K/V depend on
+  /// the token and its position alone; layer 1 is the first whose K/V see the
+  /// context.
+  virtual kvrt_status layerKV(const kvrt_model *model, const kvrt_view *view,
+                              const int32_t *tokens, int64_t n, int64_t pos,
+                              int32_t layer, std::vector<float> *k,
+                              std::vector<float> *v) = 0;
 };
 
 /// The reference oracle as a backend (runtime/reference).

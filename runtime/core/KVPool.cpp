@@ -239,6 +239,37 @@ extern "C" kvrt_status kvrt_pool_page_cdata(const kvrt_pool *pool, int32_t page,
   });
 }
 
+extern "C" kvrt_status kvrt_pool_read_kv(const kvrt_pool *pool,
+                                         const int32_t *pages,
+                                         int64_t slot_begin, int64_t n,
+                                         int32_t layer, float *k, float *v) {
+  if (!pool || !pages || !k || !v)
+    return kvrt::nullArgument(__func__);
+  const kvrt_page_layout &layout = pool->layout;
+  if (layer < 0 || layer >= layout.n_layers || n < 0 || slot_begin < 0)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("kvrt_pool_read_kv: layer ", layer, " of ", layout.n_layers,
+                    ", ", n, " slots from ", slot_begin));
+  int64_t headSize = layout.head_size;
+  for (int64_t j = 0; j < n; ++j) {
+    int64_t slot = slot_begin + j;
+    int32_t page = pages[slot / layout.page_tokens];
+    const float *data;
+    if (kvrt_status s = kvrt_pool_page_cdata(pool, page, &data))
+      return s;
+    for (int32_t g = 0; g < layout.n_kv_heads; ++g) {
+      const float *head = data + layer * layout.layer_stride +
+                          g * layout.head_stride +
+                          (slot % layout.page_tokens) * headSize;
+      float *kDst = k + (j * layout.n_kv_heads + g) * headSize;
+      float *vDst = v + (j * layout.n_kv_heads + g) * headSize;
+      std::memcpy(kDst, head, sizeof(float) * headSize);
+      std::memcpy(vDst, head + layout.kv_stride, sizeof(float) * headSize);
+    }
+  }
+  return KVRT_OK;
+}
+
 extern "C" kvrt_status kvrt_pool_cow(kvrt_pool *pool, int32_t page,
                                      int32_t *out) {
   return onPage(pool, page, out != nullptr, __func__, [&] {

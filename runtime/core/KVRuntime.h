@@ -260,6 +260,13 @@ kvrt_status kvrt_pool_page_data(kvrt_pool *pool, int32_t page, float **out);
 kvrt_status kvrt_pool_page_cdata(const kvrt_pool *pool, int32_t page,
                                  const float **out);
 
+/// Copies the K and V of layer `layer` of `n` token slots starting at slot
+/// `slot_begin` of the page list `pages` (as a run lays them out) into `k` and
+/// `v`, [n][kv_heads][head_size] floats each. Works on open and sealed pages.
+kvrt_status kvrt_pool_read_kv(const kvrt_pool *pool, const int32_t *pages,
+                              int64_t slot_begin, int64_t n, int32_t layer,
+                              float *k, float *v);
+
 /// Copy-on-write: gives the caller a writable page with the contents of
 /// `page`, consuming the caller's reference to `page`. An open page with a
 /// single reference is returned as is; otherwise a new page receives a copy.

@@ -1,4 +1,4 @@
-//===- SelectiveRecompute.cpp - Repair by first-layer deviation -*- C++ -*-===//
+//===- SelectiveRecompute.cpp - Repair by K/V deviation ---------*- C++ -*-===//
 
 #include "runtime/core/SelectiveRecompute.h"
 #include "runtime/core/Support.h"
@@ -26,7 +26,6 @@ struct Candidate {
   int64_t storedPos, delta;
   /// Index of the run (in the [begin, end) slice) it belongs to.
   int64_t run;
-  const float *kv[2];
 };
 
 kvrt_status sliceView(const kvrt_view *view, int64_t begin, int64_t end,
@@ -88,43 +87,40 @@ kvrt_status run(kvir::ComputeBackend &backend, const kvrt_model *model,
     return fail(KVRT_ERR_INVALID_ARGUMENT,
                 "selective recompute: the view's pool does not fit the model");
 
-  // The candidates and the deviation of each, one firstLayerKV per run (the
-  // stored positions of a run are consecutive).
+  // The candidates and the deviation of each, one layerKV call per run (a
+  // run's positions are consecutive).
+  int32_t scanLayer = kvir::selectiveRecomputeScanLayer(config.n_layers);
   std::vector<Candidate> candidates;
   std::vector<kvrt_run> runs(kvrt_view_num_runs(range.get()));
   std::vector<double> deviation;
-  std::vector<float> k, v;
+  std::vector<float> k, v, storedK, storedV;
   for (int64_t r = 0; r < int64_t(runs.size()); ++r) {
     kvrt_run &run = runs[r];
     if (kvrt_status s = kvrt_view_get_run(range.get(), r, &run))
       return s;
     if (kvrt_status s =
-            backend.firstLayerKV(model, prefix.get(), run.tokens, run.n_tokens,
-                                 run.base_pos, &k, &v))
+            backend.layerKV(model, prefix.get(), run.tokens, run.n_tokens,
+                            run.base_pos + run.delta, scanLayer, &k, &v))
       return s;
-    stats.calls.push_back({begin, run.n_tokens, true});
+    stats.calls.push_back({begin, run.n_tokens, scanLayer + 1, true});
+    storedK.resize(k.size());
+    storedV.resize(v.size());
+    if (kvrt_status s = kvrt_pool_read_kv(
+            kvrt_view_pool(view), run.pages, run.slot_begin, run.n_tokens,
+            scanLayer, storedK.data(), storedV.data()))
+      return s;
+    int64_t width = kvHeads * headSize;
     for (int64_t j = 0; j < run.n_tokens; ++j) {
       Candidate c;
       c.token = run.tokens[j];
       c.storedPos = run.base_pos + j;
       c.delta = run.delta;
       c.run = r;
-      int64_t slot = run.slot_begin + j;
-      const float *page = layout.base + run.pages[slot / layout.page_tokens] *
-                                            layout.page_stride;
       double sum = 0;
-      for (int64_t h = 0; h < kvHeads; ++h)
-        for (int kind = 0; kind < 2; ++kind) {
-          const float *stored =
-              page + h * layout.head_stride + kind * layout.kv_stride +
-              (slot % layout.page_tokens) * layout.token_stride;
-          const float *fresh =
-              (kind == 0 ? k.data() : v.data()) + (j * kvHeads + h) * headSize;
-          for (int64_t d = 0; d < headSize; ++d) {
-            double diff = double(fresh[d]) - double(stored[d]);
-            sum += diff * diff;
-          }
-        }
+      for (int64_t i = j * width; i < (j + 1) * width; ++i) {
+        double diff = double(v[i]) - double(storedV[i]);
+        sum += diff * diff;
+      }
       candidates.push_back(c);
       deviation.push_back(std::sqrt(sum));
     }
@@ -173,7 +169,8 @@ kvrt_status run(kvir::ComputeBackend &backend, const kvrt_model *model,
             head.storedPos + head.delta, runs[head.run].label,
             /*lastOnly=*/true, &logits, &next))
       return s;
-    stats.calls.push_back({context, int64_t(tokens.size()), false});
+    stats.calls.push_back(
+        {context, int64_t(tokens.size()), config.n_layers, false});
     acc.reset(next);
     cursor = last + 1;
     i = j;
@@ -192,6 +189,10 @@ kvrt_status run(kvir::ComputeBackend &backend, const kvrt_model *model,
 }
 
 } // namespace
+
+int32_t kvir::selectiveRecomputeScanLayer(int32_t nLayers) {
+  return nLayers > 1 ? 1 : 0;
+}
 
 int64_t kvir::selectiveRecomputeCount(double fraction, int64_t n) {
   if (n <= 0 || !(fraction > 0))

@@ -73,31 +73,32 @@ public:
     });
   }
 
-  kvrt_status firstLayerKV(const kvrt_model *model, const kvrt_view *view,
-                           const int32_t *tokens, int64_t n, int64_t pos,
-                           std::vector<float> *k,
-                           std::vector<float> *v) override {
+  kvrt_status layerKV(const kvrt_model *model, const kvrt_view *view,
+                      const int32_t *tokens, int64_t n, int64_t pos,
+                      int32_t layer, std::vector<float> *k,
+                      std::vector<float> *v) override {
     if (!model || !view || !k || !v)
-      return kvrt::nullArgument("cpu firstLayerKV");
-    return kvrt::guard([&] {
+      return kvrt::nullArgument("cpu layerKV");
+    return kvrt::guard([&]() -> kvrt_status {
       Call call;
-      if (kvrt_status s = prepare(model, tokens, n, pos, "firstLayerKV", call))
+      if (kvrt_status s = prepare(model, tokens, n, pos, "layerKV", call))
         return s;
-      const kvrt_model_config &c = call.config;
-      const kvrt_model_weights &w = call.weights;
-      std::vector<float> x = embed(c, w, tokens, n);
-      int64_t kvDim = int64_t(c.n_kv_heads) * (c.dim / c.n_heads);
-      std::vector<float> kOut(n * kvDim), vOut(n * kvDim);
-      auto xr = memref1D(x.data(), int64_t(x.size()));
-      auto ra = weight(w.rms_att, int64_t(c.n_layers) * c.dim);
-      auto wk = weight(w.wk, int64_t(c.n_layers) * kvDim * c.dim);
-      auto wv = weight(w.wv, int64_t(c.n_layers) * kvDim * c.dim);
-      auto kr = memref1D(kOut.data(), int64_t(kOut.size()));
-      auto vr = memref1D(vOut.data(), int64_t(vOut.size()));
-      call.kernels->firstLayerKV(&xr, &ra, &wk, &wv, n, pos, &kr, &vr);
-      *k = std::move(kOut);
-      *v = std::move(vOut);
-      return KVRT_OK;
+      if (layer < 0 || layer >= call.config.n_layers)
+        return fail(KVRT_ERR_INVALID_ARGUMENT,
+                    str("layerKV: layer ", layer, " is outside [0, ",
+                        call.config.n_layers, ")"));
+      // Layers 0 .. layer of a prefill into scratch pages, read back and
+      // released: nothing is appended and the pool ends as it was.
+      Scratch scratch;
+      if (kvrt_status s = run(call, view, tokens, n, pos, layer + 1,
+                              /*logitsFrom=*/n, nullptr, scratch))
+        return s;
+      int64_t kvDim = int64_t(call.config.n_kv_heads) *
+                      (call.config.dim / call.config.n_heads);
+      k->resize(n * kvDim);
+      v->resize(n * kvDim);
+      return kvrt_pool_read_kv(scratch.pool, scratch.pages->pages.data(), 0, n,
+                               layer, k->data(), v->data());
     });
   }
 
@@ -125,7 +126,7 @@ private:
     if (kvrt_status s = provider(call.config, &call.kernels))
       return s;
     const CpuKernels *k = call.kernels.get();
-    if (!k || !k->prefill || !k->attention || !k->firstLayerKV)
+    if (!k || !k->prefill || !k->attention)
       return fail(KVRT_ERR_INTERNAL, "cpu backend: incomplete kernel table");
     return KVRT_OK;
   }
@@ -158,13 +159,19 @@ private:
     return x;
   }
 
-  kvrt_status prefillImpl(const kvrt_model *model, const kvrt_view *view,
-                          const int32_t *tokens, int64_t n, int64_t pos,
-                          const char *label, bool lastOnly,
-                          std::vector<float> &logits, kvrt_view **out) {
-    Call call;
-    if (kvrt_status s = prepare(model, tokens, n, pos, "prefill", call))
-      return s;
+  /// The pages a kernel call wrote its new run into, held until released.
+  struct Scratch {
+    kvrt_pool *pool = nullptr;
+    std::unique_ptr<PageRefs> pages;
+  };
+
+  /// Runs layers 0 .. nLayers-1 of the forward of the tokens over `view`
+  /// into fresh pages (returned in `scratch`, not sealed), and the logits of
+  /// positions logitsFrom .. n-1 into `logits` when all layers run.
+  kvrt_status run(const Call &call, const kvrt_view *view,
+                  const int32_t *tokens, int64_t n, int64_t pos,
+                  int64_t nLayers, int64_t logitsFrom,
+                  std::vector<float> *logits, Scratch &scratch) {
     const kvrt_model_config &c = call.config;
     const kvrt_model_weights &w = call.weights;
     kvrt_pool *pool = kvrt_view_pool(view);
@@ -188,12 +195,13 @@ private:
     std::vector<int32_t> pages(nPages);
     if (kvrt_status s = kvrt_pool_alloc_pages(pool, nPages, pages.data()))
       return s;
-    PageRefs held{pool, pages};
-    table.append(pages.data(), nPages, 0, n, pos, 0);
+    scratch.pool = pool;
+    // Built in place: a PageRefs copy would release the pages twice.
+    scratch.pages.reset(new PageRefs{pool, std::move(pages)});
+    table.append(scratch.pages->pages.data(), nPages, 0, n, pos, 0);
 
     std::vector<float> x = embed(c, w, tokens, n);
-    int64_t from = lastOnly ? n - 1 : 0;
-    std::vector<float> result((n - from) * int64_t(c.vocab_size));
+    std::vector<float> result((n - logitsFrom) * int64_t(c.vocab_size));
     int64_t L = c.n_layers, D = c.dim, H = c.hidden_dim;
     int64_t KV = int64_t(c.n_kv_heads) * headSize;
     auto xr = memref1D(x.data(), int64_t(x.size()));
@@ -209,13 +217,31 @@ private:
     auto lg = memref1D(result.data(), int64_t(result.size()));
     call.kernels->prefill(&xr, &rmsAtt, &wq, &wk, &wv, &wo, &rmsFfn, &w1, &w2,
                           &w3, &rmsFinal, &wcls, &kv, &pageRef, &runRef,
-                          layout.page_tokens, pos, n, from, &lg);
+                          layout.page_tokens, pos, n, nLayers, logitsFrom, &lg);
+    if (logits)
+      *logits = std::move(result);
+    return KVRT_OK;
+  }
 
+  kvrt_status prefillImpl(const kvrt_model *model, const kvrt_view *view,
+                          const int32_t *tokens, int64_t n, int64_t pos,
+                          const char *label, bool lastOnly,
+                          std::vector<float> &logits, kvrt_view **out) {
+    Call call;
+    if (kvrt_status s = prepare(model, tokens, n, pos, "prefill", call))
+      return s;
+    Scratch scratch;
+    std::vector<float> result;
+    if (kvrt_status s = run(call, view, tokens, n, pos, call.config.n_layers,
+                            lastOnly ? n - 1 : 0, &result, scratch))
+      return s;
+    const std::vector<int32_t> &pages = scratch.pages->pages;
     for (int32_t page : pages)
-      if (kvrt_status s = kvrt_pool_seal_page(pool, page))
+      if (kvrt_status s = kvrt_pool_seal_page(scratch.pool, page))
         return s;
-    kvrt_run run{pages.data(), nPages, 0, n, pos, 0, tokens, label};
-    if (kvrt_status s = kvrt_view_append(view, &run, out))
+    kvrt_run newRun{pages.data(), int64_t(pages.size()), 0, n, pos, 0, tokens,
+                    label};
+    if (kvrt_status s = kvrt_view_append(view, &newRun, out))
       return s;
     logits = std::move(result);
     return KVRT_OK;

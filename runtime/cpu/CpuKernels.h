@@ -45,7 +45,8 @@ template <typename T> MemRef<T, 1> memref1D(T *data, int64_t size) {
 
 /// `<prefix>_prefill`: the forward of n tokens at positions pos .. pos+n-1
 /// over the runs of the table, whose last run is the new one (its pages get
-/// the K/V of every layer); logits of positions logits_from .. n-1.
+/// the K/V of layers 0 .. nLayers-1); with nLayers = n_layers, the logits of
+/// positions logits_from .. n-1 (none when logits_from = n).
 using PrefillFn = void (*)(MemRef<float, 1> *x, MemRef<float, 1> *rmsAtt,
                            MemRef<float, 1> *wq, MemRef<float, 1> *wk,
                            MemRef<float, 1> *wv, MemRef<float, 1> *wo,
@@ -54,8 +55,8 @@ using PrefillFn = void (*)(MemRef<float, 1> *x, MemRef<float, 1> *rmsAtt,
                            MemRef<float, 1> *rmsFinal, MemRef<float, 1> *wcls,
                            MemRef<float, 1> *kv, MemRef<int32_t, 1> *pages,
                            MemRef<int64_t, 2> *runs, int64_t pageTokens,
-                           int64_t pos, int64_t n, int64_t logitsFrom,
-                           MemRef<float, 1> *logits);
+                           int64_t pos, int64_t n, int64_t nLayers,
+                           int64_t logitsFrom, MemRef<float, 1> *logits);
 
 /// `<prefix>_attention`: n queries ([n][heads][head_size], not rotated; query
 /// t at position pos + t) over the runs of the table, layer `layer`; `out`
@@ -64,13 +65,6 @@ using AttentionFn = void (*)(MemRef<float, 1> *q, int64_t n, int64_t pos,
                              MemRef<float, 1> *kv, MemRef<int32_t, 1> *pages,
                              MemRef<int64_t, 2> *runs, int64_t layer,
                              int64_t pageTokens, MemRef<float, 1> *out);
-
-/// `<prefix>_first_layer_kv`: layer 0's K (rotated at pos + t) and V of n
-/// tokens given their embedding rows, [n][kv_heads][head_size] each.
-using FirstLayerKVFn = void (*)(MemRef<float, 1> *x, MemRef<float, 1> *rmsAtt,
-                                MemRef<float, 1> *wk, MemRef<float, 1> *wv,
-                                int64_t n, int64_t pos, MemRef<float, 1> *k,
-                                MemRef<float, 1> *v);
 
 /// `<prefix>_materialize`: writes every run's K/V into `dstPages` (parallel
 /// to `pages`, same slots) of the arena `dst`, K rotated once by the run's Δ,
@@ -84,7 +78,6 @@ using MaterializeFn = void (*)(MemRef<float, 1> *kv, MemRef<int32_t, 1> *pages,
 struct CpuKernels {
   PrefillFn prefill = nullptr;
   AttentionFn attention = nullptr;
-  FirstLayerKVFn firstLayerKV = nullptr;
   MaterializeFn materialize = nullptr;
   /// The owner of the code (an ExecutionEngine, a loaded object).
   std::shared_ptr<void> owner;

@@ -188,7 +188,7 @@ kvrt_status spanOf(const kvrt_model_config &c, const kvrt_view *view,
 /// receive the new K/V.
 void forward(const kvrt_model_config &c, const kvrt_model_weights &w,
              KVSpan &span, const int32_t *tokens, int64_t n, int64_t pos,
-             bool lastOnly, std::vector<float> &logits) {
+             bool lastOnly, std::vector<float> &logits, int32_t layers = -1) {
   const kvrt_run &newRun = span.runs.back();
   int64_t dim = c.dim, hidden = c.hidden_dim, headSize = c.dim / c.n_heads;
   int64_t kvDim = headSize * c.n_kv_heads;
@@ -198,7 +198,11 @@ void forward(const kvrt_model_config &c, const kvrt_model_weights &w,
     for (int64_t i = 0; i < dim; ++i)
       x[t * dim + i] = w.token_embedding[int64_t(tokens[t]) * dim + i];
 
-  for (int32_t l = 0; l < c.n_layers; ++l) {
+  // A partial forward (layers < n_layers) only fills the pages of the first
+  // layers: it computes no logits.
+  if (layers < 0)
+    layers = c.n_layers;
+  for (int32_t l = 0; l < layers; ++l) {
     const float *wq = w.wq + l * dim * dim, *wk = w.wk + l * kvDim * dim;
     const float *wv = w.wv + l * kvDim * dim, *wo = w.wo + l * dim * dim;
     // Projections of every new token; K is rotated and stored, Q kept raw.
@@ -237,6 +241,8 @@ void forward(const kvrt_model_config &c, const kvrt_model_weights &w,
     }
   }
 
+  if (layers < c.n_layers)
+    return;
   std::vector<double> row(c.vocab_size);
   int64_t first = lastOnly ? n - 1 : 0;
   logits.resize((n - first) * c.vocab_size);
@@ -245,32 +251,6 @@ void forward(const kvrt_model_config &c, const kvrt_model_weights &w,
     matvec(w.wcls, xb.data(), c.vocab_size, dim, row.data());
     for (int32_t i = 0; i < c.vocab_size; ++i)
       logits[(t - first) * c.vocab_size + i] = static_cast<float>(row[i]);
-  }
-}
-
-/// The layer-0 K (rotated at pos + t) and V of every token; they depend on
-/// the token and its position only, not on the context.
-void firstLayer(const kvrt_model_config &c, const kvrt_model_weights &w,
-                const int32_t *tokens, int64_t n, int64_t pos,
-                std::vector<float> &kOut, std::vector<float> &vOut) {
-  int64_t dim = c.dim, headSize = c.dim / c.n_heads;
-  int64_t kvDim = headSize * c.n_kv_heads;
-  std::vector<double> x(dim), xb(dim), k(kvDim), v(kvDim);
-  kOut.resize(n * kvDim);
-  vOut.resize(n * kvDim);
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t i = 0; i < dim; ++i)
-      x[i] = w.token_embedding[int64_t(tokens[t]) * dim + i];
-    rmsnorm(x.data(), w.rms_att, c.dim, c.rms_eps, xb.data());
-    matvec(w.wk, xb.data(), kvDim, dim, k.data());
-    matvec(w.wv, xb.data(), kvDim, dim, v.data());
-    for (int32_t g = 0; g < c.n_kv_heads; ++g)
-      applyRope(&k[g * headSize], headSize, pos + t, c.rope_layout,
-                c.rope_theta);
-    for (int64_t i = 0; i < kvDim; ++i) {
-      kOut[t * kvDim + i] = static_cast<float>(k[i]);
-      vOut[t * kvDim + i] = static_cast<float>(v[i]);
-    }
   }
 }
 
@@ -384,23 +364,41 @@ kvrt_status kvir::reference::prefill(const kvrt_model *model,
   });
 }
 
-kvrt_status kvir::reference::firstLayerKV(const kvrt_model *model,
-                                          const kvrt_view *view,
-                                          const int32_t *tokens, int64_t n,
-                                          int64_t pos, std::vector<float> *k,
-                                          std::vector<float> *v) {
+kvrt_status kvir::reference::layerKV(const kvrt_model *model,
+                                     const kvrt_view *view,
+                                     const int32_t *tokens, int64_t n,
+                                     int64_t pos, int32_t layer,
+                                     std::vector<float> *k,
+                                     std::vector<float> *v) {
   if (!model || !view || !k || !v)
     return kvrt::nullArgument(__func__);
-  return kvrt::guard([&] {
-    // Layer 0 reads no cache; the view is checked so that a mismatched view
-    // fails here as it would in prefill.
+  return kvrt::guard([&]() -> kvrt_status {
     kvrt_model_config c;
     kvrt_model_weights w;
     KVSpan span;
     if (kvrt_status s = prepare(model, view, tokens, n, pos, c, w, span))
       return s;
-    firstLayer(c, w, tokens, n, pos, *k, *v);
-    return KVRT_OK;
+    if (layer < 0 || layer >= c.n_layers)
+      return fail(
+          KVRT_ERR_INVALID_ARGUMENT,
+          str("layerKV: layer ", layer, " is outside [0, ", c.n_layers, ")"));
+    // Layers 0 .. layer of a prefill into scratch pages, read back and
+    // released: nothing is appended and the pool ends as it was.
+    kvrt_pool *pool = kvrt_view_pool(view);
+    int64_t nPages =
+        (n + span.layout.page_tokens - 1) / span.layout.page_tokens;
+    std::vector<int32_t> pages(nPages);
+    if (kvrt_status s = kvrt_pool_alloc_pages(pool, nPages, pages.data()))
+      return s;
+    PageRefs held{pool, pages};
+    span.runs.push_back({pages.data(), nPages, 0, n, pos, 0, tokens, nullptr});
+    std::vector<float> unused;
+    forward(c, w, span, tokens, n, pos, false, unused, layer + 1);
+    int64_t kvDim = int64_t(c.n_kv_heads) * (c.dim / c.n_heads);
+    k->resize(n * kvDim);
+    v->resize(n * kvDim);
+    return kvrt_pool_read_kv(pool, pages.data(), 0, n, layer, k->data(),
+                             v->data());
   });
 }
 

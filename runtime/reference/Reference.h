@@ -53,13 +53,13 @@ kvrt_status prefill(const kvrt_model *model, const kvrt_view *view,
                     const char *label, std::vector<float> *logits,
                     kvrt_view **out, bool lastOnly = false);
 
-/// The layer-0 K (rotated at pos + t) and V of `n` tokens, [n][kv_heads]
-/// [head_size] each, as a prefill over `view` would store them, without
-/// appending anything. Layer 0 reads no cache, so they do not depend on the
-/// view's contents (which is checked for shape only).
-kvrt_status firstLayerKV(const kvrt_model *model, const kvrt_view *view,
-                         const int32_t *tokens, int64_t n, int64_t pos,
-                         std::vector<float> *k, std::vector<float> *v);
+/// The K (rotated at pos + t) and V of layer `layer` of `n` tokens over
+/// `view`, [n][kv_heads][head_size] each, as a prefill computes them (layers
+/// 0 .. layer only, in scratch pages that are released again).
+kvrt_status layerKV(const kvrt_model *model, const kvrt_view *view,
+                    const int32_t *tokens, int64_t n, int64_t pos,
+                    int32_t layer, std::vector<float> *k,
+                    std::vector<float> *v);
 
 /// The view with every run's offset applied to its keys: runs with Δ != 0 are
 /// copied to fresh pages with keys rotated by R(Δ) (values copied) and stored

@@ -1,6 +1,6 @@
 //===- ReferenceBackend.cpp - The oracle as a ComputeBackend ----*- C++ -*-===//
 //
-// `kv-run --backend reference`: prefill and first-layer K/V computed by the
+// `kv-run --backend reference`: prefill and one layer's K/V computed by the
 // plain C++ oracle of Reference.cpp.
 //
 //===----------------------------------------------------------------------===//
@@ -22,11 +22,11 @@ public:
                                     out, lastOnly);
   }
 
-  kvrt_status firstLayerKV(const kvrt_model *model, const kvrt_view *view,
-                           const int32_t *tokens, int64_t n, int64_t pos,
-                           std::vector<float> *k,
-                           std::vector<float> *v) override {
-    return kvir::reference::firstLayerKV(model, view, tokens, n, pos, k, v);
+  kvrt_status layerKV(const kvrt_model *model, const kvrt_view *view,
+                      const int32_t *tokens, int64_t n, int64_t pos,
+                      int32_t layer, std::vector<float> *k,
+                      std::vector<float> *v) override {
+    return kvir::reference::layerKV(model, view, tokens, n, pos, layer, k, v);
   }
 };
 

@@ -136,8 +136,9 @@ func.func @edit_dyn(%m: !model, %c: !kv.cache<1x1x4xf32, @dyn>, %t: tensor<?xi32
 // -----
 
 // A fraction repair recomputes ceil(0.5·5) = 3 tokens of @b [9,14), chosen at
-// run time: the figure is an estimate (all of @b's first layer, 5·1152 +
-// 32·60 = 7680, plus 3 tokens attending the mean (10 + 14)/2 = 12 keys,
+// run time: the figure is an estimate (the deviation scan runs layers 0 and
+// 1 of @b, here the model's only layer: 5·1152 + 32·60 = 7680; plus 3 tokens
+// attending the mean (10 + 14)/2 = 12 keys,
 // 3·(1152 + 384) = 4608), on top of recomputing @f, @t (6880) and the
 // answer logits (800): 8 tokens, 19968 FLOPs.
 !model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>

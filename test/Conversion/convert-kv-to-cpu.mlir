@@ -33,11 +33,14 @@ module attributes {kv.forward = {tiny = !kv.model<dim = 64, hidden = 172, layers
 // CHECK:           arith.maxnumf
 // CHECK:           math.exp
 // CHECK:           vector.fma
-// CHECK:       func.func @tiny_prefill({{.*}}) attributes {llvm.emit_c_interface}
+// CHECK:       func.func @tiny_prefill({{.*}}, %[[NLAYERS:.+]]: i64, %{{.+}}: i64, %{{.+}}: memref<?xf32>) attributes {llvm.emit_c_interface}
+// The layer loop runs to the layer count it is given (fewer for a scan).
+// CHECK:         %[[NL:.+]] = arith.index_cast %[[NLAYERS]] : i64 to index
+// CHECK:         scf.for %{{.+}} = %{{.+}} to %[[NL]]
 // CHECK:         call @tiny_store_kv(
 // CHECK:         call @tiny_attention(
 // CHECK:         call @tiny_swiglu(
-// CHECK:       func.func @tiny_first_layer_kv({{.*}}) attributes {llvm.emit_c_interface}
+// CHECK:       func.func @tiny_materialize({{.*}}) attributes {llvm.emit_c_interface}
 
 // -----
 

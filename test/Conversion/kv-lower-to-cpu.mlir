@@ -22,7 +22,7 @@ module attributes {kv.forward = {stories = !kv.model<dim = 64, hidden = 172, lay
 // CHECK-DAG:   llvm.func @stories_attention(
 // CHECK-DAG:   llvm.func @_mlir_ciface_stories_attention(
 // CHECK-DAG:   llvm.func @_mlir_ciface_stories_prefill(
-// CHECK-DAG:   llvm.func @_mlir_ciface_stories_first_layer_kv(
+// CHECK-DAG:   llvm.func @_mlir_ciface_stories_materialize(
 // CHECK-DAG:   llvm.intr.pow(%{{.*}}, %{{.*}}) : (f64, f64) -> f64
 // CHECK-DAG:   llvm.intr.cos(%{{.*}}) : (f64) -> f64
 // CHECK-DAG:   llvm.intr.sin(%{{.*}}) : (f64) -> f64

@@ -866,10 +866,11 @@ LogicalResult ProgramRunner::executeKV(Operation *op, Frame &frame,
                             << end << ") failed: " << lastError();
     mlir::kv::CostModel cost = costModelOf(modelConfig);
     for (const SelectiveRecomputeStats::Call &c : stats.calls) {
-      if (c.firstLayer) {
+      if (c.scan) {
         work.scanTokens += c.tokens;
-        work.flops += cost.firstLayerRangeFlops(c.contextTokens,
-                                                c.contextTokens + c.tokens);
+        work.flops +=
+            cost.rangeFlops(c.contextTokens, c.contextTokens + c.tokens) /
+            cost.layers * c.layers;
         continue;
       }
       ++work.prefillCalls;

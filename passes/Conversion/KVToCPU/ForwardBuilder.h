@@ -47,8 +47,7 @@ constexpr int64_t kRunTableWidth = 8;
 std::string checkForwardConfig(const ForwardConfig &config);
 
 /// The MLIR source of the forward functions, each public one named
-/// `<prefix>_<kernel>`: `prefill`, `attention`, `first_layer_kv`,
-/// `materialize`.
+/// `<prefix>_<kernel>`: `prefill`, `attention`, `materialize`.
 std::string getForwardSource(const ForwardConfig &config, StringRef prefix);
 
 /// Parses the forward of `config` and moves its functions into `module`.

@@ -158,19 +158,15 @@ kvrt_status compile(const kvrt_model_config &config,
     fn = *symbol;
     return KVRT_OK;
   };
-  void *prefill = nullptr, *attention = nullptr, *firstLayerKV = nullptr,
-       *materialize = nullptr;
+  void *prefill = nullptr, *attention = nullptr, *materialize = nullptr;
   if (kvrt_status s = lookup("prefill", prefill))
     return s;
   if (kvrt_status s = lookup("attention", attention))
-    return s;
-  if (kvrt_status s = lookup("first_layer_kv", firstLayerKV))
     return s;
   if (kvrt_status s = lookup("materialize", materialize))
     return s;
   kernels->prefill = reinterpret_cast<PrefillFn>(prefill);
   kernels->attention = reinterpret_cast<AttentionFn>(attention);
-  kernels->firstLayerKV = reinterpret_cast<FirstLayerKVFn>(firstLayerKV);
   kernels->materialize = reinterpret_cast<MaterializeFn>(materialize);
   kernels->owner = std::shared_ptr<mlir::ExecutionEngine>(std::move(*engine));
   *out = std::move(kernels);

@@ -412,26 +412,36 @@ TEST(CpuBackendTest, MaterializeKernelEqualsFusedShift) {
 }
 
 //===----------------------------------------------------------------------===//
-// First-layer K/V, errors, kernel sources
+// One layer's K/V, errors, kernel sources
 //===----------------------------------------------------------------------===//
 
-TEST(CpuBackendTest, FirstLayerKVMatchesOracleFirstLayer) {
+// layerKV of every layer equals the K/V the oracle's prefill stores there,
+// and leaves the pool as it was (its scratch pages are released).
+TEST(CpuBackendTest, LayerKVMatchesTheOraclesStoredKV) {
   for (const kvrt_model *model : {gqaHalfModel(), mqaModel()}) {
+    kvrt_model_config config;
+    ASSERT_EQ(kvrt_model_get_config(model, &config), KVRT_OK);
     PoolPtr pool = poolFor(model, 64, 16);
     ViewPtr empty = emptyView(pool.get());
     std::vector<int32_t> prefix = randomTokens(10, vocabOf(model), 1);
     std::vector<int32_t> tokens = randomTokens(13, vocabOf(model), 2);
     Prefilled before = refPrefill(model, empty.get(), prefix, 0);
     Prefilled ref = refPrefill(model, before.view.get(), tokens, 10);
-    std::vector<float> kRef, vRef, k, v;
-    lastRunKV(ref.view.get(), 0, kRef, vRef);
-    ASSERT_EQ(cpuBackend(model).firstLayerKV(model, before.view.get(),
-                                             tokens.data(), tokens.size(), 10,
-                                             &k, &v),
-              KVRT_OK)
-        << kvrt_last_error();
-    EXPECT_LT(maxDiff(k, kRef), 1e-5);
-    EXPECT_LT(maxDiff(v, vRef), 1e-5);
+    kvrt_pool_stats statsBefore, statsAfter;
+    ASSERT_EQ(kvrt_pool_get_stats(pool.get(), &statsBefore), KVRT_OK);
+    for (int32_t layer = 0; layer < config.n_layers; ++layer) {
+      std::vector<float> kRef, vRef, k, v;
+      lastRunKV(ref.view.get(), layer, kRef, vRef);
+      ASSERT_EQ(cpuBackend(model).layerKV(model, before.view.get(),
+                                          tokens.data(), tokens.size(), 10,
+                                          layer, &k, &v),
+                KVRT_OK)
+          << kvrt_last_error();
+      EXPECT_LT(maxDiff(k, kRef), 1e-5) << "layer " << layer;
+      EXPECT_LT(maxDiff(v, vRef), 1e-5) << "layer " << layer;
+    }
+    ASSERT_EQ(kvrt_pool_get_stats(pool.get(), &statsAfter), KVRT_OK);
+    EXPECT_EQ(statsAfter.bytes_in_use, statsBefore.bytes_in_use);
   }
 }
 
