@@ -43,8 +43,8 @@ cl::opt<bool> skipSynthetic("skip-synthetic",
                             cl::init(false));
 cl::opt<int> history("history",
                      cl::desc("tokens of the agent scenario's history "
-                              "(context = history + 504)"),
-                     cl::init(1600));
+                              "(context = history + 2100)"),
+                     cl::init(2000));
 cl::opt<int> blockTokens("block", cl::desc("tokens per composed skill block"),
                          cl::init(512));
 cl::opt<int> synthDim("dim", cl::desc("synthetic model dim"), cl::init(512));
@@ -69,8 +69,11 @@ std::string cacheType(const kvrt_model_config &c, const std::string &ctx) {
          (ctx.empty() ? "" : ", @" + ctx) + ">";
 }
 
-/// The agent-edit scenario of examples/agent-edit.mlir with a history of
-/// `historyTokens`, a 12-token fact replaced by a 16-token one.
+/// The agent context of DESIGN.md §7 (system 1200, history, a fact, tools
+/// 800, two 40-token thoughts from the fact, an 8-token answer) with a
+/// history of `historyTokens`, a 12-token fact replaced by a 16-token one:
+/// cot_slice recomputes the fact, the thoughts and the answer, about 2.5% of
+/// the context with the default history.
 std::string agentProgram(const kvrt_model_config &c, int historyTokens,
                          const std::string &strategy) {
   struct Seg {
@@ -78,12 +81,12 @@ std::string agentProgram(const kvrt_model_config &c, int historyTokens,
     int size;
     const char *deps;
   };
-  std::vector<Seg> segs = {{"system", "system", 256, ""},
+  std::vector<Seg> segs = {{"system", "system", 1200, ""},
                            {"history", "history", historyTokens, ""},
                            {"city", "fact", -1, ""},
-                           {"tools", "tool", 120, ""},
-                           {"think1", "thought", 48, " deps(@city)"},
-                           {"think2", "thought", 48, " deps(@think1)"},
+                           {"tools", "tool", 800, ""},
+                           {"think1", "thought", 40, " deps(@city)"},
+                           {"think2", "thought", 40, " deps(@think1)"},
                            {"answer", "answer", 8, " deps(@think2, @tools)"}};
   std::string m = modelType(c), cache = cacheType(c, "agent");
   std::string v = std::to_string(c.vocab_size);
