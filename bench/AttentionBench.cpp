@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/BenchSupport.h"
 #include "runtime/core/KVRuntime.h"
 #include "runtime/reference/Reference.h"
 
@@ -153,21 +154,8 @@ BENCHMARK(BM_OracleDecodeAttention)
     ->Args({16, 1})
     ->Unit(benchmark::kMillisecond);
 
-/// Single-core streaming read of a 256 MiB buffer (integer sum, which the
-/// compiler vectorises without reassociation concerns).
 void BM_ReadBandwidth(benchmark::State &state) {
-  size_t words = (size_t(256) << 20) / sizeof(uint64_t);
-  std::vector<uint64_t> buffer(words);
-  for (size_t i = 0; i < words; ++i)
-    buffer[i] = i * 0x9e3779b97f4a7c15ULL;
-  for (auto _ : state) {
-    uint64_t sum = 0;
-    for (uint64_t word : buffer)
-      sum += word;
-    benchmark::DoNotOptimize(sum);
-  }
-  state.SetBytesProcessed(state.iterations() * int64_t(words) *
-                          int64_t(sizeof(uint64_t)));
+  kvir::bench::measureReadBandwidth(state);
 }
 BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond);
 

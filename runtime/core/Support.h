@@ -17,8 +17,25 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace kvrt {
+
+/// Holds one reference to each of a list of pages until destroyed: the pages
+/// a call allocated go back to the pool on every early return. Not copyable
+/// (a copy would release them twice).
+struct PageRefs {
+  kvrt_pool *pool;
+  std::vector<int32_t> pages;
+  PageRefs(kvrt_pool *pool, std::vector<int32_t> pages)
+      : pool(pool), pages(std::move(pages)) {}
+  PageRefs(const PageRefs &) = delete;
+  PageRefs &operator=(const PageRefs &) = delete;
+  ~PageRefs() {
+    for (int32_t page : pages)
+      kvrt_pool_release_page(pool, page);
+  }
+};
 
 /// Records `message` as this thread's last error and returns `status`.
 kvrt_status fail(kvrt_status status, const std::string &message);

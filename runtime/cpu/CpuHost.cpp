@@ -43,16 +43,6 @@ kvrt_status kvir::cpu::buildRunTable(const kvrt_view *view, RunTable *table) {
 
 namespace {
 
-/// Holds one reference to each of a list of pages until destroyed.
-struct PageRefs {
-  kvrt_pool *pool;
-  std::vector<int32_t> pages;
-  ~PageRefs() {
-    for (int32_t page : pages)
-      kvrt_pool_release_page(pool, page);
-  }
-};
-
 class CpuBackend final : public ComputeBackend {
 public:
   explicit CpuBackend(KernelProvider provider)
@@ -162,7 +152,7 @@ private:
   /// The pages a kernel call wrote its new run into, held until released.
   struct Scratch {
     kvrt_pool *pool = nullptr;
-    std::unique_ptr<PageRefs> pages;
+    std::unique_ptr<kvrt::PageRefs> pages;
   };
 
   /// Runs layers 0 .. nLayers-1 of the forward of the tokens over `view`
@@ -196,8 +186,9 @@ private:
     if (kvrt_status s = kvrt_pool_alloc_pages(pool, nPages, pages.data()))
       return s;
     scratch.pool = pool;
-    // Built in place: a PageRefs copy would release the pages twice.
-    scratch.pages.reset(new PageRefs{pool, std::move(pages)});
+    // The pages go back to the pool when `scratch` is destroyed, unless the
+    // caller seals them into a view first (which takes its own references).
+    scratch.pages.reset(new kvrt::PageRefs{pool, std::move(pages)});
     table.append(scratch.pages->pages.data(), nPages, 0, n, pos, 0);
 
     std::vector<float> x = embed(c, w, tokens, n);

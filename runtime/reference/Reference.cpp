@@ -14,16 +14,6 @@ namespace {
 
 constexpr int64_t kMaxPosition = KVRT_MAX_POSITION;
 
-/// Holds one reference to each of a list of pages until destroyed.
-struct PageRefs {
-  kvrt_pool *pool;
-  std::vector<int32_t> pages;
-  ~PageRefs() {
-    for (int32_t page : pages)
-      kvrt_pool_release_page(pool, page);
-  }
-};
-
 /// Where keys and values live: the pool layout and the runs to attend.
 struct KVSpan {
   kvrt_page_layout layout;
@@ -301,7 +291,7 @@ kvrt_status prefillImpl(const kvrt_model *model, const kvrt_view *view,
   std::vector<int32_t> pages(nPages);
   if (kvrt_status s = kvrt_pool_alloc_pages(pool, nPages, pages.data()))
     return s;
-  PageRefs held{pool, pages};
+  kvrt::PageRefs held{pool, pages};
   kvrt_run run{pages.data(), nPages, 0, n, pos, 0, tokens, label};
   span.runs.push_back(run);
   forward(c, w, span, tokens, n, pos, lastOnly, *logits);
@@ -390,7 +380,7 @@ kvrt_status kvir::reference::layerKV(const kvrt_model *model,
     std::vector<int32_t> pages(nPages);
     if (kvrt_status s = kvrt_pool_alloc_pages(pool, nPages, pages.data()))
       return s;
-    PageRefs held{pool, pages};
+    kvrt::PageRefs held{pool, pages};
     span.runs.push_back({pages.data(), nPages, 0, n, pos, 0, tokens, nullptr});
     std::vector<float> unused;
     forward(c, w, span, tokens, n, pos, false, unused, layer + 1);
@@ -427,7 +417,7 @@ kvrt_status kvir::reference::materialize(const kvrt_model *model,
     if (total > 0)
       if (kvrt_status s = kvrt_pool_alloc_pages(pool, total, pages.data()))
         return s;
-    PageRefs held{pool, pages};
+    kvrt::PageRefs held{pool, pages};
     for (const kvrt_run &run : span.runs)
       if (run.delta != 0 && run.base_pos + run.delta < 0)
         return fail(KVRT_ERR_INVALID_ARGUMENT,

@@ -31,25 +31,6 @@ Prefilled prefill(const kvrt_model *model, const kvrt_view *view,
   return result;
 }
 
-ViewPtr shifted(const kvrt_view *view, int64_t delta) {
-  kvrt_view *out = nullptr;
-  EXPECT_EQ(kvrt_view_shift(view, delta, &out), KVRT_OK) << kvrt_last_error();
-  return ViewPtr(out);
-}
-
-ViewPtr concat(const kvrt_view *a, const kvrt_view *b) {
-  kvrt_view *out = nullptr;
-  EXPECT_EQ(kvrt_view_concat(a, b, &out), KVRT_OK) << kvrt_last_error();
-  return ViewPtr(out);
-}
-
-ViewPtr slice(const kvrt_view *view, int64_t begin, int64_t end) {
-  kvrt_view *out = nullptr;
-  EXPECT_EQ(kvrt_view_slice(view, begin, end, &out), KVRT_OK)
-      << kvrt_last_error();
-  return ViewPtr(out);
-}
-
 /// max |a - b| / max |b|.
 template <typename T>
 double relativeError(const std::vector<T> &a, const std::vector<T> &b) {
@@ -59,14 +40,6 @@ double relativeError(const std::vector<T> &a, const std::vector<T> &b) {
     scale = std::max(scale, std::fabs(double(b[i])));
   }
   return diff / scale;
-}
-
-std::vector<int32_t> randomTokens(size_t n, int32_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> tokens(n);
-  for (int32_t &t : tokens)
-    t = static_cast<int32_t>(rng() % vocab);
-  return tokens;
 }
 
 std::vector<double> randomQuery(const kvrt_model_config &c, uint32_t seed) {

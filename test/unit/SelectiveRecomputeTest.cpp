@@ -11,14 +11,6 @@ using namespace kvir::test;
 
 namespace {
 
-std::vector<int32_t> randomTokens(size_t n, int32_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> tokens(n);
-  for (int32_t &t : tokens)
-    t = static_cast<int32_t>(rng() % vocab);
-  return tokens;
-}
-
 ViewPtr prefill(kvir::ComputeBackend &backend, const kvrt_model *model,
                 const kvrt_view *view, const std::vector<int32_t> &tokens,
                 int64_t pos, std::vector<float> *logits = nullptr,
@@ -29,18 +21,6 @@ ViewPtr prefill(kvir::ComputeBackend &backend, const kvrt_model *model,
                             label, false, logits ? logits : &scratch, &out),
             KVRT_OK)
       << kvrt_last_error();
-  return ViewPtr(out);
-}
-
-ViewPtr concat(const kvrt_view *a, const kvrt_view *b) {
-  kvrt_view *out = nullptr;
-  EXPECT_EQ(kvrt_view_concat(a, b, &out), KVRT_OK) << kvrt_last_error();
-  return ViewPtr(out);
-}
-
-ViewPtr shifted(const kvrt_view *view, int64_t delta) {
-  kvrt_view *out = nullptr;
-  EXPECT_EQ(kvrt_view_shift(view, delta, &out), KVRT_OK) << kvrt_last_error();
   return ViewPtr(out);
 }
 

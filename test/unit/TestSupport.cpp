@@ -2,6 +2,8 @@
 
 #include "test/unit/TestSupport.h"
 
+#include <random>
+
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -123,4 +125,32 @@ double kvir::test::maxAbsDiff(const float *a, const float *b, size_t n) {
   for (size_t i = 0; i < n; ++i)
     worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])));
   return worst;
+}
+
+ViewPtr kvir::test::shifted(const kvrt_view *view, int64_t delta) {
+  kvrt_view *out = nullptr;
+  EXPECT_EQ(kvrt_view_shift(view, delta, &out), KVRT_OK) << kvrt_last_error();
+  return ViewPtr(out);
+}
+
+ViewPtr kvir::test::concat(const kvrt_view *a, const kvrt_view *b) {
+  kvrt_view *out = nullptr;
+  EXPECT_EQ(kvrt_view_concat(a, b, &out), KVRT_OK) << kvrt_last_error();
+  return ViewPtr(out);
+}
+
+ViewPtr kvir::test::slice(const kvrt_view *view, int64_t begin, int64_t end) {
+  kvrt_view *out = nullptr;
+  EXPECT_EQ(kvrt_view_slice(view, begin, end, &out), KVRT_OK)
+      << kvrt_last_error();
+  return ViewPtr(out);
+}
+
+std::vector<int32_t> kvir::test::randomTokens(size_t n, int32_t vocab,
+                                              uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> tokens(n);
+  for (int32_t &t : tokens)
+    t = static_cast<int32_t>(rng() % vocab);
+  return tokens;
 }

@@ -88,6 +88,14 @@ ViewPtr emptyView(kvrt_pool *pool);
 /// Largest |a[i] - b[i]|.
 double maxAbsDiff(const float *a, const float *b, size_t n);
 
+/// View operations that fail the test (non-fatally) on an error.
+ViewPtr shifted(const kvrt_view *view, int64_t delta);
+ViewPtr concat(const kvrt_view *a, const kvrt_view *b);
+ViewPtr slice(const kvrt_view *view, int64_t begin, int64_t end);
+
+/// `n` token ids below `vocab` from a seeded generator.
+std::vector<int32_t> randomTokens(size_t n, int32_t vocab, uint32_t seed);
+
 } // namespace kvir::test
 
 #endif // KVIR_TEST_UNIT_TESTSUPPORT_H

@@ -91,33 +91,6 @@ Prefilled refPrefill(const kvrt_model *model, const kvrt_view *view,
   return result;
 }
 
-ViewPtr shifted(const kvrt_view *view, int64_t delta) {
-  kvrt_view *out = nullptr;
-  EXPECT_EQ(kvrt_view_shift(view, delta, &out), KVRT_OK) << kvrt_last_error();
-  return ViewPtr(out);
-}
-
-ViewPtr concat(const kvrt_view *a, const kvrt_view *b) {
-  kvrt_view *out = nullptr;
-  EXPECT_EQ(kvrt_view_concat(a, b, &out), KVRT_OK) << kvrt_last_error();
-  return ViewPtr(out);
-}
-
-ViewPtr slice(const kvrt_view *view, int64_t begin, int64_t end) {
-  kvrt_view *out = nullptr;
-  EXPECT_EQ(kvrt_view_slice(view, begin, end, &out), KVRT_OK)
-      << kvrt_last_error();
-  return ViewPtr(out);
-}
-
-std::vector<int32_t> randomTokens(size_t n, int32_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> tokens(n);
-  for (int32_t &t : tokens)
-    t = static_cast<int32_t>(rng() % vocab);
-  return tokens;
-}
-
 double maxDiff(const std::vector<float> &a, const std::vector<float> &b) {
   EXPECT_EQ(a.size(), b.size());
   return maxAbsDiff(a.data(), b.data(), std::min(a.size(), b.size()));
