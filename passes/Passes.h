@@ -52,6 +52,59 @@ struct LowerToCPUPipelineOptions
 void buildLowerToCPUPipeline(OpPassManager &pm,
                              const LowerToCPUPipelineOptions &options);
 
+/// Options of the kv-lower-to-nvvm pipeline
+/// (passes/Pipelines/NVVMPipeline.cpp).
+struct LowerToNVVMPipelineOptions
+    : public PassPipelineOptions<LowerToNVVMPipelineOptions> {
+  PassOptions::Option<std::string> chip{
+      *this, "chip",
+      llvm::cl::desc("Target GPU architecture: sm_70 .. sm_120a (sm_90 is the "
+                     "H200)"),
+      llvm::cl::init("sm_90")};
+  PassOptions::Option<std::string> features{
+      *this, "features", llvm::cl::desc("PTX features, e.g. +ptx80"),
+      llvm::cl::init("+ptx80")};
+  PassOptions::Option<unsigned> optLevel{
+      *this, "opt-level",
+      llvm::cl::desc("Optimization level of the NVPTX "
+                     "backend and ptxas (0..3)"),
+      llvm::cl::init(3)};
+  PassOptions::Option<std::string> format{
+      *this, "format",
+      llvm::cl::desc("What the kernels become: `bin` (cubin) or `isa` (PTX)"),
+      llvm::cl::init("bin")};
+  PassOptions::Option<std::string> toolkit{
+      *this, "toolkit",
+      llvm::cl::desc("CUDA toolkit root (libdevice, ptxas); defaults to the "
+                     "one found at configure time"),
+      llvm::cl::init("")};
+};
+
+/// Why `options` cannot build kv-lower-to-nvvm (unknown chip or format, no
+/// toolkit, an opt level out of range), or an empty string.
+std::string
+checkLowerToNVVMPipelineOptions(const LowerToNVVMPipelineOptions &options);
+
+/// Builds kv-lower-to-nvvm: emit the GPU forward (convert-kv-to-gpu), lower
+/// the kernels to NVVM, attach the target, serialize them (linking libdevice)
+/// and lower the host side to LLVM calls of the mgpu* runtime functions.
+/// `options` must pass checkLowerToNVVMPipelineOptions.
+void buildLowerToNVVMPipeline(OpPassManager &pm,
+                              const LowerToNVVMPipelineOptions &options);
+
+/// Registers kv-lower-to-nvvm (with option checking).
+void registerLowerToNVVMPipeline();
+
+/// The location metadata that marks an op as derived from a plan op
+/// (kv.edit, kv.compose, kv.logits): kv-run fuses it into their locations
+/// before kv-optimize, and convert-kv-to-runtime counts such ops, and the ops
+/// that use their results, as plan work.
+inline constexpr llvm::StringLiteral kPlanLocationTag = "kv.plan";
+
+/// Whether `loc` carries kPlanLocationTag (in a fused, name or call-site
+/// location).
+bool isPlanLocation(Location loc);
+
 /// Registers the kv passes and pipelines with the global registry.
 void registerKVPassesAndPipelines();
 

@@ -57,6 +57,93 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
   ];
 }
 
+def ConvertKVToRuntimePass : Pass<"convert-kv-to-runtime", "ModuleOp"> {
+  let summary = "Lowers a planned kv program to calls of the execution runtime";
+  let description = [{
+    Lowers the host program a kv-optimize'd module holds (kv primitives,
+    index arithmetic, token tensors, calls) to calls of the C ABI of
+    runtime/exec/ExecRuntime.h. `!kv.cache` and `!kv.model` become
+    `!llvm.ptr` (a view, the model); 1-D i32 token tensors and 2-D f32
+    logits tensors become `!llvm.ptr` handles owned by the runtime context,
+    so no bufferization is needed. Each host function takes the context as a
+    new first argument; each public one gets a wrapper
+    `_kvrt_entry_NAME(ctx, args, results)` over arrays of 64-bit slots. The
+    location of every op that can fail is recorded in the module attribute
+    `kv.exec_sites` (the `site` argument of the calls indexes it); ops whose
+    location is fused with the `kv.plan` metadata count as plan work.
+    `kv.context` ops are removed.
+
+    Before:
+    ```mlir
+    func.func @f(%m: !model, %t: tensor<?xi32>) -> !cache {
+      %c0 = kv.empty : !cache
+      %c1, %l = kv.prefill %m, %c0, %t last
+          : !model, (!cache), tensor<?xi32> -> !cache, tensor<1x512xf32>
+      return %c1 : !cache
+    }
+    ```
+    After (roughly):
+    ```mlir
+    func.func @f(%ctx: !llvm.ptr, %m: !llvm.ptr, %t: !llvm.ptr) -> !llvm.ptr {
+      %0 = call @kvrt_exec_empty(%ctx, %site0) : (!llvm.ptr, i32) -> !llvm.ptr
+      %l = call @kvrt_exec_prefill(%ctx, %site1, %m, ...) : (...) -> !llvm.ptr
+      %c1 = llvm.load %slot : !llvm.ptr -> !llvm.ptr
+      return %c1 : !llvm.ptr
+    }
+    func.func @_kvrt_entry_f(%ctx: !llvm.ptr, %args: !llvm.ptr, %res: !llvm.ptr)
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::func::FuncDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::scf::SCFDialect"];
+  let statistics = [
+    Statistic<"numFunctions", "functions", "Number of host functions lowered">,
+    Statistic<"numSites", "sites", "Number of ops given an error site">
+  ];
+}
+
+def ConvertKVToGPUPass : Pass<"convert-kv-to-gpu", "ModuleOp"> {
+  let summary = "Emits the generated GPU forward of every model the module asks for";
+  let description = [{
+    Reads the module attribute `kv.forward` (as `convert-kv-to-cpu` does) and
+    emits for each entry NAME the decoder forward for NVIDIA GPUs: the same
+    math as the CPU forward, with the outer loops of each kernel mapped to the
+    grid. `gpu.module @NAME_kernels` holds the kernels (`rmsnorm`, `matmul`,
+    `swiglu`, `store_kv`, `attn_tile`: one block per query, head and run tile
+    with the query rotated once per run offset and an online softmax,
+    `attn_merge`: the flash-decoding merge of the tiles); the host functions
+    `NAME_prefill` and `NAME_attention` launch them (`gpu.launch_func`) on
+    device buffers. The module becomes a `gpu.container_module`; the
+    attribute is removed. ABI: docs/gpu-backend.md.
+
+    Before:
+    ```mlir
+    module attributes {kv.forward = {tiny = !kv.model<dim = 64, hidden = 172,
+        layers = 5, heads = 8, kv_heads = 4, vocab = 512>}} {}
+    ```
+    After:
+    ```mlir
+    module attributes {gpu.container_module} {
+      gpu.module @tiny_kernels { gpu.func @tiny_attn_tile(...) kernel ... }
+      func.func @tiny_prefill(...) attributes {llvm.emit_c_interface} {
+        ... gpu.launch_func @tiny_kernels::@tiny_rmsnorm ...
+      }
+    }
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::func::FuncDialect",
+                           "::mlir::gpu::GPUDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::vector::VectorDialect"];
+  let statistics = [
+    Statistic<"numForwards", "forwards", "Number of GPU model forwards emitted">
+  ];
+}
+
 //===----------------------------------------------------------------------===//
 // Transforms
 //===----------------------------------------------------------------------===//

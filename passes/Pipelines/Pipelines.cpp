@@ -27,6 +27,9 @@ void mlir::kv::buildOptimizePipeline(OpPassManager &pm,
 
 void mlir::kv::buildLowerToCPUPipeline(
     OpPassManager &pm, const LowerToCPUPipelineOptions &options) {
+  // The host program first (kv ops to runtime calls), then the forwards the
+  // module asks for; both lower to LLVM below.
+  pm.addPass(createConvertKVToRuntimePass());
   pm.addPass(createConvertKVToCPUPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
@@ -56,8 +59,10 @@ void mlir::kv::registerKVPassesAndPipelines() {
       buildOptimizePipeline);
   PassPipelineRegistration<LowerToCPUPipelineOptions>(
       "kv-lower-to-cpu",
-      "Emit the generated CPU forward of every model in the module's "
-      "kv.forward attribute (convert-kv-to-cpu) and lower it to the LLVM "
-      "dialect",
+      "Lower a planned kv program to calls of the execution runtime "
+      "(convert-kv-to-runtime), emit the generated CPU forward of every model "
+      "in the module's kv.forward attribute (convert-kv-to-cpu) and lower "
+      "both to the LLVM dialect",
       buildLowerToCPUPipeline);
+  registerLowerToNVVMPipeline();
 }

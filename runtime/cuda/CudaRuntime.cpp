@@ -62,6 +62,11 @@ struct Driver {
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuMemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*cuCtxSynchronize)(void);
+  CUresult (*cuMemGetInfo)(size_t *, size_t *);
 };
 
 /// Process-wide state: the driver, the first error, the device.
@@ -136,6 +141,11 @@ bool resolve(void *library, Driver &d, std::string &missing) {
   get(d.cuMemFree, "cuMemFree_v2");
   get(d.cuMemcpyAsync, "cuMemcpyAsync");
   get(d.cuMemsetD32Async, "cuMemsetD32Async");
+  get(d.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+  get(d.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+  get(d.cuMemcpyDtoD, "cuMemcpyDtoD_v2");
+  get(d.cuCtxSynchronize, "cuCtxSynchronize");
+  get(d.cuMemGetInfo, "cuMemGetInfo_v2");
   return ok;
 }
 
@@ -239,6 +249,86 @@ void kvrt_cuda_clear_error(void) {
 }
 
 const char *kvrt_cuda_device_name(void) { return state().deviceName.c_str(); }
+
+/// KVRT_ERR_UNAVAILABLE with the recorded CUDA error (the first of the
+/// process), or KVRT_OK when none is recorded.
+static kvrt_status recordedStatus() {
+  const char *error = kvrt_cuda_last_error();
+  if (!error)
+    return KVRT_OK;
+  return kvrt::fail(KVRT_ERR_UNAVAILABLE, error);
+}
+
+kvrt_status kvrt_cuda_check(void) {
+  if (kvrt_status s = kvrt_cuda_init())
+    return s;
+  return recordedStatus();
+}
+
+kvrt_status kvrt_cuda_malloc(size_t bytes, void **out) {
+  if (!out)
+    return kvrt::nullArgument(__func__);
+  *out = nullptr;
+  if (kvrt_status s = kvrt_cuda_check())
+    return s;
+  const Driver &d = state().driver;
+  CUdeviceptr ptr = 0;
+  if (CUresult r = d.cuMemAlloc(&ptr, bytes ? bytes : 1); r != kSuccess) {
+    size_t freeBytes = 0, totalBytes = 0;
+    d.cuMemGetInfo(&freeBytes, &totalBytes);
+    // Out of device memory is the caller's to report, not a sticky error.
+    return kvrt::fail(KVRT_ERR_OUT_OF_MEMORY,
+                      kvrt::str("out of GPU memory: cannot allocate ", bytes,
+                                " bytes on ", state().deviceName, " (",
+                                freeBytes, " of ", totalBytes,
+                                " bytes free): ", describe(r)));
+  }
+  *out = reinterpret_cast<void *>(ptr);
+  return KVRT_OK;
+}
+
+void kvrt_cuda_free(void *ptr) {
+  if (const Driver *d = driver(); d && ptr)
+    check(d->cuMemFree(devicePtr(ptr)), "cuMemFree");
+}
+
+kvrt_status kvrt_cuda_upload(void *dst, const void *src, size_t bytes) {
+  if (kvrt_status s = kvrt_cuda_check())
+    return s;
+  if (bytes && !check(state().driver.cuMemcpyHtoD(devicePtr(dst), src, bytes),
+                      "cuMemcpyHtoD"))
+    return recordedStatus();
+  return KVRT_OK;
+}
+
+kvrt_status kvrt_cuda_download(void *dst, const void *src, size_t bytes) {
+  if (kvrt_status s = kvrt_cuda_check())
+    return s;
+  if (bytes && !check(state().driver.cuMemcpyDtoH(
+                          dst, devicePtr(const_cast<void *>(src)), bytes),
+                      "cuMemcpyDtoH"))
+    return recordedStatus();
+  return KVRT_OK;
+}
+
+kvrt_status kvrt_cuda_copy(void *dst, const void *src, size_t bytes) {
+  if (kvrt_status s = kvrt_cuda_check())
+    return s;
+  if (bytes &&
+      !check(state().driver.cuMemcpyDtoD(
+                 devicePtr(dst), devicePtr(const_cast<void *>(src)), bytes),
+             "cuMemcpyDtoD"))
+    return recordedStatus();
+  return KVRT_OK;
+}
+
+kvrt_status kvrt_cuda_synchronize(void) {
+  if (kvrt_status s = kvrt_cuda_check())
+    return s;
+  if (!check(state().driver.cuCtxSynchronize(), "cuCtxSynchronize"))
+    return recordedStatus();
+  return KVRT_OK;
+}
 
 void *mgpuModuleLoad(void *data, size_t) {
   const Driver *d = driver();

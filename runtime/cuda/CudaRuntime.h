@@ -49,6 +49,23 @@ void kvrt_cuda_clear_error(void);
 const char *kvrt_cuda_device_name(void);
 
 //===----------------------------------------------------------------------===//
+// Device memory for the runtime's own buffers (weights, pages, tables). Each
+// fails with KVRT_ERR_UNAVAILABLE and the recorded CUDA error, or (malloc)
+// KVRT_ERR_OUT_OF_MEMORY naming the size and the free memory.
+//===----------------------------------------------------------------------===//
+
+/// KVRT_OK when the driver is ready and no CUDA error is recorded (a failed
+/// launch or copy of generated code included), else the error.
+kvrt_status kvrt_cuda_check(void);
+kvrt_status kvrt_cuda_malloc(size_t bytes, void **out);
+void kvrt_cuda_free(void *ptr);
+kvrt_status kvrt_cuda_upload(void *dst, const void *src, size_t bytes);
+kvrt_status kvrt_cuda_download(void *dst, const void *src, size_t bytes);
+kvrt_status kvrt_cuda_copy(void *dst, const void *src, size_t bytes);
+/// Waits for all work of the context; reports a failed kernel.
+kvrt_status kvrt_cuda_synchronize(void);
+
+//===----------------------------------------------------------------------===//
 // The functions upstream GPU lowering calls (see BUILD-NOTES: gpu-to-llvm).
 //===----------------------------------------------------------------------===//
 

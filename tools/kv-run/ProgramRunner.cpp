@@ -7,10 +7,9 @@
 #include "passes/Analysis/DependencySlice.h"
 #include "passes/Passes.h"
 #include "runtime/core/SelectiveRecompute.h"
-#include "runtime/reference/Reference.h"
-#if KVIR_HAVE_CPU_BACKEND
 #include "runtime/cpu/CpuBackend.h"
-#endif
+#include "runtime/cuda/CudaBackend.h"
+#include "runtime/reference/Reference.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -39,23 +38,7 @@ using namespace kvir::run;
 
 namespace {
 
-constexpr llvm::StringLiteral kPlanTag = "kv-run.plan";
 constexpr unsigned kMaxCallDepth = 64;
-
-/// Whether `loc` was given to an op derived from a plan op.
-bool isPlanLoc(Location loc) {
-  if (auto fused = dyn_cast<FusedLoc>(loc)) {
-    if (auto tag = dyn_cast_or_null<StringAttr>(fused.getMetadata()))
-      if (tag.getValue() == kPlanTag)
-        return true;
-    return llvm::any_of(fused.getLocations(), isPlanLoc);
-  }
-  if (auto name = dyn_cast<NameLoc>(loc))
-    return isPlanLoc(name.getChildLoc());
-  if (auto site = dyn_cast<CallSiteLoc>(loc))
-    return isPlanLoc(site.getCallee());
-  return false;
-}
 
 /// A shorthand for the runtime's last error.
 std::string lastError() { return kvrt_last_error(); }
@@ -209,8 +192,9 @@ LogicalResult ProgramRunner::finishLoad() {
   program->walk([&](Operation *op) {
     if (isa<mlir::kv::EditOp, mlir::kv::ComposeOp, mlir::kv::LogitsOp>(op)) {
       planOps = true;
-      op->setLoc(FusedLoc::get(&context, {op->getLoc()},
-                               StringAttr::get(&context, kPlanTag)));
+      op->setLoc(
+          FusedLoc::get(&context, {op->getLoc()},
+                        StringAttr::get(&context, mlir::kv::kPlanLocationTag)));
     }
   });
   PassManager pm(&context);
@@ -453,7 +437,7 @@ static FailureOr<int64_t> evalBinary(Operation *op, int64_t a, int64_t b) {
 }
 
 LogicalResult ProgramRunner::execute(Operation *op, Frame &frame) {
-  bool opInPlan = frame.inPlan || isPlanLoc(op->getLoc()) ||
+  bool opInPlan = frame.inPlan || mlir::kv::isPlanLocation(op->getLoc()) ||
                   llvm::any_of(op->getOperands(), [&](Value v) {
                     return frame.planValues.contains(v);
                   });
@@ -909,20 +893,19 @@ kvir::run::createBackend(StringRef name, const kvrt_model *model,
                          std::string &error) {
   if (name == "reference")
     return createReferenceBackend();
-  if (name == "cpu") {
-#if KVIR_HAVE_CPU_BACKEND
-    std::unique_ptr<ComputeBackend> backend =
-        cpu::createCpuBackend(model, &error);
-    if (!backend)
-      error = "cannot create the cpu backend: " + error;
-    return backend;
-#else
-    error = "the cpu backend is not built yet (runtime/cpu has no "
-            "CpuBackend); use --backend reference";
+  std::unique_ptr<ComputeBackend> backend;
+  if (name == "cpu")
+    backend = cpu::createCpuBackend(model, &error);
+  else if (name == "cuda")
+    backend = cuda::createCudaBackend(model, &error);
+  else {
+    error = "unknown backend '" + name.str() +
+            "' (available: reference, cpu, cuda)";
     return nullptr;
-#endif
   }
-  error = "unknown backend '" + name.str() + "' (available: reference, cpu)";
+  if (!backend)
+    error = "cannot create the " + name.str() + " backend: " + error;
+  return backend;
   return nullptr;
 }
 

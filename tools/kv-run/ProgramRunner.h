@@ -4,7 +4,9 @@
 // function by walking its ops: index arithmetic, token tensors and every kv
 // primitive left after kv-optimize, mapped onto kvrt_view_* operations and
 // ComputeBackend calls. Diagnostics go through the MLIRContext with the
-// failing op's location; nothing is compiled.
+// failing op's location; nothing is compiled (`kv-run --exec interpret`;
+// ProgramCompiler.h is the compiled path, which reuses the loading and the
+// argument binding here).
 //
 // Cost accounting: ops derived by kv-optimize from kv.edit, kv.compose and
 // kv.logits, and every op that consumes a value they produce, are the *plan*;
@@ -151,6 +153,8 @@ public:
 
   const kvrt_model_config &config() const { return modelConfig; }
   ComputeBackend &computeBackend() { return backend; }
+  const kvrt_model *loadedModel() const { return model; }
+  kvrt_pool *kvPool() const { return pool; }
 
 private:
   struct Frame;

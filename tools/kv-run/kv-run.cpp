@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "tools/kv-run/ProgramCompiler.h"
 #include "tools/kv-run/ProgramRunner.h"
 
 #include "runtime/core/ComputeBackend.h"
@@ -108,11 +109,20 @@ cl::opt<std::string> dumpLogits(
     cl::desc("write logits as little-endian float32 [rows][vocab]: every "
              "position (first form) or the first returned logits (program)"),
     cl::value_desc("file"), cl::cat(kvRunCategory));
-cl::opt<std::string> backendName("backend",
-                                 cl::desc("backend that computes the forward: "
-                                          "reference or cpu"),
-                                 cl::value_desc("name"), cl::init("reference"),
-                                 cl::cat(kvRunCategory));
+cl::opt<std::string>
+    backendName("backend",
+                cl::desc("backend that computes the forward: "
+                         "reference (the C++ oracle), cpu "
+                         "(generated, JIT) or cuda (generated, "
+                         "ahead of time; needs a GPU)"),
+                cl::value_desc("name"), cl::init("reference"),
+                cl::cat(kvRunCategory));
+cl::opt<std::string> execMode(
+    "exec",
+    cl::desc("how the program runs: jit (lowered by kv-lower-to-cpu and "
+             "compiled with the ExecutionEngine, the default) or interpret "
+             "(walked op by op, for debugging)"),
+    cl::value_desc("jit|interpret"), cl::init("jit"), cl::cat(kvRunCategory));
 cl::opt<int> pageTokens("page-tokens",
                         cl::desc("token slots per KV page (default 16)"),
                         cl::value_desc("n"), cl::init(16),
@@ -262,14 +272,22 @@ std::string describeConfig(const kvrt_model_config &c) {
          std::to_string(c.vocab_size);
 }
 
+/// Rejects an unknown --backend before anything is loaded.
+llvm::Error checkBackendName() {
+  if (backendName == "reference" || backendName == "cpu" ||
+      backendName == "cuda")
+    return llvm::Error::success();
+  return makeError("unknown backend '" + backendName +
+                   "' (available: reference, cpu, cuda)");
+}
+
 /// The first form: prefill a token list from position 0.
 llvm::Error runTokens() {
   llvm::Expected<std::vector<int32_t>> tokens = readTokens();
   if (!tokens)
     return tokens.takeError();
-  if (backendName != "reference" && backendName != "cpu")
-    return makeError("unknown backend '" + backendName +
-                     "' (available: reference, cpu)");
+  if (llvm::Error error = checkBackendName())
+    return error;
   std::string description;
   llvm::Expected<ModelPtr> model = loadModel(description);
   if (!model)
@@ -349,7 +367,7 @@ llvm::Expected<InputOptions> readInputs() {
 
 /// Everything the report prints.
 struct Report {
-  std::string program, entry, model, backend, config;
+  std::string program, entry, model, backend, config, exec;
   std::vector<BoundInput> inputs;
   std::vector<RuntimeValue> results;
   WorkStats plan, setup;
@@ -395,6 +413,9 @@ void printText(const Report &r) {
      << ", planned by kv-optimize)\n"
      << "model: " << r.model << " (" << r.config << ")\n"
      << "backend: " << r.backend << "\n"
+     << "exec: "
+     << (r.exec == "jit" ? "jit (compiled by kv-lower-to-cpu)" : "interpret")
+     << "\n"
      << "inputs:";
   for (const BoundInput &in : r.inputs)
     if (in.tokens >= 0)
@@ -498,6 +519,7 @@ void printJson(const Report &r) {
     j.attribute("model", r.model);
     j.attribute("model_config", r.config);
     j.attribute("backend", r.backend);
+    j.attribute("exec", r.exec);
     j.attributeArray("inputs", [&] {
       for (const BoundInput &in : r.inputs)
         if (in.tokens >= 0)
@@ -597,9 +619,11 @@ llvm::Error runProgram() {
   llvm::Expected<InputOptions> options = readInputs();
   if (!options)
     return options.takeError();
-  if (backendName != "reference" && backendName != "cpu")
-    return makeError("unknown backend '" + backendName +
-                     "' (available: reference, cpu)");
+  if (llvm::Error error = checkBackendName())
+    return error;
+  if (execMode != "jit" && execMode != "interpret")
+    return makeError("unknown --exec '" + execMode +
+                     "' (available: jit, interpret)");
   Report report;
   llvm::Expected<ModelPtr> model = loadModel(report.model);
   if (!model)
@@ -631,8 +655,12 @@ llvm::Error runProgram() {
       runner.bindArguments(*entry, *options, &report.inputs);
   if (mlir::failed(args))
     return failed();
+  bool jit = execMode == "jit";
+  ProgramCompiler compiler(runner);
+  if (jit && mlir::failed(compiler.compile(*entry)))
+    return failed();
   mlir::FailureOr<std::vector<RuntimeValue>> results =
-      runner.run(*entry, *args);
+      jit ? compiler.run(*args) : runner.run(*entry, *args);
   if (mlir::failed(results))
     return failed();
 
@@ -641,10 +669,11 @@ llvm::Error runProgram() {
   report.backend = (*backend)->name();
   report.config = describeConfig(runner.config());
   report.results = *results;
-  report.plan = runner.planStats();
-  report.setup = runner.setupStats();
+  report.exec = execMode;
+  report.plan = jit ? compiler.planStats() : runner.planStats();
+  report.setup = jit ? compiler.setupStats() : runner.setupStats();
   report.hasPlanOps = runner.hasPlanOps();
-  report.repairs = runner.repairs();
+  report.repairs = jit ? compiler.repairs() : runner.repairs();
   report.greedy =
       greedyTokens >= 0 ? int64_t(greedyTokens) : (compareFull ? 16 : 0);
 

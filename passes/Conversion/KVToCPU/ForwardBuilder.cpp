@@ -123,28 +123,6 @@ std::string matmulSource(StringRef prefix, bool accumulate) {
   return s;
 }
 
-std::string substitute(StringRef text,
-                       const llvm::StringMap<std::string> &map) {
-  std::string out;
-  out.reserve(text.size() * 2);
-  while (!text.empty()) {
-    size_t at = text.find("${");
-    if (at == StringRef::npos) {
-      out += text.str();
-      break;
-    }
-    out += text.take_front(at).str();
-    text = text.drop_front(at + 2);
-    size_t end = text.find('}');
-    StringRef key = text.take_front(end);
-    auto it = map.find(key);
-    assert(it != map.end() && "unknown placeholder in the forward template");
-    out += it->second;
-    text = text.drop_front(end + 1);
-  }
-  return out;
-}
-
 } // namespace
 
 ForwardConfig ForwardConfig::fromModelType(ModelType type) {
@@ -184,8 +162,8 @@ std::string mlir::kv::checkForwardConfig(const ForwardConfig &c) {
   return msg;
 }
 
-std::string mlir::kv::getForwardSource(const ForwardConfig &c,
-                                       StringRef prefix) {
+llvm::StringMap<std::string>
+mlir::kv::getForwardSubstitutions(const ForwardConfig &c, StringRef prefix) {
   int64_t hs = c.headSize();
   llvm::StringMap<std::string> map;
   map["P"] = prefix.str();
@@ -205,15 +183,45 @@ std::string mlir::kv::getForwardSource(const ForwardConfig &c,
   map["THETA"] = hexF64(c.theta);
   map["EPS"] = hexF64(c.eps);
   map["HS_F64"] = hexF64(static_cast<double>(hs));
+  map["D_F64"] = hexF64(static_cast<double>(c.dim));
   map["SCALE"] =
       hexF32(static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs))));
   map["ROPE_INDICES"] = c.halfRope ? "%ia = arith.addi %i, %c0 : index\n"
                                      "    %ib = arith.addi %i, %half : index"
                                    : "%ia = arith.muli %i, %c2 : index\n"
                                      "    %ib = arith.addi %ia, %c1 : index";
+  return map;
+}
+
+std::string mlir::kv::getForwardSource(const ForwardConfig &c,
+                                       StringRef prefix) {
+  llvm::StringMap<std::string> map = getForwardSubstitutions(c, prefix);
   map["MATMUL_NT"] = matmulSource(prefix, /*accumulate=*/false);
   map["MATMUL_NT_ACC"] = matmulSource(prefix, /*accumulate=*/true);
-  return substitute(kTemplate, map);
+  return substituteTemplate(kTemplate, map);
+}
+
+std::string
+mlir::kv::substituteTemplate(StringRef text,
+                             const llvm::StringMap<std::string> &map) {
+  std::string out;
+  out.reserve(text.size() * 2);
+  while (!text.empty()) {
+    size_t at = text.find("${");
+    if (at == StringRef::npos) {
+      out += text.str();
+      break;
+    }
+    out += text.take_front(at).str();
+    text = text.drop_front(at + 2);
+    size_t end = text.find('}');
+    StringRef key = text.take_front(end);
+    auto it = map.find(key);
+    assert(it != map.end() && "unknown placeholder in the forward template");
+    out += it->second;
+    text = text.drop_front(end + 1);
+  }
+  return out;
 }
 
 void mlir::kv::registerForwardDialects(DialectRegistry &registry) {
@@ -233,18 +241,24 @@ LogicalResult mlir::kv::buildForwardFunctions(ModuleOp module,
   ctx->loadDialect<arith::ArithDialect, func::FuncDialect, math::MathDialect,
                    memref::MemRefDialect, scf::SCFDialect,
                    vector::VectorDialect>();
-  std::string source = getForwardSource(config, prefix);
+  return insertForwardSource(module, getForwardSource(config, prefix),
+                             "CPU forward '" + prefix.str() + "'", loc);
+}
+
+LogicalResult mlir::kv::insertForwardSource(ModuleOp module, StringRef source,
+                                            StringRef what, Location loc) {
+  MLIRContext *ctx = module.getContext();
   ParserConfig parserConfig(ctx);
   OwningOpRef<ModuleOp> parsed =
       parseSourceString<ModuleOp>(source, parserConfig, "kv-forward");
   if (!parsed)
-    return emitError(loc) << "internal error: the CPU forward '" << prefix
-                          << "' does not parse";
-  for (auto func : parsed->getOps<func::FuncOp>())
-    if (SymbolTable::lookupSymbolIn(module, func.getSymName()))
-      return emitError(loc)
-             << "cannot build the CPU forward '" << prefix << "': symbol @"
-             << func.getSymName() << " already exists";
+    return emitError(loc) << "internal error: the " << what
+                          << " does not parse";
+  for (Operation &op : parsed->getBody()->getOperations())
+    if (auto sym = dyn_cast<SymbolOpInterface>(op))
+      if (SymbolTable::lookupSymbolIn(module, sym.getName()))
+        return emitError(loc) << "cannot build the " << what << ": symbol @"
+                              << sym.getName() << " already exists";
   Block *body = module.getBody();
   for (Operation &op :
        llvm::make_early_inc_range(parsed->getBody()->getOperations())) {

@@ -14,6 +14,8 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Support/LLVM.h"
 
+#include "llvm/ADT/StringMap.h"
+
 #include <cstdint>
 #include <string>
 
@@ -50,12 +52,27 @@ std::string checkForwardConfig(const ForwardConfig &config);
 /// `<prefix>_<kernel>`: `prefill`, `attention`, `materialize`.
 std::string getForwardSource(const ForwardConfig &config, StringRef prefix);
 
+/// The placeholders shared by the CPU and GPU templates (model sizes, RoPE
+/// layout, theta, eps, scale) for `config` and `prefix`.
+llvm::StringMap<std::string>
+getForwardSubstitutions(const ForwardConfig &config, StringRef prefix);
+
+/// `text` with every `${KEY}` replaced by map[KEY] (each key must exist).
+std::string substituteTemplate(StringRef text,
+                               const llvm::StringMap<std::string> &map);
+
 /// Parses the forward of `config` and moves its functions into `module`.
 /// Fails with a diagnostic at `loc` when a function of that name exists or the
 /// config is not supported.
 LogicalResult buildForwardFunctions(ModuleOp module,
                                     const ForwardConfig &config,
                                     StringRef prefix, Location loc);
+
+/// Parses `source` (a forward, CPU or GPU) and moves its top-level ops into
+/// `module`; `what` names it in the diagnostics at `loc` (a parse failure, a
+/// symbol that exists already).
+LogicalResult insertForwardSource(ModuleOp module, StringRef source,
+                                  StringRef what, Location loc);
 
 /// Registers the dialects the emitted functions use.
 void registerForwardDialects(DialectRegistry &registry);

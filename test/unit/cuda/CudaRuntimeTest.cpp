@@ -65,3 +65,42 @@ TEST(CudaRuntimeDeathTest, MgpuCallsWithoutADriverDoNotCrash) {
 }
 
 } // namespace
+
+#include "runtime/cuda/CudaBackend.h"
+
+namespace {
+
+TEST(CudaRuntimeDeathTest, CudaBackendWithoutADriverIsAClearError) {
+  auto run = [] {
+    setenv("KVIR_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+    kvrt_model_config config;
+    kvrt_model_config_init(&config);
+    kvrt_model *model = nullptr;
+    if (kvrt_model_synthetic(&config, 1, &model) != KVRT_OK)
+      std::exit(6);
+    std::string error;
+    auto backend = kvir::cuda::createCudaBackend(model, &error);
+    kvrt_model_release(model);
+    std::fprintf(stderr, "null=%d error=%s\n", backend == nullptr,
+                 error.c_str());
+    std::exit(backend ? 5 : 4);
+  };
+  EXPECT_EXIT(run(), testing::ExitedWithCode(4),
+              "null=1 error=no CUDA driver: cannot open");
+}
+
+TEST(CudaRuntimeDeathTest, DeviceMemoryWithoutADriverIsAnError) {
+  auto run = [] {
+    setenv("KVIR_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+    void *ptr = reinterpret_cast<void *>(1);
+    kvrt_status status = kvrt_cuda_malloc(64, &ptr);
+    std::fprintf(stderr, "status=%s null=%d sync=%s\n",
+                 kvrt_status_name(status), ptr == nullptr,
+                 kvrt_status_name(kvrt_cuda_synchronize()));
+    std::exit(status == KVRT_ERR_UNAVAILABLE ? 4 : 5);
+  };
+  EXPECT_EXIT(run(), testing::ExitedWithCode(4),
+              "status=unavailable null=1 sync=unavailable");
+}
+
+} // namespace

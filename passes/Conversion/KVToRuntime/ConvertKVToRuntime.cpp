@@ -1,0 +1,873 @@
+//===- ConvertKVToRuntime.cpp - kv host code to runtime calls ---*- C++ -*-===//
+//
+// Lowers a planned kv program (what kv-optimize leaves) to calls of the
+// execution C ABI (runtime/exec/ExecRuntime.h). Values become pointers:
+// views, the model, and token ids and logits as runtime handles, so the host
+// program needs no bufferization. Every host function gets a leading context
+// argument; each public one also gets `_kvrt_entry_NAME(ctx, args, results)`
+// taking its arguments and results as arrays of 64-bit slots.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/KV/KVDialect.h"
+#include "dialects/KV/KVOps.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Func/Transforms/FuncConversions.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Transforms/DialectConversion.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
+
+namespace mlir::kv {
+#define GEN_PASS_DEF_CONVERTKVTORUNTIMEPASS
+#include "passes/Passes.h.inc"
+} // namespace mlir::kv
+
+using namespace mlir;
+using namespace mlir::kv;
+
+namespace {
+
+/// The module attribute listing the location of every site, by site index.
+constexpr llvm::StringLiteral kSitesAttrName = "kv.exec_sites";
+/// The prefix of the generated entry wrappers.
+constexpr llvm::StringLiteral kEntryPrefix = "_kvrt_entry_";
+
+bool isTokensType(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && tensor.getRank() == 1 &&
+         tensor.getElementType().isInteger(32);
+}
+bool isLogitsType(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && tensor.getRank() == 2 && tensor.getElementType().isF32();
+}
+/// The types the conversion turns into pointers.
+bool isHandleType(Type type) {
+  return isa<CacheType, ModelType>(type) || isTokensType(type) ||
+         isLogitsType(type);
+}
+
+bool usesHostTypes(Operation *op) {
+  return llvm::any_of(op->getOperandTypes(), isHandleType) ||
+         llvm::any_of(op->getResultTypes(), isHandleType);
+}
+
+/// What the pre-pass decided, read by the patterns.
+struct LoweringState {
+  DenseSet<Operation *> hostFuncs;
+  DenseMap<Operation *, int32_t> sites;
+  DenseSet<Operation *> planOps;
+  SmallVector<Attribute> siteLocs;
+  llvm::StringMap<FlatSymbolRefAttr> strings;
+  unsigned numGlobals = 0;
+  ModuleOp module;
+
+  int32_t siteOf(Operation *op) const {
+    auto it = sites.find(op);
+    return it == sites.end() ? -1 : it->second;
+  }
+};
+
+class HostTypeConverter : public TypeConverter {
+public:
+  explicit HostTypeConverter(MLIRContext *context) {
+    addConversion([](Type type) { return type; });
+    addConversion([context](Type type) -> std::optional<Type> {
+      if (isHandleType(type))
+        return LLVM::LLVMPointerType::get(context);
+      return std::nullopt;
+    });
+    auto cast = [](OpBuilder &builder, Type type, ValueRange inputs,
+                   Location loc) -> Value {
+      return UnrealizedConversionCastOp::create(builder, loc, type, inputs)
+          .getResult(0);
+    };
+    addSourceMaterialization(cast);
+    addTargetMaterialization(cast);
+  }
+};
+
+/// Shared helpers of the patterns: runtime calls with the context, site and
+/// plan accounting.
+template <typename Op> class RuntimePattern : public OpConversionPattern<Op> {
+public:
+  RuntimePattern(const TypeConverter &converter, MLIRContext *context,
+                 LoweringState &state)
+      : OpConversionPattern<Op>(converter, context), state(state) {}
+
+protected:
+  LoweringState &state;
+
+  Type ptrType() const {
+    return LLVM::LLVMPointerType::get(this->getContext());
+  }
+  Type i64() const { return IntegerType::get(this->getContext(), 64); }
+  Type i32() const { return IntegerType::get(this->getContext(), 32); }
+
+  /// The context argument of the function around `op`.
+  Value contextOf(Operation *op, ConversionPatternRewriter &rewriter) const {
+    auto func = op->template getParentOfType<func::FuncOp>();
+    return rewriter.getRemappedValue(func.getArgument(0));
+  }
+
+  Value constI64(ConversionPatternRewriter &rewriter, Location loc,
+                 int64_t value) const {
+    return arith::ConstantIntOp::create(rewriter, loc, value, 64);
+  }
+  Value constI32(ConversionPatternRewriter &rewriter, Location loc,
+                 int64_t value) const {
+    return arith::ConstantIntOp::create(rewriter, loc, value, 32);
+  }
+  Value site(ConversionPatternRewriter &rewriter, Operation *op) const {
+    return constI32(rewriter, op->getLoc(), state.siteOf(op));
+  }
+  Value null(ConversionPatternRewriter &rewriter, Location loc) const {
+    return LLVM::ZeroOp::create(rewriter, loc, ptrType());
+  }
+  Value toI64(ConversionPatternRewriter &rewriter, Location loc,
+              Value index) const {
+    return arith::IndexCastOp::create(rewriter, loc, i64(), index);
+  }
+  Value toIndex(ConversionPatternRewriter &rewriter, Location loc,
+                Value value) const {
+    return arith::IndexCastOp::create(rewriter, loc, rewriter.getIndexType(),
+                                      value);
+  }
+
+  /// Declares `name` once in the module.
+  void declare(ConversionPatternRewriter &rewriter, StringRef name,
+               TypeRange args, TypeRange results) const {
+    if (state.module.lookupSymbol(name))
+      return;
+    OpBuilder::InsertionGuard guard(rewriter);
+    rewriter.setInsertionPointToEnd(state.module.getBody());
+    auto decl = func::FuncOp::create(rewriter, state.module.getLoc(), name,
+                                     rewriter.getFunctionType(args, results));
+    decl.setPrivate();
+  }
+
+  /// Calls `name`, bracketed by plan accounting when `op` is plan work.
+  ValueRange call(ConversionPatternRewriter &rewriter, Operation *op,
+                  StringRef name, TypeRange results, ValueRange args) const {
+    Location loc = op->getLoc();
+    declare(rewriter, name, args.getTypes(), results);
+    Value ctx = args.front();
+    bool plan = state.planOps.contains(op);
+    if (plan)
+      callVoid(rewriter, loc, "kvrt_exec_plan_begin", ctx);
+    auto callOp = func::CallOp::create(rewriter, loc, name, results, args);
+    if (plan)
+      callVoid(rewriter, loc, "kvrt_exec_plan_end", ctx);
+    return callOp.getResults();
+  }
+
+  void callVoid(ConversionPatternRewriter &rewriter, Location loc,
+                StringRef name, Value ctx) const {
+    declare(rewriter, name, {ptrType()}, {});
+    func::CallOp::create(rewriter, loc, name, TypeRange(), ValueRange{ctx});
+  }
+
+  /// A stack array of `values` (pointers or i64), or null when empty.
+  Value array(ConversionPatternRewriter &rewriter, Location loc,
+              ValueRange values, Type element) const {
+    if (values.empty())
+      return null(rewriter, loc);
+    auto arrayType = LLVM::LLVMArrayType::get(element, values.size());
+    Value one = constI64(rewriter, loc, 1);
+    Value base =
+        LLVM::AllocaOp::create(rewriter, loc, ptrType(), arrayType, one);
+    for (auto [i, value] : llvm::enumerate(values)) {
+      Value slot = LLVM::GEPOp::create(rewriter, loc, ptrType(), element, base,
+                                       ArrayRef<LLVM::GEPArg>{int32_t(i)});
+      LLVM::StoreOp::create(rewriter, loc, value, slot);
+    }
+    return base;
+  }
+
+  /// A pointer to a NUL-terminated constant string (deduplicated).
+  Value string(ConversionPatternRewriter &rewriter, Location loc,
+               StringRef text) const {
+    FlatSymbolRefAttr &symbol = state.strings[text];
+    if (!symbol) {
+      OpBuilder::InsertionGuard guard(rewriter);
+      rewriter.setInsertionPointToStart(state.module.getBody());
+      std::string name = "__kvrt_str_" + std::to_string(state.numGlobals++);
+      std::string value = (text + Twine('\0')).str();
+      auto type = LLVM::LLVMArrayType::get(rewriter.getI8Type(), value.size());
+      LLVM::GlobalOp::create(rewriter, loc, type, /*isConstant=*/true,
+                             LLVM::Linkage::Internal, name,
+                             rewriter.getStringAttr(value));
+      symbol = FlatSymbolRefAttr::get(rewriter.getContext(), name);
+    }
+    return LLVM::AddressOfOp::create(rewriter, loc, ptrType(),
+                                     symbol.getValue());
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// kv ops
+//===----------------------------------------------------------------------===//
+
+struct EmptyLowering : RuntimePattern<EmptyOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(EmptyOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Value ctx = contextOf(op, rewriter);
+    rewriter.replaceOp(op, call(rewriter, op, "kvrt_exec_empty", ptrType(),
+                                {ctx, site(rewriter, op)}));
+    return success();
+  }
+};
+
+struct PrefillLowering : RuntimePattern<PrefillOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(PrefillOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Value ctx = contextOf(op, rewriter);
+    Value views = array(rewriter, loc, adaptor.getViews(), ptrType());
+    SmallVector<Value> offsets;
+    for (Value offset : adaptor.getOffsets())
+      offsets.push_back(toI64(rewriter, loc, offset));
+    Value offsetArray = array(rewriter, loc, offsets, i64());
+    Value hasPosition = constI32(rewriter, loc, op.getPosition() ? 1 : 0);
+    Value position = op.getPosition()
+                         ? toI64(rewriter, loc, adaptor.getPosition())
+                         : constI64(rewriter, loc, 0);
+    Value label = op.getSegment() ? string(rewriter, loc, *op.getSegment())
+                                  : null(rewriter, loc);
+    auto logitsType = cast<RankedTensorType>(op.getLogits().getType());
+    int64_t rows = logitsType.isDynamicDim(0) ? -1 : logitsType.getDimSize(0);
+    Value resultSlot = array(rewriter, loc, {null(rewriter, loc)}, ptrType());
+    Value logits =
+        call(rewriter, op, "kvrt_exec_prefill", ptrType(),
+             {ctx, site(rewriter, op), adaptor.getModel(), views, offsetArray,
+              constI64(rewriter, loc, adaptor.getViews().size()),
+              adaptor.getTokens(), hasPosition, position, label,
+              constI32(rewriter, loc, op.getLast() ? 1 : 0),
+              constI64(rewriter, loc, rows), resultSlot})
+            .front();
+    Value result = LLVM::LoadOp::create(rewriter, loc, ptrType(), resultSlot);
+    rewriter.replaceOp(op, {result, logits});
+    return success();
+  }
+};
+
+struct SliceLowering : RuntimePattern<SliceOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(SliceOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Value ctx = contextOf(op, rewriter);
+    rewriter.replaceOp(op, call(rewriter, op, "kvrt_exec_slice", ptrType(),
+                                {ctx, site(rewriter, op), adaptor.getCache(),
+                                 toI64(rewriter, loc, adaptor.getBegin()),
+                                 toI64(rewriter, loc, adaptor.getEnd())}));
+    return success();
+  }
+};
+
+struct ConcatLowering : RuntimePattern<ConcatOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(ConcatOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Value ctx = contextOf(op, rewriter);
+    Value views = array(rewriter, loc, adaptor.getInputs(), ptrType());
+    rewriter.replaceOp(
+        op, call(rewriter, op, "kvrt_exec_concat", ptrType(),
+                 {ctx, site(rewriter, op), views,
+                  constI64(rewriter, loc, adaptor.getInputs().size())}));
+    return success();
+  }
+};
+
+struct RopeShiftLowering : RuntimePattern<RopeShiftOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(RopeShiftOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Value ctx = contextOf(op, rewriter);
+    rewriter.replaceOp(
+        op, call(rewriter, op, "kvrt_exec_rope_shift", ptrType(),
+                 {ctx, site(rewriter, op), adaptor.getCache(),
+                  toI64(rewriter, op.getLoc(), adaptor.getDelta())}));
+    return success();
+  }
+};
+
+struct SegmentBoundsLowering : RuntimePattern<SegmentBoundsOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(SegmentBoundsOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Value ctx = contextOf(op, rewriter);
+    Value zero = constI64(rewriter, loc, 0);
+    Value bounds = array(rewriter, loc, {zero, zero}, i64());
+    call(rewriter, op, "kvrt_exec_segment_bounds", {},
+         {ctx, site(rewriter, op), adaptor.getCache(),
+          string(rewriter, loc, op.getSegment()), bounds});
+    SmallVector<Value> results;
+    for (int32_t i = 0; i < 2; ++i) {
+      Value slot = LLVM::GEPOp::create(rewriter, loc, ptrType(), i64(), bounds,
+                                       ArrayRef<LLVM::GEPArg>{i});
+      results.push_back(toIndex(
+          rewriter, loc, LLVM::LoadOp::create(rewriter, loc, i64(), slot)));
+    }
+    rewriter.replaceOp(op, results);
+    return success();
+  }
+};
+
+struct TokensLowering : RuntimePattern<TokensOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(TokensOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    auto type = cast<RankedTensorType>(op.getType());
+    Value ctx = contextOf(op, rewriter);
+    rewriter.replaceOp(
+        op, call(rewriter, op, "kvrt_exec_view_tokens", ptrType(),
+                 {ctx, site(rewriter, op), adaptor.getCache(),
+                  constI64(rewriter, op.getLoc(),
+                           type.isDynamicDim(0) ? -1 : type.getDimSize(0))}));
+    return success();
+  }
+};
+
+/// kv.length, kv.start_position, kv.end_position.
+template <typename Op> struct ViewQueryLowering : RuntimePattern<Op> {
+  ViewQueryLowering(const TypeConverter &converter, MLIRContext *context,
+                    LoweringState &state, StringRef function)
+      : RuntimePattern<Op>(converter, context, state), function(function) {}
+  LogicalResult
+  matchAndRewrite(Op op, typename Op::Adaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Value ctx = this->contextOf(op, rewriter);
+    Value value = this->call(rewriter, op, function, this->i64(),
+                             {ctx, adaptor.getCache()})
+                      .front();
+    rewriter.replaceOp(op, this->toIndex(rewriter, op.getLoc(), value));
+    return success();
+  }
+  std::string function;
+};
+
+struct SelectiveRecomputeLowering : RuntimePattern<SelectiveRecomputeOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(SelectiveRecomputeOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Value ctx = contextOf(op, rewriter);
+    Value fraction = arith::ConstantOp::create(
+        rewriter, loc,
+        rewriter.getF64FloatAttr(op.getFraction().convertToDouble()));
+    rewriter.replaceOp(
+        op, call(rewriter, op, "kvrt_exec_selective_recompute", ptrType(),
+                 {ctx, site(rewriter, op), adaptor.getModel(),
+                  adaptor.getCache(), toI64(rewriter, loc, adaptor.getBegin()),
+                  toI64(rewriter, loc, adaptor.getEnd()), fraction}));
+    return success();
+  }
+};
+
+struct MaterializeLowering : RuntimePattern<MaterializeOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(MaterializeOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Value ctx = contextOf(op, rewriter);
+    rewriter.replaceOp(op,
+                       call(rewriter, op, "kvrt_exec_materialize", ptrType(),
+                            {ctx, site(rewriter, op), adaptor.getModel(),
+                             adaptor.getCache()}));
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Tokens and logits tensors, calls
+//===----------------------------------------------------------------------===//
+
+/// Dense token constants become an internal global and a handle.
+struct TokenConstantLowering : RuntimePattern<arith::ConstantOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(arith::ConstantOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    auto dense = dyn_cast<DenseIntElementsAttr>(op.getValue());
+    if (!dense || !isTokensType(op.getType()))
+      return failure();
+    Location loc = op.getLoc();
+    Value ctx = contextOf(op, rewriter);
+    int64_t n = dense.getNumElements();
+    Value data;
+    if (n == 0) {
+      data = null(rewriter, loc);
+    } else {
+      std::string name = "__kvrt_tokens_" + std::to_string(state.numGlobals++);
+      {
+        OpBuilder::InsertionGuard guard(rewriter);
+        rewriter.setInsertionPointToStart(state.module.getBody());
+        LLVM::GlobalOp::create(
+            rewriter, loc, LLVM::LLVMArrayType::get(i32(), n),
+            /*isConstant=*/true, LLVM::Linkage::Internal, name,
+            dense.reshape(RankedTensorType::get({n}, i32())));
+      }
+      data = LLVM::AddressOfOp::create(rewriter, loc, ptrType(), name);
+    }
+    rewriter.replaceOp(
+        op, call(rewriter, op, "kvrt_exec_tokens_constant", ptrType(),
+                 {ctx, site(rewriter, op), data, constI64(rewriter, loc, n)}));
+    return success();
+  }
+};
+
+struct TensorEmptyLowering : RuntimePattern<tensor::EmptyOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(tensor::EmptyOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    auto type = op.getType();
+    if (!isTokensType(type))
+      return rewriter.notifyMatchFailure(op, "not a token tensor");
+    Location loc = op.getLoc();
+    Value size = type.isDynamicDim(0)
+                     ? toI64(rewriter, loc, adaptor.getDynamicSizes()[0])
+                     : constI64(rewriter, loc, type.getDimSize(0));
+    Value ctx = contextOf(op, rewriter);
+    rewriter.replaceOp(op, call(rewriter, op, "kvrt_exec_tokens_empty",
+                                ptrType(), {ctx, site(rewriter, op), size}));
+    return success();
+  }
+};
+
+struct TensorDimLowering : RuntimePattern<tensor::DimOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(tensor::DimOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Type type = op.getSource().getType();
+    if (!isHandleType(type))
+      return rewriter.notifyMatchFailure(op, "not a token or logits tensor");
+    Location loc = op.getLoc();
+    Value ctx = contextOf(op, rewriter);
+    Value size;
+    if (isTokensType(type))
+      size = call(rewriter, op, "kvrt_exec_tokens_size", i64(),
+                  {ctx, adaptor.getSource()})
+                 .front();
+    else
+      size = call(rewriter, op, "kvrt_exec_logits_dim", i64(),
+                  {ctx, site(rewriter, op), adaptor.getSource(),
+                   toI64(rewriter, loc, adaptor.getIndex())})
+                 .front();
+    rewriter.replaceOp(op, toIndex(rewriter, loc, size));
+    return success();
+  }
+};
+
+struct TensorCastLowering : RuntimePattern<tensor::CastOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(tensor::CastOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    auto type = dyn_cast<RankedTensorType>(op.getType());
+    if (!type || !isHandleType(type) || !isHandleType(op.getSource().getType()))
+      return rewriter.notifyMatchFailure(op, "not a token or logits tensor");
+    Location loc = op.getLoc();
+    Value ctx = contextOf(op, rewriter);
+    auto size = [&](unsigned i) {
+      return constI64(rewriter, loc,
+                      type.isDynamicDim(i) ? -1 : type.getDimSize(i));
+    };
+    if (isTokensType(type))
+      rewriter.replaceOp(
+          op, call(rewriter, op, "kvrt_exec_tokens_cast", ptrType(),
+                   {ctx, site(rewriter, op), adaptor.getSource(), size(0)}));
+    else
+      rewriter.replaceOp(op,
+                         call(rewriter, op, "kvrt_exec_logits_cast", ptrType(),
+                              {ctx, site(rewriter, op), adaptor.getSource(),
+                               size(0), size(1)}));
+    return success();
+  }
+};
+
+/// arith.select of views or handles: a select of pointers.
+struct HandleSelectLowering : RuntimePattern<arith::SelectOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(arith::SelectOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    if (!isHandleType(op.getType()))
+      return failure();
+    rewriter.replaceOpWithNewOp<arith::SelectOp>(op, adaptor.getCondition(),
+                                                 adaptor.getTrueValue(),
+                                                 adaptor.getFalseValue());
+    return success();
+  }
+};
+
+/// A call of a host function: counted against the call depth (a recursion
+/// ends in an error, not a stack overflow) and, in a plan, as plan work.
+struct HostCallLowering : RuntimePattern<func::CallOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(func::CallOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Operation *callee = state.module.lookupSymbol(op.getCallee());
+    if (!callee || !state.hostFuncs.contains(callee))
+      return failure();
+    Location loc = op.getLoc();
+    SmallVector<Type> resultTypes;
+    if (failed(
+            getTypeConverter()->convertTypes(op.getResultTypes(), resultTypes)))
+      return failure();
+    Value ctx = adaptor.getOperands().front();
+    declare(rewriter, "kvrt_exec_call_enter", {ptrType(), i32()}, {i32()});
+    Value ok = func::CallOp::create(rewriter, loc, "kvrt_exec_call_enter",
+                                    TypeRange{i32()},
+                                    ValueRange{ctx, site(rewriter, op)})
+                   .getResult(0);
+    Value go = arith::CmpIOp::create(rewriter, loc, arith::CmpIPredicate::ne,
+                                     ok, constI32(rewriter, loc, 0));
+    bool plan = state.planOps.contains(op);
+    if (plan)
+      callVoid(rewriter, loc, "kvrt_exec_plan_begin", ctx);
+    auto ifOp = scf::IfOp::create(rewriter, loc, resultTypes, go,
+                                  /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard guard(rewriter);
+      rewriter.setInsertionPointToStart(ifOp.thenBlock());
+      auto inner = func::CallOp::create(rewriter, loc, op.getCallee(),
+                                        resultTypes, adaptor.getOperands());
+      callVoid(rewriter, loc, "kvrt_exec_call_leave", ctx);
+      scf::YieldOp::create(rewriter, loc, inner.getResults());
+      rewriter.setInsertionPointToStart(ifOp.elseBlock());
+      SmallVector<Value> zeros;
+      for (Type type : resultTypes) {
+        if (isa<LLVM::LLVMPointerType>(type))
+          zeros.push_back(null(rewriter, loc));
+        else if (isa<IntegerType, IndexType, FloatType>(type))
+          zeros.push_back(arith::ConstantOp::create(
+              rewriter, loc, cast<TypedAttr>(rewriter.getZeroAttr(type))));
+        else
+          return rewriter.notifyMatchFailure(op, "a result of unknown type");
+      }
+      scf::YieldOp::create(rewriter, loc, zeros);
+    }
+    if (plan)
+      callVoid(rewriter, loc, "kvrt_exec_plan_end", ctx);
+    rewriter.replaceOp(op, ifOp.getResults());
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// The pass
+//===----------------------------------------------------------------------===//
+
+struct ConvertKVToRuntimePass
+    : public kv::impl::ConvertKVToRuntimePassBase<ConvertKVToRuntimePass> {
+  void runOnOperation() override;
+
+  /// Finds the host functions, checks what cannot be lowered, adds the
+  /// context argument and numbers the sites.
+  LogicalResult prepare(LoweringState &state);
+  /// `_kvrt_entry_NAME` for each public host function whose types it can
+  /// pass in 64-bit slots.
+  void buildEntryWrappers(LoweringState &state);
+};
+
+LogicalResult ConvertKVToRuntimePass::prepare(LoweringState &state) {
+  ModuleOp module = state.module;
+  // Host functions: those with a body that touch kv values or token and
+  // logits tensors, and those that call them.
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func.isExternal())
+      continue;
+    bool host = llvm::any_of(func.getArgumentTypes(), isHandleType) ||
+                llvm::any_of(func.getResultTypes(), isHandleType);
+    func.walk([&](Operation *op) {
+      if (isa<KVDialect>(op->getDialect()) || usesHostTypes(op))
+        host = true;
+    });
+    if (host)
+      state.hostFuncs.insert(func);
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (func.isExternal() || state.hostFuncs.contains(func))
+        continue;
+      func.walk([&](func::CallOp call) {
+        if (Operation *callee = module.lookupSymbol(call.getCallee()))
+          if (state.hostFuncs.contains(callee) && !state.hostFuncs.count(func))
+            changed = state.hostFuncs.insert(func).second;
+      });
+    }
+  }
+
+  bool ok = true;
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func.isExternal()) {
+      if (llvm::any_of(func.getArgumentTypes(), isHandleType) ||
+          llvm::any_of(func.getResultTypes(), isHandleType)) {
+        // A declaration may be defined elsewhere only if nothing here calls
+        // it: its context argument would be missing.
+        std::optional<SymbolTable::UseRange> uses =
+            SymbolTable::getSymbolUses(func, module);
+        if (uses && !uses->empty()) {
+          func.emitOpError()
+              << "is called but has no body: convert-kv-to-runtime can only "
+                 "call host functions defined in the module";
+          ok = false;
+        }
+      }
+      continue;
+    }
+    if (!state.hostFuncs.contains(func))
+      continue;
+    func.walk([&](Operation *op) {
+      if (isa<EditOp, ComposeOp, LogitsOp>(op)) {
+        op->emitOpError() << "has no runtime lowering: run kv-optimize first, "
+                             "which plans it into primitives";
+        ok = false;
+      } else if (isa<AttentionOp>(op)) {
+        op->emitOpError() << "has no runtime lowering: kv-fuse-rope-shift "
+                             "folds attention into prefill";
+        ok = false;
+      } else if (isa<tensor::TensorDialect>(op->getDialect()) &&
+                 !isa<tensor::EmptyOp, tensor::DimOp, tensor::CastOp>(op) &&
+                 usesHostTypes(op)) {
+        op->emitOpError() << "on token or logits tensors has no runtime "
+                             "lowering (tensor.dim, tensor.cast and "
+                             "tensor.empty have)";
+        ok = false;
+      }
+    });
+  }
+  if (!ok)
+    return failure();
+
+  // The context argument, the sites and the plan.
+  Type ptr = LLVM::LLVMPointerType::get(&getContext());
+  // In module order, so that site numbers are deterministic.
+  SmallVector<func::FuncOp> hostFuncs;
+  for (auto func : module.getOps<func::FuncOp>())
+    if (state.hostFuncs.contains(func))
+      hostFuncs.push_back(func);
+  for (func::FuncOp func : hostFuncs)
+    if (failed(func.insertArgument(0, ptr, {}, func.getLoc())))
+      return failure();
+  for (func::FuncOp func : hostFuncs) {
+    Value ctx = func.getArgument(0);
+    DenseSet<Value> planValues;
+    func.walk([&](Operation *inner) {
+      if (inner == func.getOperation() || isa<ContextOp, SegmentOp>(inner))
+        return;
+      // Plan-ness flows through every op, index arithmetic included.
+      bool plan = isPlanLocation(inner->getLoc()) ||
+                  llvm::any_of(inner->getOperands(),
+                               [&](Value v) { return planValues.contains(v); });
+      if (plan) {
+        state.planOps.insert(inner);
+        planValues.insert(inner->result_begin(), inner->result_end());
+      }
+      bool needsSite =
+          isa<KVDialect, tensor::TensorDialect>(inner->getDialect()) ||
+          (isa<arith::ConstantOp>(inner) && usesHostTypes(inner));
+      if (auto call = dyn_cast<func::CallOp>(inner)) {
+        Operation *callee = module.lookupSymbol(call.getCallee());
+        if (callee && state.hostFuncs.contains(callee)) {
+          call->insertOperands(0, ctx);
+          needsSite = true;
+        }
+      }
+      if (!needsSite)
+        return;
+      state.sites[inner] = state.siteLocs.size();
+      state.siteLocs.push_back(inner->getLoc());
+    });
+  }
+  return success();
+}
+
+void ConvertKVToRuntimePass::buildEntryWrappers(LoweringState &state) {
+  MLIRContext *context = &getContext();
+  Type ptr = LLVM::LLVMPointerType::get(context);
+  Type i64 = IntegerType::get(context, 64);
+  OpBuilder builder(context);
+  SmallVector<func::FuncOp> hostFuncs;
+  for (auto func : state.module.getOps<func::FuncOp>())
+    if (state.hostFuncs.contains(func))
+      hostFuncs.push_back(func);
+  for (func::FuncOp func : hostFuncs) {
+    if (!func.isPublic())
+      continue;
+    FunctionType type = func.getFunctionType();
+    auto slotType = [](Type t) {
+      return isa<LLVM::LLVMPointerType, IndexType>(t) ||
+             (isa<IntegerType>(t) && t.getIntOrFloatBitWidth() <= 64);
+    };
+    if (!llvm::all_of(type.getInputs().drop_front(), slotType) ||
+        !llvm::all_of(type.getResults(), slotType))
+      continue;
+    Location loc = func.getLoc();
+    builder.setInsertionPointAfter(func);
+    auto wrapper = func::FuncOp::create(
+        builder, loc, (kEntryPrefix + func.getName()).str(),
+        builder.getFunctionType({ptr, ptr, ptr}, {}));
+    Block *body = wrapper.addEntryBlock();
+    builder.setInsertionPointToStart(body);
+    Value args = body->getArgument(1), results = body->getArgument(2);
+    SmallVector<Value> operands = {body->getArgument(0)};
+    for (auto [i, t] : llvm::enumerate(type.getInputs().drop_front())) {
+      Value slot = LLVM::GEPOp::create(builder, loc, ptr, i64, args,
+                                       ArrayRef<LLVM::GEPArg>{int32_t(i)});
+      if (isa<LLVM::LLVMPointerType>(t)) {
+        operands.push_back(LLVM::LoadOp::create(builder, loc, ptr, slot));
+        continue;
+      }
+      Value word = LLVM::LoadOp::create(builder, loc, i64, slot);
+      if (isa<IndexType>(t))
+        operands.push_back(arith::IndexCastOp::create(builder, loc, t, word));
+      else if (t.getIntOrFloatBitWidth() < 64)
+        operands.push_back(arith::TruncIOp::create(builder, loc, t, word));
+      else
+        operands.push_back(word);
+    }
+    auto call = func::CallOp::create(builder, loc, func, operands);
+    for (auto [i, value] : llvm::enumerate(call.getResults())) {
+      Value slot = LLVM::GEPOp::create(builder, loc, ptr, i64, results,
+                                       ArrayRef<LLVM::GEPArg>{int32_t(i)});
+      Type t = value.getType();
+      Value stored = value;
+      if (isa<IndexType>(t))
+        stored = arith::IndexCastOp::create(builder, loc, i64, value);
+      else if (t.isInteger(1))
+        stored = arith::ExtUIOp::create(builder, loc, i64, value);
+      else if (isa<IntegerType>(t) && t.getIntOrFloatBitWidth() < 64)
+        stored = arith::ExtSIOp::create(builder, loc, i64, value);
+      LLVM::StoreOp::create(builder, loc, stored, slot);
+    }
+    func::ReturnOp::create(builder, loc);
+  }
+}
+
+void ConvertKVToRuntimePass::runOnOperation() {
+  ModuleOp module = getOperation();
+  MLIRContext *context = &getContext();
+  LoweringState state;
+  state.module = module;
+  if (failed(prepare(state)))
+    return signalPassFailure();
+  if (state.hostFuncs.empty()) {
+    // Nothing to lower; contexts are metadata.
+    for (auto ctxOp : llvm::make_early_inc_range(module.getOps<ContextOp>()))
+      ctxOp.erase();
+    return;
+  }
+
+  HostTypeConverter converter(context);
+  ConversionTarget target(*context);
+  target.addIllegalDialect<KVDialect>();
+  target.addLegalOp<ContextOp, SegmentOp>();
+  target.addLegalDialect<LLVM::LLVMDialect, arith::ArithDialect,
+                         scf::SCFDialect, cf::ControlFlowDialect>();
+  target.addDynamicallyLegalOp<func::FuncOp>([&](func::FuncOp func) {
+    return converter.isSignatureLegal(func.getFunctionType()) &&
+           converter.isLegal(&func.getBody());
+  });
+  target.addDynamicallyLegalOp<func::CallOp>([&](func::CallOp call) {
+    Operation *callee = module.lookupSymbol(call.getCallee());
+    if (callee && state.hostFuncs.contains(callee) &&
+        state.sites.contains(call))
+      return false;
+    return converter.isLegal(call);
+  });
+  target.addDynamicallyLegalOp<func::ReturnOp, cf::BranchOp, cf::CondBranchOp>(
+      [&](Operation *op) { return converter.isLegal(op); });
+  target.addDynamicallyLegalOp<arith::ConstantOp, arith::SelectOp>(
+      [&](Operation *op) { return !usesHostTypes(op); });
+  target.addDynamicallyLegalDialect<tensor::TensorDialect>(
+      [&](Operation *op) { return !usesHostTypes(op); });
+
+  RewritePatternSet patterns(context);
+  patterns.add<EmptyLowering, PrefillLowering, SliceLowering, ConcatLowering,
+               RopeShiftLowering, SegmentBoundsLowering, TokensLowering,
+               SelectiveRecomputeLowering, MaterializeLowering,
+               TokenConstantLowering, TensorEmptyLowering, TensorDimLowering,
+               TensorCastLowering, HandleSelectLowering, HostCallLowering>(
+      converter, context, state);
+  patterns.add<ViewQueryLowering<LengthOp>>(converter, context, state,
+                                            "kvrt_exec_length");
+  patterns.add<ViewQueryLowering<StartPositionOp>>(converter, context, state,
+                                                   "kvrt_exec_start_position");
+  patterns.add<ViewQueryLowering<EndPositionOp>>(converter, context, state,
+                                                 "kvrt_exec_end_position");
+  populateFunctionOpInterfaceTypeConversionPattern<func::FuncOp>(patterns,
+                                                                 converter);
+  populateCallOpTypeConversionPattern(patterns, converter);
+  populateReturnOpTypeConversionPattern(patterns, converter);
+  populateBranchOpInterfaceTypeConversionPattern(patterns, converter);
+
+  if (failed(applyPartialConversion(module, target, std::move(patterns))))
+    return signalPassFailure();
+
+  for (auto ctxOp : llvm::make_early_inc_range(module.getOps<ContextOp>()))
+    ctxOp.erase();
+  // kv.* argument attributes (kv.name, kv.sample_length) mean nothing to
+  // LLVM, whose translation warns about them.
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (!state.hostFuncs.contains(func))
+      continue;
+    for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+      DictionaryAttr attrs = func.getArgAttrDict(i);
+      if (!attrs)
+        continue;
+      SmallVector<NamedAttribute> kept;
+      for (NamedAttribute attr : attrs)
+        if (!attr.getName().getValue().starts_with("kv."))
+          kept.push_back(attr);
+      func.setArgAttrs(i, kept);
+    }
+  }
+  buildEntryWrappers(state);
+  module->setAttr(kSitesAttrName, ArrayAttr::get(context, state.siteLocs));
+  numSites = state.siteLocs.size();
+  numFunctions = state.hostFuncs.size();
+}
+
+} // namespace
+
+bool mlir::kv::isPlanLocation(Location loc) {
+  if (auto fused = dyn_cast<FusedLoc>(loc)) {
+    if (auto tag = dyn_cast_or_null<StringAttr>(fused.getMetadata()))
+      if (tag.getValue() == kPlanLocationTag)
+        return true;
+    return llvm::any_of(fused.getLocations(), isPlanLocation);
+  }
+  if (auto name = dyn_cast<NameLoc>(loc))
+    return isPlanLocation(name.getChildLoc());
+  if (auto site = dyn_cast<CallSiteLoc>(loc))
+    return isPlanLocation(site.getCallee());
+  return false;
+}

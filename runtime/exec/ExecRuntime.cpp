@@ -1,0 +1,729 @@
+//===- ExecRuntime.cpp - C ABI of compiled kv programs ----------*- C++ -*-===//
+//
+// The semantics are those kv-run's interpreter had: the messages and the work
+// accounting are the same, so that both execution paths report alike.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/exec/ExecRuntime.h"
+
+#include "runtime/core/ComputeBackend.h"
+#include "runtime/core/SelectiveRecompute.h"
+#include "runtime/core/Support.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+using kvrt::str;
+
+struct kvrt_exec_tokens {
+  std::vector<int32_t> ids;
+};
+
+struct kvrt_exec_logits {
+  int64_t rows = 0, vocab = 0;
+  std::vector<float> data;
+  kvrt_view *context = nullptr;
+  const kvrt_exec_tokens *tokens = nullptr;
+  int64_t position = 0;
+  bool lastOnly = false;
+  kvrt_view *result = nullptr;
+};
+
+struct kvrt_exec_context {
+  kvir::ComputeBackend *backend = nullptr;
+  const kvrt_model *model = nullptr;
+  kvrt_pool *pool = nullptr;
+  kvir::ExecMaterializeFn materialize = nullptr;
+  kvrt_model_config config{};
+
+  // The arena: one reference to every view handed out, and every handle.
+  std::vector<kvrt_view *> views;
+  std::vector<std::unique_ptr<kvrt_exec_tokens>> tokens;
+  std::vector<std::unique_ptr<kvrt_exec_logits>> logits;
+
+  // The first error.
+  bool failed = false;
+  kvrt_status status = KVRT_OK;
+  std::string message;
+  int32_t site = KVRT_EXEC_NO_SITE;
+
+  int64_t planDepth = 0, callDepth = 0;
+  kvrt_exec_work plan{}, setup{};
+  std::vector<std::pair<int64_t, int64_t>> repairs;
+
+  ~kvrt_exec_context() {
+    for (kvrt_view *view : views)
+      kvrt_view_release(view);
+  }
+
+  /// Records the first error; later ones are consequences.
+  void fail(int32_t at, kvrt_status s, std::string text) {
+    if (failed)
+      return;
+    failed = true;
+    status = s == KVRT_OK ? KVRT_ERR_INVALID_ARGUMENT : s;
+    message = std::move(text);
+    site = at;
+  }
+  /// The same with the runtime's last error appended.
+  void failRuntime(int32_t at, kvrt_status s, const std::string &what) {
+    fail(at, s, what + ": " + kvrt_last_error());
+  }
+
+  kvrt_exec_work &work() { return planDepth > 0 ? plan : setup; }
+
+  kvrt_view *own(kvrt_view *view) {
+    if (view)
+      views.push_back(view);
+    return view;
+  }
+  kvrt_exec_tokens *own(std::vector<int32_t> ids) {
+    tokens.push_back(std::make_unique<kvrt_exec_tokens>());
+    tokens.back()->ids = std::move(ids);
+    return tokens.back().get();
+  }
+};
+
+namespace {
+
+/// Times a call into the context's current work.
+class Timer {
+public:
+  explicit Timer(kvrt_exec_context *ctx)
+      : ctx(ctx), start(std::chrono::steady_clock::now()) {}
+  ~Timer() {
+    if (ctx)
+      ctx->work().seconds += std::chrono::duration<double>(
+                                 std::chrono::steady_clock::now() - start)
+                                 .count();
+  }
+
+private:
+  kvrt_exec_context *ctx;
+  std::chrono::steady_clock::time_point start;
+};
+
+/// Whether a call may proceed: a context without a recorded error.
+bool live(kvrt_exec_context *ctx) { return ctx && !ctx->failed; }
+
+/// Checks a view operand (NULL only reaches here through a caller's bug).
+bool checkView(kvrt_exec_context *ctx, int32_t site, const void *view,
+               const char *what) {
+  if (view)
+    return true;
+  ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT, str(what, ": a NULL operand"));
+  return false;
+}
+
+int64_t kvDim(const kvrt_model_config &c) {
+  return int64_t(c.n_kv_heads) * (c.dim / c.n_heads);
+}
+
+/// Model FLOPs of one token attending `keys` keys, without logits
+/// (mlir::kv::CostModel::tokenFlops).
+int64_t tokenFlops(const kvrt_model_config &c, int64_t keys) {
+  int64_t dim = c.dim, hidden = c.hidden_dim;
+  int64_t projections =
+      2 * (dim * dim + 2 * dim * kvDim(c) + dim * dim + 3 * dim * hidden);
+  return int64_t(c.n_layers) * (projections + 4 * keys * dim);
+}
+
+int64_t prefillFlops(const kvrt_model_config &c, int64_t context, int64_t n,
+                     int64_t rows) {
+  int64_t flops = 0;
+  for (int64_t t = 0; t < n; ++t)
+    flops += tokenFlops(c, context + t + 1);
+  return flops + 2 * int64_t(c.dim) * c.vocab_size * rows;
+}
+
+int64_t kvBytes(const kvrt_model_config &c, int64_t tokens) {
+  return tokens * c.n_layers * 2 * kvDim(c) * int64_t(sizeof(float));
+}
+
+int64_t effectiveStart(const kvrt_run &run) { return run.base_pos + run.delta; }
+
+int64_t endPosition(const kvrt_view *view) {
+  int64_t n = kvrt_view_num_runs(view);
+  if (n == 0)
+    return 0;
+  kvrt_run run;
+  if (kvrt_view_get_run(view, n - 1, &run) != KVRT_OK)
+    return 0;
+  return effectiveStart(run) + run.n_tokens;
+}
+
+int64_t startPosition(const kvrt_view *view) {
+  kvrt_run run;
+  if (kvrt_view_num_runs(view) == 0 ||
+      kvrt_view_get_run(view, 0, &run) != KVRT_OK)
+    return 0;
+  return effectiveStart(run);
+}
+
+/// A view list combined: every entry shifted by its offset, concatenated.
+/// The result is owned by the context; NULL on error.
+kvrt_view *combine(kvrt_exec_context *ctx, int32_t site,
+                   kvrt_view *const *views, const int64_t *offsets, int64_t n) {
+  kvrt_view *acc = nullptr;
+  for (int64_t i = 0; i < n; ++i) {
+    kvrt_view *piece = views[i];
+    if (!checkView(ctx, site, piece, "view list"))
+      return nullptr;
+    if (offsets && offsets[i] != 0) {
+      kvrt_view *shifted = nullptr;
+      if (kvrt_status s = kvrt_view_shift(piece, offsets[i], &shifted)) {
+        ctx->failRuntime(site, s,
+                         str("cannot shift view ", i, " by ", offsets[i]));
+        return nullptr;
+      }
+      piece = ctx->own(shifted);
+    }
+    if (!acc) {
+      acc = piece;
+      continue;
+    }
+    kvrt_view *joined = nullptr;
+    if (kvrt_status s = kvrt_view_concat(acc, piece, &joined)) {
+      ctx->failRuntime(site, s, "cannot concatenate views");
+      return nullptr;
+    }
+    acc = ctx->own(joined);
+  }
+  return acc;
+}
+
+/// Runs `body` and turns an exception into an error of the context.
+template <typename T, typename Body>
+T guarded(kvrt_exec_context *ctx, int32_t site, T neutral, Body &&body) {
+  if (!live(ctx))
+    return neutral;
+  try {
+    Timer timer(ctx);
+    return body();
+  } catch (const std::bad_alloc &) {
+    ctx->fail(site, KVRT_ERR_OUT_OF_MEMORY, "out of host memory");
+  } catch (const std::exception &e) {
+    ctx->fail(site, KVRT_ERR_INTERNAL, str("internal error: ", e.what()));
+  } catch (...) {
+    ctx->fail(site, KVRT_ERR_INTERNAL, "internal error");
+  }
+  return neutral;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// The context
+//===----------------------------------------------------------------------===//
+
+kvrt_exec_context *kvir::createExecContext(ComputeBackend &backend,
+                                           const kvrt_model *model,
+                                           kvrt_pool *pool,
+                                           ExecMaterializeFn materialize) {
+  if (!model || !pool)
+    return nullptr;
+  try {
+    auto ctx = std::make_unique<kvrt_exec_context>();
+    ctx->backend = &backend;
+    ctx->model = model;
+    ctx->pool = pool;
+    ctx->materialize = materialize;
+    if (kvrt_model_get_config(model, &ctx->config) != KVRT_OK)
+      return nullptr;
+    return ctx.release();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+extern "C" {
+
+void kvrt_exec_context_destroy(kvrt_exec_context *ctx) { delete ctx; }
+
+int32_t kvrt_exec_failed(const kvrt_exec_context *ctx) {
+  return !ctx || ctx->failed;
+}
+kvrt_status kvrt_exec_error_status(const kvrt_exec_context *ctx) {
+  return ctx ? ctx->status : KVRT_ERR_INVALID_ARGUMENT;
+}
+const char *kvrt_exec_error_message(const kvrt_exec_context *ctx) {
+  return ctx ? ctx->message.c_str() : "no execution context";
+}
+int32_t kvrt_exec_error_site(const kvrt_exec_context *ctx) {
+  return ctx ? ctx->site : KVRT_EXEC_NO_SITE;
+}
+
+void kvrt_exec_get_work(const kvrt_exec_context *ctx, int32_t plan,
+                        kvrt_exec_work *out) {
+  if (ctx && out)
+    *out = plan ? ctx->plan : ctx->setup;
+}
+int64_t kvrt_exec_num_repairs(const kvrt_exec_context *ctx) {
+  return ctx ? int64_t(ctx->repairs.size()) : 0;
+}
+void kvrt_exec_get_repair(const kvrt_exec_context *ctx, int64_t index,
+                          int64_t *candidates, int64_t *chosen) {
+  if (!ctx || index < 0 || index >= int64_t(ctx->repairs.size()))
+    return;
+  if (candidates)
+    *candidates = ctx->repairs[index].first;
+  if (chosen)
+    *chosen = ctx->repairs[index].second;
+}
+
+const int32_t *kvrt_exec_tokens_data(const kvrt_exec_tokens *tokens) {
+  return tokens ? tokens->ids.data() : nullptr;
+}
+
+int64_t kvrt_exec_logits_rows(const kvrt_exec_logits *l) {
+  return l ? l->rows : 0;
+}
+int64_t kvrt_exec_logits_vocab(const kvrt_exec_logits *l) {
+  return l ? l->vocab : 0;
+}
+const float *kvrt_exec_logits_data(const kvrt_exec_logits *l) {
+  return l ? l->data.data() : nullptr;
+}
+kvrt_view *kvrt_exec_logits_context(const kvrt_exec_logits *l) {
+  return l ? l->context : nullptr;
+}
+kvrt_view *kvrt_exec_logits_result(const kvrt_exec_logits *l) {
+  return l ? l->result : nullptr;
+}
+const kvrt_exec_tokens *kvrt_exec_logits_tokens(const kvrt_exec_logits *l) {
+  return l ? l->tokens : nullptr;
+}
+int64_t kvrt_exec_logits_position(const kvrt_exec_logits *l) {
+  return l ? l->position : 0;
+}
+int32_t kvrt_exec_logits_last_only(const kvrt_exec_logits *l) {
+  return l && l->lastOnly;
+}
+
+//===----------------------------------------------------------------------===//
+// Called by generated code
+//===----------------------------------------------------------------------===//
+
+void kvrt_exec_plan_begin(kvrt_exec_context *ctx) {
+  if (ctx)
+    ++ctx->planDepth;
+}
+void kvrt_exec_plan_end(kvrt_exec_context *ctx) {
+  if (ctx && ctx->planDepth > 0)
+    --ctx->planDepth;
+}
+
+int32_t kvrt_exec_call_enter(kvrt_exec_context *ctx, int32_t site) {
+  if (!live(ctx))
+    return 0;
+  if (ctx->callDepth >= KVRT_EXEC_MAX_CALL_DEPTH) {
+    ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+              str("calls nest deeper than ", KVRT_EXEC_MAX_CALL_DEPTH,
+                  " (recursion?)"));
+    return 0;
+  }
+  ++ctx->callDepth;
+  return 1;
+}
+void kvrt_exec_call_leave(kvrt_exec_context *ctx) {
+  if (ctx && ctx->callDepth > 0)
+    --ctx->callDepth;
+}
+
+kvrt_view *kvrt_exec_empty(kvrt_exec_context *ctx, int32_t site) {
+  return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
+    kvrt_view *view = nullptr;
+    if (kvrt_status s = kvrt_view_create(ctx->pool, &view)) {
+      ctx->failRuntime(site, s, "cannot create a view");
+      return nullptr;
+    }
+    return ctx->own(view);
+  });
+}
+
+kvrt_exec_logits *
+kvrt_exec_prefill(kvrt_exec_context *ctx, int32_t site, const kvrt_model *model,
+                  kvrt_view *const *views, const int64_t *offsets,
+                  int64_t n_views, const kvrt_exec_tokens *tokens,
+                  int32_t has_position, int64_t position, const char *label,
+                  int32_t last, int64_t expect_rows, kvrt_view **result) {
+  if (result)
+    *result = nullptr;
+  return guarded<kvrt_exec_logits *>(
+      ctx, site, nullptr, [&]() -> kvrt_exec_logits * {
+        if (model != ctx->model) {
+          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                    "prefill: the model is not the one the program runs on");
+          return nullptr;
+        }
+        if (!checkView(ctx, site, tokens, "prefill tokens") ||
+            (n_views > 0 && !checkView(ctx, site, views, "prefill views")))
+          return nullptr;
+        if (n_views < 1) {
+          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                    "prefill: an empty view list");
+          return nullptr;
+        }
+        kvrt_view *context = combine(ctx, site, views, offsets, n_views);
+        if (!context)
+          return nullptr;
+        const std::vector<int32_t> &ids = tokens->ids;
+        int64_t n = ids.size();
+        auto logits = std::make_unique<kvrt_exec_logits>();
+        logits->vocab = ctx->config.vocab_size;
+        logits->context = context;
+        logits->tokens = tokens;
+        logits->position = has_position ? position : endPosition(context);
+        logits->lastOnly = last != 0;
+        if (n == 0) {
+          // Nothing to compute: the view unchanged, no rows.
+          logits->result = context;
+        } else {
+          kvrt_view *out = nullptr;
+          int64_t contextTokens = kvrt_view_num_tokens(context);
+          kvrt_exec_work &work = ctx->work();
+          if (kvrt_status s = ctx->backend->prefill(
+                  ctx->model, context, ids.data(), n, logits->position, label,
+                  last != 0, &logits->data, &out)) {
+            ctx->failRuntime(site, s,
+                             str("prefill of ", n, " tokens at position ",
+                                 logits->position, " failed"));
+            return nullptr;
+          }
+          logits->result = ctx->own(out);
+          logits->rows = last ? 1 : n;
+          ++work.prefill_calls;
+          work.prefill_tokens += n;
+          work.logits_rows += logits->rows;
+          work.flops +=
+              prefillFlops(ctx->config, contextTokens, n, logits->rows);
+          work.kv_bytes_written += kvBytes(ctx->config, n);
+        }
+        if (expect_rows >= 0 && expect_rows != logits->rows) {
+          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                    str("the logits type expects ", expect_rows,
+                        " rows, the prefill computed ", logits->rows));
+          return nullptr;
+        }
+        if (result)
+          *result = logits->result;
+        ctx->logits.push_back(std::move(logits));
+        return ctx->logits.back().get();
+      });
+}
+
+kvrt_view *kvrt_exec_slice(kvrt_exec_context *ctx, int32_t site,
+                           const kvrt_view *view, int64_t begin, int64_t end) {
+  return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
+    if (!checkView(ctx, site, view, "slice"))
+      return nullptr;
+    kvrt_view *out = nullptr;
+    if (kvrt_status s = kvrt_view_slice(view, begin, end, &out)) {
+      ctx->failRuntime(site, s, str("slice [", begin, ", ", end, ") failed"));
+      return nullptr;
+    }
+    return ctx->own(out);
+  });
+}
+
+kvrt_view *kvrt_exec_concat(kvrt_exec_context *ctx, int32_t site,
+                            kvrt_view *const *views, int64_t n) {
+  if (n <= 0)
+    return kvrt_exec_empty(ctx, site);
+  return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
+    if (!checkView(ctx, site, views, "concat"))
+      return nullptr;
+    return combine(ctx, site, views, nullptr, n);
+  });
+}
+
+kvrt_view *kvrt_exec_rope_shift(kvrt_exec_context *ctx, int32_t site,
+                                const kvrt_view *view, int64_t delta) {
+  return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
+    if (!checkView(ctx, site, view, "rope shift"))
+      return nullptr;
+    kvrt_view *out = nullptr;
+    if (kvrt_status s = kvrt_view_shift(view, delta, &out)) {
+      ctx->failRuntime(site, s, str("rope shift by ", delta, " failed"));
+      return nullptr;
+    }
+    return ctx->own(out);
+  });
+}
+
+void kvrt_exec_segment_bounds(kvrt_exec_context *ctx, int32_t site,
+                              const kvrt_view *view, const char *label,
+                              int64_t *bounds) {
+  if (bounds)
+    bounds[0] = bounds[1] = 0;
+  guarded<int>(ctx, site, 0, [&]() -> int {
+    if (!checkView(ctx, site, view, "segment bounds") ||
+        !checkView(ctx, site, label, "segment bounds") ||
+        !checkView(ctx, site, bounds, "segment bounds"))
+      return 0;
+    int64_t begin = -1, end = -1, at = 0;
+    bool broken = false;
+    for (int64_t r = 0, e = kvrt_view_num_runs(view); r < e; ++r) {
+      kvrt_run run;
+      if (kvrt_view_get_run(view, r, &run) != KVRT_OK)
+        continue;
+      if (run.label && std::strcmp(run.label, label) == 0) {
+        if (begin < 0)
+          begin = at;
+        else if (end != at)
+          broken = true;
+        end = at + run.n_tokens;
+      }
+      at += run.n_tokens;
+    }
+    if (begin < 0) {
+      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                str("the view holds no tokens of segment @", label));
+      return 0;
+    }
+    if (broken) {
+      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                str("the tokens of segment @", label,
+                    " are not contiguous in the view"));
+      return 0;
+    }
+    bounds[0] = begin;
+    bounds[1] = end;
+    return 0;
+  });
+}
+
+kvrt_exec_tokens *kvrt_exec_view_tokens(kvrt_exec_context *ctx, int32_t site,
+                                        const kvrt_view *view, int64_t expect) {
+  return guarded<kvrt_exec_tokens *>(
+      ctx, site, nullptr, [&]() -> kvrt_exec_tokens * {
+        if (!checkView(ctx, site, view, "tokens"))
+          return nullptr;
+        std::vector<int32_t> ids;
+        for (int64_t r = 0, e = kvrt_view_num_runs(view); r < e; ++r) {
+          kvrt_run run;
+          if (kvrt_view_get_run(view, r, &run) == KVRT_OK)
+            ids.insert(ids.end(), run.tokens, run.tokens + run.n_tokens);
+        }
+        if (expect >= 0 && expect != int64_t(ids.size())) {
+          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                    str("the view holds ", ids.size(),
+                        " tokens, the result type has ", expect));
+          return nullptr;
+        }
+        return ctx->own(std::move(ids));
+      });
+}
+
+int64_t kvrt_exec_length(kvrt_exec_context *ctx, const kvrt_view *view) {
+  return live(ctx) ? kvrt_view_num_tokens(view) : 0;
+}
+int64_t kvrt_exec_start_position(kvrt_exec_context *ctx,
+                                 const kvrt_view *view) {
+  return live(ctx) && view ? startPosition(view) : 0;
+}
+int64_t kvrt_exec_end_position(kvrt_exec_context *ctx, const kvrt_view *view) {
+  return live(ctx) && view ? endPosition(view) : 0;
+}
+
+kvrt_view *kvrt_exec_selective_recompute(kvrt_exec_context *ctx, int32_t site,
+                                         const kvrt_model *model,
+                                         const kvrt_view *view, int64_t begin,
+                                         int64_t end, double fraction) {
+  return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
+    if (model != ctx->model) {
+      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                "selective recompute: the model is not the one the program "
+                "runs on");
+      return nullptr;
+    }
+    if (!checkView(ctx, site, view, "selective recompute"))
+      return nullptr;
+    kvir::SelectiveRecomputeStats stats;
+    kvrt_view *out = nullptr;
+    if (kvrt_status s =
+            kvir::selectiveRecompute(*ctx->backend, ctx->model, view, begin,
+                                     end, fraction, &out, &stats)) {
+      ctx->failRuntime(
+          site, s,
+          str("selective recompute of [", begin, ", ", end, ") failed"));
+      return nullptr;
+    }
+    const kvrt_model_config &c = ctx->config;
+    kvrt_exec_work &work = ctx->work();
+    for (const kvir::SelectiveRecomputeStats::Call &call : stats.calls) {
+      if (call.scan) {
+        work.scan_tokens += call.tokens;
+        // rangeFlops(context, context + tokens) of the layers scanned.
+        int64_t flops = 0;
+        for (int64_t t = 0; t < call.tokens; ++t)
+          flops += tokenFlops(c, call.contextTokens + t + 1);
+        work.flops += c.n_layers ? flops / c.n_layers * call.layers : 0;
+        continue;
+      }
+      ++work.prefill_calls;
+      work.prefill_tokens += call.tokens;
+      work.logits_rows += 1;
+      work.flops += prefillFlops(c, call.contextTokens, call.tokens, 1);
+      work.kv_bytes_written += kvBytes(c, call.tokens);
+    }
+    ctx->repairs.push_back({stats.candidates, int64_t(stats.chosen.size())});
+    return ctx->own(out);
+  });
+}
+
+kvrt_view *kvrt_exec_materialize(kvrt_exec_context *ctx, int32_t site,
+                                 const kvrt_model *model,
+                                 const kvrt_view *view) {
+  return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
+    if (!ctx->materialize) {
+      ctx->fail(site, KVRT_ERR_UNAVAILABLE,
+                str("kv.materialize is implemented by the reference backend "
+                    "only, not by '",
+                    ctx->backend->name(), "'"));
+      return nullptr;
+    }
+    if (model != ctx->model) {
+      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                "materialize: the model is not the one the program runs on");
+      return nullptr;
+    }
+    if (!checkView(ctx, site, view, "materialize"))
+      return nullptr;
+    kvrt_view *out = nullptr;
+    if (kvrt_status s = ctx->materialize(ctx->model, view, &out)) {
+      ctx->failRuntime(site, s, "materialize failed");
+      return nullptr;
+    }
+    return ctx->own(out);
+  });
+}
+
+kvrt_exec_tokens *kvrt_exec_tokens_constant(kvrt_exec_context *ctx,
+                                            int32_t site, const int32_t *data,
+                                            int64_t n) {
+  return guarded<kvrt_exec_tokens *>(
+      ctx, site, nullptr, [&]() -> kvrt_exec_tokens * {
+        if (n < 0 || (n > 0 && !data)) {
+          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                    str("tokens: ", n, " ids at a NULL address"));
+          return nullptr;
+        }
+        for (int64_t t = 0; t < n; ++t)
+          if (data[t] < 0 || data[t] >= ctx->config.vocab_size) {
+            ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                      str("token ", data[t], " at index ", t,
+                          " is outside the vocabulary [0, ",
+                          ctx->config.vocab_size, ")"));
+            return nullptr;
+          }
+        return ctx->own(std::vector<int32_t>(data, data + n));
+      });
+}
+
+kvrt_exec_tokens *kvrt_exec_tokens_empty(kvrt_exec_context *ctx, int32_t site,
+                                         int64_t n) {
+  if (live(ctx) && n != 0) {
+    ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+              str("tensor.empty of ", n,
+                  " tokens has undefined contents; kv-run only runs empty "
+                  "ones"));
+    return nullptr;
+  }
+  return kvrt_exec_tokens_constant(ctx, site, nullptr, 0);
+}
+
+int64_t kvrt_exec_tokens_size(kvrt_exec_context *ctx,
+                              const kvrt_exec_tokens *tokens) {
+  return live(ctx) && tokens ? int64_t(tokens->ids.size()) : 0;
+}
+
+int64_t kvrt_exec_logits_dim(kvrt_exec_context *ctx, int32_t site,
+                             const kvrt_exec_logits *logits, int64_t dim) {
+  if (!live(ctx) || !checkView(ctx, site, logits, "tensor.dim"))
+    return 0;
+  if (dim == 0)
+    return logits->rows;
+  if (dim == 1)
+    return logits->vocab;
+  ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+            str("tensor.dim: dimension ", dim, " is out of range"));
+  return 0;
+}
+
+const kvrt_exec_tokens *kvrt_exec_tokens_cast(kvrt_exec_context *ctx,
+                                              int32_t site,
+                                              const kvrt_exec_tokens *tokens,
+                                              int64_t size) {
+  if (!live(ctx) || !checkView(ctx, site, tokens, "tensor.cast"))
+    return nullptr;
+  if (size >= 0 && int64_t(tokens->ids.size()) != size) {
+    ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+              str("tensor.cast to tensor<", size, "xi32>: the value has ",
+                  tokens->ids.size(), " in dimension 0"));
+    return nullptr;
+  }
+  return tokens;
+}
+
+const kvrt_exec_logits *kvrt_exec_logits_cast(kvrt_exec_context *ctx,
+                                              int32_t site,
+                                              const kvrt_exec_logits *logits,
+                                              int64_t rows, int64_t vocab) {
+  if (!live(ctx) || !checkView(ctx, site, logits, "tensor.cast"))
+    return nullptr;
+  int64_t expect[2] = {rows, vocab}, actual[2] = {logits->rows, logits->vocab};
+  for (int i = 0; i < 2; ++i)
+    if (expect[i] >= 0 && expect[i] != actual[i]) {
+      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                str("tensor.cast of logits: the value has ", actual[i],
+                    " in dimension ", i, ", the type ", expect[i]));
+      return nullptr;
+    }
+  return logits;
+}
+
+void kvrt_exec_view_retain(kvrt_view *view) { kvrt_view_retain(view); }
+void kvrt_exec_view_release(kvrt_view *view) { kvrt_view_release(view); }
+
+const kvrt_exec_symbol *kvrt_exec_symbols(void) {
+#define KVRT_EXEC_SYMBOL(name)                                                 \
+  { #name, reinterpret_cast < void *>(&name) }
+  static const kvrt_exec_symbol symbols[] = {
+      KVRT_EXEC_SYMBOL(kvrt_exec_plan_begin),
+      KVRT_EXEC_SYMBOL(kvrt_exec_plan_end),
+      KVRT_EXEC_SYMBOL(kvrt_exec_call_enter),
+      KVRT_EXEC_SYMBOL(kvrt_exec_call_leave),
+      KVRT_EXEC_SYMBOL(kvrt_exec_empty),
+      KVRT_EXEC_SYMBOL(kvrt_exec_prefill),
+      KVRT_EXEC_SYMBOL(kvrt_exec_slice),
+      KVRT_EXEC_SYMBOL(kvrt_exec_concat),
+      KVRT_EXEC_SYMBOL(kvrt_exec_rope_shift),
+      KVRT_EXEC_SYMBOL(kvrt_exec_segment_bounds),
+      KVRT_EXEC_SYMBOL(kvrt_exec_view_tokens),
+      KVRT_EXEC_SYMBOL(kvrt_exec_length),
+      KVRT_EXEC_SYMBOL(kvrt_exec_start_position),
+      KVRT_EXEC_SYMBOL(kvrt_exec_end_position),
+      KVRT_EXEC_SYMBOL(kvrt_exec_selective_recompute),
+      KVRT_EXEC_SYMBOL(kvrt_exec_materialize),
+      KVRT_EXEC_SYMBOL(kvrt_exec_tokens_constant),
+      KVRT_EXEC_SYMBOL(kvrt_exec_tokens_empty),
+      KVRT_EXEC_SYMBOL(kvrt_exec_tokens_size),
+      KVRT_EXEC_SYMBOL(kvrt_exec_logits_dim),
+      KVRT_EXEC_SYMBOL(kvrt_exec_tokens_cast),
+      KVRT_EXEC_SYMBOL(kvrt_exec_logits_cast),
+      KVRT_EXEC_SYMBOL(kvrt_exec_view_retain),
+      KVRT_EXEC_SYMBOL(kvrt_exec_view_release),
+      {nullptr, nullptr},
+  };
+#undef KVRT_EXEC_SYMBOL
+  return symbols;
+}
+
+} // extern "C"

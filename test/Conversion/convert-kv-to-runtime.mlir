@@ -1,0 +1,175 @@
+// RUN: kv-opt %s --convert-kv-to-runtime --split-input-file | FileCheck %s
+
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+!cache = !kv.cache<5x4x8xf32, @ctx>
+
+kv.context @ctx {
+  kv.segment @a kind(system) tokens(?)
+}
+
+// A prefill: views, the model and tokens become pointers, the context is a
+// new first argument, the new view comes back through a stack slot, and a
+// wrapper over 64-bit slots is generated for the public function.
+func.func @prefill(%m: !model, %t: tensor<?xi32> {kv.name = "t"}) -> (!cache, tensor<1x512xf32>) {
+  %c0 = kv.empty : !cache
+  %c1, %l = kv.prefill %m, %c0, %t segment @a last
+      : !model, (!cache), tensor<?xi32> -> !cache, tensor<1x512xf32>
+  return %c1, %l : !cache, tensor<1x512xf32>
+}
+
+// CHECK:       module attributes {kv.exec_sites = [
+// CHECK-NOT:   kv.context
+// CHECK:       llvm.mlir.global internal constant @[[LABEL:__kvrt_str_[0-9]+]]("a\00")
+// CHECK-LABEL: func.func @prefill(
+// CHECK-SAME:    %[[CTX:.+]]: !llvm.ptr, %[[M:.+]]: !llvm.ptr, %[[T:.+]]: !llvm.ptr)
+// CHECK-SAME:    -> (!llvm.ptr, !llvm.ptr)
+// CHECK:         %[[EMPTY:.+]] = call @kvrt_exec_empty(%[[CTX]], %{{.*}}) : (!llvm.ptr, i32) -> !llvm.ptr
+// CHECK:         %[[VIEWS:.+]] = llvm.alloca %{{.*}} x !llvm.array<1 x ptr>
+// CHECK:         llvm.store %[[EMPTY]], %{{.*}} : !llvm.ptr, !llvm.ptr
+// CHECK:         %[[NAME:.+]] = llvm.mlir.addressof @[[LABEL]]
+// CHECK:         %[[SLOT:.+]] = llvm.alloca %{{.*}} x !llvm.array<1 x ptr>
+// CHECK:         %[[LOGITS:.+]] = call @kvrt_exec_prefill(%[[CTX]], %{{.*}}, %[[M]], %[[VIEWS]], %{{.*}}, %{{.*}}, %[[T]], %{{.*}}, %{{.*}}, %[[NAME]], %{{.*}}, %{{.*}}, %[[SLOT]])
+// CHECK:         %[[RESULT:.+]] = llvm.load %[[SLOT]] : !llvm.ptr -> !llvm.ptr
+// CHECK:         return %[[RESULT]], %[[LOGITS]] : !llvm.ptr, !llvm.ptr
+// CHECK-LABEL: func.func @_kvrt_entry_prefill(
+// CHECK-SAME:    %[[WCTX:.+]]: !llvm.ptr, %[[ARGS:.+]]: !llvm.ptr, %[[RES:.+]]: !llvm.ptr)
+// CHECK:         llvm.getelementptr %[[ARGS]][1] : (!llvm.ptr) -> !llvm.ptr, i64
+// CHECK:         %[[R:.+]]:2 = call @prefill(%[[WCTX]],
+// CHECK:         llvm.getelementptr %[[RES]][1] : (!llvm.ptr) -> !llvm.ptr, i64
+// CHECK:         llvm.store %[[R]]#1
+// CHECK:       func.func private @kvrt_exec_empty(!llvm.ptr, i32) -> !llvm.ptr
+// CHECK:       func.func private @kvrt_exec_prefill(!llvm.ptr, i32, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, !llvm.ptr, i32, i64, !llvm.ptr, i32, i64, !llvm.ptr) -> !llvm.ptr
+
+// -----
+
+// View metadata ops: each a runtime call; indices cross as i64.
+!cache = !kv.cache<5x4x8xf32, @ctx>
+kv.context @ctx {
+  kv.segment @a kind(system) tokens(?)
+}
+func.func @views(%c: !cache, %d: index) -> (!cache, index, index, tensor<?xi32>) {
+  %b, %e = kv.segment_bounds %c[@a] : !cache
+  %s = kv.slice %c[%b, %e] : !cache
+  %r = kv.rope_shift %s by %d : !cache
+  %j = kv.concat %r, %c : !cache, !cache -> !cache
+  %n = kv.length %j : !cache
+  %p = kv.end_position %j : !cache
+  %t = kv.tokens %j : !cache -> tensor<?xi32>
+  return %j, %n, %p, %t : !cache, index, index, tensor<?xi32>
+}
+
+// CHECK-LABEL: func.func @views(
+// CHECK-SAME:    %[[CTX:.+]]: !llvm.ptr, %[[C:.+]]: !llvm.ptr, %[[D:.+]]: index)
+// CHECK:         %[[BOUNDS:.+]] = llvm.alloca %{{.*}} x !llvm.array<2 x i64>
+// CHECK:         call @kvrt_exec_segment_bounds(%[[CTX]], %{{.*}}, %[[C]], %{{.*}}, %[[BOUNDS]])
+// CHECK:         %[[B:.+]] = llvm.load %{{.*}} : !llvm.ptr -> i64
+// CHECK:         %[[E:.+]] = llvm.load %{{.*}} : !llvm.ptr -> i64
+// CHECK:         %[[S:.+]] = call @kvrt_exec_slice(%[[CTX]], %{{.*}}, %[[C]], %{{.*}}, %{{.*}}) : (!llvm.ptr, i32, !llvm.ptr, i64, i64) -> !llvm.ptr
+// CHECK:         %[[D64:.+]] = arith.index_cast %[[D]] : index to i64
+// CHECK:         %[[R:.+]] = call @kvrt_exec_rope_shift(%[[CTX]], %{{.*}}, %[[S]], %[[D64]])
+// CHECK:         %[[J:.+]] = call @kvrt_exec_concat(%[[CTX]], %{{.*}}, %{{.*}}, %{{.*}})
+// CHECK:         call @kvrt_exec_length(%[[CTX]], %[[J]]) : (!llvm.ptr, !llvm.ptr) -> i64
+// CHECK:         call @kvrt_exec_end_position(%[[CTX]], %[[J]])
+// CHECK:         call @kvrt_exec_view_tokens(%[[CTX]], %{{.*}}, %[[J]], %{{.*}})
+
+// -----
+
+// Token constants become internal globals; tensor.dim and an empty token
+// tensor go through the runtime.
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+!cache = !kv.cache<5x4x8xf32>
+func.func @constants(%m: !model, %u: tensor<?xi32>) -> (tensor<3xi32>, index) {
+  %t = arith.constant dense<[1, 2, 3]> : tensor<3xi32>
+  %c0 = arith.constant 0 : index
+  %e = tensor.empty(%c0) : tensor<?xi32>
+  %n = tensor.dim %u, %c0 : tensor<?xi32>
+  return %t, %n : tensor<3xi32>, index
+}
+
+// CHECK:       llvm.mlir.global internal constant @[[TOKENS:__kvrt_tokens_[0-9]+]](dense<[1, 2, 3]> : tensor<3xi32>) {{.*}} : !llvm.array<3 x i32>
+// CHECK-LABEL: func.func @constants(
+// CHECK-SAME:    %[[CTX:.+]]: !llvm.ptr, %{{.*}}: !llvm.ptr, %[[U:.+]]: !llvm.ptr)
+// CHECK:         %[[ADDR:.+]] = llvm.mlir.addressof @[[TOKENS]]
+// CHECK:         %[[T:.+]] = call @kvrt_exec_tokens_constant(%[[CTX]], %{{.*}}, %[[ADDR]], %{{.*}})
+// CHECK:         call @kvrt_exec_tokens_empty(
+// CHECK:         call @kvrt_exec_tokens_size(%[[CTX]], %[[U]])
+// CHECK:         return %[[T]], %{{.*}} : !llvm.ptr, index
+
+// -----
+
+// Repair and materialization; a plan-tagged op is bracketed by plan
+// accounting and so is everything that uses its result.
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+!cache = !kv.cache<5x4x8xf32>
+func.func @repair(%m: !model, %c: !cache, %b: index, %e: index) -> !cache {
+  %r = kv.selective_recompute %m, %c[%b, %e] fraction 2.500000e-01 : !model, !cache loc(fused<"kv.plan">["repair"])
+  %x = kv.materialize %m, %r : !model, !cache
+  return %x : !cache
+}
+
+// CHECK-LABEL: func.func @repair(
+// CHECK:         %[[F:.+]] = arith.constant 2.500000e-01 : f64
+// CHECK:         call @kvrt_exec_plan_begin(
+// CHECK-NEXT:    %[[R:.+]] = call @kvrt_exec_selective_recompute(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[F]])
+// CHECK-NEXT:    call @kvrt_exec_plan_end(
+// CHECK:         call @kvrt_exec_plan_begin(
+// CHECK-NEXT:    call @kvrt_exec_materialize(%{{.*}}, %{{.*}}, %{{.*}}, %[[R]])
+// CHECK-NEXT:    call @kvrt_exec_plan_end(
+
+// -----
+
+// A call of a host function passes the context and is guarded by the call
+// depth (a recursion ends in an error, not a stack overflow).
+!cache = !kv.cache<5x4x8xf32>
+func.func private @helper(%c: !cache) -> index {
+  %n = kv.length %c : !cache
+  return %n : index
+}
+func.func @caller(%c: !cache) -> index {
+  %n = func.call @helper(%c) : (!cache) -> index
+  return %n : index
+}
+
+// CHECK-LABEL: func.func private @helper(
+// CHECK-SAME:    %{{.*}}: !llvm.ptr, %{{.*}}: !llvm.ptr) -> index
+// CHECK-LABEL: func.func @caller(
+// CHECK-SAME:    %[[CTX:.+]]: !llvm.ptr, %[[C:.+]]: !llvm.ptr)
+// CHECK:         %[[OK:.+]] = call @kvrt_exec_call_enter(%[[CTX]], %{{.*}})
+// CHECK:         %[[GO:.+]] = arith.cmpi ne, %[[OK]], %{{.*}} : i32
+// CHECK:         %[[N:.+]] = scf.if %[[GO]] -> (index) {
+// CHECK:           %[[V:.+]] = func.call @helper(%[[CTX]], %[[C]])
+// CHECK:           func.call @kvrt_exec_call_leave(%[[CTX]])
+// CHECK:           scf.yield %[[V]] : index
+// CHECK:         } else {
+// CHECK:           scf.yield %{{.*}} : index
+// CHECK:         return %[[N]] : index
+// CHECK-NOT:   func.func @_kvrt_entry_helper
+
+// -----
+
+// A function without kv values or token tensors is not a host function: it
+// keeps its signature and gets no wrapper.
+func.func @negative_plain(%a: index, %b: index) -> index {
+  %s = arith.addi %a, %b : index
+  return %s : index
+}
+
+// CHECK-LABEL: func.func @negative_plain(
+// CHECK-SAME:    %{{.*}}: index, %{{.*}}: index) -> index
+// CHECK-NOT:   @_kvrt_entry_negative_plain
+// CHECK-NOT:   kvrt_exec
+
+// -----
+
+// A function that returns a float cannot be wrapped in 64-bit integer
+// slots: it is lowered but gets no wrapper.
+!cache = !kv.cache<5x4x8xf32>
+func.func @negative_float(%c: !cache) -> f32 {
+  %n = kv.length %c : !cache
+  %x = arith.constant 1.0 : f32
+  return %x : f32
+}
+
+// CHECK-LABEL: func.func @negative_float(
+// CHECK-SAME:    %{{.*}}: !llvm.ptr, %{{.*}}: !llvm.ptr) -> f32
+// CHECK-NOT:   @_kvrt_entry_negative_float
