@@ -37,3 +37,20 @@ extern "C" const char *kvrt_status_name(kvrt_status status) {
   }
   return "unknown status";
 }
+
+kvrt_status kvrt::checkPrefillArguments(const kvrt_model_config &c,
+                                        const int32_t *tokens, int64_t n,
+                                        int64_t pos, const char *what) {
+  if (n <= 0 || !tokens)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str(what, ": needs at least one token (got ", n, ")"));
+  if (pos < 0 || pos > KVRT_MAX_POSITION - n)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str(what, ": position ", pos, " is outside [0, 2^53 - n)"));
+  for (int64_t t = 0; t < n; ++t)
+    if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
+      return fail(KVRT_ERR_INVALID_ARGUMENT,
+                  str(what, ": token ", tokens[t], " at index ", t,
+                      " is outside the vocabulary [0, ", c.vocab_size, ")"));
+  return KVRT_OK;
+}

@@ -37,6 +37,13 @@ struct PageRefs {
   }
 };
 
+/// Checks the arguments every prefill shares, whatever the backend: at least
+/// one token, positions pos .. pos+n-1 within [0, 2^53), every token in the
+/// vocabulary. Messages start with `what`.
+kvrt_status checkPrefillArguments(const kvrt_model_config &config,
+                                  const int32_t *tokens, int64_t n, int64_t pos,
+                                  const char *what);
+
 /// Records `message` as this thread's last error and returns `status`.
 kvrt_status fail(kvrt_status status, const std::string &message);
 

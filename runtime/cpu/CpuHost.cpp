@@ -111,30 +111,14 @@ private:
       return s;
     if (kvrt_status s = kvrt_model_get_weights(model, &call.weights))
       return s;
-    if (kvrt_status s = checkTokens(call.config, tokens, n, pos, what))
+    if (kvrt_status s =
+            kvrt::checkPrefillArguments(call.config, tokens, n, pos, what))
       return s;
     if (kvrt_status s = provider(call.config, &call.kernels))
       return s;
     const CpuKernels *k = call.kernels.get();
     if (!k || !k->prefill || !k->attention)
       return fail(KVRT_ERR_INTERNAL, "cpu backend: incomplete kernel table");
-    return KVRT_OK;
-  }
-
-  static kvrt_status checkTokens(const kvrt_model_config &c,
-                                 const int32_t *tokens, int64_t n, int64_t pos,
-                                 const char *what) {
-    if (n <= 0 || !tokens)
-      return fail(KVRT_ERR_INVALID_ARGUMENT,
-                  str(what, ": needs at least one token (got ", n, ")"));
-    if (pos < 0 || pos > KVRT_MAX_POSITION - n)
-      return fail(KVRT_ERR_INVALID_ARGUMENT,
-                  str(what, ": position ", pos, " is outside [0, 2^53 - n)"));
-    for (int64_t t = 0; t < n; ++t)
-      if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
-        return fail(KVRT_ERR_INVALID_ARGUMENT,
-                    str(what, ": token ", tokens[t], " at index ", t,
-                        " is outside the vocabulary [0, ", c.vocab_size, ")"));
     return KVRT_OK;
   }
 

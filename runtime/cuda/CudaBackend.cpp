@@ -420,19 +420,7 @@ private:
                       int64_t pos, const char *what, DeviceModel **out) {
     if (kvrt_status s = deviceModel(model, out))
       return s;
-    const kvrt_model_config &c = (*out)->config;
-    if (n <= 0 || !tokens)
-      return fail(KVRT_ERR_INVALID_ARGUMENT,
-                  str(what, ": needs at least one token (got ", n, ")"));
-    if (pos < 0 || pos > KVRT_MAX_POSITION - n)
-      return fail(KVRT_ERR_INVALID_ARGUMENT,
-                  str(what, ": position ", pos, " is outside [0, 2^53 - n)"));
-    for (int64_t t = 0; t < n; ++t)
-      if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
-        return fail(KVRT_ERR_INVALID_ARGUMENT,
-                    str(what, ": token ", tokens[t], " at index ", t,
-                        " is outside the vocabulary [0, ", c.vocab_size, ")"));
-    return KVRT_OK;
+    return kvrt::checkPrefillArguments((*out)->config, tokens, n, pos, what);
   }
 
   /// The device pool of `view` with every page of its runs resident, and

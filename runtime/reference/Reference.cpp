@@ -12,8 +12,6 @@ using kvrt::str;
 
 namespace {
 
-constexpr int64_t kMaxPosition = KVRT_MAX_POSITION;
-
 /// Where keys and values live: the pool layout and the runs to attend.
 struct KVSpan {
   kvrt_page_layout layout;
@@ -244,23 +242,6 @@ void forward(const kvrt_model_config &c, const kvrt_model_weights &w,
   }
 }
 
-/// Checks the prefill arguments that do not need the pool.
-kvrt_status checkPrefill(const kvrt_model_config &c, const int32_t *tokens,
-                         int64_t n, int64_t pos) {
-  if (n <= 0 || !tokens)
-    return fail(KVRT_ERR_INVALID_ARGUMENT,
-                str("prefill: needs at least one token (got ", n, ")"));
-  if (pos < 0 || pos > kMaxPosition - n)
-    return fail(KVRT_ERR_INVALID_ARGUMENT,
-                str("prefill: position ", pos, " is outside [0, 2^53 - n)"));
-  for (int64_t t = 0; t < n; ++t)
-    if (tokens[t] < 0 || tokens[t] >= c.vocab_size)
-      return fail(KVRT_ERR_INVALID_ARGUMENT,
-                  str("prefill: token ", tokens[t], " at index ", t,
-                      " is outside the vocabulary [0, ", c.vocab_size, ")"));
-  return KVRT_OK;
-}
-
 /// Reads the model, checks the token arguments, and collects the view's runs.
 kvrt_status prepare(const kvrt_model *model, const kvrt_view *view,
                     const int32_t *tokens, int64_t n, int64_t pos,
@@ -269,7 +250,7 @@ kvrt_status prepare(const kvrt_model *model, const kvrt_view *view,
     return s;
   if (kvrt_status s = kvrt_model_get_weights(model, &w))
     return s;
-  if (kvrt_status s = checkPrefill(c, tokens, n, pos))
+  if (kvrt_status s = kvrt::checkPrefillArguments(c, tokens, n, pos, "prefill"))
     return s;
   return spanOf(c, view, span);
 }

@@ -129,20 +129,6 @@ std::optional<kvrt_model_config> parseConfig(std::string &error) {
   return c;
 }
 
-mlir::kv::ForwardConfig forwardConfig(const kvrt_model_config &c) {
-  mlir::kv::ForwardConfig f;
-  f.dim = c.dim;
-  f.hidden = c.hidden_dim;
-  f.layers = c.n_layers;
-  f.heads = c.n_heads;
-  f.kvHeads = c.n_kv_heads;
-  f.vocab = c.vocab_size;
-  f.halfRope = c.rope_layout == KVRT_ROPE_HALF;
-  f.theta = c.rope_theta;
-  f.eps = c.rms_eps;
-  return f;
-}
-
 /// The forward of `config` lowered with format `format`.
 OwningOpRef<ModuleOp> lower(MLIRContext &ctx,
                             const mlir::kv::ForwardConfig &config,
@@ -203,7 +189,8 @@ int main(int argc, char **argv) {
   std::optional<kvrt_model_config> config = parseConfig(error);
   if (!config)
     return failWith(error);
-  mlir::kv::ForwardConfig forward = forwardConfig(*config);
+  mlir::kv::ForwardConfig forward =
+      mlir::kv::ForwardConfig::fromRuntimeConfig(*config);
   std::string problem = mlir::kv::checkGpuForwardConfig(forward);
   if (!problem.empty())
     return failWith("cannot compile this config for the GPU: " + problem);

@@ -267,3 +267,34 @@ LogicalResult mlir::kv::insertForwardSource(ModuleOp module, StringRef source,
   }
   return success();
 }
+
+FailureOr<unsigned> mlir::kv::buildRequestedForwards(
+    ModuleOp module,
+    function_ref<LogicalResult(const ForwardConfig &, StringRef name)> build) {
+  Attribute attr = module->getAttr(kForwardAttrName);
+  if (!attr)
+    return 0u;
+  auto dict = dyn_cast<DictionaryAttr>(attr);
+  if (!dict)
+    return module.emitError()
+           << "'" << kForwardAttrName
+           << "' must be a dictionary from names to !kv.model types, got "
+           << attr;
+  unsigned built = 0;
+  for (NamedAttribute entry : dict) {
+    auto typeAttr = dyn_cast<TypeAttr>(entry.getValue());
+    auto model =
+        typeAttr ? dyn_cast<ModelType>(typeAttr.getValue()) : ModelType();
+    if (!model)
+      return module.emitError()
+             << "'" << kForwardAttrName << "' entry '"
+             << entry.getName().getValue() << "' must be a !kv.model type, got "
+             << entry.getValue();
+    if (failed(build(ForwardConfig::fromModelType(model),
+                     entry.getName().getValue())))
+      return failure();
+    ++built;
+  }
+  module->removeAttr(kForwardAttrName);
+  return built;
+}

@@ -10,6 +10,8 @@
 #ifndef KVIR_PASSES_CONVERSION_KVTOCPU_FORWARDBUILDER_H
 #define KVIR_PASSES_CONVERSION_KVTOCPU_FORWARDBUILDER_H
 
+#include "runtime/core/KVRuntime.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Support/LLVM.h"
@@ -37,6 +39,20 @@ struct ForwardConfig {
   double eps = 1e-5;
 
   static ForwardConfig fromModelType(ModelType type);
+  /// The config of a model the runtime loaded.
+  static ForwardConfig fromRuntimeConfig(const kvrt_model_config &c) {
+    ForwardConfig f;
+    f.dim = c.dim;
+    f.hidden = c.hidden_dim;
+    f.layers = c.n_layers;
+    f.heads = c.n_heads;
+    f.kvHeads = c.n_kv_heads;
+    f.vocab = c.vocab_size;
+    f.halfRope = c.rope_layout == KVRT_ROPE_HALF;
+    f.theta = c.rope_theta;
+    f.eps = c.rms_eps;
+    return f;
+  }
   int64_t headSize() const { return dim / heads; }
   int64_t kvDim() const { return kvHeads * headSize(); }
 };
@@ -76,6 +92,18 @@ LogicalResult insertForwardSource(ModuleOp module, StringRef source,
 
 /// Registers the dialects the emitted functions use.
 void registerForwardDialects(DialectRegistry &registry);
+
+/// The module attribute naming the forwards to emit: a dictionary from a
+/// name to a !kv.model type.
+constexpr llvm::StringLiteral kForwardAttrName = "kv.forward";
+
+/// Calls `build` for every entry of `module`'s `kv.forward` dictionary, then
+/// removes the attribute. Returns how many forwards were built (0 without the
+/// attribute), or failure with a diagnostic on a malformed entry or a failed
+/// build.
+FailureOr<unsigned> buildRequestedForwards(
+    ModuleOp module,
+    function_ref<LogicalResult(const ForwardConfig &, StringRef name)> build);
 
 } // namespace mlir::kv
 

@@ -26,42 +26,18 @@ using namespace mlir::kv;
 
 namespace {
 
-/// The module attribute naming the forwards to emit.
-constexpr llvm::StringLiteral kForwardAttrName = "kv.forward";
-
 struct ConvertKVToGPUPass
     : public kv::impl::ConvertKVToGPUPassBase<ConvertKVToGPUPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    Attribute attr = module->getAttr(kForwardAttrName);
-    if (!attr)
-      return;
-    auto dict = dyn_cast<DictionaryAttr>(attr);
-    if (!dict) {
-      module.emitError() << "'" << kForwardAttrName
-                         << "' must be a dictionary from names to !kv.model "
-                            "types, got "
-                         << attr;
+    FailureOr<unsigned> built = buildRequestedForwards(
+        module, [&](const ForwardConfig &config, StringRef name) {
+          return buildGpuForwardFunctions(module, config, name,
+                                          module.getLoc());
+        });
+    if (failed(built))
       return signalPassFailure();
-    }
-    for (NamedAttribute entry : dict) {
-      auto typeAttr = dyn_cast<TypeAttr>(entry.getValue());
-      auto model =
-          typeAttr ? dyn_cast<ModelType>(typeAttr.getValue()) : ModelType();
-      if (!model) {
-        module.emitError() << "'" << kForwardAttrName << "' entry '"
-                           << entry.getName().getValue()
-                           << "' must be a !kv.model type, got "
-                           << entry.getValue();
-        return signalPassFailure();
-      }
-      if (failed(buildGpuForwardFunctions(
-              module, ForwardConfig::fromModelType(model),
-              entry.getName().getValue(), module.getLoc())))
-        return signalPassFailure();
-      ++numForwards;
-    }
-    module->removeAttr(kForwardAttrName);
+    numForwards += *built;
   }
 };
 

@@ -33,20 +33,6 @@ namespace {
 
 constexpr const char *kPrefix = "kv";
 
-mlir::kv::ForwardConfig forwardConfig(const kvrt_model_config &c) {
-  mlir::kv::ForwardConfig f;
-  f.dim = c.dim;
-  f.hidden = c.hidden_dim;
-  f.layers = c.n_layers;
-  f.heads = c.n_heads;
-  f.kvHeads = c.n_kv_heads;
-  f.vocab = c.vocab_size;
-  f.halfRope = c.rope_layout == KVRT_ROPE_HALF;
-  f.theta = c.rope_theta;
-  f.eps = c.rms_eps;
-  return f;
-}
-
 uint64_t bitsOf(double value) {
   uint64_t bits;
   std::memcpy(&bits, &value, sizeof(bits));
@@ -88,8 +74,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModule(mlir::MLIRContext &ctx,
   });
   mlir::Location loc = mlir::UnknownLoc::get(&ctx);
   mlir::OwningOpRef<mlir::ModuleOp> module = mlir::ModuleOp::create(loc);
-  if (failed(mlir::kv::buildForwardFunctions(*module, forwardConfig(config),
-                                             kPrefix, loc)))
+  if (failed(mlir::kv::buildForwardFunctions(
+          *module, mlir::kv::ForwardConfig::fromRuntimeConfig(config), kPrefix,
+          loc)))
     return nullptr;
   if (!lower)
     return module;
@@ -102,7 +89,8 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModule(mlir::MLIRContext &ctx,
 
 kvrt_status compile(const kvrt_model_config &config,
                     std::shared_ptr<const CpuKernels> *out) {
-  std::string problem = mlir::kv::checkForwardConfig(forwardConfig(config));
+  std::string problem = mlir::kv::checkForwardConfig(
+      mlir::kv::ForwardConfig::fromRuntimeConfig(config));
   if (!problem.empty())
     return fail(KVRT_ERR_INVALID_ARGUMENT,
                 str("cpu backend: unsupported model config: ", problem));
@@ -205,7 +193,8 @@ kvrt_status kvir::cpu::getCpuKernelsSource(const kvrt_model_config &config,
                                            bool lowered, std::string *out) {
   if (!out)
     return kvrt::nullArgument(__func__);
-  std::string problem = mlir::kv::checkForwardConfig(forwardConfig(config));
+  std::string problem = mlir::kv::checkForwardConfig(
+      mlir::kv::ForwardConfig::fromRuntimeConfig(config));
   if (!problem.empty())
     return fail(KVRT_ERR_INVALID_ARGUMENT,
                 str("cpu backend: unsupported model config: ", problem));
