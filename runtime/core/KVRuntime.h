@@ -339,6 +339,10 @@ kvrt_pool *kvrt_view_pool(const kvrt_view *view);
 /// Run `index` of the view.
 kvrt_status kvrt_view_get_run(const kvrt_view *view, int64_t index,
                               kvrt_run *out);
+/// The token indices [*begin, *end) of the runs labelled `label`. An error
+/// when no run has the label or its runs are not contiguous.
+kvrt_status kvrt_view_segment_bounds(const kvrt_view *view, const char *label,
+                                     int64_t *begin, int64_t *end);
 
 #ifdef __cplusplus
 } // extern "C"

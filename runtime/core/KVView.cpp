@@ -231,3 +231,32 @@ extern "C" kvrt_status kvrt_view_get_run(const kvrt_view *view, int64_t index,
   out->label = run.hasLabel ? run.label.c_str() : nullptr;
   return KVRT_OK;
 }
+
+extern "C" kvrt_status kvrt_view_segment_bounds(const kvrt_view *view,
+                                                const char *label,
+                                                int64_t *begin, int64_t *end) {
+  if (!view || !label || !begin || !end)
+    return nullArgument(__func__);
+  int64_t first = -1, last = -1, at = 0;
+  bool broken = false;
+  for (const Run &run : view->runs) {
+    if (run.hasLabel && run.label == label) {
+      if (first < 0)
+        first = at;
+      else if (last != at)
+        broken = true;
+      last = at + run.nTokens;
+    }
+    at += run.nTokens;
+  }
+  if (first < 0)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("the view holds no tokens of segment @", label));
+  if (broken)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("the tokens of segment @", label,
+                    " are not contiguous in the view"));
+  *begin = first;
+  *end = last;
+  return KVRT_OK;
+}

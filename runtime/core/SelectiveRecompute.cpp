@@ -129,8 +129,11 @@ kvrt_status run(kvir::ComputeBackend &backend, const kvrt_model *model,
   // The `count` largest deviations; ties go to the earlier token.
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return deviation[a] > deviation[b];
+  // The index breaks ties, which makes the order total (and std::sort as
+  // deterministic as a stable sort).
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return deviation[a] > deviation[b] ||
+           (deviation[a] == deviation[b] && a < b);
   });
   order.resize(count);
   stats.maxDeviation = deviation[order.front()];

@@ -467,34 +467,8 @@ void kvrt_exec_segment_bounds(kvrt_exec_context *ctx, int32_t site,
         !checkView(ctx, site, label, "segment bounds") ||
         !checkView(ctx, site, bounds, "segment bounds"))
       return 0;
-    int64_t begin = -1, end = -1, at = 0;
-    bool broken = false;
-    for (int64_t r = 0, e = kvrt_view_num_runs(view); r < e; ++r) {
-      kvrt_run run;
-      if (kvrt_view_get_run(view, r, &run) != KVRT_OK)
-        continue;
-      if (run.label && std::strcmp(run.label, label) == 0) {
-        if (begin < 0)
-          begin = at;
-        else if (end != at)
-          broken = true;
-        end = at + run.n_tokens;
-      }
-      at += run.n_tokens;
-    }
-    if (begin < 0) {
-      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
-                str("the view holds no tokens of segment @", label));
-      return 0;
-    }
-    if (broken) {
-      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
-                str("the tokens of segment @", label,
-                    " are not contiguous in the view"));
-      return 0;
-    }
-    bounds[0] = begin;
-    bounds[1] = end;
+    if (kvrt_view_segment_bounds(view, label, &bounds[0], &bounds[1]))
+      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT, kvrt_last_error());
     return 0;
   });
 }

@@ -791,25 +791,9 @@ LogicalResult ProgramRunner::executeKV(Operation *op, Frame &frame,
   if (auto bounds = dyn_cast<mlir::kv::SegmentBoundsOp>(op)) {
     const kvrt_view *view = cacheOf(bounds.getCache()).get();
     StringRef name = bounds.getSegment();
-    int64_t begin = -1, end = -1, at = 0;
-    bool broken = false;
-    for (int64_t r = 0, e = kvrt_view_num_runs(view); r < e; ++r) {
-      kvrt_run run;
-      kvrt_view_get_run(view, r, &run);
-      if (run.label && name == run.label) {
-        if (begin < 0)
-          begin = at;
-        else if (end != at)
-          broken = true;
-        end = at + run.n_tokens;
-      }
-      at += run.n_tokens;
-    }
-    if (begin < 0)
-      return emitError(loc) << "the view holds no tokens of segment @" << name;
-    if (broken)
-      return emitError(loc) << "the tokens of segment @" << name
-                            << " are not contiguous in the view";
+    int64_t begin = 0, end = 0;
+    if (kvrt_view_segment_bounds(view, name.str().c_str(), &begin, &end))
+      return emitError(loc) << kvrt_last_error();
     frame.set(bounds.getBegin(), RuntimeValue::ofIndex(begin));
     frame.set(bounds.getEnd(), RuntimeValue::ofIndex(end));
     return success();
