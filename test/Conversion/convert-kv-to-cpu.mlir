@@ -21,18 +21,34 @@ module attributes {kv.forward = {tiny = !kv.model<dim = 64, hidden = 172, layers
 // CHECK:         %[[IA:.+]] = arith.muli %{{.*}}, %c2 : index
 // CHECK:         arith.addi %[[IA]], %c1 : index
 // CHECK:       func.func private @tiny_store_kv(
-// CHECK:       func.func @tiny_attention(%{{.*}}: memref<?xf32>, %{{.*}}: i64, %{{.*}}: i64, %{{.*}}: memref<?xf32>, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?x8xi64>, %{{.*}}: i64, %{{.*}}: i64, %{{.*}}: memref<?xf32>) attributes {llvm.emit_c_interface}
+// The softmax weights' exp: 16 lanes, a polynomial, no libm call per lane.
+// CHECK:       func.func private @tiny_exp16(%{{.*}}: vector<16xf32>) -> vector<16xf32>
+// CHECK:         math.floor %{{.*}} : vector<16xf32>
+// CHECK:         vector.fma
+// CHECK:         arith.shli
+// CHECK:       func.func @tiny_attention(%{{.*}}: memref<?xf32>, %{{.*}}: i64, %{{.*}}: i64, %[[KV:[^:]+]]: memref<?xf32>, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?x8xi64>, %{{.*}}: i64, %{{.*}}: i64, %{{.*}}: memref<?xf32>) attributes {llvm.emit_c_interface}
 // One query rotation per run: to m - delta (column 4 of the run table).
 // CHECK:         %[[DELTA:.+]] = memref.load %{{.*}}[%{{.*}}, %c4] : memref<?x8xi64>
 // CHECK:         scf.if
 // CHECK:           %[[QPOS:.+]] = arith.subi %{{.*}}, %[[DELTA]] : i64
 // CHECK:           call @tiny_rope_table(%[[QPOS]],
-// Keys are read as stored, never rotated; online softmax merge.
-// CHECK:           vector.load %{{.*}} : memref<?xf32>, vector<8xf32>
-// CHECK:           vector.reduction <add>
-// CHECK:           arith.maxnumf
-// CHECK:           math.exp
-// CHECK:           vector.fma
+// CHECK:           call @tiny_rope_apply(
+// Keys are read as stored from the arena, never rotated: no RoPE call after
+// the query's; the dot products are FMAs over 16-lane slices.
+// CHECK-NOT:       call @tiny_rope
+// CHECK:           vector.maskedload %[[KV]][%{{.*}}], %{{.*}}, %{{.*}} : memref<?xf32>, vector<16xi1>, vector<16xf32> into vector<16xf32>
+// CHECK-NEXT:      vector.fma
+// CHECK:           vector.reduction <add>, %{{.*}} : vector<16xf32> into f32
+// Online softmax merge per chunk: chunk max, new running max, rescale factor
+// of the old sum and accumulator, the weights, then V summed with FMAs.
+// CHECK:           vector.reduction <maxnumf>
+// CHECK:           %[[MNEW:.+]] = arith.maxnumf %{{.*}}, %{{.*}} : f32
+// CHECK:           %[[DM:.+]] = arith.subf %{{.*}}, %[[MNEW]] : f32
+// CHECK:           math.exp %[[DM]] : f32
+// CHECK:           call @tiny_exp16(
+// CHECK:           vector.load %[[KV]][%{{.*}}] : memref<?xf32>, vector<8xf32>
+// CHECK:           vector.fma %{{.*}} : vector<8xf32>
+// CHECK-NOT:       call @tiny_rope
 // CHECK:       func.func @tiny_prefill({{.*}}, %[[NLAYERS:.+]]: i64, %{{.+}}: i64, %{{.+}}: memref<?xf32>) attributes {llvm.emit_c_interface}
 // The layer loop runs to the layer count it is given (fewer for a scan).
 // CHECK:         %[[NL:.+]] = arith.index_cast %[[NLAYERS]] : i64 to index

@@ -27,6 +27,9 @@ module attributes {kv.forward = {stories = !kv.model<dim = 64, hidden = 172, lay
 // CHECK-DAG:   llvm.intr.cos(%{{.*}}) : (f64) -> f64
 // CHECK-DAG:   llvm.intr.sin(%{{.*}}) : (f64) -> f64
 // CHECK-DAG:   llvm.intr.exp(%{{.*}}) : (f32) -> f32
-// CHECK-DAG:   "llvm.intr.vector.reduce.fadd"(%{{.*}}, %{{.*}}) <{fastmathFlags = #llvm.fastmath<reassoc>}> : (f32, vector<8xf32>) -> f32
+// CHECK-DAG:   "llvm.intr.vector.reduce.fadd"(%{{.*}}, %{{.*}}) <{fastmathFlags = #llvm.fastmath<reassoc>}> : (f32, vector<16xf32>) -> f32
+// The softmax weights' exp is a 16-lane polynomial (@stories_exp16).
+// CHECK-DAG:   llvm.func @stories_exp16(%{{.*}}: vector<16xf32>) -> vector<16xf32>
+// CHECK-DAG:   llvm.intr.floor(%{{.*}}) : (vector<16xf32>) -> vector<16xf32>
 
-// ORDERED:     "llvm.intr.vector.reduce.fadd"(%{{.*}}, %{{.*}}) <{fastmathFlags = #llvm.fastmath<none>}> : (f32, vector<8xf32>) -> f32
+// ORDERED:     "llvm.intr.vector.reduce.fadd"(%{{.*}}, %{{.*}}) <{fastmathFlags = #llvm.fastmath<none>}> : (f32, vector<16xf32>) -> f32
