@@ -105,6 +105,10 @@ inline constexpr llvm::StringLiteral kPlanLocationTag = "kv.plan";
 /// location).
 bool isPlanLocation(Location loc);
 
+/// The last steps of every lowering to the LLVM dialect: memref, arith,
+/// index, func and cf to LLVM, then unrealized casts reconciled.
+void addHostToLLVMPasses(OpPassManager &pm);
+
 /// Registers the kv passes and pipelines with the global registry.
 void registerKVPassesAndPipelines();
 

@@ -125,12 +125,7 @@ void mlir::kv::buildLowerToNVVMPipeline(
   // Host: launches to mgpu* calls, the rest to LLVM.
   pm.addPass(createGpuToLLVMConversionPass());
   pm.addPass(memref::createExpandStridedMetadataPass());
-  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
-  pm.addPass(createArithToLLVMConversionPass());
-  pm.addPass(createConvertIndexToLLVMPass());
-  pm.addPass(createConvertFuncToLLVMPass());
-  pm.addPass(createConvertControlFlowToLLVMPass());
-  pm.addPass(createReconcileUnrealizedCastsPass());
+  addHostToLLVMPasses(pm);
 
   GpuModuleToBinaryPassOptions binary;
   binary.toolkitPath = toolkitOf(options);

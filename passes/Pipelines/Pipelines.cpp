@@ -41,6 +41,10 @@ void mlir::kv::buildLowerToCPUPipeline(
   vector.reassociateFPReductions = options.reassociateFPReductions;
   pm.addPass(createConvertVectorToLLVMPass(vector));
   pm.addPass(createConvertMathToLLVMPass());
+  addHostToLLVMPasses(pm);
+}
+
+void mlir::kv::addHostToLLVMPasses(OpPassManager &pm) {
   pm.addPass(createFinalizeMemRefToLLVMConversionPass());
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertIndexToLLVMPass());
