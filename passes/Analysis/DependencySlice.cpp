@@ -132,27 +132,6 @@ CostModel CostModel::get(ModelType model) {
   return cost;
 }
 
-int64_t CostModel::tokenFlops(int64_t ctx) const {
-  int64_t projections =
-      2 * (dim * dim + 2 * dim * kvDim + dim * dim + 3 * dim * hidden);
-  return layers * (projections + 4 * ctx * dim);
-}
-
-int64_t CostModel::rangeFlops(int64_t begin, int64_t end) const {
-  if (end <= begin)
-    return 0;
-  // Token i attends i + 1 keys: sum over [begin, end) of (i + 1).
-  int64_t n = end - begin;
-  int64_t keys = (begin + 1 + end) * n / 2;
-  return tokenFlops(0) * n + layers * 4 * dim * keys;
-}
-
-int64_t CostModel::scanRangeFlops(int64_t begin, int64_t end) const {
-  if (layers == 0)
-    return 0;
-  return rangeFlops(begin, end) / layers * std::min<int64_t>(layers, 2);
-}
-
 /// Adds the cost of recomputing the tokens [begin, end) of the final context.
 static void addRange(Cost &cost, const CostModel &model, int64_t begin,
                      int64_t end) {

@@ -13,6 +13,7 @@
 #define KVIR_PASSES_ANALYSIS_DEPENDENCYSLICE_H
 
 #include "dialects/KV/KVOps.h"
+#include "runtime/core/ModelCost.h"
 
 #include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/SmallVector.h"
@@ -88,25 +89,10 @@ struct EditPlan {
   llvm::SmallVector<unsigned> segmentsWith(SegmentAction action) const;
 };
 
-/// The model FLOPs of DESIGN.md §8: per computed token and layer,
-/// 2·(dim·dim + 2·dim·kv_dim + dim·dim + 3·dim·hidden) + 4·ctx·dim (ctx = keys
-/// attended), plus 2·dim·vocab for each position whose logits are computed.
-struct CostModel {
-  int64_t dim = 0, hidden = 0, layers = 0, kvDim = 0, vocab = 0;
-
+/// The model FLOPs of DESIGN.md §8 (runtime/core/ModelCost.h), built from a
+/// !kv.model type.
+struct CostModel : kvir::ModelCost {
   static CostModel get(ModelType model);
-
-  /// FLOPs of one token that attends `ctx` keys (itself included), without
-  /// logits.
-  int64_t tokenFlops(int64_t ctx) const;
-  /// FLOPs of the tokens at indices [begin, end) of a contiguous context, each
-  /// attending every earlier token and itself.
-  int64_t rangeFlops(int64_t begin, int64_t end) const;
-  /// FLOPs of the deviation scan of a `fraction` repair over the tokens
-  /// [begin, end): layers 0 and 1 (1 is the first layer whose K/V depend on
-  /// the context), or the only layer of a one-layer model.
-  int64_t scanRangeFlops(int64_t begin, int64_t end) const;
-  int64_t logitsFlops(int64_t rows) const { return 2 * dim * vocab * rows; }
 };
 
 /// Tokens and FLOPs of one way to reach the same final context.

@@ -8,6 +8,7 @@
 #include "runtime/exec/ExecRuntime.h"
 
 #include "runtime/core/ComputeBackend.h"
+#include "runtime/core/ModelCost.h"
 #include "runtime/core/SelectiveRecompute.h"
 #include "runtime/core/Support.h"
 
@@ -119,31 +120,6 @@ bool checkView(kvrt_exec_context *ctx, int32_t site, const void *view,
     return true;
   ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT, str(what, ": a NULL operand"));
   return false;
-}
-
-int64_t kvDim(const kvrt_model_config &c) {
-  return int64_t(c.n_kv_heads) * (c.dim / c.n_heads);
-}
-
-/// Model FLOPs of one token attending `keys` keys, without logits
-/// (mlir::kv::CostModel::tokenFlops).
-int64_t tokenFlops(const kvrt_model_config &c, int64_t keys) {
-  int64_t dim = c.dim, hidden = c.hidden_dim;
-  int64_t projections =
-      2 * (dim * dim + 2 * dim * kvDim(c) + dim * dim + 3 * dim * hidden);
-  return int64_t(c.n_layers) * (projections + 4 * keys * dim);
-}
-
-int64_t prefillFlops(const kvrt_model_config &c, int64_t context, int64_t n,
-                     int64_t rows) {
-  int64_t flops = 0;
-  for (int64_t t = 0; t < n; ++t)
-    flops += tokenFlops(c, context + t + 1);
-  return flops + 2 * int64_t(c.dim) * c.vocab_size * rows;
-}
-
-int64_t kvBytes(const kvrt_model_config &c, int64_t tokens) {
-  return tokens * c.n_layers * 2 * kvDim(c) * int64_t(sizeof(float));
 }
 
 int64_t effectiveStart(const kvrt_run &run) { return run.base_pos + run.delta; }
@@ -401,9 +377,9 @@ kvrt_exec_prefill(kvrt_exec_context *ctx, int32_t site, const kvrt_model *model,
           ++work.prefill_calls;
           work.prefill_tokens += n;
           work.logits_rows += logits->rows;
-          work.flops +=
-              prefillFlops(ctx->config, contextTokens, n, logits->rows);
-          work.kv_bytes_written += kvBytes(ctx->config, n);
+          kvir::ModelCost cost = kvir::ModelCost::of(ctx->config);
+          work.flops += cost.prefillFlops(contextTokens, n, logits->rows);
+          work.kv_bytes_written += cost.kvBytes(n);
         }
         if (expect_rows >= 0 && expect_rows != logits->rows) {
           ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
@@ -529,23 +505,20 @@ kvrt_view *kvrt_exec_selective_recompute(kvrt_exec_context *ctx, int32_t site,
           str("selective recompute of [", begin, ", ", end, ") failed"));
       return nullptr;
     }
-    const kvrt_model_config &c = ctx->config;
+    kvir::ModelCost cost = kvir::ModelCost::of(ctx->config);
     kvrt_exec_work &work = ctx->work();
     for (const kvir::SelectiveRecomputeStats::Call &call : stats.calls) {
       if (call.scan) {
         work.scan_tokens += call.tokens;
-        // rangeFlops(context, context + tokens) of the layers scanned.
-        int64_t flops = 0;
-        for (int64_t t = 0; t < call.tokens; ++t)
-          flops += tokenFlops(c, call.contextTokens + t + 1);
-        work.flops += c.n_layers ? flops / c.n_layers * call.layers : 0;
+        work.flops += cost.partialRangeFlops(
+            call.contextTokens, call.contextTokens + call.tokens, call.layers);
         continue;
       }
       ++work.prefill_calls;
       work.prefill_tokens += call.tokens;
       work.logits_rows += 1;
-      work.flops += prefillFlops(c, call.contextTokens, call.tokens, 1);
-      work.kv_bytes_written += kvBytes(c, call.tokens);
+      work.flops += cost.prefillFlops(call.contextTokens, call.tokens, 1);
+      work.kv_bytes_written += cost.kvBytes(call.tokens);
     }
     ctx->repairs.push_back({stats.candidates, int64_t(stats.chosen.size())});
     return ctx->own(out);

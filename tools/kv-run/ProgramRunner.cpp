@@ -6,6 +6,7 @@
 #include "dialects/KV/KVOps.h"
 #include "passes/Analysis/DependencySlice.h"
 #include "passes/Passes.h"
+#include "runtime/core/ModelCost.h"
 #include "runtime/core/SelectiveRecompute.h"
 #include "runtime/cpu/CpuBackend.h"
 #include "runtime/cuda/CudaBackend.h"
@@ -49,19 +50,8 @@ kvrt_model_config configOf(const kvrt_model *model) {
   return config;
 }
 
-mlir::kv::CostModel costModelOf(const kvrt_model_config &c) {
-  mlir::kv::CostModel cost;
-  cost.dim = c.dim;
-  cost.hidden = c.hidden_dim;
-  cost.layers = c.n_layers;
-  cost.kvDim = int64_t(c.n_kv_heads) * (c.dim / c.n_heads);
-  cost.vocab = c.vocab_size;
-  return cost;
-}
-
 int64_t kvBytes(const kvrt_model_config &c, int64_t tokens) {
-  return tokens * c.n_layers * 2 * int64_t(c.n_kv_heads) * (c.dim / c.n_heads) *
-         int64_t(sizeof(float));
+  return ModelCost::of(c).kvBytes(tokens);
 }
 
 /// splitmix64, as the synthetic models use.
@@ -121,11 +111,7 @@ void WorkStats::add(const WorkStats &o) {
 int64_t kvir::run::prefillFlops(const kvrt_model_config &config,
                                 int64_t context, int64_t n,
                                 int64_t logitsRows) {
-  mlir::kv::CostModel cost = costModelOf(config);
-  int64_t flops = 0;
-  for (int64_t t = 0; t < n; ++t)
-    flops += cost.tokenFlops(context + t + 1);
-  return flops + cost.logitsFlops(logitsRows);
+  return ModelCost::of(config).prefillFlops(context, n, logitsRows);
 }
 
 std::vector<int32_t> kvir::run::viewTokens(const kvrt_view *view) {
@@ -832,13 +818,12 @@ LogicalResult ProgramRunner::executeKV(Operation *op, Frame &frame,
                            begin, end, fraction, &out, &stats))
       return emitError(loc) << "selective recompute of [" << begin << ", "
                             << end << ") failed: " << lastError();
-    mlir::kv::CostModel cost = costModelOf(modelConfig);
+    ModelCost cost = ModelCost::of(modelConfig);
     for (const SelectiveRecomputeStats::Call &c : stats.calls) {
       if (c.scan) {
         work.scanTokens += c.tokens;
-        work.flops +=
-            cost.rangeFlops(c.contextTokens, c.contextTokens + c.tokens) /
-            cost.layers * c.layers;
+        work.flops += cost.partialRangeFlops(
+            c.contextTokens, c.contextTokens + c.tokens, c.layers);
         continue;
       }
       ++work.prefillCalls;

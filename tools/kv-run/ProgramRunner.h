@@ -79,7 +79,8 @@ struct WorkStats {
   int64_t logitsRows = 0;
   /// Tokens whose first-layer K/V were computed for a deviation scan.
   int64_t scanTokens = 0;
-  /// Model FLOPs (mlir::kv::CostModel) of all of the above.
+  /// Model FLOPs (kvir::ModelCost (runtime/core/ModelCost.h)) of all of the
+  /// above.
   int64_t flops = 0;
   /// Bytes of K/V written to new pages (tokens x layers x 2 x kv_dim x 4).
   int64_t kvBytesWritten = 0;
@@ -90,7 +91,8 @@ struct WorkStats {
 };
 
 /// Model FLOPs of one prefill of `n` tokens over a view of `context` tokens
-/// with `logitsRows` rows of logits, per mlir::kv::CostModel.
+/// with `logitsRows` rows of logits, per kvir::ModelCost
+/// (runtime/core/ModelCost.h).
 int64_t prefillFlops(const kvrt_model_config &config, int64_t context,
                      int64_t n, int64_t logitsRows);
 
