@@ -7,6 +7,8 @@
 #ifndef KVIR_DIALECTS_KV_KVDIALECT_H
 #define KVIR_DIALECTS_KV_KVDIALECT_H
 
+#include "runtime/core/KVRuntime.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"

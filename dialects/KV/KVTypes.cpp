@@ -3,12 +3,15 @@
 #include "dialects/KV/KVAsmUtils.h"
 #include "dialects/KV/KVDialect.h"
 
+#include "runtime/core/ModelConfig.h"
+
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::kv;
@@ -27,35 +30,82 @@ void KVDialect::registerTypes() {
 // ModelType
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// RopeLayout <-> kvrt_rope_layout: exhaustive in both directions.
+kvrt_rope_layout toRuntime(RopeLayout layout) {
+  switch (layout) {
+  case RopeLayout::Interleaved:
+    return KVRT_ROPE_INTERLEAVED;
+  case RopeLayout::Half:
+    return KVRT_ROPE_HALF;
+  }
+  llvm_unreachable("unknown RoPE layout");
+}
+
+RopeLayout fromRuntime(kvrt_rope_layout layout) {
+  switch (layout) {
+  case KVRT_ROPE_INTERLEAVED:
+    return RopeLayout::Interleaved;
+  case KVRT_ROPE_HALF:
+    return RopeLayout::Half;
+  }
+  llvm_unreachable("unknown RoPE layout");
+}
+
+} // namespace
+
 LogicalResult ModelType::verify(function_ref<InFlightDiagnostic()> emitError,
                                 int64_t dim, int64_t hidden, int64_t layers,
                                 int64_t heads, int64_t kvHeads, int64_t vocab,
-                                RopeLayout, APFloat theta, APFloat eps) {
+                                RopeLayout rope, APFloat theta, APFloat eps) {
   std::pair<StringRef, int64_t> sizes[] = {
       {"dim", dim},     {"hidden", hidden},    {"layers", layers},
       {"heads", heads}, {"kv_heads", kvHeads}, {"vocab", vocab}};
   for (auto [name, value] : sizes)
-    if (value <= 0)
-      return emitError() << "model " << name << " must be positive, got "
+    if (value <= 0 || value > std::numeric_limits<int32_t>::max())
+      return emitError() << "model " << name << " must be in [1, 2^31), got "
                          << value;
-  if (dim % heads != 0)
-    return emitError() << "model heads (" << heads << ") do not divide dim ("
-                       << dim << ")";
-  if (heads % kvHeads != 0)
-    return emitError() << "model kv_heads (" << kvHeads
-                       << ") do not divide heads (" << heads << ")";
-  if ((dim / heads) % 2 != 0)
-    return emitError() << "model head size " << dim / heads
-                       << " is odd; RoPE rotates pairs of dimensions";
-  double thetaValue = theta.convertToDouble();
-  if (!std::isfinite(thetaValue) || thetaValue <= 0.0)
-    return emitError() << "model RoPE theta must be positive and finite, got "
-                       << formatShortestFloat(thetaValue);
-  double epsValue = eps.convertToDouble();
-  if (!std::isfinite(epsValue) || epsValue <= 0.0)
-    return emitError() << "model RMSNorm eps must be positive and finite, got "
-                       << formatShortestFloat(epsValue);
+  // The runtime's validation of the same fields, so that a type verifies
+  // exactly when a model of its architecture loads.
+  kvrt_model_config config{};
+  config.dim = dim;
+  config.hidden_dim = hidden;
+  config.n_layers = layers;
+  config.n_heads = heads;
+  config.n_kv_heads = kvHeads;
+  config.vocab_size = vocab;
+  config.rope_layout = toRuntime(rope);
+  config.rope_theta = theta.convertToDouble();
+  config.rms_eps = eps.convertToDouble();
+  std::string problem = kvir::describeArchitectureError(config);
+  if (!problem.empty())
+    return emitError() << "invalid model type: " << problem;
   return success();
+}
+
+ModelType ModelType::get(MLIRContext *context,
+                         const kvrt_model_config &config) {
+  return get(context, config.dim, config.hidden_dim, config.n_layers,
+             config.n_heads, config.n_kv_heads, config.vocab_size,
+             fromRuntime(config.rope_layout), APFloat(config.rope_theta),
+             APFloat(config.rms_eps));
+}
+
+kvrt_model_config ModelType::getConfig() const {
+  kvrt_model_config config{};
+  config.dim = getDim();
+  config.hidden_dim = getHidden();
+  config.n_layers = getLayers();
+  config.n_heads = getHeads();
+  config.n_kv_heads = getKvHeads();
+  config.vocab_size = getVocab();
+  config.seq_len = 0;
+  config.shared_classifier = 1;
+  config.rope_layout = toRuntime(getRope());
+  config.rope_theta = getThetaValue();
+  config.rms_eps = getEpsValue();
+  return config;
 }
 
 Type ModelType::parse(AsmParser &parser) {

@@ -33,11 +33,18 @@ def KV_ModelType : KV_Type<"Model", "model"> {
                         APFloatParameter<"RMSNorm epsilon">:$eps);
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
+  let builders = [
+    TypeBuilder<(ins "const ::kvrt_model_config &":$config)>
+  ];
   let extraClassDeclaration = [{
     int64_t getHeadSize() const { return getDim() / getHeads(); }
     int64_t getKVDim() const { return getKvHeads() * getHeadSize(); }
     double getThetaValue() const { return getTheta().convertToDouble(); }
     double getEpsValue() const { return getEps().convertToDouble(); }
+    /// The architecture as the runtime spells it (runtime/core/ModelConfig.h):
+    /// the one conversion between `!kv.model` and kvrt_model_config. The file
+    /// fields are not part of the type: seq_len is 0, the classifier shared.
+    ::kvrt_model_config getConfig() const;
   }];
 }
 

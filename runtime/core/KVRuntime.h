@@ -98,13 +98,23 @@ const char *kvrt_status_name(kvrt_status status);
 // Models
 //===----------------------------------------------------------------------===//
 
-/// How RoPE pairs the dimensions of a head.
+/// How RoPE pairs the dimensions of a head. Every switch over it is
+/// exhaustive (no default), so a new layout is a compile error wherever it
+/// must be handled: runtime/core/ModelConfig.h lists those places.
 typedef enum kvrt_rope_layout {
   /// Pairs (2i, 2i+1), as llama2.c and GGUF's llama architecture.
   KVRT_ROPE_INTERLEAVED = 0,
   /// Pairs (i, i + head_size/2), as HF/NeoX.
   KVRT_ROPE_HALF = 1,
 } kvrt_rope_layout;
+
+/// The element type of K/V pages. Only f32 executes today; the others are
+/// named so that programs asking for them get a clear error, not a silent f32.
+typedef enum kvrt_kv_dtype {
+  KVRT_KV_F32 = 0,
+  KVRT_KV_F16 = 1,
+  KVRT_KV_BF16 = 2,
+} kvrt_kv_dtype;
 
 /// A Llama-family decoder configuration.
 typedef struct kvrt_model_config {

@@ -1,6 +1,7 @@
 //===- Model.cpp - Model configs, layout and accessors ----------*- C++ -*-===//
 
 #include "runtime/core/Model.h"
+#include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
 
 #include <cmath>
@@ -26,34 +27,13 @@ std::optional<uint64_t> mul(uint64_t a, uint64_t b, uint64_t c) {
 } // namespace
 
 std::string kvrt::describeConfigError(const kvrt_model_config &c) {
-  struct Field {
-    const char *name;
-    int32_t value;
-  };
-  for (Field f :
-       {Field{"dim", c.dim}, Field{"hidden_dim", c.hidden_dim},
-        Field{"n_layers", c.n_layers}, Field{"n_heads", c.n_heads},
-        Field{"n_kv_heads", c.n_kv_heads}, Field{"vocab_size", c.vocab_size},
-        Field{"seq_len", c.seq_len}})
-    if (f.value <= 0)
-      return str(f.name, " = ", f.value, " must be positive");
-  if (c.dim % c.n_heads != 0)
-    return str("dim ", c.dim, " is not divisible by n_heads ", c.n_heads);
-  if (c.n_heads % c.n_kv_heads != 0)
-    return str("n_heads ", c.n_heads, " is not divisible by n_kv_heads ",
-               c.n_kv_heads);
-  if ((c.dim / c.n_heads) % 2 != 0)
-    return str("head size ", c.dim / c.n_heads, " (dim ", c.dim, " / n_heads ",
-               c.n_heads, ") is odd: RoPE rotates pairs of dimensions");
+  std::string architecture = kvir::describeArchitectureError(c);
+  if (!architecture.empty())
+    return architecture;
+  if (c.seq_len <= 0)
+    return str("seq_len = ", c.seq_len, " must be positive");
   if (c.shared_classifier != 0 && c.shared_classifier != 1)
     return str("shared_classifier = ", c.shared_classifier, " must be 0 or 1");
-  if (c.rope_layout != KVRT_ROPE_INTERLEAVED && c.rope_layout != KVRT_ROPE_HALF)
-    return str("rope_layout = ", static_cast<int>(c.rope_layout),
-               " is neither interleaved (0) nor half (1)");
-  if (!(std::isfinite(c.rope_theta) && c.rope_theta > 0))
-    return str("rope_theta = ", c.rope_theta, " must be positive and finite");
-  if (!(std::isfinite(c.rms_eps) && c.rms_eps > 0))
-    return str("rms_eps = ", c.rms_eps, " must be positive and finite");
   return "";
 }
 

@@ -1,12 +1,14 @@
 //===- Reference.cpp - The reference forward (test oracle) ------*- C++ -*-===//
 
 #include "runtime/reference/Reference.h"
+#include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
 
 #include <cmath>
 #include <limits>
 
 using namespace kvir::reference;
+using kvir::ropePair;
 using kvrt::fail;
 using kvrt::str;
 
@@ -291,8 +293,7 @@ void kvir::reference::applyRope(double *x, int32_t headSize, int64_t pos,
     double angle =
         static_cast<double>(pos) * std::pow(theta, -2.0 * i / headSize);
     double cs = std::cos(angle), sn = std::sin(angle);
-    int32_t a = layout == KVRT_ROPE_INTERLEAVED ? 2 * i : i;
-    int32_t b = layout == KVRT_ROPE_INTERLEAVED ? 2 * i + 1 : i + half;
+    auto [a, b] = ropePair(layout, headSize, i);
     double xa = x[a], xb = x[b];
     x[a] = xa * cs - xb * sn;
     x[b] = xa * sn + xb * cs;

@@ -166,43 +166,43 @@ func.func @edit_without_context(%m: !m, %c: !kv.cache<5x4x8xf32>, %t: tensor<?xi
 // -----
 
 // A model size of zero.
-// expected-error@+1 {{model dim must be positive, got 0}}
+// expected-error@+1 {{model dim must be in [1, 2^31), got 0}}
 func.func private @zero_dim(!kv.model<dim = 0, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>)
 
 // -----
 
 // A negative model size.
-// expected-error@+1 {{model layers must be positive, got -5}}
+// expected-error@+1 {{model layers must be in [1, 2^31), got -5}}
 func.func private @negative_layers(!kv.model<dim = 64, hidden = 172, layers = -5, heads = 8, kv_heads = 4, vocab = 512>)
 
 // -----
 
 // A head count that does not divide the model dimension.
-// expected-error@+1 {{model heads (6) do not divide dim (64)}}
+// expected-error@+1 {{invalid model type: dim 64 is not divisible by n_heads 6}}
 func.func private @heads_do_not_divide(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 6, kv_heads = 2, vocab = 512>)
 
 // -----
 
 // A KV head count that does not divide the head count.
-// expected-error@+1 {{model kv_heads (3) do not divide heads (8)}}
+// expected-error@+1 {{invalid model type: n_heads 8 is not divisible by n_kv_heads 3}}
 func.func private @kv_heads_do_not_divide(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 3, vocab = 512>)
 
 // -----
 
 // RoPE needs an even head size.
-// expected-error@+1 {{model head size 3 is odd; RoPE rotates pairs of dimensions}}
+// expected-error@+1 {{invalid model type: head size 3 (dim 24 / n_heads 8) is odd: RoPE rotates pairs of dimensions}}
 func.func private @odd_head_size(!kv.model<dim = 24, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>)
 
 // -----
 
 // A RoPE base that is not positive.
-// expected-error@+1 {{model RoPE theta must be positive and finite, got -1}}
+// expected-error@+1 {{invalid model type: rope_theta = -1 must be positive and finite}}
 func.func private @bad_theta(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, theta = -1.0>)
 
 // -----
 
 // An RMSNorm epsilon that is not positive.
-// expected-error@+1 {{model RMSNorm eps must be positive and finite, got 0}}
+// expected-error@+1 {{invalid model type: rms_eps = 0 must be positive and finite}}
 func.func private @bad_eps(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, eps = 0.0>)
 
 // -----

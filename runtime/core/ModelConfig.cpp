@@ -1,0 +1,114 @@
+//===- ModelConfig.cpp - The one model and KV configuration -----*- C++ -*-===//
+
+#include "runtime/core/ModelConfig.h"
+#include "runtime/core/Support.h"
+
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+using kvrt::str;
+
+const char *kvir::ropeLayoutName(kvrt_rope_layout layout) {
+  switch (layout) {
+  case KVRT_ROPE_INTERLEAVED:
+    return "interleaved";
+  case KVRT_ROPE_HALF:
+    return "half";
+  }
+  return "unknown";
+}
+
+std::optional<kvrt_rope_layout> kvir::parseRopeLayout(std::string_view name) {
+  for (kvrt_rope_layout layout : {KVRT_ROPE_INTERLEAVED, KVRT_ROPE_HALF})
+    if (name == ropeLayoutName(layout))
+      return layout;
+  return std::nullopt;
+}
+
+const char *kvir::kvDtypeName(kvrt_kv_dtype dtype) {
+  switch (dtype) {
+  case KVRT_KV_F32:
+    return "f32";
+  case KVRT_KV_F16:
+    return "f16";
+  case KVRT_KV_BF16:
+    return "bf16";
+  }
+  return "unknown";
+}
+
+std::optional<kvrt_kv_dtype> kvir::parseKvDtype(std::string_view name) {
+  for (kvrt_kv_dtype dtype : {KVRT_KV_F32, KVRT_KV_F16, KVRT_KV_BF16})
+    if (name == kvDtypeName(dtype))
+      return dtype;
+  return std::nullopt;
+}
+
+int64_t kvir::kvDtypeBytes(kvrt_kv_dtype dtype) {
+  switch (dtype) {
+  case KVRT_KV_F32:
+    return 4;
+  case KVRT_KV_F16:
+  case KVRT_KV_BF16:
+    return 2;
+  }
+  return 0;
+}
+
+std::string kvir::describeArchitectureError(const kvrt_model_config &c) {
+  struct Field {
+    const char *name;
+    int32_t value;
+  };
+  for (Field f :
+       {Field{"dim", c.dim}, Field{"hidden_dim", c.hidden_dim},
+        Field{"n_layers", c.n_layers}, Field{"n_heads", c.n_heads},
+        Field{"n_kv_heads", c.n_kv_heads}, Field{"vocab_size", c.vocab_size}})
+    if (f.value <= 0)
+      return str(f.name, " = ", f.value, " must be positive");
+  if (c.dim % c.n_heads != 0)
+    return str("dim ", c.dim, " is not divisible by n_heads ", c.n_heads);
+  if (c.n_heads % c.n_kv_heads != 0)
+    return str("n_heads ", c.n_heads, " is not divisible by n_kv_heads ",
+               c.n_kv_heads);
+  if (headSize(c) % 2 != 0)
+    return str("head size ", headSize(c), " (dim ", c.dim, " / n_heads ",
+               c.n_heads, ") is odd: RoPE rotates pairs of dimensions");
+  if (!parseRopeLayout(ropeLayoutName(c.rope_layout)))
+    return str("rope_layout = ", static_cast<int>(c.rope_layout),
+               " is not a known layout (interleaved or half)");
+  if (!(std::isfinite(c.rope_theta) && c.rope_theta > 0))
+    return str("rope_theta = ", c.rope_theta, " must be positive and finite");
+  if (!(std::isfinite(c.rms_eps) && c.rms_eps > 0))
+    return str("rms_eps = ", c.rms_eps, " must be positive and finite");
+  return "";
+}
+
+std::string kvir::configKey(const kvrt_model_config &c, kvrt_kv_dtype dtype) {
+  uint64_t theta, eps;
+  std::memcpy(&theta, &c.rope_theta, sizeof(theta));
+  std::memcpy(&eps, &c.rms_eps, sizeof(eps));
+  char buf[320];
+  std::snprintf(buf, sizeof(buf),
+                "dim=%d hidden=%d layers=%d heads=%d kv_heads=%d vocab=%d "
+                "rope=%s theta=0x%016" PRIx64 " eps=0x%016" PRIx64 " kv=%s",
+                c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
+                c.vocab_size, ropeLayoutName(c.rope_layout), theta, eps,
+                kvDtypeName(dtype));
+  return buf;
+}
+
+std::string kvir::forwardPrefix(const kvrt_model_config &c,
+                                kvrt_kv_dtype dtype) {
+  // FNV-1a: stable across machines and compilers, unlike std::hash.
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (unsigned char ch : configKey(c, dtype)) {
+    hash ^= ch;
+    hash *= 0x100000001b3ULL;
+  }
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "kv_fwd_%016" PRIx64, hash);
+  return buf;
+}
