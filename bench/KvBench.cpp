@@ -1,19 +1,21 @@
 //===- KvBench.cpp - Edit and compose vs full prefill, side by side -*- C++
 //-*-===//
 //
-// Times what DESIGN.md §8 calls time to first token of the answer: the plan
+// Times what docs/design.md calls time to first token of the answer: the plan
 // kv-optimize derives for an edit (cot_slice, exact) or a compose, with
 // everything it recomputes, against a full prefill of the same final
-// context, with the same backend and warm kernels, in one run. Prints tokens,
-// model FLOPs and wall time of each, their ratios to full prefill, and the
-// answer's fidelity. Scenarios are kv programs generated for the model's
-// shape and executed by kv-run's ProgramRunner.
+// context, with the same backend and warm kernels (the forward compiled into
+// the same module), in one run. Prints tokens, model FLOPs and wall time of
+// each, their ratios to full prefill, and the answer's fidelity. Scenarios
+// are kv programs generated for the model's shape, compiled and run as
+// kv-run does.
 //
 //===----------------------------------------------------------------------===//
 
-#include "tools/kv-run/ProgramRunner.h"
+#include "tools/compiler/Compiler.h"
 
 #include "runtime/core/ComputeBackend.h"
+#include "runtime/exec/Session.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -29,29 +31,35 @@
 
 namespace cl = llvm::cl;
 using namespace kvir;
-using namespace kvir::run;
+using namespace kvir::exec;
 
 namespace {
 
-cl::opt<std::string> backendName("backend", cl::desc("reference or cpu"),
-                                 cl::init("reference"));
+cl::OptionCategory category("kv-bench options");
+
+cl::opt<std::string> backendName(
+    "backend",
+    cl::desc("where the math runs: cpu (generated, the default), cuda or "
+             "reference"),
+    cl::init("cpu"), cl::cat(category));
 cl::opt<std::string> storiesPath("stories",
                                  cl::desc("stories260K checkpoint ('' skips)"),
-                                 cl::init(KVIR_TEST_MODEL));
+                                 cl::init(KVIR_TEST_MODEL), cl::cat(category));
 cl::opt<bool> skipSynthetic("skip-synthetic",
                             cl::desc("skip the realistic synthetic model"),
-                            cl::init(false));
+                            cl::init(false), cl::cat(category));
 cl::opt<int> history("history",
                      cl::desc("tokens of the agent scenario's history "
                               "(context = history + 2100)"),
-                     cl::init(2000));
+                     cl::init(2000), cl::cat(category));
 cl::opt<int> blockTokens("block", cl::desc("tokens per composed skill block"),
-                         cl::init(512));
-cl::opt<int> synthDim("dim", cl::desc("synthetic model dim"), cl::init(512));
+                         cl::init(512), cl::cat(category));
+cl::opt<int> synthDim("dim", cl::desc("synthetic model dim"), cl::init(512),
+                      cl::cat(category));
 cl::opt<int> synthLayers("layers", cl::desc("synthetic model layers"),
-                         cl::init(8));
+                         cl::init(8), cl::cat(category));
 cl::opt<int> synthVocab("vocab", cl::desc("synthetic model vocabulary"),
-                        cl::init(32000));
+                        cl::init(32000), cl::cat(category));
 
 std::string modelType(const kvrt_model_config &c) {
   return "!kv.model<dim = " + std::to_string(c.dim) +
@@ -69,7 +77,7 @@ std::string cacheType(const kvrt_model_config &c, const std::string &ctx) {
          (ctx.empty() ? "" : ", @" + ctx) + ">";
 }
 
-/// The agent context of DESIGN.md §7 (system 1200, history, a fact, tools
+/// The agent context of the design brief (system 1200, history, a fact, tools
 /// 800, two 40-token thoughts from the fact, an 8-token answer) with a
 /// history of `historyTokens`, a 12-token fact replaced by a 16-token one:
 /// cot_slice recomputes the fact, the thoughts and the answer, about 2.5% of
@@ -166,52 +174,66 @@ struct Row {
 std::unique_ptr<ComputeBackend> makeBackend(const kvrt_model *model) {
   std::string error;
   std::unique_ptr<ComputeBackend> backend =
-      createBackend(backendName, model, error);
+      exec::createBackend(backendName, model, error);
   if (!backend)
     llvm::errs() << "kv-bench: " << error << "\n";
   return backend;
 }
 
-/// Runs `program` and a full prefill of its answer's context; one row.
+/// Runs `program` and a full prefill of its answer's context with the
+/// forward compiled into the same module; one row.
 bool measure(ComputeBackend &backend, const kvrt_model *model, kvrt_pool *pool,
              const std::string &program, const std::string &scenario,
              const std::string &strategy, std::vector<Row> &rows) {
   mlir::DialectRegistry registry;
-  ProgramRunner::registerDialects(registry);
+  compiler::registerDialects(registry);
   mlir::MLIRContext context(registry);
-  context.loadAllAvailableDialects();
   llvm::SourceMgr sourceMgr;
   mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context);
-  ProgramRunner runner(context, backend, model, pool);
-  if (mlir::failed(runner.loadString(program)))
+  kvrt_model_config config;
+  kvrt_model_get_config(model, &config);
+  mlir::OwningOpRef<mlir::ModuleOp> planned =
+      compiler::parseProgram(context, program);
+  if (!planned)
     return false;
-  auto entry = runner.lookupEntry("main");
-  if (mlir::failed(entry))
+  compiler::LowerOptions options;
+  options.target =
+      backendName == "cuda" ? compiler::Target::Gpu : compiler::Target::Cpu;
+  options.format = "isa";
+  options.exportModel = config;
+  auto compiled = compiler::compileProgram(std::move(planned), "main", options);
+  if (mlir::failed(compiled))
     return false;
-  InputOptions options;
-  options.synthesize = true;
-  auto args = runner.bindArguments(*entry, options);
-  if (mlir::failed(args))
+  InputOptions inputs;
+  inputs.synthesize = true;
+  std::vector<Value> args;
+  std::string error;
+  if (!bindArguments(compiled->manifest, config, inputs, args, nullptr,
+                     error)) {
+    llvm::errs() << "kv-bench: " << error << "\n";
     return false;
-  auto results = runner.run(*entry, *args);
-  if (mlir::failed(results) || results->empty() ||
-      (*results)[0].kind != RuntimeValue::Kind::Logits)
+  }
+  RunOutcome outcome =
+      runEntry(compiled->entry, compiled->manifest, backend, model, pool, args);
+  if (outcome.failed || outcome.results.empty() ||
+      outcome.results[0].kind != ValueKind::Logits) {
+    llvm::errs() << "kv-bench: " << outcome.message << "\n";
     return false;
-  const Logits &answer = *(*results)[0].logits;
+  }
+  const Logits &answer = *outcome.results[0].logits;
   std::vector<int32_t> final = viewTokens(answer.context.get());
   final.insert(final.end(), answer.tokens.begin(), answer.tokens.end());
   Logits full;
   WorkStats fullWork;
-  std::string error;
-  if (mlir::failed(fullPrefill(backend, model, pool, final, answer.rows, full,
-                               fullWork, error))) {
+  if (!fullPrefill(backend, compiled->forward, model, pool, final, answer.rows,
+                   full, fullWork, error)) {
     llvm::errs() << "kv-bench: " << error << "\n";
     return false;
   }
   Row row;
   row.scenario = scenario + " (" + std::to_string(final.size()) + " tokens)";
   row.strategy = strategy;
-  row.work = runner.planStats();
+  row.work = outcome.plan;
   row.fullSeconds = fullWork.seconds;
   row.fullFlops = fullWork.flops;
   row.fullTokens = fullWork.prefillTokens;
@@ -256,19 +278,8 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
                << c.hidden_dim << ", layers " << c.n_layers << ", heads "
                << c.n_heads << "/" << c.n_kv_heads << ", vocab " << c.vocab_size
                << "), backend " << backend->name() << "\n";
-  // Warm the kernels: one small prefill before anything is timed.
-  {
-    std::vector<float> logits;
-    kvrt_view *empty = nullptr, *out = nullptr;
-    kvrt_view_create(pool.get(), &empty);
-    int32_t token = 1;
-    backend->prefill(model, empty, &token, 1, 0, nullptr, true, &logits, &out);
-    kvrt_view_release(out);
-    kvrt_view_release(empty);
-  }
   std::vector<Row> rows;
-  // And one untimed pass of a whole plan, so that every kernel shape the
-  // scenarios use (all-row logits, multi-run views) is compiled.
+  // One untimed pass of a whole plan first: the caches warm.
   if (!measure(*backend, model, pool.get(), agentProgram(c, history, "exact"),
                "warm-up", "exact", rows))
     return false;
@@ -290,6 +301,7 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,
       "kv-bench: edit (cot_slice, exact) and compose vs full prefill\n");

@@ -46,9 +46,10 @@ struct LowerToCPUPipelineOptions
       llvm::cl::init(true)};
 };
 
-/// Builds kv-lower-to-cpu: emit the forward of every model named by the
-/// module's `kv.forward` attribute (convert-kv-to-cpu), then lower func, scf,
-/// arith, math, memref and vector to the LLVM dialect.
+/// Builds kv-lower-to-cpu: the CPU forward of every model the program uses
+/// (convert-kv-to-cpu), the host code to calls of the execution runtime
+/// (convert-kv-to-runtime), then func, scf, arith, math, memref and vector to
+/// the LLVM dialect: one module.
 void buildLowerToCPUPipeline(OpPassManager &pm,
                              const LowerToCPUPipelineOptions &options);
 
@@ -85,9 +86,11 @@ struct LowerToNVVMPipelineOptions
 std::string
 checkLowerToNVVMPipelineOptions(const LowerToNVVMPipelineOptions &options);
 
-/// Builds kv-lower-to-nvvm: emit the GPU forward (convert-kv-to-gpu), lower
-/// the kernels to NVVM, attach the target, serialize them (linking libdevice)
-/// and lower the host side to LLVM calls of the mgpu* runtime functions.
+/// Builds kv-lower-to-nvvm: the GPU forward of every model the program uses
+/// (convert-kv-to-gpu), the host code to calls of the execution runtime
+/// (convert-kv-to-runtime), the kernels to NVVM serialized into a gpu.binary
+/// (libdevice linked), the launches to LLVM calls of the mgpu* functions:
+/// one module.
 /// `options` must pass checkLowerToNVVMPipelineOptions.
 void buildLowerToNVVMPipeline(OpPassManager &pm,
                               const LowerToNVVMPipelineOptions &options);

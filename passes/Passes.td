@@ -10,44 +10,45 @@ include "mlir/Pass/PassBase.td"
 //===----------------------------------------------------------------------===//
 
 def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
-  let summary = "Emits the generated CPU forward of every model the module asks for";
+  let summary = "Puts the CPU forward of every model the program uses into its module";
   let description = [{
-    Reads the module attribute `kv.forward`, a dictionary from a name to a
-    `!kv.model` type, and emits for each entry NAME the decoder forward of
-    that config as functions in upstream dialects (func, scf, arith, math,
-    memref, vector), specialised to its dimensions:
+    For every model config (and K/V element type) the module's kv ops use,
+    i.e. the `!kv.model` of each `kv.prefill`, `kv.attention`,
+    `kv.materialize` and `kv.selective_recompute`, and for every model in
+    the module attribute `kv.export_forwards` (an array of `!kv.model`
+    types, removed afterwards), emits the decoder forward of that config,
+    specialised to its dimensions, as functions in upstream dialects (func,
+    scf, arith, math, memref, vector): RMSNorm, Q/K/V projections, RoPE
+    (angles from integer positions in f64), K/V written into the pages of the
+    new run, attention over the runs of a view with one query rotation per
+    run offset Δ and an online-softmax merge, output projection, SwiGLU FFN,
+    residuals, final norm and logits; attention alone; keys rotated by their
+    run's offset into new pages.
 
-    * `NAME_prefill`: RMSNorm, Q/K/V projections, RoPE (angles from integer
-      positions in f64), K/V written into the pages of the new run, attention
-      over the runs of a view with one query rotation per run offset Δ and an
-      online-softmax merge, output projection, SwiGLU FFN, residuals, final
-      norm and logits;
-    * `NAME_attention`: the attention alone (n queries over a run table);
-    * `NAME_materialize`: keys rotated by their run's offset into new pages
-      (`kv.materialize`).
-
-    `NAME_prefill` takes the number of layers to run: fewer than all for the
-    deviation scan of a `fraction` repair, which reads one layer's K/V.
-
-    The public functions carry `llvm.emit_c_interface`; their run-table ABI is
-    documented in docs/cpu-backend.md. The attribute is removed.
+    The entry points are named after the config
+    (`kv_fwd_<hash of the config key>_{prefill,attention,materialize}`,
+    runtime/core/ModelConfig.h) and take one `!llvm.ptr` to an argument
+    struct (runtime/core/ForwardABI.def); `convert-kv-to-runtime` passes
+    them to the runtime with each op that needs math. A config with f16 or
+    bf16 K/V pages is an error (they cannot execute yet).
 
     Before:
     ```mlir
-    module attributes {kv.forward = {tiny = !kv.model<dim = 64, hidden = 172,
-        layers = 5, heads = 8, kv_heads = 4, vocab = 512>}} {}
+    %c1, %l = kv.prefill %m, %c0, %t : !kv.model<dim = 64, ...>, ...
     ```
-    After:
+    After (added to the module):
     ```mlir
-    module {
-      func.func private @tiny_rmsnorm(...)
-      ...
-      func.func @tiny_prefill(%x: memref<?xf32>, ...) attributes {llvm.emit_c_interface}
-    }
+    func.func private @kv_fwd_5c0e..._rmsnorm(...)
+    ...
+    func.func private @kv_fwd_5c0e..._prefill_impl(%x: memref<?xf32>, ...)
+    func.func @kv_fwd_5c0e..._prefill(%args: !llvm.ptr)
+    func.func @kv_fwd_5c0e..._attention(%args: !llvm.ptr)
+    func.func @kv_fwd_5c0e..._materialize(%args: !llvm.ptr)
     ```
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::func::FuncDialect",
+                           "::mlir::LLVM::LLVMDialect",
                            "::mlir::math::MathDialect",
                            "::mlir::memref::MemRefDialect",
                            "::mlir::scf::SCFDialect",
@@ -67,7 +68,9 @@ def ConvertKVToRuntimePass : Pass<"convert-kv-to-runtime", "ModuleOp"> {
     logits tensors become `!llvm.ptr` handles owned by the runtime context,
     so no bufferization is needed. Each host function takes the context as a
     new first argument; each public one gets a wrapper
-    `_kvrt_entry_NAME(ctx, args, results)` over arrays of 64-bit slots. The
+    `_kvrt_entry_NAME(ctx, args, results)` over arrays of 64-bit slots and
+    becomes private (the wrapper is its interface, and its name cannot clash
+    with a symbol of the process that loads the program). The
     location of every op that can fail is recorded in the module attribute
     `kv.exec_sites` (the `site` argument of the calls indexes it); ops whose
     location is fused with the `kv.plan` metadata count as plan work.
@@ -104,37 +107,40 @@ def ConvertKVToRuntimePass : Pass<"convert-kv-to-runtime", "ModuleOp"> {
 }
 
 def ConvertKVToGPUPass : Pass<"convert-kv-to-gpu", "ModuleOp"> {
-  let summary = "Emits the generated GPU forward of every model the module asks for";
+  let summary = "Puts the GPU forward of every model the program uses into its module";
   let description = [{
-    Reads the module attribute `kv.forward` (as `convert-kv-to-cpu` does) and
-    emits for each entry NAME the decoder forward for NVIDIA GPUs: the same
-    math as the CPU forward, with the outer loops of each kernel mapped to the
-    grid. `gpu.module @NAME_kernels` holds the kernels (`rmsnorm`, `matmul`,
-    `swiglu`, `store_kv`, `attn_tile`: one block per query, head and run tile
-    with the query rotated once per run offset and an online softmax,
-    `attn_merge`: the flash-decoding merge of the tiles); the host functions
-    `NAME_prefill` and `NAME_attention` launch them (`gpu.launch_func`) on
-    device buffers. The module becomes a `gpu.container_module`; the
-    attribute is removed. ABI: docs/gpu-backend.md.
+    The GPU counterpart of `convert-kv-to-cpu`: for every model config the
+    module's kv ops use (and every model in `kv.export_forwards`), emits the
+    decoder forward for NVIDIA GPUs with the same math and the same entry
+    points (`kv_fwd_<hash>_{prefill,attention,materialize}`, one `!llvm.ptr`
+    to an argument struct whose buffers are device memory), the outer loops
+    of each stage mapped to the grid: `gpu.module @kv_fwd_<hash>_kernels`
+    holds the kernels (`rmsnorm`, `matmul`: a warp per output row with
+    shuffles, `swiglu`, `store_kv`, `attn_tile`: one block per query, head
+    and run tile with the query rotated once per run offset and an online
+    softmax, `attn_merge`: the flash-decoding merge of the tiles,
+    `materialize`), and the host functions launch them (`gpu.launch_func`).
+    The module becomes a `gpu.container_module`. ABI: docs/gpu-backend.md.
 
     Before:
     ```mlir
-    module attributes {kv.forward = {tiny = !kv.model<dim = 64, hidden = 172,
-        layers = 5, heads = 8, kv_heads = 4, vocab = 512>}} {}
+    %c1, %l = kv.prefill %m, %c0, %t : !kv.model<dim = 64, ...>, ...
     ```
-    After:
+    After (added to the module):
     ```mlir
     module attributes {gpu.container_module} {
-      gpu.module @tiny_kernels { gpu.func @tiny_attn_tile(...) kernel ... }
-      func.func @tiny_prefill(...) attributes {llvm.emit_c_interface} {
-        ... gpu.launch_func @tiny_kernels::@tiny_rmsnorm ...
+      gpu.module @kv_fwd_5c0e..._kernels { gpu.func @attn_tile(...) kernel ... }
+      func.func private @kv_fwd_5c0e..._prefill_impl(...) {
+        ... gpu.launch_func @kv_fwd_5c0e..._kernels::@rmsnorm ...
       }
+      func.func @kv_fwd_5c0e..._prefill(%args: !llvm.ptr)
     }
     ```
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::func::FuncDialect",
                            "::mlir::gpu::GPUDialect",
+                           "::mlir::LLVM::LLVMDialect",
                            "::mlir::math::MathDialect",
                            "::mlir::memref::MemRefDialect",
                            "::mlir::scf::SCFDialect",

@@ -1,6 +1,7 @@
 //===- KernelBench.cpp - Generated CPU kernels vs baselines -----*- C++ -*-===//
 //
-// Side by side, in one run:
+// Side by side, in one run (the generated forward JIT-compiled by the
+// compiler driver, as kv-run compiles it into a program's module):
 //  - prefill through the generated CPU backend vs the reference oracle
 //    (tokens/s), on stories260K and on a synthetic model of realistic shape;
 //  - generated decode attention (one query over 32768 tokens of a
@@ -12,10 +13,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "bench/BenchSupport.h"
+#include "runtime/core/ForwardCall.h"
 #include "runtime/core/KVRuntime.h"
 #include "runtime/cpu/CpuBackend.h"
-#include "runtime/cpu/jit/CpuJit.h"
 #include "runtime/reference/Reference.h"
+#include "tools/compiler/Compiler.h"
 
 #include "benchmark/benchmark.h"
 
@@ -86,19 +88,19 @@ void BM_Prefill(benchmark::State &state) {
   std::vector<int32_t> tokens(n);
   for (int64_t t = 0; t < n; ++t)
     tokens[t] = int32_t((t * 7919 + 13) % c.vocab_size);
-  std::string error;
-  std::unique_ptr<kvir::ComputeBackend> cpu =
-      generated ? kvir::cpu::createCpuBackend(model, &error) : nullptr;
-  if (generated && !cpu) {
-    state.SkipWithError(error.c_str());
+  std::unique_ptr<kvir::ComputeBackend> cpu = kvir::cpu::createCpuBackend();
+  kvir::Forward forward;
+  if (generated && kvir::compiler::compileForward(
+                       c, kvir::compiler::Target::Cpu, &forward) != KVRT_OK) {
+    state.SkipWithError(kvrt_last_error());
     return;
   }
   std::vector<float> logits;
   for (auto _ : state) {
     kvrt_view *out = nullptr;
     kvrt_status s =
-        generated ? cpu->prefill(model, empty, tokens.data(), n, 0, nullptr,
-                                 false, &logits, &out)
+        generated ? cpu->prefill(forward, model, empty, tokens.data(), n, 0,
+                                 nullptr, false, &logits, &out)
                   : kvir::reference::prefill(model, empty, tokens.data(), n, 0,
                                              nullptr, &logits, &out);
     if (s != KVRT_OK)
@@ -146,9 +148,10 @@ kvrt_model_config layerConfig() {
   return c;
 }
 
-/// kContext tokens of pseudo-random sealed K/V (as bench/AttentionBench.cpp),
-/// the kernels of the layer config, and run tables cutting the context into
-/// runs with different offsets.
+/// kContext tokens of pseudo-random K/V (as bench/AttentionBench.cpp), the
+/// generated forward of the layer config, and run tables cutting the context
+/// into runs with different offsets. The pool has room for a second copy,
+/// the pages a materialized rewrite writes.
 class AttentionFixture {
 public:
   static AttentionFixture &get() {
@@ -156,19 +159,18 @@ public:
     return fixture;
   }
 
-  std::shared_ptr<const kvir::cpu::CpuKernels> kernels;
+  kvir::Forward forward;
   kvrt_page_layout layout;
-  /// A second arena of the same shape for materialized keys.
-  kvrt_pool *pool = nullptr, *target = nullptr;
+  kvrt_pool *pool = nullptr;
   std::vector<int32_t> pages, targetPages;
 
   /// The context as `runs` runs of equal length, each with an offset that
   /// varies per run (0 for a single run).
-  kvir::cpu::RunTable &table(int64_t runs) {
+  kvir::RunTable &table(int64_t runs) {
     auto it = tables.find(runs);
     if (it != tables.end())
       return it->second;
-    kvir::cpu::RunTable &t = tables[runs];
+    kvir::RunTable &t = tables[runs];
     int64_t length = kContext / runs;
     for (int64_t r = 0; r < runs; ++r)
       t.append(pages.data() + r * length / kPageTokens,
@@ -177,19 +179,38 @@ public:
     return t;
   }
 
+  /// The generated attention of one query after the context over `table`.
+  void attention(kvir::RunTable &table, std::vector<float> &q,
+                 std::vector<float> &out) {
+    kvrt_attention_args args{};
+    args.q = kvir::memrefF32(q.data(), int64_t(q.size()));
+    args.kv = kvir::memrefF32(layout.base,
+                              layout.capacity_pages * layout.page_stride);
+    args.pages = table.pagesRef();
+    args.runs = table.rowsRef();
+    args.tiles = kvir::memrefTable(nullptr, 0, KVRT_TILE_WIDTH);
+    args.part = kvir::memrefF32(nullptr, 0);
+    args.out = kvir::memrefF32(out.data(), int64_t(out.size()));
+    args.page_tokens = kPageTokens;
+    args.pos = kContext + 16;
+    args.n = 1;
+    args.layer = 0;
+    forward.attention(&args);
+    benchmark::DoNotOptimize(out.data());
+  }
+
 private:
   AttentionFixture() {
-    check(kvir::cpu::compileCpuKernels(layerConfig(), &kernels));
+    check(kvir::compiler::compileForward(
+        layerConfig(), kvir::compiler::Target::Cpu, &forward));
     kvrt_pool_config config{1, kKvHeads, kHeadSize, kPageTokens,
-                            kContext / kPageTokens};
+                            2 * kContext / kPageTokens};
     check(kvrt_pool_create(&config, &pool));
-    check(kvrt_pool_create(&config, &target));
     check(kvrt_pool_get_layout(pool, &layout));
-    pages.resize(config.capacity_pages);
-    targetPages.resize(config.capacity_pages);
+    pages.resize(kContext / kPageTokens);
+    targetPages.resize(pages.size());
     check(kvrt_pool_alloc_pages(pool, pages.size(), pages.data()));
-    check(
-        kvrt_pool_alloc_pages(target, targetPages.size(), targetPages.data()));
+    check(kvrt_pool_alloc_pages(pool, targetPages.size(), targetPages.data()));
     uint64_t state = 1;
     for (int32_t page : pages) {
       float *data = nullptr;
@@ -200,38 +221,24 @@ private:
             static_cast<float>(int32_t(state >> 40) - (1 << 23)) * 0x1.0p-23f;
       }
     }
-    // Touch the target arena so that page faults stay out of the timings.
+    // Touch the target pages so that page faults stay out of the timings.
     for (int32_t page : targetPages) {
       float *data = nullptr;
-      check(kvrt_pool_page_data(target, page, &data));
+      check(kvrt_pool_page_data(pool, page, &data));
       data[0] = 1.0f;
     }
   }
 
-  std::map<int64_t, kvir::cpu::RunTable> tables;
+  std::map<int64_t, kvir::RunTable> tables;
 };
-
-void decodeAttention(benchmark::State &state, AttentionFixture &f,
-                     kvir::cpu::RunTable &table, const kvrt_page_layout &l,
-                     std::vector<float> &q, std::vector<float> &out) {
-  auto qRef = kvir::cpu::memref1D(q.data(), int64_t(q.size()));
-  auto oRef = kvir::cpu::memref1D(out.data(), int64_t(out.size()));
-  auto kv = kvir::cpu::memref1D(l.base, l.capacity_pages * l.page_stride);
-  auto pagesRef = table.pagesRef();
-  auto runsRef = table.rowsRef();
-  f.kernels->attention(&qRef, 1, kContext + 16, &kv, &pagesRef, &runsRef, 0,
-                       kPageTokens, &oRef);
-  benchmark::DoNotOptimize(out.data());
-  (void)state;
-}
 
 /// Generated decode attention of one token over the context cut in `runs`.
 void BM_GeneratedDecodeAttention(benchmark::State &state) {
   AttentionFixture &f = AttentionFixture::get();
-  kvir::cpu::RunTable &table = f.table(state.range(0));
+  kvir::RunTable &table = f.table(state.range(0));
   std::vector<float> q(kHeads * kHeadSize, 0.01f), out(q.size());
   for (auto _ : state)
-    decodeAttention(state, f, table, f.layout, q, out);
+    f.attention(table, q, out);
   state.SetBytesProcessed(state.iterations() * kKVBytes);
   state.SetLabel("fused");
 }
@@ -244,30 +251,27 @@ BENCHMARK(BM_GeneratedDecodeAttention)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-/// The materialized alternative for 16 shifted runs: the generated kernel
-/// rewrites every key rotated by its run's Δ into fresh pages, then one
-/// unshifted run is attended.
+/// The materialized alternative for 16 shifted runs: the generated
+/// materialize rewrites every key rotated by its run's Δ into fresh pages,
+/// then one unshifted run is attended.
 void BM_GeneratedDecodeAttentionMaterialized(benchmark::State &state) {
   AttentionFixture &f = AttentionFixture::get();
-  kvir::cpu::RunTable &table = f.table(16);
-  kvrt_page_layout target;
-  check(kvrt_pool_get_layout(f.target, &target));
-  kvir::cpu::RunTable materialized;
+  kvir::RunTable &table = f.table(16);
+  kvir::RunTable materialized;
   materialized.append(f.targetPages.data(), f.targetPages.size(), 0, kContext,
                       0, 0);
   std::vector<float> q(kHeads * kHeadSize, 0.01f), out(q.size());
   for (auto _ : state) {
-    auto src = kvir::cpu::memref1D(f.layout.base, f.layout.capacity_pages *
-                                                      f.layout.page_stride);
-    auto dst = kvir::cpu::memref1D(target.base,
-                                   target.capacity_pages * target.page_stride);
-    auto pagesRef = table.pagesRef();
-    auto runsRef = table.rowsRef();
-    auto dstPages = kvir::cpu::memref1D(f.targetPages.data(),
-                                        int64_t(f.targetPages.size()));
-    f.kernels->materialize(&src, &pagesRef, &runsRef, &dst, &dstPages,
-                           kPageTokens);
-    decodeAttention(state, f, materialized, target, q, out);
+    kvrt_materialize_args args{};
+    args.kv = kvir::memrefF32(f.layout.base,
+                              f.layout.capacity_pages * f.layout.page_stride);
+    args.pages = table.pagesRef();
+    args.runs = table.rowsRef();
+    args.dst_pages =
+        kvir::memrefI32(f.targetPages.data(), int64_t(f.targetPages.size()));
+    args.page_tokens = kPageTokens;
+    f.forward.materialize(&args);
+    f.attention(materialized, q, out);
   }
   state.SetBytesProcessed(state.iterations() * kKVBytes);
   state.SetLabel("materialized (rewrite keys, then 1 run)");

@@ -89,7 +89,7 @@ struct EditPlan {
   llvm::SmallVector<unsigned> segmentsWith(SegmentAction action) const;
 };
 
-/// The model FLOPs of DESIGN.md §8 (runtime/core/ModelCost.h), built from a
+/// The model FLOPs of docs/design.md (runtime/core/ModelCost.h), built from a
 /// !kv.model type.
 struct CostModel : kvir::ModelCost {
   static CostModel get(ModelType model);

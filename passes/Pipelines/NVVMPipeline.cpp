@@ -99,6 +99,7 @@ std::string mlir::kv::checkLowerToNVVMPipelineOptions(
 void mlir::kv::buildLowerToNVVMPipeline(
     OpPassManager &pm, const LowerToNVVMPipelineOptions &options) {
   pm.addPass(createConvertKVToGPUPass());
+  pm.addPass(createConvertKVToRuntimePass());
   // The launch helpers inlined into the host functions: one stream per
   // region after gpu-async-region instead of one per launch.
   pm.addPass(createInlinerPass());
@@ -136,10 +137,11 @@ void mlir::kv::buildLowerToNVVMPipeline(
 void mlir::kv::registerLowerToNVVMPipeline() {
   registerPassPipeline(
       "kv-lower-to-nvvm",
-      "Emit the generated GPU forward of every model in the module's "
-      "kv.forward attribute (convert-kv-to-gpu), lower the kernels to NVVM "
-      "and serialize them (cubin or PTX, libdevice linked), and lower the "
-      "host side to LLVM calls of the mgpu* runtime functions",
+      "Lower a planned kv program to one module for NVIDIA GPUs: the GPU "
+      "forward of every model it uses (convert-kv-to-gpu) with its kernels "
+      "lowered to NVVM and serialized (cubin or PTX, libdevice linked) into "
+      "a gpu.binary, and the host code (convert-kv-to-runtime, the launches "
+      "as mgpu* calls) lowered to LLVM",
       [](OpPassManager &pm, StringRef text,
          function_ref<LogicalResult(const Twine &)> errorHandler) {
         LowerToNVVMPipelineOptions options;

@@ -27,10 +27,11 @@ void mlir::kv::buildOptimizePipeline(OpPassManager &pm,
 
 void mlir::kv::buildLowerToCPUPipeline(
     OpPassManager &pm, const LowerToCPUPipelineOptions &options) {
-  // The host program first (kv ops to runtime calls), then the forwards the
-  // module asks for; both lower to LLVM below.
-  pm.addPass(createConvertKVToRuntimePass());
+  // The forward of every model the program uses into its module, then the
+  // host program (kv ops to runtime calls that name those forwards); both
+  // lower to LLVM below: one module.
   pm.addPass(createConvertKVToCPUPass());
+  pm.addPass(createConvertKVToRuntimePass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   pm.addPass(createConvertLinalgToLoopsPass());
@@ -63,10 +64,10 @@ void mlir::kv::registerKVPassesAndPipelines() {
       buildOptimizePipeline);
   PassPipelineRegistration<LowerToCPUPipelineOptions>(
       "kv-lower-to-cpu",
-      "Lower a planned kv program to calls of the execution runtime "
-      "(convert-kv-to-runtime), emit the generated CPU forward of every model "
-      "in the module's kv.forward attribute (convert-kv-to-cpu) and lower "
-      "both to the LLVM dialect",
+      "Lower a planned kv program to one LLVM-dialect module: the CPU forward "
+      "of every model it uses (convert-kv-to-cpu) and its host code as calls "
+      "of the execution runtime that hand those forwards over "
+      "(convert-kv-to-runtime)",
       buildLowerToCPUPipeline);
   registerLowerToNVVMPipeline();
 }

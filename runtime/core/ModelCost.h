@@ -1,9 +1,10 @@
 //===- ModelCost.h - Model FLOPs and K/V bytes of a computation -*- C++ -*-===//
 //
-// The cost units of DESIGN.md §8, in one place for the planner's analysis,
-// the execution runtime and kv-run's report: per computed token and layer
-// 2·(dim·dim + 2·dim·kv_dim + dim·dim + 3·dim·hidden) + 4·ctx·dim (ctx = keys
-// attended), plus 2·dim·vocab per logits row; K/V bytes of f32 pages.
+// The cost units of docs/design.md ("Costs"), in one place for the planner's
+// analysis, the execution runtime and kv-run's report: per computed token and
+// layer 2·(dim·dim + 2·dim·kv_dim + dim·dim + 3·dim·hidden) + 4·ctx·dim
+// (ctx = keys attended), plus 2·dim·vocab per logits row; K/V bytes of f32
+// pages.
 // Header-only and free of MLIR, so the runtime can use it.
 //
 //===----------------------------------------------------------------------===//

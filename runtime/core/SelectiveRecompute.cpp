@@ -47,9 +47,9 @@ kvrt_status append(ViewPtr &acc, const kvrt_view *piece) {
   return KVRT_OK;
 }
 
-kvrt_status run(kvir::ComputeBackend &backend, const kvrt_model *model,
-                const kvrt_view *view, int64_t begin, int64_t end,
-                double fraction, kvrt_view **out,
+kvrt_status run(kvir::ComputeBackend &backend, const kvir::Forward &forward,
+                const kvrt_model *model, const kvrt_view *view, int64_t begin,
+                int64_t end, double fraction, kvrt_view **out,
                 kvir::SelectiveRecomputeStats &stats) {
   int64_t length = kvrt_view_num_tokens(view);
   if (begin < 0 || begin > end || end > length)
@@ -98,9 +98,9 @@ kvrt_status run(kvir::ComputeBackend &backend, const kvrt_model *model,
     kvrt_run &run = runs[r];
     if (kvrt_status s = kvrt_view_get_run(range.get(), r, &run))
       return s;
-    if (kvrt_status s =
-            backend.layerKV(model, prefix.get(), run.tokens, run.n_tokens,
-                            run.base_pos + run.delta, scanLayer, &k, &v))
+    if (kvrt_status s = backend.layerKV(
+            forward, model, prefix.get(), run.tokens, run.n_tokens,
+            run.base_pos + run.delta, scanLayer, &k, &v))
       return s;
     stats.calls.push_back({begin, run.n_tokens, scanLayer + 1, true});
     storedK.resize(k.size());
@@ -168,7 +168,7 @@ kvrt_status run(kvir::ComputeBackend &backend, const kvrt_model *model,
     kvrt_view *next = nullptr;
     int64_t context = kvrt_view_num_tokens(acc.get());
     if (kvrt_status s = backend.prefill(
-            model, acc.get(), tokens.data(), int64_t(tokens.size()),
+            forward, model, acc.get(), tokens.data(), int64_t(tokens.size()),
             head.storedPos + head.delta, runs[head.run].label,
             /*lastOnly=*/true, &logits, &next))
       return s;
@@ -204,18 +204,17 @@ int64_t kvir::selectiveRecomputeCount(double fraction, int64_t n) {
   return std::clamp<int64_t>(count, 0, n);
 }
 
-kvrt_status kvir::selectiveRecompute(ComputeBackend &backend,
-                                     const kvrt_model *model,
-                                     const kvrt_view *view, int64_t begin,
-                                     int64_t end, double fraction,
-                                     kvrt_view **out,
-                                     SelectiveRecomputeStats *stats) {
+kvrt_status
+kvir::selectiveRecompute(ComputeBackend &backend, const Forward &forward,
+                         const kvrt_model *model, const kvrt_view *view,
+                         int64_t begin, int64_t end, double fraction,
+                         kvrt_view **out, SelectiveRecomputeStats *stats) {
   if (!model || !view || !out)
     return kvrt::nullArgument(__func__);
   *out = nullptr;
   SelectiveRecomputeStats local;
   kvrt_status status = kvrt::guard([&] {
-    return run(backend, model, view, begin, end, fraction, out, local);
+    return run(backend, forward, model, view, begin, end, fraction, out, local);
   });
   if (stats)
     *stats = std::move(local);

@@ -51,21 +51,22 @@ int64_t selectiveRecomputeCount(double fraction, int64_t n);
 int32_t selectiveRecomputeScanLayer(int32_t nLayers);
 
 /// For the tokens [begin, end) of `view`: computes their K/V at the scan layer
-/// fresh with `backend.layerKV` over view[0:begin], at their effective
-/// positions (each run's tokens causally among themselves); the deviation of
-/// a token is the L2 norm of its values fresh minus stored, over all KV heads
-/// (values carry no position, so they compare without rotating anything). The
-/// selectiveRecomputeCount(fraction, end - begin) tokens with the largest
-/// deviation are chosen (ties go to the earlier token). The result is
-/// view[0:begin], then [begin, end) rebuilt in order (runs of unchosen tokens
-/// reused as slices that keep their offsets, each run of consecutive chosen
-/// tokens prefilled over the view built so far at its effective positions,
-/// keeping its run's label), then view[end:] unchanged.
+/// fresh with `backend.layerKV` (running `forward`) over view[0:begin], at
+/// their effective positions (each run's tokens causally among themselves); the
+/// deviation of a token is the L2 norm of its values fresh minus stored, over
+/// all KV heads (values carry no position, so they compare without rotating
+/// anything). The selectiveRecomputeCount(fraction, end - begin) tokens with
+/// the largest deviation are chosen (ties go to the earlier token). The result
+/// is view[0:begin], then [begin, end) rebuilt in order (runs of unchosen
+/// tokens reused as slices that keep their offsets, each run of consecutive
+/// chosen tokens prefilled over the view built so far at its effective
+/// positions, keeping its run's label), then view[end:] unchanged.
 ///
 /// On error `*out` is NULL and nothing the caller holds changed.
-kvrt_status selectiveRecompute(ComputeBackend &backend, const kvrt_model *model,
-                               const kvrt_view *view, int64_t begin,
-                               int64_t end, double fraction, kvrt_view **out,
+kvrt_status selectiveRecompute(ComputeBackend &backend, const Forward &forward,
+                               const kvrt_model *model, const kvrt_view *view,
+                               int64_t begin, int64_t end, double fraction,
+                               kvrt_view **out,
                                SelectiveRecomputeStats *stats = nullptr);
 
 } // namespace kvir

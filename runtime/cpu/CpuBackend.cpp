@@ -1,23 +1,309 @@
-//===- CpuBackend.cpp - The generated-code CPU backend ----------*- C++ -*-===//
+//===- CpuBackend.cpp - The generated forward on the host -------*- C++ -*-===//
 
 #include "runtime/cpu/CpuBackend.h"
-#include "runtime/cpu/CpuHost.h"
-#include "runtime/cpu/jit/CpuJit.h"
+#include "runtime/core/ForwardCall.h"
+#include "runtime/core/ModelConfig.h"
+#include "runtime/core/Support.h"
+
+#include <cstring>
 
 using namespace kvir;
+using kvrt::fail;
+using kvrt::str;
 
-std::unique_ptr<ComputeBackend>
-kvir::cpu::createCpuBackend(const kvrt_model *model, std::string *error) {
-  auto failWith = [&]() -> std::unique_ptr<ComputeBackend> {
-    if (error)
-      *error = kvrt_last_error();
-    return nullptr;
-  };
+namespace {
+
+/// What a call needs: the model's config and weights.
+struct Model {
   kvrt_model_config config;
-  if (kvrt_model_get_config(model, &config) != KVRT_OK)
-    return failWith();
-  std::shared_ptr<const CpuKernels> kernels;
-  if (compileCpuKernels(config, &kernels) != KVRT_OK)
-    return failWith();
-  return createCpuBackendFromKernels(compileCpuKernels);
+  kvrt_model_weights weights;
+};
+
+/// The pages a forward call wrote its new run into, held until released.
+struct Scratch {
+  kvrt_pool *pool = nullptr;
+  std::unique_ptr<kvrt::PageRefs> pages;
+};
+
+kvrt_status checkLayout(const kvrt_model_config &c,
+                        const kvrt_page_layout &layout) {
+  if (layout.n_layers != c.n_layers || layout.n_kv_heads != c.n_kv_heads ||
+      layout.head_size != headSize(c))
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("the view's pool holds ", layout.n_layers, " layers x ",
+                    layout.n_kv_heads, " kv heads x head size ",
+                    layout.head_size, ", the model needs ", c.n_layers, " x ",
+                    c.n_kv_heads, " x ", headSize(c)));
+  return KVRT_OK;
+}
+
+class CpuBackend final : public ComputeBackend {
+public:
+  const char *name() const override { return "cpu"; }
+  bool runsGeneratedCode() const override { return true; }
+
+  kvrt_status prefill(const Forward &forward, const kvrt_model *model,
+                      const kvrt_view *view, const int32_t *tokens, int64_t n,
+                      int64_t pos, const char *label, bool lastOnly,
+                      std::vector<float> *logits, kvrt_view **out) override {
+    if (!model || !view || !logits || !out)
+      return kvrt::nullArgument("cpu prefill");
+    *out = nullptr;
+    return kvrt::guard([&]() -> kvrt_status {
+      Model m;
+      if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, m))
+        return s;
+      if (kvrt_status s =
+              kvrt::checkPrefillArguments(m.config, tokens, n, pos, "prefill"))
+        return s;
+      Scratch scratch;
+      std::vector<float> result;
+      if (kvrt_status s =
+              run(forward, m, view, tokens, n, pos, m.config.n_layers,
+                  lastOnly ? n - 1 : 0, &result, scratch))
+        return s;
+      const std::vector<int32_t> &pages = scratch.pages->pages;
+      for (int32_t page : pages)
+        if (kvrt_status s = kvrt_pool_seal_page(scratch.pool, page))
+          return s;
+      kvrt_run newRun{pages.data(), int64_t(pages.size()), 0, n, pos, 0, tokens,
+                      label};
+      if (kvrt_status s = kvrt_view_append(view, &newRun, out))
+        return s;
+      *logits = std::move(result);
+      return KVRT_OK;
+    });
+  }
+
+  kvrt_status layerKV(const Forward &forward, const kvrt_model *model,
+                      const kvrt_view *view, const int32_t *tokens, int64_t n,
+                      int64_t pos, int32_t layer, std::vector<float> *k,
+                      std::vector<float> *v) override {
+    if (!model || !view || !k || !v)
+      return kvrt::nullArgument("cpu layerKV");
+    return kvrt::guard([&]() -> kvrt_status {
+      Model m;
+      if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, m))
+        return s;
+      if (kvrt_status s =
+              kvrt::checkPrefillArguments(m.config, tokens, n, pos, "layerKV"))
+        return s;
+      if (layer < 0 || layer >= m.config.n_layers)
+        return fail(KVRT_ERR_INVALID_ARGUMENT,
+                    str("layerKV: layer ", layer, " is outside [0, ",
+                        m.config.n_layers, ")"));
+      // Layers 0 .. layer of a prefill into scratch pages, read back and
+      // released: nothing is appended and the pool ends as it was.
+      Scratch scratch;
+      if (kvrt_status s = run(forward, m, view, tokens, n, pos, layer + 1,
+                              /*logitsFrom=*/n, nullptr, scratch))
+        return s;
+      k->resize(n * kvDim(m.config));
+      v->resize(n * kvDim(m.config));
+      return kvrt_pool_read_kv(scratch.pool, scratch.pages->pages.data(), 0, n,
+                               layer, k->data(), v->data());
+    });
+  }
+
+  kvrt_status attention(const Forward &forward, const kvrt_model *model,
+                        const kvrt_view *view, const float *q, int64_t n,
+                        int64_t pos, int32_t layer,
+                        std::vector<float> *out) override {
+    if (!model || !view || (n > 0 && !q) || !out)
+      return kvrt::nullArgument("cpu attention");
+    return kvrt::guard([&]() -> kvrt_status {
+      Model m;
+      if (kvrt_status s = prepare(forward, model, ForwardEntry::Attention, m))
+        return s;
+      const kvrt_model_config &c = m.config;
+      if (layer < 0 || layer >= c.n_layers)
+        return fail(KVRT_ERR_INVALID_ARGUMENT,
+                    str("attention: layer ", layer, " is outside [0, ",
+                        c.n_layers, ")"));
+      if (n < 0 || pos < 0 || pos > KVRT_MAX_POSITION - n)
+        return fail(KVRT_ERR_INVALID_ARGUMENT,
+                    str("attention: ", n, " queries at position ", pos,
+                        " are outside [0, 2^53)"));
+      kvrt_page_layout layout;
+      if (kvrt_status s = kvrt_pool_get_layout(kvrt_view_pool(view), &layout))
+        return s;
+      if (kvrt_status s = checkLayout(c, layout))
+        return s;
+      RunTable table;
+      if (kvrt_status s = table.appendView(view))
+        return s;
+      std::vector<float> queries(q, q + n * c.dim);
+      out->assign(n * c.dim, 0.0f);
+      if (n == 0)
+        return KVRT_OK;
+      kvrt_attention_args args{};
+      args.q = memrefF32(queries.data(), int64_t(queries.size()));
+      args.kv =
+          memrefF32(layout.base, layout.capacity_pages * layout.page_stride);
+      args.pages = table.pagesRef();
+      args.runs = table.rowsRef();
+      args.tiles = memrefTable(nullptr, 0, KVRT_TILE_WIDTH);
+      args.part = memrefF32(nullptr, 0);
+      args.out = memrefF32(out->data(), int64_t(out->size()));
+      args.page_tokens = layout.page_tokens;
+      args.pos = pos;
+      args.n = n;
+      args.layer = layer;
+      forward.attention(&args);
+      return KVRT_OK;
+    });
+  }
+
+  kvrt_status materialize(const Forward &forward, const kvrt_model *model,
+                          const kvrt_view *view, kvrt_view **out) override {
+    if (!model || !view || !out)
+      return kvrt::nullArgument("cpu materialize");
+    *out = nullptr;
+    return kvrt::guard([&]() -> kvrt_status {
+      Model m;
+      if (kvrt_status s = prepare(forward, model, ForwardEntry::Materialize, m))
+        return s;
+      kvrt_pool *pool = kvrt_view_pool(view);
+      kvrt_page_layout layout;
+      if (kvrt_status s = kvrt_pool_get_layout(pool, &layout))
+        return s;
+      if (kvrt_status s = checkLayout(m.config, layout))
+        return s;
+      // The shifted runs go through the kernel, into destination pages
+      // parallel to their page lists; the others are shared as they are.
+      std::vector<kvrt_run> runs(kvrt_view_num_runs(view));
+      RunTable shifted;
+      for (int64_t r = 0; r < int64_t(runs.size()); ++r) {
+        kvrt_run &run = runs[r];
+        if (kvrt_status s = kvrt_view_get_run(view, r, &run))
+          return s;
+        if (run.delta == 0)
+          continue;
+        if (run.base_pos + run.delta < 0)
+          return fail(KVRT_ERR_INVALID_ARGUMENT,
+                      str("materialize: a run at stored position ",
+                          run.base_pos, " shifted by ", run.delta,
+                          " would start at a negative position"));
+        shifted.append(run.pages, run.n_pages, run.slot_begin, run.n_tokens,
+                       run.base_pos, run.delta);
+      }
+      // Every page is taken before any work, so exhaustion changes nothing.
+      std::vector<int32_t> dst(shifted.pages.size());
+      if (!dst.empty())
+        if (kvrt_status s =
+                kvrt_pool_alloc_pages(pool, int64_t(dst.size()), dst.data()))
+          return s;
+      kvrt::PageRefs held{pool, dst};
+      if (!dst.empty()) {
+        kvrt_materialize_args args{};
+        args.kv =
+            memrefF32(layout.base, layout.capacity_pages * layout.page_stride);
+        args.pages = shifted.pagesRef();
+        args.runs = shifted.rowsRef();
+        args.dst_pages = memrefI32(dst.data(), int64_t(dst.size()));
+        args.page_tokens = layout.page_tokens;
+        forward.materialize(&args);
+        for (int32_t page : dst)
+          if (kvrt_status s = kvrt_pool_seal_page(pool, page))
+            return s;
+      }
+      kvrt_view *result = nullptr;
+      if (kvrt_status s = kvrt_view_create(pool, &result))
+        return s;
+      int64_t nextPage = 0;
+      for (const kvrt_run &run : runs) {
+        kvrt_run copy = run;
+        if (run.delta != 0) {
+          copy.pages = &dst[nextPage];
+          copy.base_pos = run.base_pos + run.delta;
+          copy.delta = 0;
+          nextPage += run.n_pages;
+        }
+        kvrt_view *next = nullptr;
+        kvrt_status s = kvrt_view_append(result, &copy, &next);
+        kvrt_view_release(result);
+        if (s)
+          return s;
+        result = next;
+      }
+      *out = result;
+      return KVRT_OK;
+    });
+  }
+
+private:
+  /// The config and weights of `model`, with `forward` checked against it.
+  static kvrt_status prepare(const Forward &forward, const kvrt_model *model,
+                             ForwardEntry entry, Model &m) {
+    if (kvrt_status s = kvrt_model_get_config(model, &m.config))
+      return s;
+    if (kvrt_status s = kvrt_model_get_weights(model, &m.weights))
+      return s;
+    return checkForward(forward, m.config, entry);
+  }
+
+  /// Runs layers 0 .. nLayers-1 of the forward of the tokens over `view`
+  /// into fresh pages (returned in `scratch`, not sealed), and the logits of
+  /// positions logitsFrom .. n-1 into `logits` when all layers run.
+  static kvrt_status run(const Forward &forward, const Model &m,
+                         const kvrt_view *view, const int32_t *tokens,
+                         int64_t n, int64_t pos, int64_t nLayers,
+                         int64_t logitsFrom, std::vector<float> *logits,
+                         Scratch &scratch) {
+    const kvrt_model_config &c = m.config;
+    kvrt_pool *pool = kvrt_view_pool(view);
+    kvrt_page_layout layout;
+    if (kvrt_status s = kvrt_pool_get_layout(pool, &layout))
+      return s;
+    if (kvrt_status s = checkLayout(c, layout))
+      return s;
+    RunTable table;
+    if (kvrt_status s = table.appendView(view))
+      return s;
+
+    // All pages are taken before any work, so exhaustion changes nothing.
+    int64_t nPages = (n + layout.page_tokens - 1) / layout.page_tokens;
+    std::vector<int32_t> pages(nPages);
+    if (kvrt_status s = kvrt_pool_alloc_pages(pool, nPages, pages.data()))
+      return s;
+    scratch.pool = pool;
+    // The pages go back to the pool when `scratch` is destroyed, unless the
+    // caller seals them into a view first (which takes its own references).
+    scratch.pages.reset(new kvrt::PageRefs{pool, std::move(pages)});
+    table.append(scratch.pages->pages.data(), nPages, 0, n, pos, 0);
+
+    std::vector<float> x = embedTokens(c, m.weights, tokens, n);
+    std::vector<float> work(prefillScratchFloats(c, n));
+    std::vector<float> result((n - logitsFrom) * int64_t(c.vocab_size));
+    kvrt_prefill_args args{};
+    args.x = memrefF32(x.data(), int64_t(x.size()));
+    std::array<WeightTensor, 11> weights = forwardWeights(c, m.weights);
+    std::array<kvrt_memref_f32 *, 11> fields = weightFields(args);
+    for (size_t i = 0; i < weights.size(); ++i)
+      *fields[i] =
+          memrefF32(const_cast<float *>(weights[i].data), weights[i].size);
+    args.kv =
+        memrefF32(layout.base, layout.capacity_pages * layout.page_stride);
+    args.pages = table.pagesRef();
+    args.runs = table.rowsRef();
+    args.tiles = memrefTable(nullptr, 0, KVRT_TILE_WIDTH);
+    args.scratch = memrefF32(work.data(), int64_t(work.size()));
+    args.part = memrefF32(nullptr, 0);
+    args.logits = memrefF32(result.data(), int64_t(result.size()));
+    args.page_tokens = layout.page_tokens;
+    args.pos = pos;
+    args.n = n;
+    args.n_layers = nLayers;
+    args.logits_from = logitsFrom;
+    forward.prefill(&args);
+    if (logits)
+      *logits = std::move(result);
+    return KVRT_OK;
+  }
+};
+
+} // namespace
+
+std::unique_ptr<ComputeBackend> kvir::cpu::createCpuBackend() {
+  return std::make_unique<CpuBackend>();
 }

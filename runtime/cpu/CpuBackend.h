@@ -1,8 +1,9 @@
-//===- CpuBackend.h - The generated-code CPU backend ------------*- C++ -*-===//
+//===- CpuBackend.h - The generated forward on the host ---------*- C++ -*-===//
 //
-// `kv-run --backend cpu`: a ComputeBackend whose math is the forward that
-// convert-kv-to-cpu emits, JIT-compiled for the host CPU (once per model
-// config per process). See docs/cpu-backend.md.
+// `kv-run --backend cpu`: runs the generated forward (the entry points a
+// program's module holds, ForwardABI.h) on the host, over the pool's own page
+// arena and host buffers. Memory, pages, embedding rows and the run table are
+// done here; every floating-point operation is generated code. No MLIR.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,15 +13,12 @@
 #include "runtime/core/ComputeBackend.h"
 
 #include <memory>
-#include <string>
 
 namespace kvir::cpu {
 
-/// The CPU backend, with the kernels of `model`'s config compiled up front
-/// (models of other configs get theirs on first use). Returns null and sets
-/// `*error` (when non-null) if they cannot be compiled.
-std::unique_ptr<ComputeBackend> createCpuBackend(const kvrt_model *model,
-                                                 std::string *error);
+/// The host backend. Each call checks that the Forward it is given was
+/// compiled for the model's config.
+std::unique_ptr<ComputeBackend> createCpuBackend();
 
 } // namespace kvir::cpu
 

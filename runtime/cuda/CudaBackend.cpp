@@ -1,26 +1,19 @@
 //===- CudaBackend.cpp - The generated-code CUDA backend --------*- C++ -*-===//
 
 #include "runtime/cuda/CudaBackend.h"
+#include "runtime/core/ForwardCall.h"
+#include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
-#include "runtime/cuda/CudaKernels.h"
 #include "runtime/cuda/CudaRuntime.h"
-
-#include <dirent.h>
-#include <dlfcn.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
 
 using namespace kvir;
 using namespace kvir::cuda;
-using cpu::memref1D;
-using cpu::RunTable;
 using kvrt::fail;
 using kvrt::str;
 
@@ -60,84 +53,16 @@ struct DeviceBuffer {
     return kvrt_cuda_upload(ptr, host.data(), host.size() * sizeof(T));
   }
 
-  template <typename T> MemRef<T, 1> ref1D(int64_t size) const {
-    return memref1D(static_cast<T *>(ptr), size);
+  kvrt_memref_f32 f32(int64_t size) const {
+    return memrefF32(static_cast<float *>(ptr), size);
+  }
+  kvrt_memref_i32 i32(int64_t size) const {
+    return memrefI32(static_cast<int32_t *>(ptr), size);
+  }
+  kvrt_memref_i64x2 table(int64_t rows, int64_t columns) const {
+    return memrefTable(static_cast<int64_t *>(ptr), rows, columns);
   }
 };
-
-/// The kernel library of one config.
-struct Kernels {
-  void *handle = nullptr;
-  GpuPrefillFn prefill = nullptr;
-  GpuAttentionFn attention = nullptr;
-};
-
-std::string executableDir() {
-  char buf[4096];
-  ssize_t len = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (len <= 0)
-    return "";
-  std::string path(buf, len);
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "" : path.substr(0, slash);
-}
-
-/// Finds and opens the kernel library compiled for `key`.
-kvrt_status openKernels(const std::string &key, Kernels *out) {
-  std::vector<std::string> dirs = kernelSearchPath();
-  for (const std::string &dir : dirs) {
-    DIR *d = opendir(dir.c_str());
-    if (!d)
-      continue;
-    std::vector<std::string> keys;
-    while (dirent *e = readdir(d)) {
-      std::string name = e->d_name;
-      if (name.size() > 4 && name.rfind(".key") == name.size() - 4 &&
-          name.rfind("libkvgpu_", 0) == 0)
-        keys.push_back(name);
-    }
-    closedir(d);
-    std::sort(keys.begin(), keys.end());
-    for (const std::string &name : keys) {
-      std::ifstream in(dir + "/" + name);
-      std::string line;
-      std::getline(in, line);
-      if (line != key)
-        continue;
-      std::string lib = dir + "/" + name.substr(0, name.size() - 4) + ".so";
-      // The library's constructor loads its cubin (mgpuModuleLoad): the
-      // driver was checked before, so a failure is recorded, not a crash.
-      void *handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (!handle) {
-        const char *why = dlerror();
-        return fail(KVRT_ERR_UNAVAILABLE,
-                    str("cannot open the GPU kernel library ", lib, ": ",
-                        why ? why : "unknown reason"));
-      }
-      out->handle = handle;
-      out->prefill = reinterpret_cast<GpuPrefillFn>(
-          dlsym(handle, "_mlir_ciface_kvgpu_prefill"));
-      out->attention = reinterpret_cast<GpuAttentionFn>(
-          dlsym(handle, "_mlir_ciface_kvgpu_attention"));
-      if (!out->prefill || !out->attention)
-        return fail(KVRT_ERR_UNAVAILABLE,
-                    str("the GPU kernel library ", lib,
-                        " lacks _mlir_ciface_kvgpu_prefill/attention"));
-      if (kvrt_status s = kvrt_cuda_check())
-        return fail(s, str("loading the kernels of ", lib,
-                           " failed: ", kvrt_last_error()));
-      return KVRT_OK;
-    }
-  }
-  std::string where;
-  for (const std::string &dir : dirs)
-    where += (where.empty() ? "" : ", ") + dir;
-  return fail(KVRT_ERR_UNAVAILABLE,
-              str("no GPU kernels for the model config [", key, "] (looked in ",
-                  where.empty() ? "nothing" : where,
-                  "); build them with kv-aot (docs/gpu-backend.md) or set "
-                  "KVIR_GPU_KERNELS"));
-}
 
 /// A model's weights on the device, one buffer.
 struct DeviceModel {
@@ -147,7 +72,6 @@ struct DeviceModel {
   /// Float offsets of each tensor in `weights`.
   int64_t off[11] = {};
   int64_t size[11] = {};
-  std::shared_ptr<Kernels> kernels;
   ~DeviceModel() { kvrt_model_release(model); }
 };
 
@@ -208,23 +132,14 @@ struct DevicePool {
   }
 };
 
-/// Holds one reference to each of a list of pages until destroyed.
-struct PageRefs {
-  kvrt_pool *pool;
-  std::vector<int32_t> pages;
-  ~PageRefs() {
-    for (int32_t page : pages)
-      kvrt_pool_release_page(pool, page);
-  }
-};
-
 class CudaBackend final : public CudaComputeBackend {
 public:
   const char *name() const override { return "cuda"; }
+  bool runsGeneratedCode() const override { return true; }
 
-  kvrt_status prefill(const kvrt_model *model, const kvrt_view *view,
-                      const int32_t *tokens, int64_t n, int64_t pos,
-                      const char *label, bool lastOnly,
+  kvrt_status prefill(const Forward &forward, const kvrt_model *model,
+                      const kvrt_view *view, const int32_t *tokens, int64_t n,
+                      int64_t pos, const char *label, bool lastOnly,
                       std::vector<float> *logits, kvrt_view **out) override {
     if (!model || !view || !logits || !out)
       return kvrt::nullArgument("cuda prefill");
@@ -232,12 +147,16 @@ public:
     return kvrt::guard([&]() -> kvrt_status {
       std::lock_guard<std::mutex> lock(mutex);
       DeviceModel *dm;
-      if (kvrt_status s = prepare(model, tokens, n, pos, "prefill", &dm))
+      if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, &dm))
         return s;
-      std::unique_ptr<PageRefs> pages;
+      if (kvrt_status s = kvrt::checkPrefillArguments(dm->config, tokens, n,
+                                                      pos, "prefill"))
+        return s;
+      std::unique_ptr<kvrt::PageRefs> pages;
       std::vector<float> result;
-      if (kvrt_status s = run(*dm, view, tokens, n, pos, dm->config.n_layers,
-                              lastOnly ? n - 1 : 0, &result, pages))
+      if (kvrt_status s =
+              run(forward, *dm, view, tokens, n, pos, dm->config.n_layers,
+                  lastOnly ? n - 1 : 0, &result, pages))
         return s;
       for (int32_t page : pages->pages)
         if (kvrt_status s = kvrt_pool_seal_page(pages->pool, page))
@@ -252,92 +171,196 @@ public:
                       label};
       if (kvrt_status s = kvrt_view_append(view, &newRun, out))
         return s;
-      // The new pages are on the device already: hold them there.
-      DevicePool &dp = *pools[kvrt_view_pool(view)];
-      for (int32_t page : pages->pages)
-        if (kvrt_pool_retain_page(dp.pool, page) == KVRT_OK)
-          dp.held[page] = 1;
+      holdWritten(kvrt_view_pool(view), pages->pages);
       *logits = std::move(result);
       return KVRT_OK;
     });
   }
 
-  kvrt_status layerKV(const kvrt_model *model, const kvrt_view *view,
-                      const int32_t *tokens, int64_t n, int64_t pos,
-                      int32_t layer, std::vector<float> *k,
+  kvrt_status layerKV(const Forward &forward, const kvrt_model *model,
+                      const kvrt_view *view, const int32_t *tokens, int64_t n,
+                      int64_t pos, int32_t layer, std::vector<float> *k,
                       std::vector<float> *v) override {
     if (!model || !view || !k || !v)
       return kvrt::nullArgument("cuda layerKV");
     return kvrt::guard([&]() -> kvrt_status {
       std::lock_guard<std::mutex> lock(mutex);
       DeviceModel *dm;
-      if (kvrt_status s = prepare(model, tokens, n, pos, "layerKV", &dm))
+      if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, &dm))
+        return s;
+      if (kvrt_status s = kvrt::checkPrefillArguments(dm->config, tokens, n,
+                                                      pos, "layerKV"))
         return s;
       if (layer < 0 || layer >= dm->config.n_layers)
         return fail(KVRT_ERR_INVALID_ARGUMENT,
                     str("layerKV: layer ", layer, " is outside [0, ",
                         dm->config.n_layers, ")"));
-      std::unique_ptr<PageRefs> pages;
-      if (kvrt_status s =
-              run(*dm, view, tokens, n, pos, layer + 1, n, nullptr, pages))
+      std::unique_ptr<kvrt::PageRefs> pages;
+      if (kvrt_status s = run(forward, *dm, view, tokens, n, pos, layer + 1, n,
+                              nullptr, pages))
         return s;
-      int64_t kvDim = int64_t(dm->config.n_kv_heads) *
-                      (dm->config.dim / dm->config.n_heads);
-      k->resize(n * kvDim);
-      v->resize(n * kvDim);
+      k->resize(n * kvDim(dm->config));
+      v->resize(n * kvDim(dm->config));
       return kvrt_pool_read_kv(pages->pool, pages->pages.data(), 0, n, layer,
                                k->data(), v->data());
     });
   }
 
-  kvrt_status timeAttention(const kvrt_model *model, const kvrt_view *view,
-                            int64_t pos, int32_t layer, int iters,
-                            double *seconds) override {
+  kvrt_status attention(const Forward &forward, const kvrt_model *model,
+                        const kvrt_view *view, const float *q, int64_t n,
+                        int64_t pos, int32_t layer,
+                        std::vector<float> *out) override {
+    if (!model || !view || (n > 0 && !q) || !out)
+      return kvrt::nullArgument("cuda attention");
+    return kvrt::guard([&]() -> kvrt_status {
+      std::lock_guard<std::mutex> lock(mutex);
+      DeviceModel *dm;
+      if (kvrt_status s = prepare(forward, model, ForwardEntry::Attention, &dm))
+        return s;
+      const kvrt_model_config &c = dm->config;
+      if (layer < 0 || layer >= c.n_layers)
+        return fail(KVRT_ERR_INVALID_ARGUMENT,
+                    str("attention: layer ", layer, " is outside [0, ",
+                        c.n_layers, ")"));
+      if (n < 0 || pos < 0 || pos > KVRT_MAX_POSITION - n)
+        return fail(KVRT_ERR_INVALID_ARGUMENT,
+                    str("attention: ", n, " queries at position ", pos,
+                        " are outside [0, 2^53)"));
+      out->assign(n * c.dim, 0.0f);
+      if (n == 0)
+        return KVRT_OK;
+      kvrt_attention_args args{};
+      DevicePool *dp;
+      int64_t nTiles = 0;
+      if (kvrt_status s =
+              attentionArgs(view, c, q, n, pos, layer, &dp, &nTiles, args))
+        return s;
+      forward.attention(&args);
+      if (kvrt_status s = kvrt_cuda_synchronize())
+        return fail(s, str("the GPU attention of ", n,
+                           " queries failed: ", kvrt_last_error()));
+      return kvrt_cuda_download(out->data(), outBuf.ptr,
+                                out->size() * sizeof(float));
+    });
+  }
+
+  kvrt_status materialize(const Forward &forward, const kvrt_model *model,
+                          const kvrt_view *view, kvrt_view **out) override {
+    if (!model || !view || !out)
+      return kvrt::nullArgument("cuda materialize");
+    *out = nullptr;
+    return kvrt::guard([&]() -> kvrt_status {
+      std::lock_guard<std::mutex> lock(mutex);
+      DeviceModel *dm;
+      if (kvrt_status s =
+              prepare(forward, model, ForwardEntry::Materialize, &dm))
+        return s;
+      kvrt_pool *pool = kvrt_view_pool(view);
+      DevicePool *dp;
+      RunTable all;
+      if (kvrt_status s = residentTable(view, dm->config, &dp, &all))
+        return s;
+      // The shifted runs go through the kernel, into destination pages
+      // parallel to their page lists; the others are shared as they are.
+      std::vector<kvrt_run> runs(kvrt_view_num_runs(view));
+      RunTable shifted;
+      for (int64_t r = 0; r < int64_t(runs.size()); ++r) {
+        kvrt_run &run = runs[r];
+        if (kvrt_status s = kvrt_view_get_run(view, r, &run))
+          return s;
+        if (run.delta == 0)
+          continue;
+        if (run.base_pos + run.delta < 0)
+          return fail(KVRT_ERR_INVALID_ARGUMENT,
+                      str("materialize: a run at stored position ",
+                          run.base_pos, " shifted by ", run.delta,
+                          " would start at a negative position"));
+        shifted.append(run.pages, run.n_pages, run.slot_begin, run.n_tokens,
+                       run.base_pos, run.delta);
+      }
+      std::vector<int32_t> dst(shifted.pages.size());
+      if (!dst.empty())
+        if (kvrt_status s =
+                kvrt_pool_alloc_pages(pool, int64_t(dst.size()), dst.data()))
+          return s;
+      kvrt::PageRefs held{pool, dst};
+      if (!dst.empty()) {
+        for (int32_t page : dst)
+          if (kvrt_status s = dp->cover(page))
+            return s;
+        if (kvrt_status s = pagesBuf.upload(shifted.pages))
+          return s;
+        if (kvrt_status s = runsBuf.upload(shifted.rows))
+          return s;
+        if (kvrt_status s = dstBuf.upload(dst))
+          return s;
+        kvrt_materialize_args args{};
+        args.kv = dp->arena.f32(dp->pages * dp->layout.page_stride);
+        args.pages = pagesBuf.i32(int64_t(shifted.pages.size()));
+        args.runs = runsBuf.table(shifted.numRuns(), KVRT_RUN_WIDTH);
+        args.dst_pages = dstBuf.i32(int64_t(dst.size()));
+        args.page_tokens = dp->layout.page_tokens;
+        forward.materialize(&args);
+        if (kvrt_status s = kvrt_cuda_synchronize())
+          return fail(s,
+                      str("the GPU materialize failed: ", kvrt_last_error()));
+        if (kvrt_status s = downloadPages(*dp, dst))
+          return s;
+        for (int32_t page : dst)
+          if (kvrt_status s = kvrt_pool_seal_page(pool, page))
+            return s;
+      }
+      kvrt_view *result = nullptr;
+      if (kvrt_status s = kvrt_view_create(pool, &result))
+        return s;
+      int64_t nextPage = 0;
+      for (const kvrt_run &run : runs) {
+        kvrt_run copy = run;
+        if (run.delta != 0) {
+          copy.pages = &dst[nextPage];
+          copy.base_pos = run.base_pos + run.delta;
+          copy.delta = 0;
+          nextPage += run.n_pages;
+        }
+        kvrt_view *next = nullptr;
+        kvrt_status s = kvrt_view_append(result, &copy, &next);
+        kvrt_view_release(result);
+        if (s)
+          return s;
+        result = next;
+      }
+      holdWritten(pool, dst);
+      *out = result;
+      return KVRT_OK;
+    });
+  }
+
+  kvrt_status timeAttention(const Forward &forward, const kvrt_model *model,
+                            const kvrt_view *view, int64_t pos, int32_t layer,
+                            int iters, double *seconds) override {
     if (!model || !view || !seconds)
       return kvrt::nullArgument("cuda timeAttention");
     return kvrt::guard([&]() -> kvrt_status {
       std::lock_guard<std::mutex> lock(mutex);
-      int32_t token = 0;
       DeviceModel *dm;
-      if (kvrt_status s = prepare(model, &token, 1, pos, "attention", &dm))
+      if (kvrt_status s = prepare(forward, model, ForwardEntry::Attention, &dm))
         return s;
       const kvrt_model_config &c = dm->config;
-      DevicePool *dp;
-      RunTable table;
-      if (kvrt_status s = residentTable(view, c, &dp, &table))
-        return s;
-      int64_t hs = c.dim / c.n_heads;
-      std::vector<int64_t> tiles = buildTiles(table, 1, c.n_heads, hs);
-      int64_t nTiles = int64_t(tiles.size()) / 4;
       std::vector<float> q(c.dim);
       for (int64_t i = 0; i < c.dim; ++i)
         q[i] = float((i * 37) % 17) / 17.0f - 0.5f;
-      if (kvrt_status s = upload(table, tiles))
+      kvrt_attention_args args{};
+      DevicePool *dp;
+      int64_t nTiles = 0;
+      if (kvrt_status s = attentionArgs(view, c, q.data(), 1, pos, layer, &dp,
+                                        &nTiles, args))
         return s;
-      if (kvrt_status s = qBuf.upload(q))
-        return s;
-      if (kvrt_status s = partBuf.reserve(size_t(c.n_heads) * nTiles *
-                                          (hs + 2) * sizeof(float)))
-        return s;
-      if (kvrt_status s = outBuf.reserve(size_t(c.dim) * sizeof(float)))
-        return s;
-      auto qr = qBuf.ref1D<float>(c.dim);
-      auto kv = dp->arena.ref1D<float>(dp->pages * dp->layout.page_stride);
-      auto pg = pagesBuf.ref1D<int32_t>(int64_t(table.pages.size()));
-      MemRef<int64_t, 2> runs = rowsRef(table.numRuns());
-      MemRef<int64_t, 2> tl = tilesRef(nTiles);
-      auto part = partBuf.ref1D<float>(int64_t(c.n_heads) * nTiles * (hs + 2));
-      auto outr = outBuf.ref1D<float>(c.dim);
-      auto call = [&] {
-        dm->kernels->attention(&qr, 0, 1, pos, &kv, &pg, &runs, &tl, nTiles,
-                               layer, dp->layout.page_tokens, &part, &outr, 0);
-      };
-      call();
+      forward.attention(&args);
       if (kvrt_status s = kvrt_cuda_synchronize())
         return s;
       auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i)
-        call();
+        forward.attention(&args);
       if (kvrt_status s = kvrt_cuda_synchronize())
         return s;
       std::chrono::duration<double> elapsed =
@@ -347,7 +370,7 @@ public:
     });
   }
 
-  /// Opens the driver and the kernels of `model`, uploads its weights.
+  /// Opens the driver and uploads the weights of `model`.
   kvrt_status load(const kvrt_model *model) {
     std::lock_guard<std::mutex> lock(mutex);
     DeviceModel *dm;
@@ -366,48 +389,23 @@ private:
     auto dm = std::make_unique<DeviceModel>();
     if (kvrt_status s = kvrt_model_get_config(model, &dm->config))
       return s;
-    const kvrt_model_config &c = dm->config;
-    std::string key = configKey(c);
-    auto kit = kernelsByKey.find(key);
-    if (kit == kernelsByKey.end()) {
-      auto k = std::make_shared<Kernels>();
-      if (kvrt_status s = openKernels(key, k.get()))
-        return s;
-      kit = kernelsByKey.emplace(key, std::move(k)).first;
-    }
-    dm->kernels = kit->second;
     kvrt_model_weights w;
     if (kvrt_status s = kvrt_model_get_weights(model, &w))
       return s;
-    int64_t L = c.n_layers, D = c.dim, H = c.hidden_dim;
-    int64_t KV = int64_t(c.n_kv_heads) * (c.dim / c.n_heads);
-    const float *src[11] = {w.rms_att, w.wq,        w.wk,  w.wv,
-                            w.wo,      w.rms_ffn,   w.w1,  w.w2,
-                            w.w3,      w.rms_final, w.wcls};
-    int64_t sizes[11] = {L * D,
-                         L * D * D,
-                         L * KV * D,
-                         L * KV * D,
-                         L * D * D,
-                         L * D,
-                         L * H * D,
-                         L * D * H,
-                         L * H * D,
-                         D,
-                         int64_t(c.vocab_size) * D};
+    std::array<WeightTensor, 11> tensors = forwardWeights(dm->config, w);
     int64_t total = 0;
-    for (int i = 0; i < 11; ++i) {
+    for (size_t i = 0; i < tensors.size(); ++i) {
       dm->off[i] = total;
-      dm->size[i] = sizes[i];
+      dm->size[i] = tensors[i].size;
       // 64-byte aligned tensors.
-      total += (sizes[i] + 15) / 16 * 16;
+      total += (tensors[i].size + 15) / 16 * 16;
     }
     if (kvrt_status s = dm->weights.reserve(size_t(total) * sizeof(float)))
       return s;
-    for (int i = 0; i < 11; ++i)
+    for (size_t i = 0; i < tensors.size(); ++i)
       if (kvrt_status s = kvrt_cuda_upload(
-              static_cast<float *>(dm->weights.ptr) + dm->off[i], src[i],
-              size_t(sizes[i]) * sizeof(float)))
+              static_cast<float *>(dm->weights.ptr) + dm->off[i],
+              tensors[i].data, size_t(tensors[i].size) * sizeof(float)))
         return s;
     kvrt_model_retain(const_cast<kvrt_model *>(model));
     dm->model = const_cast<kvrt_model *>(model);
@@ -416,11 +414,11 @@ private:
     return KVRT_OK;
   }
 
-  kvrt_status prepare(const kvrt_model *model, const int32_t *tokens, int64_t n,
-                      int64_t pos, const char *what, DeviceModel **out) {
+  kvrt_status prepare(const Forward &forward, const kvrt_model *model,
+                      ForwardEntry entry, DeviceModel **out) {
     if (kvrt_status s = deviceModel(model, out))
       return s;
-    return kvrt::checkPrefillArguments((*out)->config, tokens, n, pos, what);
+    return checkForward(forward, (*out)->config, entry);
   }
 
   /// The device pool of `view` with every page of its runs resident, and
@@ -437,17 +435,17 @@ private:
       slot->pool = pool;
     }
     DevicePool &dp = *slot;
-    int32_t headSize = c.dim / c.n_heads;
     if (dp.layout.n_layers != c.n_layers ||
-        dp.layout.n_kv_heads != c.n_kv_heads || dp.layout.head_size != headSize)
+        dp.layout.n_kv_heads != c.n_kv_heads ||
+        dp.layout.head_size != headSize(c))
       return fail(KVRT_ERR_INVALID_ARGUMENT,
                   str("the view's pool holds ", dp.layout.n_layers,
                       " layers x ", dp.layout.n_kv_heads,
                       " kv heads x head size ", dp.layout.head_size,
                       ", the model needs ", c.n_layers, " x ", c.n_kv_heads,
-                      " x ", headSize));
+                      " x ", headSize(c)));
     dp.sweep();
-    if (kvrt_status s = cpu::buildRunTable(view, table))
+    if (kvrt_status s = table->appendView(view))
       return s;
     for (int32_t page : table->pages)
       if (kvrt_status s = dp.ensure(page))
@@ -456,40 +454,40 @@ private:
     return KVRT_OK;
   }
 
-  /// Run tiles: each run cut into tiles of at most `tile` keys, so that a
-  /// few thousand blocks run (flash decoding for few queries) while the
-  /// partials stay under 256 MiB.
-  static std::vector<int64_t> buildTiles(const RunTable &table, int64_t n,
-                                         int64_t heads, int64_t headSize) {
-    int64_t total = 0, longest = 1;
-    for (int64_t r = 0; r < table.numRuns(); ++r) {
-      int64_t nt = table.rows[r * cpu::kRunWidth + cpu::kRunTokens];
-      total += nt;
-      longest = std::max(longest, nt);
-    }
-    int64_t target =
-        std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n * heads));
-    int64_t tile = std::max<int64_t>(32, (total + target - 1) / target);
-    auto count = [&](int64_t t) {
-      int64_t c = 0;
-      for (int64_t r = 0; r < table.numRuns(); ++r)
-        c += std::max<int64_t>(
-            1, (table.rows[r * cpu::kRunWidth + cpu::kRunTokens] + t - 1) / t);
-      return c;
-    };
-    const int64_t budget = int64_t(256) << 20;
-    while (tile < longest &&
-           n * heads * count(tile) * (headSize + 2) * 4 > budget)
-      tile *= 2;
-    std::vector<int64_t> tiles;
-    for (int64_t r = 0; r < table.numRuns(); ++r) {
-      int64_t nt = table.rows[r * cpu::kRunWidth + cpu::kRunTokens];
-      for (int64_t b = 0; b == 0 || b < nt; b += tile) {
-        int64_t row[4] = {r, b, std::min(b + tile, nt), 0};
-        tiles.insert(tiles.end(), row, row + 4);
-      }
-    }
-    return tiles;
+  /// The arguments of one attention call of `n` queries over `view`, with
+  /// the queries, tables and tiles uploaded.
+  kvrt_status attentionArgs(const kvrt_view *view, const kvrt_model_config &c,
+                            const float *q, int64_t n, int64_t pos,
+                            int32_t layer, DevicePool **dp, int64_t *nTiles,
+                            kvrt_attention_args &args) {
+    RunTable table;
+    if (kvrt_status s = residentTable(view, c, dp, &table))
+      return s;
+    std::vector<int64_t> tiles =
+        attentionTiles(table, n, c.n_heads, headSize(c));
+    *nTiles = int64_t(tiles.size()) / KVRT_TILE_WIDTH;
+    std::vector<float> queries(q, q + n * c.dim);
+    if (kvrt_status s = upload(table, tiles))
+      return s;
+    if (kvrt_status s = qBuf.upload(queries))
+      return s;
+    int64_t partFloats = attentionPartialFloats(c, n, *nTiles);
+    if (kvrt_status s = partBuf.reserve(size_t(partFloats) * sizeof(float)))
+      return s;
+    if (kvrt_status s = outBuf.reserve(size_t(n) * c.dim * sizeof(float)))
+      return s;
+    args.q = qBuf.f32(n * c.dim);
+    args.kv = (*dp)->arena.f32((*dp)->pages * (*dp)->layout.page_stride);
+    args.pages = pagesBuf.i32(int64_t(table.pages.size()));
+    args.runs = runsBuf.table(table.numRuns(), KVRT_RUN_WIDTH);
+    args.tiles = tilesBuf.table(*nTiles, KVRT_TILE_WIDTH);
+    args.part = partBuf.f32(partFloats);
+    args.out = outBuf.f32(n * c.dim);
+    args.page_tokens = (*dp)->layout.page_tokens;
+    args.pos = pos;
+    args.n = n;
+    args.layer = layer;
+    return KVRT_OK;
   }
 
   kvrt_status upload(RunTable &table, const std::vector<int64_t> &tiles) {
@@ -500,22 +498,39 @@ private:
     return tilesBuf.upload(tiles);
   }
 
-  MemRef<int64_t, 2> rowsRef(int64_t nRuns) const {
-    auto *p = static_cast<int64_t *>(runsBuf.ptr);
-    return {p, p, 0, {nRuns, cpu::kRunWidth}, {cpu::kRunWidth, 1}};
+  /// Copies `pages` back to the host, which stays the source of truth.
+  kvrt_status downloadPages(DevicePool &dp, const std::vector<int32_t> &pages) {
+    for (int32_t page : pages) {
+      float *host = nullptr;
+      if (kvrt_status s = kvrt_pool_page_data(dp.pool, page, &host))
+        return s;
+      if (kvrt_status s =
+              kvrt_cuda_download(host,
+                                 static_cast<char *>(dp.arena.ptr) +
+                                     int64_t(page) * dp.layout.page_bytes,
+                                 dp.layout.page_bytes))
+        return s;
+    }
+    return KVRT_OK;
   }
-  MemRef<int64_t, 2> tilesRef(int64_t nTiles) const {
-    auto *p = static_cast<int64_t *>(tilesBuf.ptr);
-    return {p, p, 0, {nTiles, 4}, {4, 1}};
+
+  /// Pages just written on the device (and now sealed in a view) are held
+  /// there, so later calls do not upload them again.
+  void holdWritten(kvrt_pool *pool, const std::vector<int32_t> &pages) {
+    DevicePool &dp = *pools[pool];
+    for (int32_t page : pages)
+      if (kvrt_pool_retain_page(dp.pool, page) == KVRT_OK)
+        dp.held[page] = 1;
   }
 
   /// Layers 0 .. nLayers-1 of the forward of the tokens over `view` into
   /// fresh pages (returned in `pages`, not sealed, copied back to the host),
   /// and the logits of positions logitsFrom .. n-1 into `logits`.
-  kvrt_status run(DeviceModel &dm, const kvrt_view *view, const int32_t *tokens,
-                  int64_t n, int64_t pos, int64_t nLayers, int64_t logitsFrom,
+  kvrt_status run(const Forward &forward, DeviceModel &dm,
+                  const kvrt_view *view, const int32_t *tokens, int64_t n,
+                  int64_t pos, int64_t nLayers, int64_t logitsFrom,
                   std::vector<float> *logits,
-                  std::unique_ptr<PageRefs> &pages) {
+                  std::unique_ptr<kvrt::PageRefs> &pages) {
     const kvrt_model_config &c = dm.config;
     DevicePool *dp;
     RunTable table;
@@ -526,73 +541,58 @@ private:
     std::vector<int32_t> fresh(nPages);
     if (kvrt_status s = kvrt_pool_alloc_pages(dp->pool, nPages, fresh.data()))
       return s;
-    pages.reset(new PageRefs{dp->pool, std::move(fresh)});
+    pages.reset(new kvrt::PageRefs{dp->pool, std::move(fresh)});
     for (int32_t page : pages->pages)
       if (kvrt_status s = dp->cover(page))
         return s;
     table.append(pages->pages.data(), nPages, 0, n, pos, 0);
 
-    int64_t hs = c.dim / c.n_heads;
-    int64_t D = c.dim, H = c.hidden_dim, V = c.vocab_size;
-    int64_t KV = int64_t(c.n_kv_heads) * hs;
-    std::vector<int64_t> tiles = buildTiles(table, n, c.n_heads, hs);
-    int64_t nTiles = int64_t(tiles.size()) / 4;
+    std::vector<int64_t> tiles =
+        attentionTiles(table, n, c.n_heads, headSize(c));
+    int64_t nTiles = int64_t(tiles.size()) / KVRT_TILE_WIDTH;
     kvrt_model_weights w;
     if (kvrt_status s = kvrt_model_get_weights(dm.model, &w))
       return s;
-    std::vector<float> x(n * D);
-    for (int64_t t = 0; t < n; ++t)
-      std::memcpy(&x[t * D], w.token_embedding + int64_t(tokens[t]) * D,
-                  sizeof(float) * D);
-    int64_t nLogits = (n - logitsFrom) * V;
+    std::vector<float> x = embedTokens(c, w, tokens, n);
+    int64_t nLogits = (n - logitsFrom) * c.vocab_size;
+    int64_t scratchFloats = prefillScratchFloats(c, n);
+    int64_t partFloats = attentionPartialFloats(c, n, nTiles);
     if (kvrt_status s = upload(table, tiles))
       return s;
     if (kvrt_status s = xBuf.upload(x))
       return s;
-    if (kvrt_status s = scratchBuf.reserve(
-            size_t(n) * (3 * D + 2 * KV + 2 * H) * sizeof(float)))
+    if (kvrt_status s = scratchBuf.reserve(size_t(scratchFloats) * 4))
       return s;
-    if (kvrt_status s = partBuf.reserve(size_t(n) * c.n_heads * nTiles *
-                                        (hs + 2) * sizeof(float)))
+    if (kvrt_status s = partBuf.reserve(size_t(partFloats) * 4))
       return s;
     if (kvrt_status s =
             logitsBuf.reserve(size_t(std::max<int64_t>(nLogits, 1)) * 4))
       return s;
 
-    auto wt = [&](int i) {
-      float *base = static_cast<float *>(dm.weights.ptr) + dm.off[i];
-      return memref1D(base, dm.size[i]);
-    };
-    auto xr = xBuf.ref1D<float>(n * D);
-    auto rmsAtt = wt(0), wq = wt(1), wk = wt(2), wv = wt(3), wo = wt(4),
-         rmsFfn = wt(5), w1 = wt(6), w2 = wt(7), w3 = wt(8), rmsFinal = wt(9),
-         wcls = wt(10);
-    auto kv = dp->arena.ref1D<float>(dp->pages * layout.page_stride);
-    auto pg = pagesBuf.ref1D<int32_t>(int64_t(table.pages.size()));
-    MemRef<int64_t, 2> runs = rowsRef(table.numRuns());
-    MemRef<int64_t, 2> tl = tilesRef(nTiles);
-    auto lg = logitsBuf.ref1D<float>(std::max<int64_t>(nLogits, 1));
-    auto scratch = scratchBuf.ref1D<float>(n * (3 * D + 2 * KV + 2 * H));
-    auto part = partBuf.ref1D<float>(n * c.n_heads * nTiles * (hs + 2));
-    dm.kernels->prefill(&xr, &rmsAtt, &wq, &wk, &wv, &wo, &rmsFfn, &w1, &w2,
-                        &w3, &rmsFinal, &wcls, &kv, &pg, &runs, &tl, nTiles,
-                        layout.page_tokens, pos, n, nLayers, logitsFrom, &lg,
-                        &scratch, &part);
+    kvrt_prefill_args args{};
+    args.x = xBuf.f32(n * c.dim);
+    std::array<kvrt_memref_f32 *, 11> fields = weightFields(args);
+    for (size_t i = 0; i < fields.size(); ++i)
+      *fields[i] = memrefF32(static_cast<float *>(dm.weights.ptr) + dm.off[i],
+                             dm.size[i]);
+    args.kv = dp->arena.f32(dp->pages * layout.page_stride);
+    args.pages = pagesBuf.i32(int64_t(table.pages.size()));
+    args.runs = runsBuf.table(table.numRuns(), KVRT_RUN_WIDTH);
+    args.tiles = tilesBuf.table(nTiles, KVRT_TILE_WIDTH);
+    args.scratch = scratchBuf.f32(scratchFloats);
+    args.part = partBuf.f32(partFloats);
+    args.logits = logitsBuf.f32(nLogits);
+    args.page_tokens = layout.page_tokens;
+    args.pos = pos;
+    args.n = n;
+    args.n_layers = nLayers;
+    args.logits_from = logitsFrom;
+    forward.prefill(&args);
     if (kvrt_status s = kvrt_cuda_synchronize())
       return fail(s, str("the GPU prefill of ", n,
                          " tokens failed: ", kvrt_last_error()));
-    // The new pages back to the host, which stays the source of truth.
-    for (int32_t page : pages->pages) {
-      float *host = nullptr;
-      if (kvrt_status s = kvrt_pool_page_data(dp->pool, page, &host))
-        return s;
-      if (kvrt_status s =
-              kvrt_cuda_download(host,
-                                 static_cast<char *>(dp->arena.ptr) +
-                                     int64_t(page) * layout.page_bytes,
-                                 layout.page_bytes))
-        return s;
-    }
+    if (kvrt_status s = downloadPages(*dp, pages->pages))
+      return s;
     if (logits) {
       logits->resize(nLogits);
       if (kvrt_status s = kvrt_cuda_download(logits->data(), logitsBuf.ptr,
@@ -604,25 +604,14 @@ private:
 
   std::mutex mutex;
   std::map<const kvrt_model *, std::unique_ptr<DeviceModel>> models;
-  std::map<std::string, std::shared_ptr<Kernels>> kernelsByKey;
   std::map<kvrt_pool *, std::unique_ptr<DevicePool>> pools;
   DeviceBuffer xBuf, scratchBuf, partBuf, logitsBuf, pagesBuf, runsBuf,
-      tilesBuf, qBuf, outBuf;
+      tilesBuf, qBuf, outBuf, dstBuf;
 };
 
 } // namespace
 
-std::vector<std::string> kvir::cuda::kernelSearchPath() {
-  std::vector<std::string> dirs;
-  if (const char *env = std::getenv("KVIR_GPU_KERNELS"); env && *env)
-    dirs.push_back(env);
-  std::string exe = executableDir();
-  if (!exe.empty())
-    dirs.push_back(exe + "/../lib/kvir-gpu");
-  return dirs;
-}
-
-std::unique_ptr<ComputeBackend>
+std::unique_ptr<CudaComputeBackend>
 kvir::cuda::createCudaBackend(const kvrt_model *model, std::string *error) {
   auto backend = std::make_unique<CudaBackend>();
   if (!model) {

@@ -1,9 +1,10 @@
 //===- CudaBackend.h - The generated-code CUDA backend ----------*- C++ -*-===//
 //
-// `kv-run --backend cuda`: a ComputeBackend whose math is the GPU forward
-// kv-lower-to-nvvm emits, compiled ahead of time by kv-aot into a kernel
-// library per model config (docs/gpu-backend.md). Needs only the CUDA driver
-// at run time (opened with dlopen by runtime/cuda/CudaRuntime).
+// `kv-run --backend cuda`: runs the GPU forward a program's module holds
+// (kv-lower-to-nvvm; JIT-compiled by kv-run, or ahead of time by kv-aot) over
+// device memory (docs/gpu-backend.md). Needs only the CUDA driver at run time
+// (opened with dlopen by runtime/cuda/CudaRuntime); the generated host code
+// launches its kernels through the mgpu* functions there.
 //
 // Device memory: the weights of each model (uploaded once), and per pool a
 // device arena that mirrors the runtime's page layout (KVRuntime.h) page for
@@ -33,22 +34,18 @@ public:
   /// Times `iters` calls of the generated attention of one query at
   /// position `pos` over `view` at layer `layer` (after one warm-up call):
   /// `*seconds` receives the mean wall time of one call, synchronised.
-  virtual kvrt_status timeAttention(const kvrt_model *model,
+  virtual kvrt_status timeAttention(const Forward &forward,
+                                    const kvrt_model *model,
                                     const kvrt_view *view, int64_t pos,
                                     int32_t layer, int iters,
                                     double *seconds) = 0;
 };
 
-/// The CUDA backend for `model`'s config: opens the driver, finds the
-/// kernel library of the config and uploads the weights. Returns null and
-/// sets `*error` (when non-null) if there is no driver, no device, no kernel
-/// library for the config, or not enough device memory.
-std::unique_ptr<ComputeBackend> createCudaBackend(const kvrt_model *model,
-                                                  std::string *error);
-
-/// The folders searched for kernel libraries, in order: $KVIR_GPU_KERNELS,
-/// then `lib/kvir-gpu` beside the running executable's `bin/`.
-std::vector<std::string> kernelSearchPath();
+/// The CUDA backend for `model`: opens the driver and uploads the weights.
+/// Returns null and sets `*error` (when non-null) if there is no driver, no
+/// device, or not enough device memory.
+std::unique_ptr<CudaComputeBackend> createCudaBackend(const kvrt_model *model,
+                                                      std::string *error);
 
 } // namespace kvir::cuda
 

@@ -458,4 +458,32 @@ void mgpuSetDefaultDevice(int32_t device) {
                      " requested; this runtime drives device 0 only"));
 }
 
+const kvrt_cuda_symbol *kvrt_cuda_mgpu_symbols(void) {
+#define KVRT_MGPU(name)                                                        \
+  { #name, reinterpret_cast < void *>(&name) }
+  static const kvrt_cuda_symbol symbols[] = {
+      KVRT_MGPU(mgpuModuleLoad),
+      KVRT_MGPU(mgpuModuleLoadJIT),
+      KVRT_MGPU(mgpuModuleUnload),
+      KVRT_MGPU(mgpuModuleGetFunction),
+      KVRT_MGPU(mgpuLaunchKernel),
+      KVRT_MGPU(mgpuStreamCreate),
+      KVRT_MGPU(mgpuStreamDestroy),
+      KVRT_MGPU(mgpuStreamSynchronize),
+      KVRT_MGPU(mgpuStreamWaitEvent),
+      KVRT_MGPU(mgpuEventCreate),
+      KVRT_MGPU(mgpuEventDestroy),
+      KVRT_MGPU(mgpuEventSynchronize),
+      KVRT_MGPU(mgpuEventRecord),
+      KVRT_MGPU(mgpuMemAlloc),
+      KVRT_MGPU(mgpuMemFree),
+      KVRT_MGPU(mgpuMemcpy),
+      KVRT_MGPU(mgpuMemset32),
+      KVRT_MGPU(mgpuSetDefaultDevice),
+      {nullptr, nullptr},
+  };
+#undef KVRT_MGPU
+  return symbols;
+}
+
 } // extern "C"

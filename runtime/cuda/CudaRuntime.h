@@ -91,6 +91,14 @@ void mgpuMemcpy(void *dst, void *src, size_t sizeBytes, void *stream);
 void mgpuMemset32(void *dst, unsigned int value, size_t count, void *stream);
 void mgpuSetDefaultDevice(int32_t device);
 
+/// The name and address of every mgpu* function above, terminated by
+/// {NULL, NULL}: a JIT binds generated GPU host code with these.
+typedef struct kvrt_cuda_symbol {
+  const char *name;
+  void *address;
+} kvrt_cuda_symbol;
+const kvrt_cuda_symbol *kvrt_cuda_mgpu_symbols(void);
+
 #ifdef __cplusplus
 } // extern "C"
 #endif

@@ -1,7 +1,7 @@
 //===- ExecRuntime.cpp - C ABI of compiled kv programs ----------*- C++ -*-===//
 //
-// The semantics are those kv-run's interpreter had: the messages and the work
-// accounting are the same, so that both execution paths report alike.
+// The one implementation of a kv program's semantics: compiled programs (JIT
+// or ahead of time) call these functions for every kv primitive.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,17 +36,22 @@ struct kvrt_exec_logits {
   kvrt_view *result = nullptr;
 };
 
+struct kvrt_exec_tensor {
+  int64_t dims[3] = {0, 0, 0};
+  std::vector<float> data;
+};
+
 struct kvrt_exec_context {
   kvir::ComputeBackend *backend = nullptr;
   const kvrt_model *model = nullptr;
   kvrt_pool *pool = nullptr;
-  kvir::ExecMaterializeFn materialize = nullptr;
   kvrt_model_config config{};
 
   // The arena: one reference to every view handed out, and every handle.
   std::vector<kvrt_view *> views;
   std::vector<std::unique_ptr<kvrt_exec_tokens>> tokens;
   std::vector<std::unique_ptr<kvrt_exec_logits>> logits;
+  std::vector<std::unique_ptr<kvrt_exec_tensor>> tensors;
 
   // The first error.
   bool failed = false;
@@ -88,6 +93,16 @@ struct kvrt_exec_context {
     tokens.push_back(std::make_unique<kvrt_exec_tokens>());
     tokens.back()->ids = std::move(ids);
     return tokens.back().get();
+  }
+  kvrt_exec_tensor *own(std::vector<float> data, int64_t d0, int64_t d1,
+                        int64_t d2) {
+    tensors.push_back(std::make_unique<kvrt_exec_tensor>());
+    kvrt_exec_tensor *t = tensors.back().get();
+    t->dims[0] = d0;
+    t->dims[1] = d1;
+    t->dims[2] = d2;
+    t->data = std::move(data);
+    return t;
   }
 };
 
@@ -200,8 +215,7 @@ T guarded(kvrt_exec_context *ctx, int32_t site, T neutral, Body &&body) {
 
 kvrt_exec_context *kvir::createExecContext(ComputeBackend &backend,
                                            const kvrt_model *model,
-                                           kvrt_pool *pool,
-                                           ExecMaterializeFn materialize) {
+                                           kvrt_pool *pool) {
   if (!model || !pool)
     return nullptr;
   try {
@@ -209,7 +223,6 @@ kvrt_exec_context *kvir::createExecContext(ComputeBackend &backend,
     ctx->backend = &backend;
     ctx->model = model;
     ctx->pool = pool;
-    ctx->materialize = materialize;
     if (kvrt_model_get_config(model, &ctx->config) != KVRT_OK)
       return nullptr;
     return ctx.release();
@@ -324,7 +337,8 @@ kvrt_view *kvrt_exec_empty(kvrt_exec_context *ctx, int32_t site) {
 }
 
 kvrt_exec_logits *
-kvrt_exec_prefill(kvrt_exec_context *ctx, int32_t site, const kvrt_model *model,
+kvrt_exec_prefill(kvrt_exec_context *ctx, int32_t site, const char *key,
+                  kvrt_prefill_fn forward, const kvrt_model *model,
                   kvrt_view *const *views, const int64_t *offsets,
                   int64_t n_views, const kvrt_exec_tokens *tokens,
                   int32_t has_position, int64_t position, const char *label,
@@ -364,9 +378,12 @@ kvrt_exec_prefill(kvrt_exec_context *ctx, int32_t site, const kvrt_model *model,
           kvrt_view *out = nullptr;
           int64_t contextTokens = kvrt_view_num_tokens(context);
           kvrt_exec_work &work = ctx->work();
+          kvir::Forward fwd;
+          fwd.key = key;
+          fwd.prefill = forward;
           if (kvrt_status s = ctx->backend->prefill(
-                  ctx->model, context, ids.data(), n, logits->position, label,
-                  last != 0, &logits->data, &out)) {
+                  fwd, ctx->model, context, ids.data(), n, logits->position,
+                  label, last != 0, &logits->data, &out)) {
             ctx->failRuntime(site, s,
                              str("prefill of ", n, " tokens at position ",
                                  logits->position, " failed"));
@@ -483,6 +500,8 @@ int64_t kvrt_exec_end_position(kvrt_exec_context *ctx, const kvrt_view *view) {
 }
 
 kvrt_view *kvrt_exec_selective_recompute(kvrt_exec_context *ctx, int32_t site,
+                                         const char *key,
+                                         kvrt_prefill_fn forward,
                                          const kvrt_model *model,
                                          const kvrt_view *view, int64_t begin,
                                          int64_t end, double fraction) {
@@ -497,9 +516,12 @@ kvrt_view *kvrt_exec_selective_recompute(kvrt_exec_context *ctx, int32_t site,
       return nullptr;
     kvir::SelectiveRecomputeStats stats;
     kvrt_view *out = nullptr;
+    kvir::Forward fwd;
+    fwd.key = key;
+    fwd.prefill = forward;
     if (kvrt_status s =
-            kvir::selectiveRecompute(*ctx->backend, ctx->model, view, begin,
-                                     end, fraction, &out, &stats)) {
+            kvir::selectiveRecompute(*ctx->backend, fwd, ctx->model, view,
+                                     begin, end, fraction, &out, &stats)) {
       ctx->failRuntime(
           site, s,
           str("selective recompute of [", begin, ", ", end, ") failed"));
@@ -526,16 +548,10 @@ kvrt_view *kvrt_exec_selective_recompute(kvrt_exec_context *ctx, int32_t site,
 }
 
 kvrt_view *kvrt_exec_materialize(kvrt_exec_context *ctx, int32_t site,
+                                 const char *key, kvrt_materialize_fn forward,
                                  const kvrt_model *model,
                                  const kvrt_view *view) {
   return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
-    if (!ctx->materialize) {
-      ctx->fail(site, KVRT_ERR_UNAVAILABLE,
-                str("kv.materialize is implemented by the reference backend "
-                    "only, not by '",
-                    ctx->backend->name(), "'"));
-      return nullptr;
-    }
     if (model != ctx->model) {
       ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
                 "materialize: the model is not the one the program runs on");
@@ -543,13 +559,74 @@ kvrt_view *kvrt_exec_materialize(kvrt_exec_context *ctx, int32_t site,
     }
     if (!checkView(ctx, site, view, "materialize"))
       return nullptr;
+    kvir::Forward fwd;
+    fwd.key = key;
+    fwd.materialize = forward;
     kvrt_view *out = nullptr;
-    if (kvrt_status s = ctx->materialize(ctx->model, view, &out)) {
+    if (kvrt_status s =
+            ctx->backend->materialize(fwd, ctx->model, view, &out)) {
       ctx->failRuntime(site, s, "materialize failed");
       return nullptr;
     }
     return ctx->own(out);
   });
+}
+
+kvrt_exec_tensor *
+kvrt_exec_attention(kvrt_exec_context *ctx, int32_t site, const char *key,
+                    kvrt_attention_fn forward, const kvrt_model *model,
+                    const kvrt_exec_tensor *query, kvrt_view *const *views,
+                    const int64_t *offsets, int64_t n_views, int64_t layer,
+                    int64_t position, int64_t expect_rows) {
+  return guarded<kvrt_exec_tensor *>(
+      ctx, site, nullptr, [&]() -> kvrt_exec_tensor * {
+        if (model != ctx->model) {
+          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                    "attention: the model is not the one the program runs on");
+          return nullptr;
+        }
+        if (!checkView(ctx, site, query, "attention query") ||
+            !checkView(ctx, site, views, "attention views"))
+          return nullptr;
+        int64_t heads = ctx->config.n_heads;
+        int64_t headSize = ctx->config.dim / ctx->config.n_heads;
+        if (query->dims[1] != heads || query->dims[2] != headSize) {
+          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                    str("attention: the query is ", query->dims[0], " x ",
+                        query->dims[1], " x ", query->dims[2],
+                        ", the model needs n x ", heads, " x ", headSize));
+          return nullptr;
+        }
+        if (expect_rows >= 0 && expect_rows != query->dims[0]) {
+          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                    str("the result type expects ", expect_rows,
+                        " queries, the query has ", query->dims[0]));
+          return nullptr;
+        }
+        if (layer < 0 || layer >= ctx->config.n_layers) {
+          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                    str("attention: layer ", layer, " is outside [0, ",
+                        ctx->config.n_layers, ")"));
+          return nullptr;
+        }
+        kvrt_view *context = combine(ctx, site, views, offsets, n_views);
+        if (!context)
+          return nullptr;
+        kvir::Forward fwd;
+        fwd.key = key;
+        fwd.attention = forward;
+        std::vector<float> out;
+        int64_t n = query->dims[0];
+        if (kvrt_status s = ctx->backend->attention(
+                fwd, ctx->model, context, query->data.data(), n, position,
+                int32_t(layer), &out)) {
+          ctx->failRuntime(site, s,
+                           str("attention of ", n, " queries at position ",
+                               position, " failed"));
+          return nullptr;
+        }
+        return ctx->own(std::move(out), n, heads, headSize);
+      });
 }
 
 kvrt_exec_tokens *kvrt_exec_tokens_constant(kvrt_exec_context *ctx,
@@ -604,6 +681,59 @@ int64_t kvrt_exec_logits_dim(kvrt_exec_context *ctx, int32_t site,
   return 0;
 }
 
+int64_t kvrt_exec_tensor_dim(kvrt_exec_context *ctx, int32_t site,
+                             const kvrt_exec_tensor *tensor, int64_t dim) {
+  if (!live(ctx) || !checkView(ctx, site, tensor, "tensor.dim"))
+    return 0;
+  if (dim >= 0 && dim < 3)
+    return tensor->dims[dim];
+  ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+            str("tensor.dim: dimension ", dim, " is out of range"));
+  return 0;
+}
+
+const kvrt_exec_tensor *kvrt_exec_tensor_cast(kvrt_exec_context *ctx,
+                                              int32_t site,
+                                              const kvrt_exec_tensor *tensor,
+                                              int64_t d0, int64_t d1,
+                                              int64_t d2) {
+  if (!live(ctx) || !checkView(ctx, site, tensor, "tensor.cast"))
+    return nullptr;
+  int64_t expect[3] = {d0, d1, d2};
+  for (int i = 0; i < 3; ++i)
+    if (expect[i] >= 0 && expect[i] != tensor->dims[i]) {
+      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                str("tensor.cast: the value has ", tensor->dims[i],
+                    " in dimension ", i, ", the type ", expect[i]));
+      return nullptr;
+    }
+  return tensor;
+}
+
+kvrt_exec_tensor *kvrt_exec_tensor_create(kvrt_exec_context *ctx,
+                                          const float *data, int64_t d0,
+                                          int64_t d1, int64_t d2) {
+  return guarded<kvrt_exec_tensor *>(
+      ctx, KVRT_EXEC_NO_SITE, nullptr, [&]() -> kvrt_exec_tensor * {
+        if (d0 < 0 || d1 < 0 || d2 < 0 || (d0 * d1 * d2 > 0 && !data)) {
+          ctx->fail(KVRT_EXEC_NO_SITE, KVRT_ERR_INVALID_ARGUMENT,
+                    str("tensor: ", d0, " x ", d1, " x ", d2,
+                        " floats at a NULL address"));
+          return nullptr;
+        }
+        return ctx->own(std::vector<float>(data, data + d0 * d1 * d2), d0, d1,
+                        d2);
+      });
+}
+
+int64_t kvrt_exec_tensor_size(const kvrt_exec_tensor *tensor, int32_t dim) {
+  return tensor && dim >= 0 && dim < 3 ? tensor->dims[dim] : 0;
+}
+
+const float *kvrt_exec_tensor_data(const kvrt_exec_tensor *tensor) {
+  return tensor ? tensor->data.data() : nullptr;
+}
+
 const kvrt_exec_tokens *kvrt_exec_tokens_cast(kvrt_exec_context *ctx,
                                               int32_t site,
                                               const kvrt_exec_tokens *tokens,
@@ -640,36 +770,12 @@ void kvrt_exec_view_retain(kvrt_view *view) { kvrt_view_retain(view); }
 void kvrt_exec_view_release(kvrt_view *view) { kvrt_view_release(view); }
 
 const kvrt_exec_symbol *kvrt_exec_symbols(void) {
-#define KVRT_EXEC_SYMBOL(name)                                                 \
-  { #name, reinterpret_cast < void *>(&name) }
   static const kvrt_exec_symbol symbols[] = {
-      KVRT_EXEC_SYMBOL(kvrt_exec_plan_begin),
-      KVRT_EXEC_SYMBOL(kvrt_exec_plan_end),
-      KVRT_EXEC_SYMBOL(kvrt_exec_call_enter),
-      KVRT_EXEC_SYMBOL(kvrt_exec_call_leave),
-      KVRT_EXEC_SYMBOL(kvrt_exec_empty),
-      KVRT_EXEC_SYMBOL(kvrt_exec_prefill),
-      KVRT_EXEC_SYMBOL(kvrt_exec_slice),
-      KVRT_EXEC_SYMBOL(kvrt_exec_concat),
-      KVRT_EXEC_SYMBOL(kvrt_exec_rope_shift),
-      KVRT_EXEC_SYMBOL(kvrt_exec_segment_bounds),
-      KVRT_EXEC_SYMBOL(kvrt_exec_view_tokens),
-      KVRT_EXEC_SYMBOL(kvrt_exec_length),
-      KVRT_EXEC_SYMBOL(kvrt_exec_start_position),
-      KVRT_EXEC_SYMBOL(kvrt_exec_end_position),
-      KVRT_EXEC_SYMBOL(kvrt_exec_selective_recompute),
-      KVRT_EXEC_SYMBOL(kvrt_exec_materialize),
-      KVRT_EXEC_SYMBOL(kvrt_exec_tokens_constant),
-      KVRT_EXEC_SYMBOL(kvrt_exec_tokens_empty),
-      KVRT_EXEC_SYMBOL(kvrt_exec_tokens_size),
-      KVRT_EXEC_SYMBOL(kvrt_exec_logits_dim),
-      KVRT_EXEC_SYMBOL(kvrt_exec_tokens_cast),
-      KVRT_EXEC_SYMBOL(kvrt_exec_logits_cast),
-      KVRT_EXEC_SYMBOL(kvrt_exec_view_retain),
-      KVRT_EXEC_SYMBOL(kvrt_exec_view_release),
+#define KVRT_EXEC_FN(name, result, ...)                                        \
+  {#name, reinterpret_cast<void *>(&name)},
+#include "runtime/exec/ExecABI.def"
       {nullptr, nullptr},
   };
-#undef KVRT_EXEC_SYMBOL
   return symbols;
 }
 

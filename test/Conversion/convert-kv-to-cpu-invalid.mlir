@@ -1,23 +1,24 @@
 // RUN: kv-opt %s --convert-kv-to-cpu --split-input-file --verify-diagnostics
 
-// The attribute must be a dictionary.
-// expected-error @+1 {{'kv.forward' must be a dictionary from names to !kv.model types, got [i32]}}
-module attributes {kv.forward = [i32]} {
+// The attribute must be an array of model types.
+// expected-error @+1 {{'kv.export_forwards' must be an array of !kv.model types, got {x = f32}}}
+module attributes {kv.export_forwards = {x = f32}} {
 }
 
 // -----
 
 // Each entry must be a model type.
-// expected-error @+1 {{'kv.forward' entry 'x' must be a !kv.model type, got f32}}
-module attributes {kv.forward = {x = f32}} {
+// expected-error @+1 {{'kv.export_forwards' must be an array of !kv.model types, got [f32]}}
+module attributes {kv.export_forwards = [f32]} {
 }
 
 // -----
 
-// A generated symbol may not clash with an existing one.
-// expected-error @+1 {{cannot build the CPU forward 'tiny': symbol @tiny_prefill already exists}}
-module attributes {kv.forward = {tiny = !kv.model<dim = 32, hidden = 64, layers = 1, heads = 2, kv_heads = 2, vocab = 10>}} {
-  func.func @tiny_prefill() {
+// A generated symbol may not clash with an existing one (the prefix is a
+// hash of the config key, runtime/core/ModelConfig.h).
+// expected-error @+1 {{cannot build the CPU forward of [dim=32 hidden=64 layers=1 heads=2 kv_heads=2 vocab=10 rope=interleaved theta=0x40c3880000000000 eps=0x3ee4f8b588e368f1 kv=f32]: symbol @kv_fwd_1e508b1b276864e5_rmsnorm already exists}}
+module attributes {kv.export_forwards = [!kv.model<dim = 32, hidden = 64, layers = 1, heads = 2, kv_heads = 2, vocab = 10>]} {
+  func.func @kv_fwd_1e508b1b276864e5_rmsnorm() {
     return
   }
 }
@@ -25,6 +26,19 @@ module attributes {kv.forward = {tiny = !kv.model<dim = 32, hidden = 64, layers 
 // -----
 
 // Head sizes beyond what the attention kernel holds in registers.
-// expected-error @+1 {{cannot build the CPU forward 'big': head size 2048 exceeds 1024}}
-module attributes {kv.forward = {big = !kv.model<dim = 2048, hidden = 64, layers = 1, heads = 1, kv_heads = 1, vocab = 10>}} {
+// expected-error @+1 {{head size 2048 exceeds 1024, the largest the CPU attention kernel holds in registers}}
+module attributes {kv.export_forwards = [!kv.model<dim = 2048, hidden = 64, layers = 1, heads = 1, kv_heads = 1, vocab = 10>]} {
+}
+
+// -----
+
+// f16 K/V pages pass the verifier but cannot execute yet: the op that needs
+// them is the diagnostic.
+!m = !kv.model<dim = 32, hidden = 64, layers = 1, heads = 2, kv_heads = 2, vocab = 10>
+!cache = !kv.cache<1x2x16xf16>
+func.func @f16_cache(%m: !m, %t: tensor<?xi32>) -> !cache {
+  %c0 = kv.empty : !cache
+  // expected-error @+1 {{K/V pages of f16 cannot execute yet: the generated forward and the page pool are f32 only}}
+  %c1, %l = kv.prefill %m, %c0, %t : !m, (!cache), tensor<?xi32> -> !cache, tensor<?x10xf32>
+  return %c1 : !cache
 }

@@ -33,3 +33,15 @@ func.func @extract(%t: tensor<?xi32>) -> i32 {
   %x = tensor.extract %t[%c0] : tensor<?xi32>
   return %x : i32
 }
+
+// -----
+
+// An op that needs math needs the forward of its model in the module.
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+!cache = !kv.cache<5x4x8xf32>
+func.func @no_forward(%m: !model, %t: tensor<?xi32>) -> !cache {
+  %c0 = kv.empty : !cache
+  // expected-error @below {{'kv.prefill' op needs the forward of its model, @kv_fwd_fcf7c6399ef6fcd9_prefill [dim=64 hidden=172 layers=5 heads=8 kv_heads=4 vocab=512 rope=interleaved theta=0x40c3880000000000 eps=0x3ee4f8b588e368f1 kv=f32], which the module lacks: run convert-kv-to-cpu or convert-kv-to-gpu first (kv-lower-to-cpu and kv-lower-to-nvvm do)}}
+  %c1, %l = kv.prefill %m, %c0, %t : !model, (!cache), tensor<?xi32> -> !cache, tensor<?x512xf32>
+  return %c1 : !cache
+}

@@ -6,10 +6,14 @@
 kv.context @ctx {
   kv.segment @a kind(system) tokens(?)
 }
+// The model's forward, as convert-kv-to-cpu or convert-kv-to-gpu would emit
+// it (its name is derived from the config key, runtime/core/ModelConfig.h).
+func.func private @kv_fwd_fcf7c6399ef6fcd9_prefill(!llvm.ptr)
 
 // A prefill: views, the model and tokens become pointers, the context is a
-// new first argument, the new view comes back through a stack slot, and a
-// wrapper over 64-bit slots is generated for the public function.
+// new first argument, the forward's entry point and config key are passed,
+// the new view comes back through a stack slot, and a wrapper over 64-bit
+// slots is generated for the public function, which becomes internal.
 func.func @prefill(%m: !model, %t: tensor<?xi32> {kv.name = "t"}) -> (!cache, tensor<1x512xf32>) {
   %c0 = kv.empty : !cache
   %c1, %l = kv.prefill %m, %c0, %t segment @a last
@@ -19,16 +23,19 @@ func.func @prefill(%m: !model, %t: tensor<?xi32> {kv.name = "t"}) -> (!cache, te
 
 // CHECK:       module attributes {kv.exec_sites = [
 // CHECK-NOT:   kv.context
-// CHECK:       llvm.mlir.global internal constant @[[LABEL:__kvrt_str_[0-9]+]]("a\00")
-// CHECK-LABEL: func.func @prefill(
+// CHECK-DAG:   llvm.mlir.global internal constant @[[LABEL:__kvrt_str_[0-9]+]]("a\00")
+// CHECK-DAG:   llvm.mlir.global internal constant @[[KEY:__kvrt_str_[0-9]+]]("dim=64 hidden=172 layers=5 heads=8 kv_heads=4 vocab=512 rope=interleaved theta=0x40c3880000000000 eps=0x3ee4f8b588e368f1 kv=f32\00")
+// CHECK-LABEL: func.func private @prefill(
 // CHECK-SAME:    %[[CTX:.+]]: !llvm.ptr, %[[M:.+]]: !llvm.ptr, %[[T:.+]]: !llvm.ptr)
-// CHECK-SAME:    -> (!llvm.ptr, !llvm.ptr)
+// CHECK-SAME:    -> (!llvm.ptr, !llvm.ptr) attributes {llvm.linkage = #llvm.linkage<internal>}
 // CHECK:         %[[EMPTY:.+]] = call @kvrt_exec_empty(%[[CTX]], %{{.*}}) : (!llvm.ptr, i32) -> !llvm.ptr
 // CHECK:         %[[VIEWS:.+]] = llvm.alloca %{{.*}} x !llvm.array<1 x ptr>
 // CHECK:         llvm.store %[[EMPTY]], %{{.*}} : !llvm.ptr, !llvm.ptr
 // CHECK:         %[[NAME:.+]] = llvm.mlir.addressof @[[LABEL]]
 // CHECK:         %[[SLOT:.+]] = llvm.alloca %{{.*}} x !llvm.array<1 x ptr>
-// CHECK:         %[[LOGITS:.+]] = call @kvrt_exec_prefill(%[[CTX]], %{{.*}}, %[[M]], %[[VIEWS]], %{{.*}}, %{{.*}}, %[[T]], %{{.*}}, %{{.*}}, %[[NAME]], %{{.*}}, %{{.*}}, %[[SLOT]])
+// CHECK:         %[[KEYPTR:.+]] = llvm.mlir.addressof @[[KEY]]
+// CHECK:         %[[FWD:.+]] = constant @kv_fwd_fcf7c6399ef6fcd9_prefill : (!llvm.ptr) -> ()
+// CHECK:         %[[LOGITS:.+]] = call @kvrt_exec_prefill(%[[CTX]], %{{.*}}, %[[KEYPTR]], %[[FWD]], %[[M]], %[[VIEWS]], %{{.*}}, %{{.*}}, %[[T]], %{{.*}}, %{{.*}}, %[[NAME]], %{{.*}}, %{{.*}}, %[[SLOT]])
 // CHECK:         %[[RESULT:.+]] = llvm.load %[[SLOT]] : !llvm.ptr -> !llvm.ptr
 // CHECK:         return %[[RESULT]], %[[LOGITS]] : !llvm.ptr, !llvm.ptr
 // CHECK-LABEL: func.func @_kvrt_entry_prefill(
@@ -38,7 +45,7 @@ func.func @prefill(%m: !model, %t: tensor<?xi32> {kv.name = "t"}) -> (!cache, te
 // CHECK:         llvm.getelementptr %[[RES]][1] : (!llvm.ptr) -> !llvm.ptr, i64
 // CHECK:         llvm.store %[[R]]#1
 // CHECK:       func.func private @kvrt_exec_empty(!llvm.ptr, i32) -> !llvm.ptr
-// CHECK:       func.func private @kvrt_exec_prefill(!llvm.ptr, i32, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, !llvm.ptr, i32, i64, !llvm.ptr, i32, i64, !llvm.ptr) -> !llvm.ptr
+// CHECK:       func.func private @kvrt_exec_prefill(!llvm.ptr, i32, !llvm.ptr, (!llvm.ptr) -> (), !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, !llvm.ptr, i32, i64, !llvm.ptr, i32, i64, !llvm.ptr) -> !llvm.ptr
 
 // -----
 
@@ -58,7 +65,7 @@ func.func @views(%c: !cache, %d: index) -> (!cache, index, index, tensor<?xi32>)
   return %j, %n, %p, %t : !cache, index, index, tensor<?xi32>
 }
 
-// CHECK-LABEL: func.func @views(
+// CHECK-LABEL: func.func private @views(
 // CHECK-SAME:    %[[CTX:.+]]: !llvm.ptr, %[[C:.+]]: !llvm.ptr, %[[D:.+]]: index)
 // CHECK:         %[[BOUNDS:.+]] = llvm.alloca %{{.*}} x !llvm.array<2 x i64>
 // CHECK:         call @kvrt_exec_segment_bounds(%[[CTX]], %{{.*}}, %[[C]], %{{.*}}, %[[BOUNDS]])
@@ -87,7 +94,7 @@ func.func @constants(%m: !model, %u: tensor<?xi32>) -> (tensor<3xi32>, index) {
 }
 
 // CHECK:       llvm.mlir.global internal constant @[[TOKENS:__kvrt_tokens_[0-9]+]](dense<[1, 2, 3]> : tensor<3xi32>) {{.*}} : !llvm.array<3 x i32>
-// CHECK-LABEL: func.func @constants(
+// CHECK-LABEL: func.func private @constants(
 // CHECK-SAME:    %[[CTX:.+]]: !llvm.ptr, %{{.*}}: !llvm.ptr, %[[U:.+]]: !llvm.ptr)
 // CHECK:         %[[ADDR:.+]] = llvm.mlir.addressof @[[TOKENS]]
 // CHECK:         %[[T:.+]] = call @kvrt_exec_tokens_constant(%[[CTX]], %{{.*}}, %[[ADDR]], %{{.*}})
@@ -101,20 +108,47 @@ func.func @constants(%m: !model, %u: tensor<?xi32>) -> (tensor<3xi32>, index) {
 // accounting and so is everything that uses its result.
 !model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
 !cache = !kv.cache<5x4x8xf32>
+func.func private @kv_fwd_fcf7c6399ef6fcd9_prefill(!llvm.ptr)
+func.func private @kv_fwd_fcf7c6399ef6fcd9_materialize(!llvm.ptr)
 func.func @repair(%m: !model, %c: !cache, %b: index, %e: index) -> !cache {
   %r = kv.selective_recompute %m, %c[%b, %e] fraction 2.500000e-01 : !model, !cache loc(fused<"kv.plan">["repair"])
   %x = kv.materialize %m, %r : !model, !cache
   return %x : !cache
 }
 
-// CHECK-LABEL: func.func @repair(
+// CHECK-LABEL: func.func private @repair(
 // CHECK:         %[[F:.+]] = arith.constant 2.500000e-01 : f64
 // CHECK:         call @kvrt_exec_plan_begin(
-// CHECK-NEXT:    %[[R:.+]] = call @kvrt_exec_selective_recompute(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[F]])
+// CHECK-NEXT:    %[[R:.+]] = call @kvrt_exec_selective_recompute(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[F]])
 // CHECK-NEXT:    call @kvrt_exec_plan_end(
+// CHECK:         constant @kv_fwd_fcf7c6399ef6fcd9_materialize
 // CHECK:         call @kvrt_exec_plan_begin(
-// CHECK-NEXT:    call @kvrt_exec_materialize(%{{.*}}, %{{.*}}, %{{.*}}, %[[R]])
+// CHECK-NEXT:    call @kvrt_exec_materialize(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[R]])
 // CHECK-NEXT:    call @kvrt_exec_plan_end(
+
+// -----
+
+// Attention over a view list: queries are an f32 tensor handle, the result
+// another; the forward's attention entry point is passed.
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+!cache = !kv.cache<5x4x8xf32>
+func.func private @kv_fwd_fcf7c6399ef6fcd9_attention(!llvm.ptr)
+func.func @attend(%m: !model, %q: tensor<?x8x8xf32>, %a: !cache, %b: !cache, %d: index, %p: index) -> tensor<?x8x8xf32> {
+  %c0 = arith.constant 0 : index
+  %o = kv.attention %m, %q over [%a + %c0, %b + %d] layer 2 at %p
+      : !model, (!cache, !cache), tensor<?x8x8xf32> -> tensor<?x8x8xf32>
+  %n = tensor.dim %o, %c0 : tensor<?x8x8xf32>
+  return %o : tensor<?x8x8xf32>
+}
+
+// CHECK-LABEL: func.func private @attend(
+// CHECK-SAME:    %[[CTX:.+]]: !llvm.ptr, %[[M:.+]]: !llvm.ptr, %[[Q:.+]]: !llvm.ptr, %{{.*}}: !llvm.ptr, %{{.*}}: !llvm.ptr, %{{.*}}: index, %{{.*}}: index) -> !llvm.ptr
+// CHECK:         %[[VIEWS:.+]] = llvm.alloca %{{.*}} x !llvm.array<2 x ptr>
+// CHECK:         %[[OFFSETS:.+]] = llvm.alloca %{{.*}} x !llvm.array<2 x i64>
+// CHECK:         %[[FWD:.+]] = constant @kv_fwd_fcf7c6399ef6fcd9_attention
+// CHECK:         %[[O:.+]] = call @kvrt_exec_attention(%[[CTX]], %{{.*}}, %{{.*}}, %[[FWD]], %[[M]], %[[Q]], %[[VIEWS]], %[[OFFSETS]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}})
+// CHECK:         call @kvrt_exec_tensor_dim(%[[CTX]], %{{.*}}, %[[O]], %{{.*}})
+// CHECK:         return %[[O]] : !llvm.ptr
 
 // -----
 
@@ -132,7 +166,7 @@ func.func @caller(%c: !cache) -> index {
 
 // CHECK-LABEL: func.func private @helper(
 // CHECK-SAME:    %{{.*}}: !llvm.ptr, %{{.*}}: !llvm.ptr) -> index
-// CHECK-LABEL: func.func @caller(
+// CHECK-LABEL: func.func private @caller(
 // CHECK-SAME:    %[[CTX:.+]]: !llvm.ptr, %[[C:.+]]: !llvm.ptr)
 // CHECK:         %[[OK:.+]] = call @kvrt_exec_call_enter(%[[CTX]], %{{.*}})
 // CHECK:         %[[GO:.+]] = arith.cmpi ne, %[[OK]], %{{.*}} : i32

@@ -17,8 +17,9 @@ ViewPtr prefill(kvir::ComputeBackend &backend, const kvrt_model *model,
                 const char *label = nullptr) {
   std::vector<float> scratch;
   kvrt_view *out = nullptr;
-  EXPECT_EQ(backend.prefill(model, view, tokens.data(), tokens.size(), pos,
-                            label, false, logits ? logits : &scratch, &out),
+  EXPECT_EQ(backend.prefill(kvir::Forward(), model, view, tokens.data(),
+                            tokens.size(), pos, label, false,
+                            logits ? logits : &scratch, &out),
             KVRT_OK)
       << kvrt_last_error();
   return ViewPtr(out);
@@ -32,23 +33,36 @@ public:
       : inner(kvir::createReferenceBackend()), perturbed(std::move(perturbed)),
         amount(amount) {}
   const char *name() const override { return "perturbed"; }
-  kvrt_status prefill(const kvrt_model *model, const kvrt_view *view,
-                      const int32_t *tokens, int64_t n, int64_t pos,
-                      const char *label, bool lastOnly,
+  bool runsGeneratedCode() const override { return false; }
+  kvrt_status prefill(const kvir::Forward &forward, const kvrt_model *model,
+                      const kvrt_view *view, const int32_t *tokens, int64_t n,
+                      int64_t pos, const char *label, bool lastOnly,
                       std::vector<float> *logits, kvrt_view **out) override {
-    return inner->prefill(model, view, tokens, n, pos, label, lastOnly, logits,
-                          out);
+    return inner->prefill(forward, model, view, tokens, n, pos, label, lastOnly,
+                          logits, out);
   }
-  kvrt_status layerKV(const kvrt_model *model, const kvrt_view *view,
-                      const int32_t *tokens, int64_t n, int64_t pos,
-                      int32_t layer, std::vector<float> *k,
+  kvrt_status layerKV(const kvir::Forward &forward, const kvrt_model *model,
+                      const kvrt_view *view, const int32_t *tokens, int64_t n,
+                      int64_t pos, int32_t layer, std::vector<float> *k,
                       std::vector<float> *v) override {
-    kvrt_status s = inner->layerKV(model, view, tokens, n, pos, layer, k, v);
+    kvrt_status s =
+        inner->layerKV(forward, model, view, tokens, n, pos, layer, k, v);
     int64_t width = n ? int64_t(v->size()) / n : 0;
     for (int64_t t = 0; t < n; ++t)
       if (perturbed.count(tokens[t]))
         (*v)[t * width] += amount * (1 + tokens[t] % 7);
     return s;
+  }
+
+  kvrt_status attention(const kvir::Forward &forward, const kvrt_model *model,
+                        const kvrt_view *view, const float *q, int64_t n,
+                        int64_t pos, int32_t layer,
+                        std::vector<float> *out) override {
+    return inner->attention(forward, model, view, q, n, pos, layer, out);
+  }
+  kvrt_status materialize(const kvir::Forward &forward, const kvrt_model *model,
+                          const kvrt_view *view, kvrt_view **out) override {
+    return inner->materialize(forward, model, view, out);
   }
 
 private:
@@ -90,7 +104,7 @@ TEST(SelectiveRecomputeTest, FractionZeroKeepsTheView) {
   Fixture f;
   kvrt_view *out = nullptr;
   kvir::SelectiveRecomputeStats stats;
-  ASSERT_EQ(kvir::selectiveRecompute(*f.backend, f.model.get(),
+  ASSERT_EQ(kvir::selectiveRecompute(*f.backend, kvir::Forward(), f.model.get(),
                                      f.composed.get(), 10, 30, 0.0, &out,
                                      &stats),
             KVRT_OK);
@@ -109,8 +123,8 @@ TEST(SelectiveRecomputeTest, TokensInTheirOwnContextDoNotDeviate) {
                             f.blockTokens, 10, nullptr, "block");
   kvrt_view *out = nullptr;
   kvir::SelectiveRecomputeStats stats;
-  ASSERT_EQ(kvir::selectiveRecompute(*f.backend, f.model.get(), inPlace.get(),
-                                     10, 30, 0.15, &out, &stats),
+  ASSERT_EQ(kvir::selectiveRecompute(*f.backend, kvir::Forward(), f.model.get(),
+                                     inPlace.get(), 10, 30, 0.15, &out, &stats),
             KVRT_OK)
       << kvrt_last_error();
   ViewPtr result(out);
@@ -135,7 +149,7 @@ TEST(SelectiveRecomputeTest, ComposedBlockDeviatesAtLayerOne) {
   EXPECT_EQ(kvir::selectiveRecomputeScanLayer(1), 0);
   kvrt_view *out = nullptr;
   kvir::SelectiveRecomputeStats stats;
-  ASSERT_EQ(kvir::selectiveRecompute(*f.backend, f.model.get(),
+  ASSERT_EQ(kvir::selectiveRecompute(*f.backend, kvir::Forward(), f.model.get(),
                                      f.composed.get(), 10, 30, 0.15, &out,
                                      &stats),
             KVRT_OK)
@@ -162,8 +176,9 @@ TEST(SelectiveRecomputeTest, RecomputesTheMostDeviatingTokens) {
   kvrt_view *out = nullptr;
   kvir::SelectiveRecomputeStats stats;
   double fraction = double(expected.size()) / 20;
-  ASSERT_EQ(kvir::selectiveRecompute(backend, f.model.get(), f.composed.get(),
-                                     10, 30, fraction, &out, &stats),
+  ASSERT_EQ(kvir::selectiveRecompute(backend, kvir::Forward(), f.model.get(),
+                                     f.composed.get(), 10, 30, fraction, &out,
+                                     &stats),
             KVRT_OK)
       << kvrt_last_error();
   ViewPtr result(out);
@@ -222,7 +237,7 @@ TEST(SelectiveRecomputeTest, RecomputesTheMostDeviatingTokens) {
 TEST(SelectiveRecomputeTest, FractionOneEqualsPrefill) {
   Fixture f;
   kvrt_view *out = nullptr;
-  ASSERT_EQ(kvir::selectiveRecompute(*f.backend, f.model.get(),
+  ASSERT_EQ(kvir::selectiveRecompute(*f.backend, kvir::Forward(), f.model.get(),
                                      f.composed.get(), 10, 30, 1.0, &out),
             KVRT_OK);
   ViewPtr result(out);
@@ -238,18 +253,18 @@ TEST(SelectiveRecomputeTest, FractionOneEqualsPrefill) {
 TEST(SelectiveRecomputeTest, Errors) {
   Fixture f;
   kvrt_view *out = nullptr;
-  EXPECT_EQ(kvir::selectiveRecompute(*f.backend, f.model.get(),
+  EXPECT_EQ(kvir::selectiveRecompute(*f.backend, kvir::Forward(), f.model.get(),
                                      f.composed.get(), 10, 31, 0.5, &out),
             KVRT_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kvrt_last_error()).find("outside the view's 30"),
             std::string::npos)
       << kvrt_last_error();
   EXPECT_EQ(out, nullptr);
-  EXPECT_EQ(kvir::selectiveRecompute(*f.backend, f.model.get(),
+  EXPECT_EQ(kvir::selectiveRecompute(*f.backend, kvir::Forward(), f.model.get(),
                                      f.composed.get(), 10, 30, 1.5, &out),
             KVRT_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(kvir::selectiveRecompute(*f.backend, f.model.get(), nullptr, 0, 0,
-                                     0.5, &out),
+  EXPECT_EQ(kvir::selectiveRecompute(*f.backend, kvir::Forward(), f.model.get(),
+                                     nullptr, 0, 0, 0.5, &out),
             KVRT_ERR_INVALID_ARGUMENT);
 }
 

@@ -1,15 +1,16 @@
 //===- ConvertKVToCPU.cpp - Emit the generated CPU forward ------*- C++ -*-===//
 //
-// A thin driver over buildForwardFunctions: one forward per entry of the
-// module's `kv.forward` dictionary.
+// A thin driver over buildProgramForwards with the CPU target: the forward of
+// every model config the program uses, specialised and put into its module.
 //
 //===----------------------------------------------------------------------===//
 
-#include "dialects/KV/KVDialect.h"
-#include "passes/Conversion/KVToCPU/ForwardBuilder.h"
+#include "passes/Conversion/Forward/BuildForward.h"
+#include "passes/Conversion/KVToCPU/CpuTarget.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -28,11 +29,8 @@ namespace {
 struct ConvertKVToCPUPass
     : public kv::impl::ConvertKVToCPUPassBase<ConvertKVToCPUPass> {
   void runOnOperation() override {
-    ModuleOp module = getOperation();
-    FailureOr<unsigned> built = buildRequestedForwards(
-        module, [&](const ForwardConfig &config, StringRef name) {
-          return buildForwardFunctions(module, config, name, module.getLoc());
-        });
+    std::unique_ptr<ForwardTarget> target = createCpuTarget();
+    FailureOr<unsigned> built = buildProgramForwards(getOperation(), *target);
     if (failed(built))
       return signalPassFailure();
     numForwards += *built;

@@ -1,16 +1,18 @@
 //===- ConvertKVToGPU.cpp - Emit the generated GPU forward ------*- C++ -*-===//
 //
-// A thin driver over buildGpuForwardFunctions: one GPU forward per entry of
-// the module's `kv.forward` dictionary.
+// A thin driver over buildProgramForwards with the GPU target: the forward of
+// every model config the program uses, as kernels and the host code that
+// launches them, put into its module.
 //
 //===----------------------------------------------------------------------===//
 
-#include "dialects/KV/KVDialect.h"
-#include "passes/Conversion/KVToNVVM/GpuForwardBuilder.h"
+#include "passes/Conversion/Forward/BuildForward.h"
+#include "passes/Conversion/KVToNVVM/GpuTarget.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -29,12 +31,8 @@ namespace {
 struct ConvertKVToGPUPass
     : public kv::impl::ConvertKVToGPUPassBase<ConvertKVToGPUPass> {
   void runOnOperation() override {
-    ModuleOp module = getOperation();
-    FailureOr<unsigned> built = buildRequestedForwards(
-        module, [&](const ForwardConfig &config, StringRef name) {
-          return buildGpuForwardFunctions(module, config, name,
-                                          module.getLoc());
-        });
+    std::unique_ptr<ForwardTarget> target = createGpuTarget();
+    FailureOr<unsigned> built = buildProgramForwards(getOperation(), *target);
     if (failed(built))
       return signalPassFailure();
     numForwards += *built;

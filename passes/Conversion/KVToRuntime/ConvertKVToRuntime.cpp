@@ -11,7 +11,10 @@
 
 #include "dialects/KV/KVDialect.h"
 #include "dialects/KV/KVOps.h"
+#include "passes/Conversion/Forward/BuildForward.h"
+#include "passes/Conversion/KVToRuntime/ExecABI.h"
 #include "passes/Passes.h"
+#include "runtime/core/ModelConfig.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
@@ -51,10 +54,57 @@ bool isLogitsType(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   return tensor && tensor.getRank() == 2 && tensor.getElementType().isF32();
 }
+/// Attention queries and outputs: [n][heads][head_size] f32.
+bool isQueryType(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && tensor.getRank() == 3 && tensor.getElementType().isF32();
+}
 /// The types the conversion turns into pointers.
 bool isHandleType(Type type) {
   return isa<CacheType, ModelType>(type) || isTokensType(type) ||
-         isLogitsType(type);
+         isLogitsType(type) || isQueryType(type);
+}
+
+/// The static size of dimension `i` of a tensor type, or -1.
+int64_t staticSize(Type type, unsigned i) {
+  auto tensor = cast<RankedTensorType>(type);
+  return tensor.isDynamicDim(i) ? -1 : tensor.getDimSize(i);
+}
+
+/// The forward entry point an op needs, for its model and the element type
+/// of its caches.
+std::string forwardEntryOf(Operation *op, ForwardEntryPoint entry) {
+  auto model = cast<ModelType>(op->getOperand(0).getType());
+  Type element = Float32Type::get(op->getContext());
+  for (Type type : op->getOperandTypes())
+    if (auto cache = dyn_cast<CacheType>(type)) {
+      element = cache.getElementType();
+      break;
+    }
+  return forwardEntryName(model.getConfig(), kvDtypeOf(element), entry);
+}
+
+/// The config key of the forward an op needs (what the runtime checks).
+std::string forwardKeyOf(Operation *op) {
+  auto model = cast<ModelType>(op->getOperand(0).getType());
+  Type element = Float32Type::get(op->getContext());
+  for (Type type : op->getOperandTypes())
+    if (auto cache = dyn_cast<CacheType>(type)) {
+      element = cache.getElementType();
+      break;
+    }
+  return kvir::configKey(model.getConfig(), kvDtypeOf(element));
+}
+
+/// The entry point each op that needs math calls.
+std::optional<ForwardEntryPoint> forwardEntryPointOf(Operation *op) {
+  if (isa<PrefillOp, SelectiveRecomputeOp>(op))
+    return ForwardEntryPoint::Prefill;
+  if (isa<AttentionOp>(op))
+    return ForwardEntryPoint::Attention;
+  if (isa<MaterializeOp>(op))
+    return ForwardEntryPoint::Materialize;
+  return std::nullopt;
 }
 
 bool usesHostTypes(Operation *op) {
@@ -144,37 +194,56 @@ protected:
                                       value);
   }
 
-  /// Declares `name` once in the module.
-  void declare(ConversionPatternRewriter &rewriter, StringRef name,
-               TypeRange args, TypeRange results) const {
-    if (state.module.lookupSymbol(name))
-      return;
-    OpBuilder::InsertionGuard guard(rewriter);
-    rewriter.setInsertionPointToEnd(state.module.getBody());
-    auto decl = func::FuncOp::create(rewriter, state.module.getLoc(), name,
-                                     rewriter.getFunctionType(args, results));
-    decl.setPrivate();
+  /// Calls `F` of the exec ABI (runtime/exec/ExecABI.def), bracketed by
+  /// plan accounting when `op` is plan work; the number of operands is
+  /// checked at compile time, their types by the call's verifier.
+  template <ExecFn F, typename... Args>
+  ValueRange call(ConversionPatternRewriter &rewriter, Operation *op,
+                  Args... args) const {
+    static_assert(sizeof...(Args) == execFunction(F).arity,
+                  "the call does not match runtime/exec/ExecABI.def");
+    return callExec(rewriter, op, F, {Value(args)...});
   }
 
-  /// Calls `name`, bracketed by plan accounting when `op` is plan work.
-  ValueRange call(ConversionPatternRewriter &rewriter, Operation *op,
-                  StringRef name, TypeRange results, ValueRange args) const {
+  ValueRange callExec(ConversionPatternRewriter &rewriter, Operation *op,
+                      ExecFn fn, ArrayRef<Value> args) const {
     Location loc = op->getLoc();
-    declare(rewriter, name, args.getTypes(), results);
     Value ctx = args.front();
     bool plan = state.planOps.contains(op);
     if (plan)
-      callVoid(rewriter, loc, "kvrt_exec_plan_begin", ctx);
-    auto callOp = func::CallOp::create(rewriter, loc, name, results, args);
+      callPlain(rewriter, loc, ExecFn::kvrt_exec_plan_begin, ctx);
+    ValueRange results = callPlain(rewriter, loc, fn, args);
     if (plan)
-      callVoid(rewriter, loc, "kvrt_exec_plan_end", ctx);
-    return callOp.getResults();
+      callPlain(rewriter, loc, ExecFn::kvrt_exec_plan_end, ctx);
+    return results;
   }
 
-  void callVoid(ConversionPatternRewriter &rewriter, Location loc,
-                StringRef name, Value ctx) const {
-    declare(rewriter, name, {ptrType()}, {});
-    func::CallOp::create(rewriter, loc, name, TypeRange(), ValueRange{ctx});
+  /// A call of `fn`, declared once in the module from the ABI's types.
+  ValueRange callPlain(ConversionPatternRewriter &rewriter, Location loc,
+                       ExecFn fn, ArrayRef<Value> args) const {
+    StringRef name = execFunction(fn).name;
+    FunctionType type = getExecFunctionType(rewriter.getContext(), fn);
+    if (!state.module.lookupSymbol(name)) {
+      OpBuilder::InsertionGuard guard(rewriter);
+      rewriter.setInsertionPointToEnd(state.module.getBody());
+      auto decl =
+          func::FuncOp::create(rewriter, state.module.getLoc(), name, type);
+      decl.setPrivate();
+    }
+    return func::CallOp::create(rewriter, loc, name, type.getResults(), args)
+        .getResults();
+  }
+
+  /// The forward entry point `op` needs, as a function value, and the
+  /// config key it was compiled for (both checked to exist by the pass).
+  Value forward(ConversionPatternRewriter &rewriter, Operation *op,
+                ForwardEntryPoint entry) const {
+    return func::ConstantOp::create(
+        rewriter, op->getLoc(), getForwardEntryType(rewriter.getContext()),
+        SymbolRefAttr::get(rewriter.getContext(), forwardEntryOf(op, entry)));
+  }
+  Value forwardKey(ConversionPatternRewriter &rewriter, Operation *op) const {
+    return string(rewriter, op->getLoc(), forwardKeyOf(op));
   }
 
   /// A stack array of `values` (pointers or i64), or null when empty.
@@ -224,8 +293,8 @@ struct EmptyLowering : RuntimePattern<EmptyOp> {
   matchAndRewrite(EmptyOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Value ctx = contextOf(op, rewriter);
-    rewriter.replaceOp(op, call(rewriter, op, "kvrt_exec_empty", ptrType(),
-                                {ctx, site(rewriter, op)}));
+    rewriter.replaceOp(op, call<ExecFn::kvrt_exec_empty>(rewriter, op, ctx,
+                                                         site(rewriter, op)));
     return success();
   }
 };
@@ -252,12 +321,14 @@ struct PrefillLowering : RuntimePattern<PrefillOp> {
     int64_t rows = logitsType.isDynamicDim(0) ? -1 : logitsType.getDimSize(0);
     Value resultSlot = array(rewriter, loc, {null(rewriter, loc)}, ptrType());
     Value logits =
-        call(rewriter, op, "kvrt_exec_prefill", ptrType(),
-             {ctx, site(rewriter, op), adaptor.getModel(), views, offsetArray,
-              constI64(rewriter, loc, adaptor.getViews().size()),
-              adaptor.getTokens(), hasPosition, position, label,
-              constI32(rewriter, loc, op.getLast() ? 1 : 0),
-              constI64(rewriter, loc, rows), resultSlot})
+        call<ExecFn::kvrt_exec_prefill>(
+            rewriter, op, ctx, site(rewriter, op), forwardKey(rewriter, op),
+            forward(rewriter, op, ForwardEntryPoint::Prefill),
+            adaptor.getModel(), views, offsetArray,
+            constI64(rewriter, loc, adaptor.getViews().size()),
+            adaptor.getTokens(), hasPosition, position, label,
+            constI32(rewriter, loc, op.getLast() ? 1 : 0),
+            constI64(rewriter, loc, rows), resultSlot)
             .front();
     Value result = LLVM::LoadOp::create(rewriter, loc, ptrType(), resultSlot);
     rewriter.replaceOp(op, {result, logits});
@@ -272,10 +343,11 @@ struct SliceLowering : RuntimePattern<SliceOp> {
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     Value ctx = contextOf(op, rewriter);
-    rewriter.replaceOp(op, call(rewriter, op, "kvrt_exec_slice", ptrType(),
-                                {ctx, site(rewriter, op), adaptor.getCache(),
-                                 toI64(rewriter, loc, adaptor.getBegin()),
-                                 toI64(rewriter, loc, adaptor.getEnd())}));
+    rewriter.replaceOp(op, call<ExecFn::kvrt_exec_slice>(
+                               rewriter, op, ctx, site(rewriter, op),
+                               adaptor.getCache(),
+                               toI64(rewriter, loc, adaptor.getBegin()),
+                               toI64(rewriter, loc, adaptor.getEnd())));
     return success();
   }
 };
@@ -289,9 +361,9 @@ struct ConcatLowering : RuntimePattern<ConcatOp> {
     Value ctx = contextOf(op, rewriter);
     Value views = array(rewriter, loc, adaptor.getInputs(), ptrType());
     rewriter.replaceOp(
-        op, call(rewriter, op, "kvrt_exec_concat", ptrType(),
-                 {ctx, site(rewriter, op), views,
-                  constI64(rewriter, loc, adaptor.getInputs().size())}));
+        op, call<ExecFn::kvrt_exec_concat>(
+                rewriter, op, ctx, site(rewriter, op), views,
+                constI64(rewriter, loc, adaptor.getInputs().size())));
     return success();
   }
 };
@@ -303,9 +375,9 @@ struct RopeShiftLowering : RuntimePattern<RopeShiftOp> {
                   ConversionPatternRewriter &rewriter) const override {
     Value ctx = contextOf(op, rewriter);
     rewriter.replaceOp(
-        op, call(rewriter, op, "kvrt_exec_rope_shift", ptrType(),
-                 {ctx, site(rewriter, op), adaptor.getCache(),
-                  toI64(rewriter, op.getLoc(), adaptor.getDelta())}));
+        op, call<ExecFn::kvrt_exec_rope_shift>(
+                rewriter, op, ctx, site(rewriter, op), adaptor.getCache(),
+                toI64(rewriter, op.getLoc(), adaptor.getDelta())));
     return success();
   }
 };
@@ -319,9 +391,9 @@ struct SegmentBoundsLowering : RuntimePattern<SegmentBoundsOp> {
     Value ctx = contextOf(op, rewriter);
     Value zero = constI64(rewriter, loc, 0);
     Value bounds = array(rewriter, loc, {zero, zero}, i64());
-    call(rewriter, op, "kvrt_exec_segment_bounds", {},
-         {ctx, site(rewriter, op), adaptor.getCache(),
-          string(rewriter, loc, op.getSegment()), bounds});
+    call<ExecFn::kvrt_exec_segment_bounds>(
+        rewriter, op, ctx, site(rewriter, op), adaptor.getCache(),
+        string(rewriter, loc, op.getSegment()), bounds);
     SmallVector<Value> results;
     for (int32_t i = 0; i < 2; ++i) {
       Value slot = LLVM::GEPOp::create(rewriter, loc, ptrType(), i64(), bounds,
@@ -342,30 +414,26 @@ struct TokensLowering : RuntimePattern<TokensOp> {
     auto type = cast<RankedTensorType>(op.getType());
     Value ctx = contextOf(op, rewriter);
     rewriter.replaceOp(
-        op, call(rewriter, op, "kvrt_exec_view_tokens", ptrType(),
-                 {ctx, site(rewriter, op), adaptor.getCache(),
-                  constI64(rewriter, op.getLoc(),
-                           type.isDynamicDim(0) ? -1 : type.getDimSize(0))}));
+        op, call<ExecFn::kvrt_exec_view_tokens>(
+                rewriter, op, ctx, site(rewriter, op), adaptor.getCache(),
+                constI64(rewriter, op.getLoc(),
+                         type.isDynamicDim(0) ? -1 : type.getDimSize(0))));
     return success();
   }
 };
 
 /// kv.length, kv.start_position, kv.end_position.
-template <typename Op> struct ViewQueryLowering : RuntimePattern<Op> {
-  ViewQueryLowering(const TypeConverter &converter, MLIRContext *context,
-                    LoweringState &state, StringRef function)
-      : RuntimePattern<Op>(converter, context, state), function(function) {}
+template <typename Op, ExecFn F> struct ViewQueryLowering : RuntimePattern<Op> {
+  using RuntimePattern<Op>::RuntimePattern;
   LogicalResult
   matchAndRewrite(Op op, typename Op::Adaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Value ctx = this->contextOf(op, rewriter);
-    Value value = this->call(rewriter, op, function, this->i64(),
-                             {ctx, adaptor.getCache()})
-                      .front();
+    Value value =
+        this->template call<F>(rewriter, op, ctx, adaptor.getCache()).front();
     rewriter.replaceOp(op, this->toIndex(rewriter, op.getLoc(), value));
     return success();
   }
-  std::string function;
 };
 
 struct SelectiveRecomputeLowering : RuntimePattern<SelectiveRecomputeOp> {
@@ -379,10 +447,12 @@ struct SelectiveRecomputeLowering : RuntimePattern<SelectiveRecomputeOp> {
         rewriter, loc,
         rewriter.getF64FloatAttr(op.getFraction().convertToDouble()));
     rewriter.replaceOp(
-        op, call(rewriter, op, "kvrt_exec_selective_recompute", ptrType(),
-                 {ctx, site(rewriter, op), adaptor.getModel(),
-                  adaptor.getCache(), toI64(rewriter, loc, adaptor.getBegin()),
-                  toI64(rewriter, loc, adaptor.getEnd()), fraction}));
+        op, call<ExecFn::kvrt_exec_selective_recompute>(
+                rewriter, op, ctx, site(rewriter, op), forwardKey(rewriter, op),
+                forward(rewriter, op, ForwardEntryPoint::Prefill),
+                adaptor.getModel(), adaptor.getCache(),
+                toI64(rewriter, loc, adaptor.getBegin()),
+                toI64(rewriter, loc, adaptor.getEnd()), fraction));
     return success();
   }
 };
@@ -393,10 +463,36 @@ struct MaterializeLowering : RuntimePattern<MaterializeOp> {
   matchAndRewrite(MaterializeOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Value ctx = contextOf(op, rewriter);
-    rewriter.replaceOp(op,
-                       call(rewriter, op, "kvrt_exec_materialize", ptrType(),
-                            {ctx, site(rewriter, op), adaptor.getModel(),
-                             adaptor.getCache()}));
+    rewriter.replaceOp(
+        op, call<ExecFn::kvrt_exec_materialize>(
+                rewriter, op, ctx, site(rewriter, op), forwardKey(rewriter, op),
+                forward(rewriter, op, ForwardEntryPoint::Materialize),
+                adaptor.getModel(), adaptor.getCache()));
+    return success();
+  }
+};
+
+struct AttentionLowering : RuntimePattern<AttentionOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(AttentionOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Value ctx = contextOf(op, rewriter);
+    Value views = array(rewriter, loc, adaptor.getViews(), ptrType());
+    SmallVector<Value> offsets;
+    for (Value offset : adaptor.getOffsets())
+      offsets.push_back(toI64(rewriter, loc, offset));
+    Value offsetArray = array(rewriter, loc, offsets, i64());
+    rewriter.replaceOp(
+        op, call<ExecFn::kvrt_exec_attention>(
+                rewriter, op, ctx, site(rewriter, op), forwardKey(rewriter, op),
+                forward(rewriter, op, ForwardEntryPoint::Attention),
+                adaptor.getModel(), adaptor.getQuery(), views, offsetArray,
+                constI64(rewriter, loc, adaptor.getViews().size()),
+                constI64(rewriter, loc, op.getLayer()),
+                toI64(rewriter, loc, adaptor.getPosition()),
+                constI64(rewriter, loc, staticSize(op.getType(), 0))));
     return success();
   }
 };
@@ -432,9 +528,9 @@ struct TokenConstantLowering : RuntimePattern<arith::ConstantOp> {
       }
       data = LLVM::AddressOfOp::create(rewriter, loc, ptrType(), name);
     }
-    rewriter.replaceOp(
-        op, call(rewriter, op, "kvrt_exec_tokens_constant", ptrType(),
-                 {ctx, site(rewriter, op), data, constI64(rewriter, loc, n)}));
+    rewriter.replaceOp(op, call<ExecFn::kvrt_exec_tokens_constant>(
+                               rewriter, op, ctx, site(rewriter, op), data,
+                               constI64(rewriter, loc, n)));
     return success();
   }
 };
@@ -452,8 +548,8 @@ struct TensorEmptyLowering : RuntimePattern<tensor::EmptyOp> {
                      ? toI64(rewriter, loc, adaptor.getDynamicSizes()[0])
                      : constI64(rewriter, loc, type.getDimSize(0));
     Value ctx = contextOf(op, rewriter);
-    rewriter.replaceOp(op, call(rewriter, op, "kvrt_exec_tokens_empty",
-                                ptrType(), {ctx, site(rewriter, op), size}));
+    rewriter.replaceOp(op, call<ExecFn::kvrt_exec_tokens_empty>(
+                               rewriter, op, ctx, site(rewriter, op), size));
     return success();
   }
 };
@@ -470,13 +566,18 @@ struct TensorDimLowering : RuntimePattern<tensor::DimOp> {
     Value ctx = contextOf(op, rewriter);
     Value size;
     if (isTokensType(type))
-      size = call(rewriter, op, "kvrt_exec_tokens_size", i64(),
-                  {ctx, adaptor.getSource()})
+      size = call<ExecFn::kvrt_exec_tokens_size>(rewriter, op, ctx,
+                                                 adaptor.getSource())
+                 .front();
+    else if (isLogitsType(type))
+      size = call<ExecFn::kvrt_exec_logits_dim>(
+                 rewriter, op, ctx, site(rewriter, op), adaptor.getSource(),
+                 toI64(rewriter, loc, adaptor.getIndex()))
                  .front();
     else
-      size = call(rewriter, op, "kvrt_exec_logits_dim", i64(),
-                  {ctx, site(rewriter, op), adaptor.getSource(),
-                   toI64(rewriter, loc, adaptor.getIndex())})
+      size = call<ExecFn::kvrt_exec_tensor_dim>(
+                 rewriter, op, ctx, site(rewriter, op), adaptor.getSource(),
+                 toI64(rewriter, loc, adaptor.getIndex()))
                  .front();
     rewriter.replaceOp(op, toIndex(rewriter, loc, size));
     return success();
@@ -489,7 +590,8 @@ struct TensorCastLowering : RuntimePattern<tensor::CastOp> {
   matchAndRewrite(tensor::CastOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     auto type = dyn_cast<RankedTensorType>(op.getType());
-    if (!type || !isHandleType(type) || !isHandleType(op.getSource().getType()))
+    if (!type || !isHandleType(type) || isa<CacheType, ModelType>(type) ||
+        !isHandleType(op.getSource().getType()))
       return rewriter.notifyMatchFailure(op, "not a token or logits tensor");
     Location loc = op.getLoc();
     Value ctx = contextOf(op, rewriter);
@@ -498,14 +600,18 @@ struct TensorCastLowering : RuntimePattern<tensor::CastOp> {
                       type.isDynamicDim(i) ? -1 : type.getDimSize(i));
     };
     if (isTokensType(type))
-      rewriter.replaceOp(
-          op, call(rewriter, op, "kvrt_exec_tokens_cast", ptrType(),
-                   {ctx, site(rewriter, op), adaptor.getSource(), size(0)}));
+      rewriter.replaceOp(op, call<ExecFn::kvrt_exec_tokens_cast>(
+                                 rewriter, op, ctx, site(rewriter, op),
+                                 adaptor.getSource(), size(0)));
+    else if (isLogitsType(type))
+      rewriter.replaceOp(op, call<ExecFn::kvrt_exec_logits_cast>(
+                                 rewriter, op, ctx, site(rewriter, op),
+                                 adaptor.getSource(), size(0), size(1)));
     else
       rewriter.replaceOp(op,
-                         call(rewriter, op, "kvrt_exec_logits_cast", ptrType(),
-                              {ctx, site(rewriter, op), adaptor.getSource(),
-                               size(0), size(1)}));
+                         call<ExecFn::kvrt_exec_tensor_cast>(
+                             rewriter, op, ctx, site(rewriter, op),
+                             adaptor.getSource(), size(0), size(1), size(2)));
     return success();
   }
 };
@@ -541,16 +647,14 @@ struct HostCallLowering : RuntimePattern<func::CallOp> {
             getTypeConverter()->convertTypes(op.getResultTypes(), resultTypes)))
       return failure();
     Value ctx = adaptor.getOperands().front();
-    declare(rewriter, "kvrt_exec_call_enter", {ptrType(), i32()}, {i32()});
-    Value ok = func::CallOp::create(rewriter, loc, "kvrt_exec_call_enter",
-                                    TypeRange{i32()},
-                                    ValueRange{ctx, site(rewriter, op)})
-                   .getResult(0);
+    Value ok = callPlain(rewriter, loc, ExecFn::kvrt_exec_call_enter,
+                         {ctx, site(rewriter, op)})
+                   .front();
     Value go = arith::CmpIOp::create(rewriter, loc, arith::CmpIPredicate::ne,
                                      ok, constI32(rewriter, loc, 0));
     bool plan = state.planOps.contains(op);
     if (plan)
-      callVoid(rewriter, loc, "kvrt_exec_plan_begin", ctx);
+      callPlain(rewriter, loc, ExecFn::kvrt_exec_plan_begin, {ctx});
     auto ifOp = scf::IfOp::create(rewriter, loc, resultTypes, go,
                                   /*withElseRegion=*/true);
     {
@@ -558,7 +662,7 @@ struct HostCallLowering : RuntimePattern<func::CallOp> {
       rewriter.setInsertionPointToStart(ifOp.thenBlock());
       auto inner = func::CallOp::create(rewriter, loc, op.getCallee(),
                                         resultTypes, adaptor.getOperands());
-      callVoid(rewriter, loc, "kvrt_exec_call_leave", ctx);
+      callPlain(rewriter, loc, ExecFn::kvrt_exec_call_leave, {ctx});
       scf::YieldOp::create(rewriter, loc, inner.getResults());
       rewriter.setInsertionPointToStart(ifOp.elseBlock());
       SmallVector<Value> zeros;
@@ -574,7 +678,7 @@ struct HostCallLowering : RuntimePattern<func::CallOp> {
       scf::YieldOp::create(rewriter, loc, zeros);
     }
     if (plan)
-      callVoid(rewriter, loc, "kvrt_exec_plan_end", ctx);
+      callPlain(rewriter, loc, ExecFn::kvrt_exec_plan_end, {ctx});
     rewriter.replaceOp(op, ifOp.getResults());
     return success();
   }
@@ -650,10 +754,18 @@ LogicalResult ConvertKVToRuntimePass::prepare(LoweringState &state) {
         op->emitOpError() << "has no runtime lowering: run kv-optimize first, "
                              "which plans it into primitives";
         ok = false;
-      } else if (isa<AttentionOp>(op)) {
-        op->emitOpError() << "has no runtime lowering: kv-fuse-rope-shift "
-                             "folds attention into prefill";
-        ok = false;
+      } else if (std::optional<ForwardEntryPoint> entry =
+                     forwardEntryPointOf(op)) {
+        std::string name = forwardEntryOf(op, *entry);
+        if (!module.lookupSymbol(name)) {
+          op->emitOpError()
+              << "needs the forward of its model, @" << name << " ["
+              << forwardKeyOf(op)
+              << "], which the module lacks: run convert-kv-to-cpu or "
+                 "convert-kv-to-gpu first (kv-lower-to-cpu and "
+                 "kv-lower-to-nvvm do)";
+          ok = false;
+        }
       } else if (isa<tensor::TensorDialect>(op->getDialect()) &&
                  !isa<tensor::EmptyOp, tensor::DimOp, tensor::CastOp>(op) &&
                  usesHostTypes(op)) {
@@ -769,6 +881,12 @@ void ConvertKVToRuntimePass::buildEntryWrappers(LoweringState &state) {
       LLVM::StoreOp::create(builder, loc, stored, slot);
     }
     func::ReturnOp::create(builder, loc);
+    // The wrapper is the function's interface now; the function itself is
+    // internal, so that its name (often `main`) cannot clash with a symbol of
+    // the process that loads the compiled program.
+    func.setPrivate();
+    func->setAttr("llvm.linkage",
+                  LLVM::LinkageAttr::get(context, LLVM::Linkage::Internal));
   }
 }
 
@@ -792,6 +910,7 @@ void ConvertKVToRuntimePass::runOnOperation() {
   target.addLegalOp<ContextOp, SegmentOp>();
   target.addLegalDialect<LLVM::LLVMDialect, arith::ArithDialect,
                          scf::SCFDialect, cf::ControlFlowDialect>();
+  target.addLegalOp<func::ConstantOp>();
   target.addDynamicallyLegalOp<func::FuncOp>([&](func::FuncOp func) {
     return converter.isSignatureLegal(func.getFunctionType()) &&
            converter.isLegal(&func.getBody());
@@ -811,18 +930,18 @@ void ConvertKVToRuntimePass::runOnOperation() {
       [&](Operation *op) { return !usesHostTypes(op); });
 
   RewritePatternSet patterns(context);
-  patterns.add<EmptyLowering, PrefillLowering, SliceLowering, ConcatLowering,
-               RopeShiftLowering, SegmentBoundsLowering, TokensLowering,
-               SelectiveRecomputeLowering, MaterializeLowering,
-               TokenConstantLowering, TensorEmptyLowering, TensorDimLowering,
-               TensorCastLowering, HandleSelectLowering, HostCallLowering>(
-      converter, context, state);
-  patterns.add<ViewQueryLowering<LengthOp>>(converter, context, state,
-                                            "kvrt_exec_length");
-  patterns.add<ViewQueryLowering<StartPositionOp>>(converter, context, state,
-                                                   "kvrt_exec_start_position");
-  patterns.add<ViewQueryLowering<EndPositionOp>>(converter, context, state,
-                                                 "kvrt_exec_end_position");
+  patterns
+      .add<EmptyLowering, PrefillLowering, SliceLowering, ConcatLowering,
+           RopeShiftLowering, SegmentBoundsLowering, TokensLowering,
+           SelectiveRecomputeLowering, MaterializeLowering, AttentionLowering,
+           TokenConstantLowering, TensorEmptyLowering, TensorDimLowering,
+           TensorCastLowering, HandleSelectLowering, HostCallLowering>(
+          converter, context, state);
+  patterns
+      .add<ViewQueryLowering<LengthOp, ExecFn::kvrt_exec_length>,
+           ViewQueryLowering<StartPositionOp, ExecFn::kvrt_exec_start_position>,
+           ViewQueryLowering<EndPositionOp, ExecFn::kvrt_exec_end_position>>(
+          converter, context, state);
   populateFunctionOpInterfaceTypeConversionPattern<func::FuncOp>(patterns,
                                                                  converter);
   populateCallOpTypeConversionPattern(patterns, converter);

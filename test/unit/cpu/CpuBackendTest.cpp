@@ -1,18 +1,19 @@
 //===- CpuBackendTest.cpp - Generated CPU kernels vs the oracle -*- C++ -*-===//
 //
-// The CPU backend's math is generated code (convert-kv-to-cpu, JIT-compiled).
-// These tests hold it to llama2.c's logits and to the reference oracle, on
-// full prefills, chunked prefills over views, views of several runs with
-// different RoPE offsets, the attention kernel alone and the first-layer K/V.
+// The CPU backend runs the generated forward (convert-kv-to-cpu, JIT-compiled
+// through the compiler driver, tools/compiler). These tests hold it to
+// llama2.c's logits and to the reference oracle, on full prefills, chunked
+// prefills over views, views of several runs with different RoPE offsets,
+// attention alone, materialize and one layer's K/V.
 // Tolerance: 1e-4 absolute on logits (the oracle accumulates in double).
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cpu/CpuBackend.h"
-#include "runtime/cpu/CpuHost.h"
-#include "runtime/cpu/jit/CpuJit.h"
+#include "runtime/core/ModelConfig.h"
 #include "runtime/reference/Reference.h"
 #include "test/unit/TestSupport.h"
+#include "tools/compiler/Compiler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,15 +27,23 @@ namespace {
 
 constexpr double kLogitTolerance = 1e-4;
 
-/// One backend per test binary (kernels are cached per config anyway).
-ComputeBackend &cpuBackend(const kvrt_model *model) {
-  static std::unique_ptr<ComputeBackend> backend;
-  if (!backend) {
-    std::string error;
-    backend = kvir::cpu::createCpuBackend(model, &error);
-    EXPECT_TRUE(backend) << error;
-  }
+/// One backend per test binary.
+ComputeBackend &cpuBackend() {
+  static std::unique_ptr<ComputeBackend> backend =
+      kvir::cpu::createCpuBackend();
   return *backend;
+}
+
+/// The generated forward of `model`'s config (compiled once per config).
+kvir::Forward forwardOf(const kvrt_model *model) {
+  kvrt_model_config c;
+  EXPECT_EQ(kvrt_model_get_config(model, &c), KVRT_OK);
+  kvir::Forward forward;
+  EXPECT_EQ(
+      kvir::compiler::compileForward(c, kvir::compiler::Target::Cpu, &forward),
+      KVRT_OK)
+      << kvrt_last_error();
+  return forward;
 }
 
 /// A GQA model (2 query heads per KV head, head size 12) with half RoPE.
@@ -70,9 +79,9 @@ Prefilled cpuPrefill(const kvrt_model *model, const kvrt_view *view,
                      bool lastOnly = false) {
   Prefilled result;
   kvrt_view *out = nullptr;
-  EXPECT_EQ(cpuBackend(model).prefill(model, view, tokens.data(), tokens.size(),
-                                      pos, "cpu", lastOnly, &result.logits,
-                                      &out),
+  EXPECT_EQ(cpuBackend().prefill(forwardOf(model), model, view, tokens.data(),
+                                 tokens.size(), pos, "cpu", lastOnly,
+                                 &result.logits, &out),
             KVRT_OK)
       << kvrt_last_error();
   result.view.reset(out);
@@ -275,113 +284,99 @@ TEST(CpuBackendTest, ShiftedRunsMatchOracleStories260K) {
   checkShiftedRuns(storiesModel());
 }
 
-TEST(CpuBackendTest, AttentionKernelMatchesOracleFusedAndMaterialized) {
+TEST(CpuBackendTest, AttentionMatchesOracleFusedAndMaterialized) {
   const kvrt_model *model = gqaHalfModel();
   kvrt_model_config c;
   ASSERT_EQ(kvrt_model_get_config(model, &c), KVRT_OK);
   PoolPtr pool = poolFor(model, 512, 6);
   ViewPtr view = multiRunView(model, pool.get(), refPrefill);
-  std::shared_ptr<const kvir::cpu::CpuKernels> kernels;
-  ASSERT_EQ(kvir::cpu::compileCpuKernels(c, &kernels), KVRT_OK)
-      << kvrt_last_error();
-  kvir::cpu::RunTable table;
-  ASSERT_EQ(kvir::cpu::buildRunTable(view.get(), &table), KVRT_OK);
-  kvrt_page_layout l;
-  ASSERT_EQ(kvrt_pool_get_layout(pool.get(), &l), KVRT_OK);
+  // The same keys 200 positions later: a query at 20 sees none (zeros).
+  ViewPtr late = shifted(view.get(), 200);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  // Queries at positions before, inside and after the view's keys (-30
-  // sees no key: zeros).
-  for (int64_t m : {-30, 0, 20, 45, 80, 200}) {
-    for (int32_t layer = 0; layer < c.n_layers; ++layer) {
-      std::vector<float> q(c.dim), out(c.dim, 7.0f);
-      for (float &x : q)
-        x = uniform(rng);
-      auto qRef = kvir::cpu::memref1D(q.data(), c.dim);
-      auto oRef = kvir::cpu::memref1D(out.data(), c.dim);
-      auto kv = kvir::cpu::memref1D(l.base, l.capacity_pages * l.page_stride);
-      auto pages = table.pagesRef();
-      auto runs = table.rowsRef();
-      kernels->attention(&qRef, 1, m, &kv, &pages, &runs, layer, l.page_tokens,
-                         &oRef);
-      std::vector<double> qd(q.begin(), q.end()), fused(c.dim), mat(c.dim);
-      ASSERT_EQ(kvir::reference::attention(c, view.get(), layer, qd.data(), m,
-                                           kvir::reference::ShiftMode::Fused,
-                                           fused.data()),
-                KVRT_OK);
-      ASSERT_EQ(kvir::reference::attention(
-                    c, view.get(), layer, qd.data(), m,
-                    kvir::reference::ShiftMode::Materialized, mat.data()),
-                KVRT_OK);
-      for (int32_t i = 0; i < c.dim; ++i) {
-        EXPECT_NEAR(out[i], fused[i], 1e-5) << "m " << m << " dim " << i;
-        EXPECT_NEAR(out[i], mat[i], 1e-5) << "m " << m << " dim " << i;
+  // Queries at positions before, inside and after the view's keys, two at a
+  // time (m and m + 1).
+  for (int64_t m : {0, 20, 45, 80, 200}) {
+    for (const kvrt_view *v : {view.get(), late.get()}) {
+      for (int32_t layer = 0; layer < c.n_layers; ++layer) {
+        std::vector<float> q(2 * c.dim), out;
+        for (float &x : q)
+          x = uniform(rng);
+        ASSERT_EQ(cpuBackend().attention(forwardOf(model), model, v, q.data(),
+                                         2, m, layer, &out),
+                  KVRT_OK)
+            << kvrt_last_error();
+        ASSERT_EQ(out.size(), q.size());
+        for (int64_t t = 0; t < 2; ++t) {
+          std::vector<double> qd(q.begin() + t * c.dim,
+                                 q.begin() + (t + 1) * c.dim);
+          std::vector<double> fused(c.dim), mat(c.dim);
+          ASSERT_EQ(kvir::reference::attention(
+                        c, v, layer, qd.data(), m + t,
+                        kvir::reference::ShiftMode::Fused, fused.data()),
+                    KVRT_OK);
+          ASSERT_EQ(kvir::reference::attention(
+                        c, v, layer, qd.data(), m + t,
+                        kvir::reference::ShiftMode::Materialized, mat.data()),
+                    KVRT_OK);
+          for (int32_t i = 0; i < c.dim; ++i) {
+            EXPECT_NEAR(out[t * c.dim + i], fused[i], 1e-5)
+                << "m " << m + t << " dim " << i;
+            EXPECT_NEAR(out[t * c.dim + i], mat[i], 1e-5)
+                << "m " << m + t << " dim " << i;
+          }
+        }
       }
     }
   }
 }
 
-TEST(CpuBackendTest, MaterializeKernelEqualsFusedShift) {
+TEST(CpuBackendTest, MaterializeEqualsFusedShift) {
   const kvrt_model *model = gqaHalfModel();
   kvrt_model_config c;
   ASSERT_EQ(kvrt_model_get_config(model, &c), KVRT_OK);
   PoolPtr pool = poolFor(model, 512, 6);
-  ViewPtr view = multiRunView(model, pool.get(), refPrefill);
-  std::shared_ptr<const kvir::cpu::CpuKernels> kernels;
-  ASSERT_EQ(kvir::cpu::compileCpuKernels(c, &kernels), KVRT_OK);
-  kvir::cpu::RunTable table;
-  ASSERT_EQ(kvir::cpu::buildRunTable(view.get(), &table), KVRT_OK);
-  // Rewrite every run into pages of a second pool: K rotated by Δ.
-  PoolPtr target = poolFor(model, 512, 6);
-  std::vector<int32_t> targetPages(table.pages.size());
-  ASSERT_EQ(kvrt_pool_alloc_pages(target.get(), targetPages.size(),
-                                  targetPages.data()),
-            KVRT_OK);
-  kvrt_page_layout src, dst;
-  ASSERT_EQ(kvrt_pool_get_layout(pool.get(), &src), KVRT_OK);
-  ASSERT_EQ(kvrt_pool_get_layout(target.get(), &dst), KVRT_OK);
-  auto srcRef =
-      kvir::cpu::memref1D(src.base, src.capacity_pages * src.page_stride);
-  auto dstRef =
-      kvir::cpu::memref1D(dst.base, dst.capacity_pages * dst.page_stride);
-  auto pages = table.pagesRef();
-  auto runs = table.rowsRef();
-  auto dstPages =
-      kvir::cpu::memref1D(targetPages.data(), int64_t(targetPages.size()));
-  kernels->materialize(&srcRef, &pages, &runs, &dstRef, &dstPages,
-                       src.page_tokens);
-  // The same runs over the rewritten pages, offset folded into the position.
-  kvir::cpu::RunTable materialized;
-  for (int64_t r = 0; r < table.numRuns(); ++r) {
-    const int64_t *row = &table.rows[r * kvir::cpu::kRunWidth];
-    int64_t nPages =
-        (r + 1 < table.numRuns() ? table.rows[(r + 1) * kvir::cpu::kRunWidth]
-                                 : int64_t(table.pages.size())) -
-        row[kvir::cpu::kRunPageOffset];
-    materialized.append(
-        &targetPages[row[kvir::cpu::kRunPageOffset]], nPages,
-        row[kvir::cpu::kRunSlotBegin], row[kvir::cpu::kRunTokens],
-        row[kvir::cpu::kRunBasePos] + row[kvir::cpu::kRunDelta], 0);
+  // Moved by 20 so that no key lands before position 0 (the run shifted by
+  // -12 would), which a rewrite at the effective position cannot store.
+  ViewPtr view = shifted(multiRunView(model, pool.get(), refPrefill).get(), 20);
+  kvrt_view *raw = nullptr;
+  ASSERT_EQ(cpuBackend().materialize(forwardOf(model), model, view.get(), &raw),
+            KVRT_OK)
+      << kvrt_last_error();
+  ViewPtr physical(raw);
+  ASSERT_EQ(kvrt_view_num_runs(physical.get()), kvrt_view_num_runs(view.get()));
+  for (int64_t r = 0; r < kvrt_view_num_runs(view.get()); ++r) {
+    kvrt_run before, after;
+    ASSERT_EQ(kvrt_view_get_run(view.get(), r, &before), KVRT_OK);
+    ASSERT_EQ(kvrt_view_get_run(physical.get(), r, &after), KVRT_OK);
+    EXPECT_EQ(after.delta, 0);
+    EXPECT_EQ(after.base_pos, before.base_pos + before.delta);
+    EXPECT_EQ(after.n_tokens, before.n_tokens);
+    EXPECT_NE(after.pages[0], before.pages[0]) << "run " << r;
   }
+  // The oracle's materialized rewrite of the same view agrees.
+  raw = nullptr;
+  ASSERT_EQ(kvir::reference::materialize(model, view.get(), &raw), KVRT_OK);
+  ViewPtr oracle(raw);
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (int64_t m : {10, 45, 80}) {
-    std::vector<float> q(c.dim), fused(c.dim), mat(c.dim);
+  for (int64_t m : {30, 65, 100}) {
+    std::vector<float> q(c.dim), fused, mat, ref;
     for (float &x : q)
       x = uniform(rng);
-    auto qRef = kvir::cpu::memref1D(q.data(), c.dim);
-    auto fRef = kvir::cpu::memref1D(fused.data(), c.dim);
-    auto mRef = kvir::cpu::memref1D(mat.data(), c.dim);
-    auto mPages = materialized.pagesRef();
-    auto mRuns = materialized.rowsRef();
-    kernels->attention(&qRef, 1, m, &srcRef, &pages, &runs, 1, src.page_tokens,
-                       &fRef);
-    kernels->attention(&qRef, 1, m, &dstRef, &mPages, &mRuns, 1,
-                       dst.page_tokens, &mRef);
+    kvir::Forward forward = forwardOf(model);
+    ASSERT_EQ(cpuBackend().attention(forward, model, view.get(), q.data(), 1, m,
+                                     1, &fused),
+              KVRT_OK);
+    ASSERT_EQ(cpuBackend().attention(forward, model, physical.get(), q.data(),
+                                     1, m, 1, &mat),
+              KVRT_OK);
+    ASSERT_EQ(cpuBackend().attention(forward, model, oracle.get(), q.data(), 1,
+                                     m, 1, &ref),
+              KVRT_OK);
     EXPECT_LT(maxDiff(fused, mat), 1e-5) << "m " << m;
+    EXPECT_LT(maxDiff(ref, mat), 1e-5) << "m " << m;
   }
-  for (int32_t page : targetPages)
-    kvrt_pool_release_page(target.get(), page);
 }
 
 //===----------------------------------------------------------------------===//
@@ -405,9 +400,9 @@ TEST(CpuBackendTest, LayerKVMatchesTheOraclesStoredKV) {
     for (int32_t layer = 0; layer < config.n_layers; ++layer) {
       std::vector<float> kRef, vRef, k, v;
       lastRunKV(ref.view.get(), layer, kRef, vRef);
-      ASSERT_EQ(cpuBackend(model).layerKV(model, before.view.get(),
-                                          tokens.data(), tokens.size(), 10,
-                                          layer, &k, &v),
+      ASSERT_EQ(cpuBackend().layerKV(forwardOf(model), model, before.view.get(),
+                                     tokens.data(), tokens.size(), 10, layer,
+                                     &k, &v),
                 KVRT_OK)
           << kvrt_last_error();
       EXPECT_LT(maxDiff(k, kRef), 1e-5) << "layer " << layer;
@@ -425,20 +420,28 @@ TEST(CpuBackendTest, ErrorsLeaveTheViewAndPoolIntact) {
   Prefilled first = cpuPrefill(model, empty.get(), {1, 2, 3}, 0);
   kvrt_pool_stats before;
   ASSERT_EQ(kvrt_pool_get_stats(pool.get(), &before), KVRT_OK);
-  ComputeBackend &backend = cpuBackend(model);
+  ComputeBackend &backend = cpuBackend();
+  kvir::Forward forward = forwardOf(model);
   std::vector<float> logits;
   kvrt_view *out = nullptr;
   std::vector<int32_t> bad = {1, 64};
-  EXPECT_EQ(backend.prefill(model, first.view.get(), bad.data(), bad.size(), 3,
-                            nullptr, false, &logits, &out),
+  EXPECT_EQ(backend.prefill(forward, model, first.view.get(), bad.data(),
+                            bad.size(), 3, nullptr, false, &logits, &out),
             KVRT_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kvrt_last_error()).find("outside the vocabulary"),
             std::string::npos)
       << kvrt_last_error();
   std::vector<int32_t> many(40, 1); // 3 pages, 2 free
-  EXPECT_EQ(backend.prefill(model, first.view.get(), many.data(), many.size(),
-                            3, nullptr, false, &logits, &out),
+  EXPECT_EQ(backend.prefill(forward, model, first.view.get(), many.data(),
+                            many.size(), 3, nullptr, false, &logits, &out),
             KVRT_ERR_POOL_EXHAUSTED);
+  // The forward of another config is refused before anything is done.
+  EXPECT_EQ(backend.prefill(forwardOf(mqaModel()), model, first.view.get(),
+                            many.data(), 1, 3, nullptr, false, &logits, &out),
+            KVRT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvrt_last_error()).find("was compiled for"),
+            std::string::npos)
+      << kvrt_last_error();
   EXPECT_EQ(out, nullptr);
   kvrt_pool_stats after;
   ASSERT_EQ(kvrt_pool_get_stats(pool.get(), &after), KVRT_OK);
@@ -446,21 +449,28 @@ TEST(CpuBackendTest, ErrorsLeaveTheViewAndPoolIntact) {
   EXPECT_EQ(kvrt_view_num_tokens(first.view.get()), 3);
 }
 
-TEST(CpuBackendTest, KernelSourcesAreUpstreamThenLLVM) {
+TEST(CpuBackendTest, ForwardSourcesAreUpstreamThenLLVM) {
   kvrt_model_config c = smallConfig(KVRT_ROPE_HALF);
   std::string source, lowered;
-  ASSERT_EQ(kvir::cpu::getCpuKernelsSource(c, false, &source), KVRT_OK);
-  ASSERT_EQ(kvir::cpu::getCpuKernelsSource(c, true, &lowered), KVRT_OK);
-  EXPECT_NE(source.find("func.func @kv_prefill"), std::string::npos);
+  using kvir::compiler::Target;
+  ASSERT_EQ(kvir::compiler::getForwardSource(c, Target::Cpu, false, &source),
+            KVRT_OK)
+      << kvrt_last_error();
+  ASSERT_EQ(kvir::compiler::getForwardSource(c, Target::Cpu, true, &lowered),
+            KVRT_OK)
+      << kvrt_last_error();
+  std::string prefix = kvir::forwardPrefix(c, KVRT_KV_F32);
+  EXPECT_NE(source.find("func.func @" + prefix + "_prefill(%arg0: !llvm.ptr)"),
+            std::string::npos);
   EXPECT_NE(source.find("math.cos"), std::string::npos);
   EXPECT_EQ(lowered.find("scf.for"), std::string::npos);
-  EXPECT_NE(lowered.find("llvm.func @_mlir_ciface_kv_prefill"),
+  EXPECT_NE(lowered.find("llvm.func @" + prefix + "_prefill"),
             std::string::npos);
-  c.dim = 50; // head size 12.5: not a valid config for the generator
-  std::shared_ptr<const kvir::cpu::CpuKernels> kernels;
-  EXPECT_EQ(kvir::cpu::compileCpuKernels(c, &kernels),
+  c.dim = 50; // head size 12.5: not a valid config
+  kvir::Forward forward;
+  EXPECT_EQ(kvir::compiler::compileForward(c, Target::Cpu, &forward),
             KVRT_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(kvrt_last_error()).find("do not divide"),
+  EXPECT_NE(std::string(kvrt_last_error()).find("is not divisible"),
             std::string::npos)
       << kvrt_last_error();
 }

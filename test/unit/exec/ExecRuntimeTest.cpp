@@ -9,6 +9,7 @@
 
 #include "runtime/exec/ExecRuntime.h"
 #include "runtime/core/ComputeBackend.h"
+#include "runtime/cpu/CpuBackend.h"
 #include "runtime/reference/Reference.h"
 #include "test/unit/TestSupport.h"
 
@@ -44,8 +45,7 @@ protected:
     ASSERT_EQ(kvrt_pool_create(&poolConfig, &p), KVRT_OK);
     pool.reset(p);
     backend = createReferenceBackend();
-    ctx.reset(createExecContext(*backend, model.get(), pool.get(),
-                                &reference::materialize));
+    ctx.reset(createExecContext(*backend, model.get(), pool.get()));
     ASSERT_TRUE(ctx);
   }
 
@@ -62,9 +62,9 @@ protected:
   kvrt_view *prefill(kvrt_view *view, const std::vector<int32_t> &values,
                      const char *label, kvrt_exec_logits **logits = nullptr) {
     kvrt_view *result = nullptr;
-    kvrt_exec_logits *l =
-        kvrt_exec_prefill(ctx.get(), 1, model.get(), &view, nullptr, 1,
-                          tokens(values), 0, 0, label, 0, -1, &result);
+    kvrt_exec_logits *l = kvrt_exec_prefill(
+        ctx.get(), 1, nullptr, nullptr, model.get(), &view, nullptr, 1,
+        tokens(values), 0, 0, label, 0, -1, &result);
     if (logits)
       *logits = l;
     return result;
@@ -94,8 +94,8 @@ TEST_F(ExecRuntimeTest, PrefillMatchesTheBackend) {
   std::vector<float> expected;
   kvrt_view *direct = nullptr;
   std::vector<int32_t> values = ids(6);
-  ASSERT_EQ(backend->prefill(model.get(), empty, values.data(), 6, 0, "a",
-                             false, &expected, &direct),
+  ASSERT_EQ(backend->prefill(Forward(), model.get(), empty, values.data(), 6, 0,
+                             "a", false, &expected, &direct),
             KVRT_OK);
   kvrt_view_release(direct);
   const float *data = kvrt_exec_logits_data(logits);
@@ -153,8 +153,8 @@ TEST_F(ExecRuntimeTest, PlanAccountingAndViewOps) {
 TEST_F(ExecRuntimeTest, SelectiveRecomputeCountsTheRepair) {
   kvrt_view *view = prefill(kvrt_exec_empty(ctx.get(), 0), ids(4), "a");
   view = prefill(view, ids(8, 30), "b");
-  kvrt_view *repaired = kvrt_exec_selective_recompute(ctx.get(), 7, model.get(),
-                                                      view, 4, 12, 0.25);
+  kvrt_view *repaired = kvrt_exec_selective_recompute(
+      ctx.get(), 7, nullptr, nullptr, model.get(), view, 4, 12, 0.25);
   ASSERT_NE(repaired, nullptr) << kvrt_exec_error_message(ctx.get());
   EXPECT_EQ(kvrt_exec_length(ctx.get(), repaired), 12);
   ASSERT_EQ(kvrt_exec_num_repairs(ctx.get()), 1);
@@ -225,9 +225,15 @@ TEST_F(ExecRuntimeTest, ErrorsNameTheProblem) {
   expectError(
       [&] {
         kvrt_view *view = prefill(kvrt_exec_empty(ctx.get(), 0), ids(3), "a");
-        kvrt_exec_materialize(ctx.get(), 0, model.get(), view);
+        std::vector<float> q(2 * 3 * 7);
+        kvrt_exec_tensor *query =
+            kvrt_exec_tensor_create(ctx.get(), q.data(), 2, 3, 7);
+        kvrt_exec_attention(ctx.get(), 0, nullptr, nullptr, model.get(), query,
+                            &view, nullptr, 1, 0, 3, -1);
       },
-      "kv.materialize is implemented by the reference backend only");
+      "attention: the query is 2 x 3 x 7, the model needs n x " +
+          std::to_string(config.n_heads) + " x " +
+          std::to_string(config.dim / config.n_heads));
   expectError(
       [&] {
         for (int i = 0; i <= KVRT_EXEC_MAX_CALL_DEPTH; ++i)
@@ -238,12 +244,88 @@ TEST_F(ExecRuntimeTest, ErrorsNameTheProblem) {
       [&] {
         kvrt_view *empty = kvrt_exec_empty(ctx.get(), 0);
         kvrt_view *result = nullptr;
-        kvrt_exec_prefill(ctx.get(), 0, model.get(), &empty, nullptr, 1,
-                          tokens(ids(3)), 0, 0, nullptr, 1, 3, &result);
+        kvrt_exec_prefill(ctx.get(), 0, nullptr, nullptr, model.get(), &empty,
+                          nullptr, 1, tokens(ids(3)), 0, 0, nullptr, 1, 3,
+                          &result);
       },
       "the logits type expects 3 rows, the prefill computed 1");
   expectError([&] { kvrt_exec_tokens_empty(ctx.get(), 0, 5); },
               "tensor.empty of 5 tokens has undefined contents");
+}
+
+TEST_F(ExecRuntimeTest, AttentionAndMaterializeRunOnTheBackend) {
+  // Two runs, the second shifted: attention through the exec ABI equals the
+  // oracle's fused attention, and materialize gives the same attention with
+  // every offset folded into the keys.
+  kvrt_view *a = prefill(kvrt_exec_empty(ctx.get(), 0), ids(5), "a");
+  kvrt_view *b = prefill(kvrt_exec_empty(ctx.get(), 0), ids(6, 20), "b");
+  kvrt_view *views[2] = {a, b};
+  int64_t offsets[2] = {0, 5};
+  int64_t heads = config.n_heads, headSize = config.dim / config.n_heads;
+  std::vector<float> q(2 * heads * headSize);
+  for (size_t i = 0; i < q.size(); ++i)
+    q[i] = float(int(i % 11) - 5) * 0.1f;
+  kvrt_exec_tensor *query =
+      kvrt_exec_tensor_create(ctx.get(), q.data(), 2, heads, headSize);
+  kvrt_exec_tensor *out =
+      kvrt_exec_attention(ctx.get(), 3, nullptr, nullptr, model.get(), query,
+                          views, offsets, 2, 1, 9, -1);
+  ASSERT_NE(out, nullptr) << kvrt_exec_error_message(ctx.get());
+  EXPECT_EQ(kvrt_exec_tensor_size(out, 0), 2);
+  EXPECT_EQ(kvrt_exec_tensor_dim(ctx.get(), 4, out, 1), heads);
+
+  kvrt_view *shifted = kvrt_exec_rope_shift(ctx.get(), 5, b, 5);
+  kvrt_view *pair[2] = {a, shifted};
+  kvrt_view *joined = kvrt_exec_concat(ctx.get(), 6, pair, 2);
+  for (int64_t t = 0; t < 2; ++t) {
+    std::vector<double> qd(q.begin() + t * heads * headSize,
+                           q.begin() + (t + 1) * heads * headSize);
+    std::vector<double> expected(heads * headSize);
+    ASSERT_EQ(reference::attention(config, joined, 1, qd.data(), 9 + t,
+                                   reference::ShiftMode::Fused,
+                                   expected.data()),
+              KVRT_OK);
+    for (int64_t i = 0; i < heads * headSize; ++i)
+      EXPECT_FLOAT_EQ(kvrt_exec_tensor_data(out)[t * heads * headSize + i],
+                      float(expected[i]));
+  }
+
+  kvrt_view *physical = kvrt_exec_materialize(ctx.get(), 7, nullptr, nullptr,
+                                              model.get(), joined);
+  ASSERT_NE(physical, nullptr) << kvrt_exec_error_message(ctx.get());
+  kvrt_run run;
+  ASSERT_EQ(kvrt_view_get_run(physical, 1, &run), KVRT_OK);
+  EXPECT_EQ(run.delta, 0);
+  EXPECT_EQ(run.base_pos, 5);
+  kvrt_exec_tensor *again =
+      kvrt_exec_attention(ctx.get(), 8, nullptr, nullptr, model.get(), query,
+                          &physical, nullptr, 1, 1, 9, 2);
+  ASSERT_NE(again, nullptr) << kvrt_exec_error_message(ctx.get());
+  for (int64_t i = 0; i < 2 * heads * headSize; ++i)
+    EXPECT_NEAR(kvrt_exec_tensor_data(again)[i], kvrt_exec_tensor_data(out)[i],
+                1e-5);
+}
+
+TEST_F(ExecRuntimeTest, GeneratedBackendsNeedTheForward) {
+  // A backend that runs generated code refuses a call without the forward
+  // of the model's config, and leaves the view as it was.
+  std::unique_ptr<ComputeBackend> cpu = cpu::createCpuBackend();
+  ContextPtr cpuCtx(createExecContext(*cpu, model.get(), pool.get()));
+  kvrt_view *empty = kvrt_exec_empty(cpuCtx.get(), 0);
+  std::vector<int32_t> values = ids(3);
+  kvrt_exec_tokens *t =
+      kvrt_exec_tokens_constant(cpuCtx.get(), 0, values.data(), 3);
+  kvrt_view *result = nullptr;
+  EXPECT_EQ(kvrt_exec_prefill(cpuCtx.get(), 9, nullptr, nullptr, model.get(),
+                              &empty, nullptr, 1, t, 0, 0, nullptr, 0, -1,
+                              &result),
+            nullptr);
+  EXPECT_EQ(kvrt_exec_error_site(cpuCtx.get()), 9);
+  std::string message = kvrt_exec_error_message(cpuCtx.get());
+  EXPECT_NE(message.find("no generated forward for the model"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(kvrt_view_num_tokens(empty), 0);
 }
 
 TEST_F(ExecRuntimeTest, SymbolsListEveryEntryPoint) {

@@ -1,13 +1,16 @@
-//===- ProgramRunnerTest.cpp - kv programs vs the oracle --------*- C++ -*-===//
+//===- ProgramTest.cpp - Compiled kv programs vs the oracle -----*- C++ -*-===//
 //
-// Executes the examples through ProgramRunner (kv-optimize, then the
-// interpreter over the reference backend) and checks the answers against
-// the same computation done by hand with kvrt view ops and the oracle.
+// Compiles the examples the way kv-run does (kv-optimize, kv-lower-to-cpu,
+// the JIT), runs their entry over the reference backend and checks the
+// answers against the same computation done by hand with kvrt view ops and
+// the oracle; and runs them on the generated CPU forward against that.
 //
 //===----------------------------------------------------------------------===//
 
-#include "tools/kv-run/ProgramRunner.h"
+#include "tools/compiler/Compiler.h"
 
+#include "runtime/cpu/CpuBackend.h"
+#include "runtime/exec/Session.h"
 #include "runtime/reference/Reference.h"
 #include "test/unit/TestSupport.h"
 
@@ -15,10 +18,13 @@
 #include "mlir/IR/MLIRContext.h"
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 using namespace kvir::test;
-using namespace kvir::run;
+using namespace kvir::exec;
+
+using Inputs = std::map<std::string, std::vector<int32_t>>;
 
 namespace {
 
@@ -51,15 +57,16 @@ ModelPtr examplesModel() {
 
 struct Harness {
   ModelPtr model = examplesModel();
+  kvrt_model_config config = configOf(model.get());
   PoolPtr pool = poolFor(model.get(), 4096, 16);
   std::unique_ptr<kvir::ComputeBackend> backend =
       kvir::createReferenceBackend();
   mlir::MLIRContext context;
   std::string diagnostics;
   std::unique_ptr<mlir::ScopedDiagnosticHandler> handler;
+  RunOutcome outcome;
 
   Harness() : context(registry()) {
-    context.loadAllAvailableDialects();
     handler = std::make_unique<mlir::ScopedDiagnosticHandler>(
         &context, [this](mlir::Diagnostic &d) {
           diagnostics += d.str() + "\n";
@@ -68,24 +75,51 @@ struct Harness {
   }
   static mlir::DialectRegistry registry() {
     mlir::DialectRegistry r;
-    ProgramRunner::registerDialects(r);
+    kvir::compiler::registerDialects(r);
     return r;
   }
+  static kvrt_model_config configOf(const kvrt_model *m) {
+    kvrt_model_config c;
+    kvrt_model_get_config(m, &c);
+    return c;
+  }
 
-  /// Runs `text`'s @main with `inputs` (by name); returns the results.
-  std::vector<RuntimeValue>
-  run(ProgramRunner &runner, const std::string &text,
-      const llvm::StringMap<std::vector<int32_t>> &inputs) {
-    EXPECT_TRUE(mlir::succeeded(runner.loadString(text))) << diagnostics;
-    auto entry = runner.lookupEntry("main");
-    EXPECT_TRUE(mlir::succeeded(entry)) << diagnostics;
+  /// Compiles `text`'s @main; nothing on a diagnostic.
+  mlir::FailureOr<kvir::compiler::CompiledProgram>
+  compile(const std::string &text) {
+    mlir::OwningOpRef<mlir::ModuleOp> planned =
+        kvir::compiler::parseProgram(context, text);
+    if (!planned)
+      return mlir::failure();
+    kvir::compiler::LowerOptions options;
+    options.exportModel = config;
+    return kvir::compiler::compileProgram(std::move(planned), "main", options);
+  }
+
+  /// Runs `text`'s @main with `inputs` (by name) on `on` (the reference
+  /// backend by default); returns the results.
+  std::vector<Value> run(const std::string &text, const Inputs &inputs,
+                         kvir::ComputeBackend *on = nullptr) {
+    auto program = compile(text);
+    EXPECT_TRUE(mlir::succeeded(program)) << diagnostics;
+    if (mlir::failed(program))
+      return {};
     InputOptions options;
-    options.given = inputs;
-    auto args = runner.bindArguments(*entry, options);
-    EXPECT_TRUE(mlir::succeeded(args)) << diagnostics;
-    auto results = runner.run(*entry, *args);
-    EXPECT_TRUE(mlir::succeeded(results)) << diagnostics;
-    return succeeded(results) ? *results : std::vector<RuntimeValue>{};
+    for (const auto &[name, tokens] : inputs) {
+      std::string text;
+      for (int32_t t : tokens)
+        text += std::to_string(t) + " ";
+      options.given[name] = {text, name};
+    }
+    std::vector<Value> args;
+    std::string error;
+    EXPECT_TRUE(bindArguments(program->manifest, config, options, args,
+                              nullptr, error))
+        << error;
+    outcome = runEntry(program->entry, program->manifest,
+                       on ? *on : *backend, model.get(), pool.get(), args);
+    EXPECT_FALSE(outcome.failed) << outcome.message;
+    return outcome.results;
   }
 
   ViewPtr prefill(const kvrt_view *view, const std::vector<int32_t> &tokens,
@@ -113,8 +147,8 @@ struct Harness {
 
 /// The agent-edit inputs: the segment sizes of the example, a 12-token city
 /// replaced by a 16-token one (so @tools moves by 4).
-llvm::StringMap<std::vector<int32_t>> agentInputs() {
-  llvm::StringMap<std::vector<int32_t>> in;
+Inputs agentInputs() {
+  Inputs in;
   in["system"] = tokensOf(1, 48);
   in["history"] = tokensOf(2, 200);
   in["city"] = tokensOf(3, 12);
@@ -137,15 +171,13 @@ std::string withStrategy(std::string text, const std::string &strategy) {
 // prefill of the edited context. Tolerance 1e-5: same kernels and positions;
 // only the grouping of runs in the online-softmax merge differs (double
 // accumulation, so the float results differ by at most an ulp or two).
-TEST(ProgramRunnerTest, ExactEditEqualsFullPrefill) {
+TEST(ProgramTest, ExactEditEqualsFullPrefill) {
   Harness h;
-  ProgramRunner runner(h.context, *h.backend, h.model.get(), h.pool.get());
   auto inputs = agentInputs();
-  auto results = h.run(
-      runner, withStrategy(readSource("examples/agent-edit.mlir"), "exact"),
+  auto results = h.run(withStrategy(readSource("examples/agent-edit.mlir"), "exact"),
       inputs);
   ASSERT_EQ(results.size(), 1u);
-  const Logits &answer = *results[0].logits;
+  const kvir::exec::Logits &answer = *results[0].logits;
   ASSERT_EQ(answer.rows, 8);
 
   std::vector<int32_t> final;
@@ -158,19 +190,18 @@ TEST(ProgramRunnerTest, ExactEditEqualsFullPrefill) {
   const float *tail = full.data() + (final.size() - 8) * 512;
   EXPECT_LT(maxAbsDiff(answer.data.data(), tail, 8 * 512), 1e-5);
   // Plan: new @city, @tools, @think1, @think2, @answer.
-  EXPECT_EQ(runner.planStats().prefillTokens, 16 + 120 + 32 + 32 + 8);
-  EXPECT_EQ(runner.setupStats().prefillTokens, 452);
+  EXPECT_EQ(h.outcome.plan.prefillTokens, 16 + 120 + 32 + 32 + 8);
+  EXPECT_EQ(h.outcome.setup.prefillTokens, 452);
 }
 
 // cot_slice equals the plan done by hand: keep @system/@history, prefill the
 // new city, reuse @tools shifted by +4, recompute the thoughts and answer.
-TEST(ProgramRunnerTest, CotSliceEqualsHandPlan) {
+TEST(ProgramTest, CotSliceEqualsHandPlan) {
   Harness h;
-  ProgramRunner runner(h.context, *h.backend, h.model.get(), h.pool.get());
   auto in = agentInputs();
-  auto results = h.run(runner, readSource("examples/agent-edit.mlir"), in);
+  auto results = h.run(readSource("examples/agent-edit.mlir"), in);
   ASSERT_EQ(results.size(), 1u);
-  const Logits &answer = *results[0].logits;
+  const kvir::exec::Logits &answer = *results[0].logits;
 
   ViewPtr empty = emptyView(h.pool.get());
   ViewPtr prefix = h.prefill(empty.get(), in["system"], 0);
@@ -190,23 +221,22 @@ TEST(ProgramRunnerTest, CotSliceEqualsHandPlan) {
   ASSERT_EQ(answer.data.size(), expected.size());
   EXPECT_LT(maxAbsDiff(answer.data.data(), expected.data(), expected.size()),
             1e-4);
-  EXPECT_EQ(runner.planStats().prefillTokens, 16 + 32 + 32 + 8);
+  EXPECT_EQ(h.outcome.plan.prefillTokens, 16 + 32 + 32 + 8);
 }
 
 // compose equals the plan by hand: blocks prefilled at 0, appended shifted
 // after the system prompt, the question prefilled over all of it.
-TEST(ProgramRunnerTest, ComposeEqualsHandPlan) {
+TEST(ProgramTest, ComposeEqualsHandPlan) {
   Harness h;
-  ProgramRunner runner(h.context, *h.backend, h.model.get(), h.pool.get());
-  llvm::StringMap<std::vector<int32_t>> in;
+  Inputs in;
   in["system"] = tokensOf(11, 64);
   in["search"] = tokensOf(12, 40);
   in["calendar"] = tokensOf(13, 33);
   in["email"] = tokensOf(14, 50);
   in["question"] = tokensOf(15, 24);
-  auto results = h.run(runner, readSource("examples/compose-skills.mlir"), in);
+  auto results = h.run(readSource("examples/compose-skills.mlir"), in);
   ASSERT_EQ(results.size(), 1u);
-  const Logits &answer = *results[0].logits;
+  const kvir::exec::Logits &answer = *results[0].logits;
   ASSERT_EQ(answer.rows, 24);
 
   ViewPtr empty = emptyView(h.pool.get());
@@ -222,45 +252,86 @@ TEST(ProgramRunnerTest, ComposeEqualsHandPlan) {
   ASSERT_EQ(answer.data.size(), expected.size());
   EXPECT_LT(maxAbsDiff(answer.data.data(), expected.data(), expected.size()),
             1e-4);
-  EXPECT_EQ(runner.planStats().prefillTokens, 24);
-  EXPECT_EQ(runner.setupStats().prefillTokens, 64 + 40 + 33 + 50);
+  EXPECT_EQ(h.outcome.plan.prefillTokens, 24);
+  EXPECT_EQ(h.outcome.setup.prefillTokens, 64 + 40 + 33 + 50);
 }
 
 // A fraction repair runs the selective recompute on the reused @tools.
-TEST(ProgramRunnerTest, FractionRepairRecomputesItsShare) {
+TEST(ProgramTest, FractionRepairRecomputesItsShare) {
   Harness h;
-  ProgramRunner runner(h.context, *h.backend, h.model.get(), h.pool.get());
-  auto results = h.run(runner,
-                       withStrategy(readSource("examples/agent-edit.mlir"),
+  auto results = h.run(                       withStrategy(readSource("examples/agent-edit.mlir"),
                                     "cot_slice, fraction = 0.15"),
                        agentInputs());
   ASSERT_EQ(results.size(), 1u);
-  ASSERT_EQ(runner.repairs().size(), 1u);
-  EXPECT_EQ(runner.repairs()[0], std::make_pair(int64_t(120), int64_t(18)));
-  EXPECT_EQ(runner.planStats().prefillTokens, 16 + 18 + 32 + 32 + 8);
-  EXPECT_EQ(runner.planStats().scanTokens, 120);
+  ASSERT_EQ(h.outcome.repairs.size(), 1u);
+  EXPECT_EQ(h.outcome.repairs[0], std::make_pair(int64_t(120), int64_t(18)));
+  EXPECT_EQ(h.outcome.plan.prefillTokens, 16 + 18 + 32 + 32 + 8);
+  EXPECT_EQ(h.outcome.plan.scanTokens, 120);
 }
 
-// A failing step reports the op and leaves the runner usable.
-TEST(ProgramRunnerTest, DiagnosticsNameTheOp) {
+// The generated CPU forward gives the oracle's answer for the same plan.
+TEST(ProgramTest, GeneratedForwardMatchesTheOracle) {
   Harness h;
-  ProgramRunner runner(h.context, *h.backend, h.model.get(), h.pool.get());
-  auto in = agentInputs();
-  in["arg8"] = {600};
-  ASSERT_TRUE(mlir::succeeded(
-      runner.loadString(readSource("examples/agent-edit.mlir"))));
-  auto entry = runner.lookupEntry("main");
-  ASSERT_TRUE(mlir::succeeded(entry));
-  InputOptions options;
-  options.given = in;
-  EXPECT_TRUE(mlir::failed(runner.bindArguments(*entry, options)));
-  EXPECT_NE(h.diagnostics.find("token 600 at index 0"), std::string::npos)
-      << h.diagnostics;
-  EXPECT_TRUE(mlir::failed(runner.lookupEntry("nope")));
-  EXPECT_NE(h.diagnostics.find("no function @nope"), std::string::npos);
+  std::string text = readSource("examples/agent-edit.mlir");
+  auto reference = h.run(text, agentInputs());
+  std::unique_ptr<kvir::ComputeBackend> cpu = kvir::cpu::createCpuBackend();
+  auto generated = h.run(text, agentInputs(), cpu.get());
+  ASSERT_EQ(reference.size(), 1u);
+  ASSERT_EQ(generated.size(), 1u);
+  const kvir::exec::Logits &a = *reference[0].logits, &b = *generated[0].logits;
+  ASSERT_EQ(a.data.size(), b.data.size());
+  EXPECT_LT(maxAbsDiff(a.data.data(), b.data.data(), a.data.size()), 1e-4);
 }
 
-TEST(ProgramRunnerTest, FidelityMetrics) {
+// Bad inputs and entries are diagnostics naming the problem.
+TEST(ProgramTest, DiagnosticsNameTheProblem) {
+  Harness h;
+  auto program = h.compile(readSource("examples/agent-edit.mlir"));
+  ASSERT_TRUE(mlir::succeeded(program)) << h.diagnostics;
+  Inputs in = agentInputs();
+  in["arg8"] = {600};
+  InputOptions options;
+  for (const auto &[name, tokens] : in) {
+    std::string text;
+    for (int32_t t : tokens)
+      text += std::to_string(t) + " ";
+    options.given[name] = {text, name};
+  }
+  std::vector<Value> args;
+  std::string error;
+  EXPECT_FALSE(bindArguments(program->manifest, h.config, options, args,
+                             nullptr, error));
+  EXPECT_NE(error.find("token 600 at index 0"), std::string::npos) << error;
+  mlir::OwningOpRef<mlir::ModuleOp> planned = kvir::compiler::parseProgram(
+      h.context, readSource("examples/agent-edit.mlir"));
+  ASSERT_TRUE(planned);
+  EXPECT_TRUE(mlir::failed(kvir::compiler::lookupEntry(*planned, "nope")));
+  EXPECT_NE(h.diagnostics.find("no public function @nope"), std::string::npos)
+      << h.diagnostics;
+}
+
+// The manifest round-trips through its text form.
+TEST(ProgramTest, ManifestRoundTrips) {
+  Harness h;
+  auto program = h.compile(readSource("examples/agent-edit.mlir"));
+  ASSERT_TRUE(mlir::succeeded(program)) << h.diagnostics;
+  EntryManifest parsed;
+  std::string error;
+  ASSERT_TRUE(
+      EntryManifest::parse(program->manifest.serialize(), parsed, error))
+      << error;
+  EXPECT_EQ(parsed.serialize(), program->manifest.serialize());
+  EXPECT_EQ(parsed.args.size(), 9u);
+  EXPECT_EQ(parsed.args[0].kind, ValueKind::Model);
+  EXPECT_EQ(parsed.args[3].name, "city");
+  EXPECT_FALSE(parsed.sites.empty());
+  std::string truncated = program->manifest.serialize();
+  truncated.resize(truncated.size() / 2);
+  EXPECT_FALSE(EntryManifest::parse(truncated, parsed, error));
+  EXPECT_NE(error.find("truncated"), std::string::npos) << error;
+}
+
+TEST(ProgramTest, FidelityMetrics) {
   std::vector<float> a = {1, 2, 3, 0, 0, 1}, b = {1, 2, 3, 0, 1, 0};
   Fidelity f = compareLogits(a.data(), b.data(), 2, 3);
   EXPECT_EQ(f.rows, 2);

@@ -1,0 +1,439 @@
+//===- BuildForward.cpp - The model forward, described once -----*- C++ -*-===//
+
+#include "passes/Conversion/Forward/BuildForward.h"
+#include "dialects/KV/KVDialect.h"
+#include "dialects/KV/KVOps.h"
+#include "runtime/core/ForwardABI.h"
+#include "runtime/core/ModelConfig.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace mlir::kv;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// The argument structs of runtime/core/ForwardABI.def
+//===----------------------------------------------------------------------===//
+
+enum class FieldKind { F32, I32, RUNS, TILES, I64 };
+
+struct Field {
+  const char *name;
+  FieldKind kind;
+};
+
+#define KVRT_FORWARD_FIELD(entry, name, kind) KVIR_FIELD_##entry(name, kind)
+#define KVIR_FIELD_PREFILL(name, kind) {#name, FieldKind::kind},
+#define KVIR_FIELD_ATTENTION(name, kind)
+#define KVIR_FIELD_MATERIALIZE(name, kind)
+constexpr Field kPrefillFields[] = {
+#include "runtime/core/ForwardABI.def"
+};
+#undef KVIR_FIELD_PREFILL
+#undef KVIR_FIELD_ATTENTION
+#define KVRT_FORWARD_FIELD(entry, name, kind) KVIR_FIELD_##entry(name, kind)
+#define KVIR_FIELD_PREFILL(name, kind)
+#define KVIR_FIELD_ATTENTION(name, kind) {#name, FieldKind::kind},
+constexpr Field kAttentionFields[] = {
+#include "runtime/core/ForwardABI.def"
+};
+#undef KVIR_FIELD_ATTENTION
+#undef KVIR_FIELD_MATERIALIZE
+#define KVRT_FORWARD_FIELD(entry, name, kind) KVIR_FIELD_##entry(name, kind)
+#define KVIR_FIELD_ATTENTION(name, kind)
+#define KVIR_FIELD_MATERIALIZE(name, kind) {#name, FieldKind::kind},
+constexpr Field kMaterializeFields[] = {
+#include "runtime/core/ForwardABI.def"
+};
+#undef KVIR_FIELD_PREFILL
+#undef KVIR_FIELD_ATTENTION
+#undef KVIR_FIELD_MATERIALIZE
+
+/// Field indices, so that the layer sequence names what it reads.
+#define KVRT_FORWARD_FIELD(entry, name, kind) KVIR_INDEX_##entry(name)
+#define KVIR_INDEX_PREFILL(name) P_##name,
+#define KVIR_INDEX_ATTENTION(name)
+#define KVIR_INDEX_MATERIALIZE(name)
+enum PrefillField {
+#include "runtime/core/ForwardABI.def"
+};
+#undef KVIR_INDEX_PREFILL
+#undef KVIR_INDEX_ATTENTION
+#define KVRT_FORWARD_FIELD(entry, name, kind) KVIR_INDEX_##entry(name)
+#define KVIR_INDEX_PREFILL(name)
+#define KVIR_INDEX_ATTENTION(name) A_##name,
+enum AttentionField {
+#include "runtime/core/ForwardABI.def"
+};
+#undef KVIR_INDEX_ATTENTION
+#undef KVIR_INDEX_MATERIALIZE
+#define KVRT_FORWARD_FIELD(entry, name, kind) KVIR_INDEX_##entry(name)
+#define KVIR_INDEX_ATTENTION(name)
+#define KVIR_INDEX_MATERIALIZE(name) M_##name,
+enum MaterializeField {
+#include "runtime/core/ForwardABI.def"
+};
+#undef KVIR_INDEX_PREFILL
+#undef KVIR_INDEX_ATTENTION
+#undef KVIR_INDEX_MATERIALIZE
+
+/// The bytes of a field in the C struct: the size the struct must have.
+constexpr size_t fieldBytes(FieldKind kind) {
+  switch (kind) {
+  case FieldKind::F32:
+  case FieldKind::I32:
+    return 2 * sizeof(void *) + 3 * sizeof(int64_t);
+  case FieldKind::RUNS:
+  case FieldKind::TILES:
+    return 2 * sizeof(void *) + 5 * sizeof(int64_t);
+  case FieldKind::I64:
+    return sizeof(int64_t);
+  }
+  return 0;
+}
+template <size_t N> constexpr size_t structBytes(const Field (&fields)[N]) {
+  size_t total = 0;
+  for (const Field &f : fields)
+    total += fieldBytes(f.kind);
+  return total;
+}
+static_assert(structBytes(kPrefillFields) == sizeof(kvrt_prefill_args),
+              "ForwardABI.def and kvrt_prefill_args disagree");
+static_assert(structBytes(kAttentionFields) == sizeof(kvrt_attention_args),
+              "ForwardABI.def and kvrt_attention_args disagree");
+static_assert(structBytes(kMaterializeFields) == sizeof(kvrt_materialize_args),
+              "ForwardABI.def and kvrt_materialize_args disagree");
+
+/// The type a field has in the entry's `_impl` function.
+Type fieldType(ForwardEmitter &e, FieldKind kind) {
+  switch (kind) {
+  case FieldKind::F32:
+    return e.buffer(e.f32());
+  case FieldKind::I32:
+    return e.buffer(e.i32());
+  case FieldKind::RUNS:
+    return e.table(KVRT_RUN_WIDTH);
+  case FieldKind::TILES:
+    return e.table(KVRT_TILE_WIDTH);
+  case FieldKind::I64:
+    return e.i64();
+  }
+  llvm_unreachable("unknown field kind");
+}
+
+/// The type a field has in the C struct, as the LLVM dialect spells it: a
+/// memref descriptor, or i64.
+Type fieldStorageType(ForwardEmitter &e, FieldKind kind) {
+  MLIRContext *ctx = e.b.getContext();
+  Type ptr = LLVM::LLVMPointerType::get(ctx);
+  auto descriptor = [&](int64_t rank) -> Type {
+    Type sizes = LLVM::LLVMArrayType::get(e.i64(), rank);
+    return LLVM::LLVMStructType::getLiteral(ctx,
+                                            {ptr, ptr, e.i64(), sizes, sizes});
+  };
+  switch (kind) {
+  case FieldKind::F32:
+  case FieldKind::I32:
+    return descriptor(1);
+  case FieldKind::RUNS:
+  case FieldKind::TILES:
+    return descriptor(2);
+  case FieldKind::I64:
+    return e.i64();
+  }
+  llvm_unreachable("unknown field kind");
+}
+
+/// `@<prefix>_<entry>(%args: !llvm.ptr)`: loads each field of the struct
+/// and calls `impl` with them. A descriptor loaded from the struct becomes a
+/// memref through an unrealized cast that the LLVM lowering folds away
+/// (reconcile-unrealized-casts): the struct is the descriptor.
+template <size_t N>
+void emitEntry(ForwardEmitter &e, StringRef name, const Field (&fields)[N],
+               func::FuncOp impl) {
+  MLIRContext *ctx = e.b.getContext();
+  Type ptr = LLVM::LLVMPointerType::get(ctx);
+  SmallVector<Type> storage;
+  for (const Field &f : fields)
+    storage.push_back(fieldStorageType(e, f.kind));
+  Type structType = LLVM::LLVMStructType::getLiteral(ctx, storage);
+  func::FuncOp entry = e.beginFunction(name, {ptr}, /*isPublic=*/true);
+  Value args = entry.getArgument(0);
+  SmallVector<Value> operands;
+  for (auto [i, f] : llvm::enumerate(fields)) {
+    Value address = LLVM::GEPOp::create(e.b, ptr, structType, args,
+                                        ArrayRef<LLVM::GEPArg>{0, int32_t(i)});
+    Value stored = LLVM::LoadOp::create(e.b, storage[i], address);
+    Type type = fieldType(e, f.kind);
+    if (type != storage[i])
+      stored =
+          UnrealizedConversionCastOp::create(e.b, type, stored).getResult(0);
+    operands.push_back(stored);
+  }
+  func::CallOp::create(e.b, impl, operands);
+  e.finishFunction();
+}
+
+/// The `_impl` function of an entry: its arguments are the fields.
+template <size_t N>
+func::FuncOp beginImpl(ForwardEmitter &e, StringRef name,
+                       const Field (&fields)[N]) {
+  SmallVector<Type> types;
+  for (const Field &f : fields)
+    types.push_back(fieldType(e, f.kind));
+  return e.beginFunction(name, types, /*isPublic=*/false);
+}
+
+//===----------------------------------------------------------------------===//
+// The layer sequence
+//===----------------------------------------------------------------------===//
+
+/// The prefill: n tokens at positions pos .. pos+n-1, layers
+/// 0 .. n_layers-1, then the final norm and the logits of rows
+/// logits_from .. n-1. The scratch buffer holds, for n tokens, the normed
+/// input, Q, the attention output, K, V and the two FFN halves.
+void emitPrefill(ForwardEmitter &e, ForwardTarget &target) {
+  func::FuncOp impl = beginImpl(e, e.name("prefill_impl"), kPrefillFields);
+  auto arg = [&](PrefillField f) { return impl.getArgument(f); };
+  Value zero = e.cIndex(0), one = e.cIndex(1);
+  Value n = e.toIndex(arg(P_n));
+  Value pos = arg(P_pos);
+  Value x = arg(P_x), scratch = arg(P_scratch);
+  KVTables kv{arg(P_kv),    arg(P_pages), arg(P_runs),
+              arg(P_tiles), arg(P_part),  e.toIndex(arg(P_page_tokens))};
+  Value nD = e.mul(n, e.cIndex(e.dim));
+  Value nKVD = e.mul(n, e.cIndex(e.kvDim));
+  Value nHID = e.mul(n, e.cIndex(e.hidden));
+  Value oXB = zero;
+  Value oQ = e.add(oXB, nD);
+  Value oATT = e.add(oQ, nD);
+  Value oK = e.add(oATT, nD);
+  Value oV = e.add(oK, nKVD);
+  Value oH1 = e.add(oV, nKVD);
+  Value oH3 = e.add(oH1, nHID);
+  auto at = [&](Value buffer, Value offset) {
+    return BufferRef{buffer, offset};
+  };
+  e.forLoop(zero, e.toIndex(arg(P_n_layers)), one, [&](Value l) {
+    Value oD = e.mul(l, e.cIndex(e.dim));
+    Value oDD = e.mul(l, e.cIndex(e.dim * e.dim));
+    Value oKD = e.mul(l, e.cIndex(e.kvDim * e.dim));
+    Value oHD = e.mul(l, e.cIndex(e.hidden * e.dim));
+    target.rmsnorm(e, at(x, zero), at(arg(P_rms_att), oD), at(scratch, oXB), n);
+    target.matmul(e, at(scratch, oXB), at(arg(P_wq), oDD), at(scratch, oQ), n,
+                  e.dim, e.dim, /*accumulate=*/false);
+    target.matmul(e, at(scratch, oXB), at(arg(P_wk), oKD), at(scratch, oK), n,
+                  e.kvDim, e.dim, /*accumulate=*/false);
+    target.matmul(e, at(scratch, oXB), at(arg(P_wv), oKD), at(scratch, oV), n,
+                  e.kvDim, e.dim, /*accumulate=*/false);
+    target.storeKV(e, at(scratch, oK), at(scratch, oV), n, pos, kv, l);
+    target.attention(e, at(scratch, oQ), at(scratch, oATT), n, pos, kv, l);
+    target.matmul(e, at(scratch, oATT), at(arg(P_wo), oDD), at(x, zero), n,
+                  e.dim, e.dim, /*accumulate=*/true);
+    target.rmsnorm(e, at(x, zero), at(arg(P_rms_ffn), oD), at(scratch, oXB), n);
+    target.matmul(e, at(scratch, oXB), at(arg(P_w1), oHD), at(scratch, oH1), n,
+                  e.hidden, e.dim, /*accumulate=*/false);
+    target.matmul(e, at(scratch, oXB), at(arg(P_w3), oHD), at(scratch, oH3), n,
+                  e.hidden, e.dim, /*accumulate=*/false);
+    target.swiglu(e, at(scratch, oH1), at(scratch, oH3), nHID);
+    target.matmul(e, at(scratch, oH1), at(arg(P_w2), oHD), at(x, zero), n,
+                  e.dim, e.hidden, /*accumulate=*/true);
+  });
+  // The final norm and the classifier, for the rows that want logits.
+  Value from = e.toIndex(arg(P_logits_from));
+  Value rows = e.sub(n, from);
+  e.ifThen(e.cmp(arith::CmpIPredicate::ugt, rows, zero), [&] {
+    Value xo = e.mul(from, e.cIndex(e.dim));
+    target.rmsnorm(e, at(x, xo), at(arg(P_rms_final), zero), at(scratch, oXB),
+                   rows);
+    target.matmul(e, at(scratch, oXB), at(arg(P_wcls), zero),
+                  at(arg(P_logits), zero), rows, e.vocab, e.dim,
+                  /*accumulate=*/false);
+  });
+  e.finishFunction();
+  emitEntry(e, e.name("prefill"), kPrefillFields, impl);
+}
+
+void emitAttention(ForwardEmitter &e, ForwardTarget &target) {
+  func::FuncOp impl = beginImpl(e, e.name("attention_impl"), kAttentionFields);
+  auto arg = [&](AttentionField f) { return impl.getArgument(f); };
+  Value zero = e.cIndex(0);
+  KVTables kv{arg(A_kv),    arg(A_pages), arg(A_runs),
+              arg(A_tiles), arg(A_part),  e.toIndex(arg(A_page_tokens))};
+  Value n = e.toIndex(arg(A_n));
+  Value layer = e.toIndex(arg(A_layer));
+  target.attention(e, BufferRef{arg(A_q), zero}, BufferRef{arg(A_out), zero}, n,
+                   arg(A_pos), kv, layer);
+  e.finishFunction();
+  emitEntry(e, e.name("attention"), kAttentionFields, impl);
+}
+
+void emitMaterialize(ForwardEmitter &e, ForwardTarget &target) {
+  func::FuncOp impl =
+      beginImpl(e, e.name("materialize_impl"), kMaterializeFields);
+  auto arg = [&](MaterializeField f) { return impl.getArgument(f); };
+  KVTables kv{arg(M_kv), arg(M_pages), arg(M_runs),
+              Value(),   Value(),      e.toIndex(arg(M_page_tokens))};
+  target.materialize(e, kv, arg(M_dst_pages));
+  e.finishFunction();
+  emitEntry(e, e.name("materialize"), kMaterializeFields, impl);
+}
+
+} // namespace
+
+std::string mlir::kv::forwardEntryName(const kvrt_model_config &config,
+                                       kvrt_kv_dtype dtype,
+                                       ForwardEntryPoint entry) {
+  std::string prefix = kvir::forwardPrefix(config, dtype);
+  switch (entry) {
+  case ForwardEntryPoint::Prefill:
+    return prefix + "_prefill";
+  case ForwardEntryPoint::Attention:
+    return prefix + "_attention";
+  case ForwardEntryPoint::Materialize:
+    return prefix + "_materialize";
+  }
+  llvm_unreachable("unknown entry point");
+}
+
+kvrt_kv_dtype mlir::kv::kvDtypeOf(Type element) {
+  if (isa<Float16Type>(element))
+    return KVRT_KV_F16;
+  if (isa<BFloat16Type>(element))
+    return KVRT_KV_BF16;
+  return KVRT_KV_F32;
+}
+
+std::string mlir::kv::checkForward(const kvrt_model_config &config,
+                                   kvrt_kv_dtype dtype,
+                                   const ForwardTarget &target) {
+  std::string problem = kvir::describeArchitectureError(config);
+  if (!problem.empty())
+    return problem;
+  switch (dtype) {
+  case KVRT_KV_F32:
+    break;
+  case KVRT_KV_F16:
+  case KVRT_KV_BF16:
+    return std::string("K/V pages of ") + kvir::kvDtypeName(dtype) +
+           " cannot execute yet: the generated forward and the page pool are "
+           "f32 only";
+  }
+  return target.checkConfig(config);
+}
+
+LogicalResult mlir::kv::buildForward(ModuleOp module,
+                                     const kvrt_model_config &config,
+                                     kvrt_kv_dtype dtype, ForwardTarget &target,
+                                     Location loc) {
+  std::string prefix = kvir::forwardPrefix(config, dtype);
+  std::string problem = checkForward(config, dtype, target);
+  if (!problem.empty())
+    return emitError(loc) << "cannot build the " << target.name()
+                          << " forward of [" << kvir::configKey(config, dtype)
+                          << "]: " << problem;
+  if (SymbolTable::lookupSymbolIn(module, prefix + "_prefill"))
+    return success();
+  MLIRContext *ctx = module.getContext();
+  ctx->loadDialect<arith::ArithDialect, func::FuncDialect, LLVM::LLVMDialect,
+                   math::MathDialect, memref::MemRefDialect, scf::SCFDialect,
+                   vector::VectorDialect>();
+  // Emitted into a scratch module first: a clash with an existing symbol is
+  // a diagnostic, not a renamed or broken function.
+  OwningOpRef<ModuleOp> scratch = ModuleOp::create(loc);
+  ForwardEmitter e(*scratch, config, prefix);
+  e.b.setLoc(loc);
+  target.emitKernels(e);
+  emitPrefill(e, target);
+  emitAttention(e, target);
+  emitMaterialize(e, target);
+  for (Operation &op : scratch->getBody()->getOperations())
+    if (auto symbol = dyn_cast<SymbolOpInterface>(op))
+      if (SymbolTable::lookupSymbolIn(module, symbol.getName()))
+        return emitError(loc)
+               << "cannot build the " << target.name() << " forward of ["
+               << kvir::configKey(config, dtype) << "]: symbol @"
+               << symbol.getName() << " already exists";
+  for (NamedAttribute attr : (*scratch)->getAttrs())
+    module->setAttr(attr.getName(), attr.getValue());
+  Block *body = module.getBody();
+  for (Operation &op :
+       llvm::make_early_inc_range(scratch->getBody()->getOperations()))
+    op.moveBefore(body, body->end());
+  return success();
+}
+
+FailureOr<unsigned> mlir::kv::buildProgramForwards(ModuleOp module,
+                                                   ForwardTarget &target) {
+  struct Request {
+    kvrt_model_config config;
+    kvrt_kv_dtype dtype;
+    Location loc;
+  };
+  SmallVector<Request> requests;
+  llvm::StringSet<> seen;
+  auto request = [&](ModelType model, Type element, Location loc) {
+    kvrt_kv_dtype dtype = kvDtypeOf(element);
+    kvrt_model_config config = model.getConfig();
+    if (seen.insert(kvir::configKey(config, dtype)).second)
+      requests.push_back({config, dtype, loc});
+  };
+  auto cacheElement = [](TypeRange types) -> Type {
+    for (Type type : types)
+      if (auto cache = dyn_cast<CacheType>(type))
+        return cache.getElementType();
+    return Float32Type::get(types.front().getContext());
+  };
+  module.walk([&](Operation *op) {
+    if (!isa<PrefillOp, AttentionOp, MaterializeOp, SelectiveRecomputeOp>(op))
+      return;
+    auto model = cast<ModelType>(op->getOperand(0).getType());
+    SmallVector<Type> types(op->getOperandTypes());
+    llvm::append_range(types, op->getResultTypes());
+    request(model, cacheElement(types), op->getLoc());
+  });
+  if (Attribute attr = module->getAttr(kExportForwardsAttrName)) {
+    auto array = dyn_cast<ArrayAttr>(attr);
+    for (Attribute entry : array ? array.getValue() : ArrayRef<Attribute>()) {
+      auto typeAttr = dyn_cast<TypeAttr>(entry);
+      auto model =
+          typeAttr ? dyn_cast<ModelType>(typeAttr.getValue()) : ModelType();
+      if (!model)
+        return module.emitError()
+               << "'" << kExportForwardsAttrName
+               << "' must be an array of !kv.model types, got " << attr;
+      request(model, Float32Type::get(module.getContext()), module.getLoc());
+    }
+    if (!array)
+      return module.emitError()
+             << "'" << kExportForwardsAttrName
+             << "' must be an array of !kv.model types, got " << attr;
+    module->removeAttr(kExportForwardsAttrName);
+  }
+  unsigned built = 0;
+  for (const Request &r : requests) {
+    bool existed = SymbolTable::lookupSymbolIn(
+        module,
+        forwardEntryName(r.config, r.dtype, ForwardEntryPoint::Prefill));
+    if (failed(buildForward(module, r.config, r.dtype, target, r.loc)))
+      return failure();
+    if (!existed)
+      ++built;
+  }
+  return built;
+}
+
+void mlir::kv::registerForwardDialects(DialectRegistry &registry) {
+  registry.insert<arith::ArithDialect, func::FuncDialect, LLVM::LLVMDialect,
+                  math::MathDialect, memref::MemRefDialect, scf::SCFDialect,
+                  vector::VectorDialect>();
+}

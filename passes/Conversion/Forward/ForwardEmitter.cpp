@@ -1,0 +1,311 @@
+//===- ForwardEmitter.cpp - Builders of the model forward -------*- C++ -*-===//
+
+#include "passes/Conversion/Forward/ForwardEmitter.h"
+#include "runtime/core/ForwardABI.h"
+#include "runtime/core/ModelConfig.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+#include "llvm/ADT/bit.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::kv;
+
+ForwardEmitter::ForwardEmitter(ModuleOp module, const kvrt_model_config &config,
+                               StringRef prefix)
+    : b(module.getLoc(), module.getContext()), module(module), config(config),
+      prefix(prefix.str()) {
+  b.setInsertionPointToEnd(module.getBody());
+  dim = config.dim;
+  hidden = config.hidden_dim;
+  layers = config.n_layers;
+  heads = config.n_heads;
+  kvHeads = config.n_kv_heads;
+  group = heads / kvHeads;
+  vocab = config.vocab_size;
+  headSize = kvir::headSize(config);
+  half = headSize / 2;
+  kvDim = kvir::kvDim(config);
+}
+
+std::string ForwardEmitter::name(StringRef what) const {
+  return prefix + "_" + what.str();
+}
+
+//===----------------------------------------------------------------------===//
+// Types, constants and arithmetic shorthands
+//===----------------------------------------------------------------------===//
+
+MemRefType ForwardEmitter::buffer(Type element) {
+  return MemRefType::get({ShapedType::kDynamic}, element);
+}
+
+MemRefType ForwardEmitter::table(int64_t columns) {
+  return MemRefType::get({ShapedType::kDynamic, columns}, i64());
+}
+
+Value ForwardEmitter::cIndex(int64_t value) {
+  return arith::ConstantIndexOp::create(b, value);
+}
+Value ForwardEmitter::cI64(int64_t value) {
+  return arith::ConstantIntOp::create(b, value, 64);
+}
+Value ForwardEmitter::cI32(int64_t value) {
+  return arith::ConstantIntOp::create(b, value, 32);
+}
+Value ForwardEmitter::cF32(float value) {
+  return arith::ConstantOp::create(b, b.getF32FloatAttr(value));
+}
+Value ForwardEmitter::cF32Bits(uint32_t bits) {
+  return cF32(llvm::bit_cast<float>(bits));
+}
+Value ForwardEmitter::cF64(double value) {
+  return arith::ConstantOp::create(b, b.getF64FloatAttr(value));
+}
+Value ForwardEmitter::splatF32(int64_t lanes, float value) {
+  return arith::ConstantOp::create(
+      b, DenseElementsAttr::get(vec(lanes, f32()), b.getF32FloatAttr(value)));
+}
+Value ForwardEmitter::splatI32(int64_t lanes, int32_t value) {
+  return arith::ConstantOp::create(
+      b, DenseElementsAttr::get(vec(lanes, i32()), b.getI32IntegerAttr(value)));
+}
+
+Value ForwardEmitter::add(Value a, Value c) {
+  return arith::AddIOp::create(b, a, c);
+}
+Value ForwardEmitter::sub(Value a, Value c) {
+  return arith::SubIOp::create(b, a, c);
+}
+Value ForwardEmitter::mul(Value a, Value c) {
+  return arith::MulIOp::create(b, a, c);
+}
+Value ForwardEmitter::divu(Value a, Value c) {
+  return arith::DivUIOp::create(b, a, c);
+}
+Value ForwardEmitter::remu(Value a, Value c) {
+  return arith::RemUIOp::create(b, a, c);
+}
+Value ForwardEmitter::minu(Value a, Value c) {
+  return arith::MinUIOp::create(b, a, c);
+}
+Value ForwardEmitter::maxu(Value a, Value c) {
+  return arith::MaxUIOp::create(b, a, c);
+}
+Value ForwardEmitter::mins(Value a, Value c) {
+  return arith::MinSIOp::create(b, a, c);
+}
+Value ForwardEmitter::maxs(Value a, Value c) {
+  return arith::MaxSIOp::create(b, a, c);
+}
+Value ForwardEmitter::cmp(arith::CmpIPredicate predicate, Value a, Value c) {
+  return arith::CmpIOp::create(b, predicate, a, c);
+}
+Value ForwardEmitter::select(Value condition, Value a, Value c) {
+  return arith::SelectOp::create(b, condition, a, c);
+}
+Value ForwardEmitter::toIndex(Value value) {
+  return arith::IndexCastOp::create(b, index(), value);
+}
+Value ForwardEmitter::toI64(Value value) {
+  return arith::IndexCastOp::create(b, i64(), value);
+}
+Value ForwardEmitter::load(Value memref, ValueRange indices) {
+  return memref::LoadOp::create(b, memref, indices);
+}
+void ForwardEmitter::store(Value value, Value memref, ValueRange indices) {
+  memref::StoreOp::create(b, value, memref, indices);
+}
+
+//===----------------------------------------------------------------------===//
+// Structure
+//===----------------------------------------------------------------------===//
+
+func::FuncOp ForwardEmitter::beginFunction(StringRef functionName,
+                                           TypeRange arguments, bool isPublic) {
+  b.setInsertionPointToEnd(module.getBody());
+  auto func =
+      func::FuncOp::create(b, functionName, b.getFunctionType(arguments, {}));
+  // Only the entry points are visible outside the module: everything else is
+  // internal, for the optimiser and so that no name can clash with a symbol
+  // of the process that loads the compiled program.
+  if (!isPublic) {
+    func.setPrivate();
+    func->setAttr("llvm.linkage", LLVM::LinkageAttr::get(
+                                      b.getContext(), LLVM::Linkage::Internal));
+  }
+  b.setInsertionPointToStart(func.addEntryBlock());
+  return func;
+}
+
+void ForwardEmitter::finishFunction() {
+  func::ReturnOp::create(b);
+  b.setInsertionPointToEnd(module.getBody());
+}
+
+void ForwardEmitter::forLoop(Value lb, Value ub, Value step,
+                             function_ref<void(Value iv)> body) {
+  auto loop = scf::ForOp::create(b, lb, ub, step);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(loop.getBody()->getTerminator());
+  body(loop.getInductionVar());
+}
+
+SmallVector<Value> ForwardEmitter::forLoop(
+    Value lb, Value ub, Value step, ValueRange inits,
+    function_ref<SmallVector<Value>(Value iv, ValueRange iters)> body) {
+  auto loop = scf::ForOp::create(b, lb, ub, step, inits);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToEnd(loop.getBody());
+    SmallVector<Value> yielded =
+        body(loop.getInductionVar(), loop.getRegionIterArgs());
+    scf::YieldOp::create(b, yielded);
+  }
+  return SmallVector<Value>(loop.getResults());
+}
+
+void ForwardEmitter::ifThen(Value condition, function_ref<void()> then) {
+  auto op = scf::IfOp::create(b, condition, /*withElseRegion=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(op.thenBlock()->getTerminator());
+  then();
+}
+
+SmallVector<Value>
+ForwardEmitter::ifThenElse(Value condition, TypeRange types,
+                           function_ref<SmallVector<Value>()> then,
+                           function_ref<SmallVector<Value>()> otherwise) {
+  auto op = scf::IfOp::create(b, types, condition, /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(op.thenBlock());
+    scf::YieldOp::create(b, then());
+    b.setInsertionPointToStart(op.elseBlock());
+    scf::YieldOp::create(b, otherwise());
+  }
+  return SmallVector<Value>(op.getResults());
+}
+
+//===----------------------------------------------------------------------===//
+// The model's math
+//===----------------------------------------------------------------------===//
+
+std::pair<Value, Value> ForwardEmitter::ropePair(Value i) {
+  // The IR form of kvir::ropePair (runtime/core/ModelConfig.h).
+  switch (config.rope_layout) {
+  case KVRT_ROPE_INTERLEAVED: {
+    Value a = mul(i, cIndex(2));
+    return {a, add(a, cIndex(1))};
+  }
+  case KVRT_ROPE_HALF:
+    return {i, add(i, cIndex(half))};
+  }
+  llvm_unreachable("unknown RoPE layout");
+}
+
+std::pair<Value, Value> ForwardEmitter::ropeCosSin(Value pos, Value i) {
+  Value p = arith::SIToFPOp::create(b, f64(), pos);
+  Value fi = arith::SIToFPOp::create(b, f64(), toI64(i));
+  Value e0 = arith::MulFOp::create(b, cF64(-2.0), fi);
+  Value e = arith::DivFOp::create(b, e0, cF64(double(headSize)));
+  Value freq = math::PowFOp::create(b, cF64(config.rope_theta), e);
+  Value angle = arith::MulFOp::create(b, p, freq);
+  return {math::CosOp::create(b, angle), math::SinOp::create(b, angle)};
+}
+
+std::pair<Value, Value> ForwardEmitter::rotate(Value a, Value c, Value cs,
+                                               Value sn) {
+  Value da = arith::ExtFOp::create(b, f64(), a);
+  Value db = arith::ExtFOp::create(b, f64(), c);
+  Value ac = arith::MulFOp::create(b, da, cs);
+  Value bs = arith::MulFOp::create(b, db, sn);
+  Value as = arith::MulFOp::create(b, da, sn);
+  Value bc = arith::MulFOp::create(b, db, cs);
+  Value ra = arith::SubFOp::create(b, ac, bs);
+  Value rb = arith::AddFOp::create(b, as, bc);
+  return {arith::TruncFOp::create(b, f32(), ra),
+          arith::TruncFOp::create(b, f32(), rb)};
+}
+
+PageStrides ForwardEmitter::pageStrides(Value pageTokens) {
+  PageStrides s;
+  s.pageTokens = pageTokens;
+  s.kv = mul(pageTokens, cIndex(headSize));
+  s.head = mul(s.kv, cIndex(2));
+  s.layer = mul(s.head, cIndex(kvHeads));
+  s.page = mul(s.layer, cIndex(layers));
+  return s;
+}
+
+Value ForwardEmitter::headBase(const PageStrides &strides, Value pageIdValue,
+                               Value layer, Value kvHead) {
+  Value pageBase = mul(pageIdValue, strides.page);
+  Value layerBase = add(pageBase, mul(layer, strides.layer));
+  return add(layerBase, mul(kvHead, strides.head));
+}
+
+Value ForwardEmitter::pageId(Value pages, Value pageOffset, Value pageIndex) {
+  return toIndex(load(pages, add(pageOffset, pageIndex)));
+}
+
+RunRow ForwardEmitter::loadRun(Value runs, Value r) {
+  auto column = [&](int64_t c) { return load(runs, {r, cIndex(c)}); };
+  return {column(KVRT_RUN_PAGE_OFFSET), column(KVRT_RUN_SLOT_BEGIN),
+          column(KVRT_RUN_TOKENS), column(KVRT_RUN_BASE_POS),
+          column(KVRT_RUN_DELTA)};
+}
+
+Value ForwardEmitter::visibleKeys(Value m, const RunRow &run) {
+  Value rel = sub(sub(m, run.basePos), run.delta);
+  Value count = add(rel, cI64(1));
+  return mins(maxs(count, cI64(0)), run.nTokens);
+}
+
+std::pair<Value, Value> ForwardEmitter::softmaxRescale(Value oldMax,
+                                                       Value candidate) {
+  Value newMax = arith::MaxNumFOp::create(b, oldMax, candidate);
+  Value diff = arith::SubFOp::create(b, oldMax, newMax);
+  return {newMax, math::ExpOp::create(b, diff)};
+}
+
+Value ForwardEmitter::softmaxNormalizer(Value sum) {
+  Value positive =
+      arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, sum, cF32(0.0f));
+  Value inverse = arith::DivFOp::create(b, cF32(1.0f), sum);
+  return select(positive, inverse, cF32(0.0f));
+}
+
+Value ForwardEmitter::rmsScale(Value sumSquares) {
+  Value mean = arith::DivFOp::create(b, sumSquares, cF64(double(dim)));
+  Value shifted = arith::AddFOp::create(b, mean, cF64(config.rms_eps));
+  Value root = math::SqrtOp::create(b, shifted);
+  return arith::DivFOp::create(b, cF64(1.0), root);
+}
+
+Value ForwardEmitter::rmsApply(Value x, Value weight, Value scale) {
+  Value xd = arith::ExtFOp::create(b, f64(), x);
+  Value wd = arith::ExtFOp::create(b, f64(), weight);
+  Value scaled = arith::MulFOp::create(b, xd, scale);
+  Value weighted = arith::MulFOp::create(b, scaled, wd);
+  return arith::TruncFOp::create(b, f32(), weighted);
+}
+
+Value ForwardEmitter::swiglu(Value h, Value g) {
+  Value negated = arith::NegFOp::create(b, h);
+  Value e = math::ExpOp::create(b, negated);
+  Value denominator = arith::AddFOp::create(b, cF32(1.0f), e);
+  Value silu = arith::DivFOp::create(b, h, denominator);
+  return arith::MulFOp::create(b, silu, g);
+}
+
+Value ForwardEmitter::scoreScale() {
+  return cF32(static_cast<float>(1.0 / std::sqrt(double(headSize))));
+}

@@ -1,0 +1,189 @@
+//===- ForwardEmitter.h - Builders of the model forward ---------*- C++ -*-===//
+//
+// The model forward is described once, in C++ over OpBuilder: this class
+// holds the config being specialised for and the pieces every target shares
+// (the RoPE angle and rotation, page addressing, the run table and its
+// causal clamp, the online-softmax rescale, RMSNorm's scale, SwiGLU);
+// ForwardTarget.h is the hook for what differs between targets (vector lanes
+// on the CPU; warps, shuffles and shared memory on a GPU), and
+// BuildForward.h the layer sequence and the entry points over it.
+//
+// Numerics are fixed here for every target: RoPE angles in f64 from integer
+// positions (libm/libdevice pow, cos, sin; no approximation), rotations in
+// f64 rounded to f32, RMSNorm sums of squares in f64, no fast-math flag.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KVIR_PASSES_CONVERSION_FORWARD_FORWARDEMITTER_H
+#define KVIR_PASSES_CONVERSION_FORWARD_FORWARDEMITTER_H
+
+#include "runtime/core/KVRuntime.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/Support/LLVM.h"
+
+#include <string>
+#include <utility>
+
+namespace mlir::kv {
+
+/// One row of the run table (RUNS in runtime/core/ForwardABI.def), as i64.
+struct RunRow {
+  Value pageOffset, slotBegin, nTokens, basePos, delta;
+};
+
+/// Strides of the page layout of runtime/core/KVRuntime.h, in floats, as
+/// index values: [page][layer][kv head][K, V][slot][head size].
+struct PageStrides {
+  Value pageTokens, kv, head, layer, page;
+};
+
+class ForwardEmitter {
+public:
+  /// Emits at the end of `module`, with the config's sizes as constants;
+  /// the functions are named `prefix` + `_` + what they are.
+  ForwardEmitter(ModuleOp module, const kvrt_model_config &config,
+                 StringRef prefix);
+
+  ImplicitLocOpBuilder b;
+  ModuleOp module;
+  kvrt_model_config config;
+  std::string prefix;
+
+  /// Sizes of the config.
+  int64_t dim, hidden, layers, heads, kvHeads, group, vocab, headSize, half,
+      kvDim;
+
+  /// `prefix` + "_" + `what`.
+  std::string name(StringRef what) const;
+
+  //===--------------------------------------------------------------------===//
+  // Types, constants and arithmetic shorthands
+  //===--------------------------------------------------------------------===//
+
+  Type f32() { return b.getF32Type(); }
+  Type f64() { return b.getF64Type(); }
+  Type i1() { return b.getI1Type(); }
+  Type i32() { return b.getI32Type(); }
+  Type i64() { return b.getI64Type(); }
+  Type index() { return b.getIndexType(); }
+  VectorType vec(int64_t lanes, Type element) {
+    return VectorType::get({lanes}, element);
+  }
+  /// memref<?xT>.
+  MemRefType buffer(Type element);
+  /// memref<?xNxi64> (the run table: N = 8; attention tiles: N = 4).
+  MemRefType table(int64_t columns);
+
+  Value cIndex(int64_t value);
+  Value cI64(int64_t value);
+  Value cI32(int64_t value);
+  Value cF32(float value);
+  /// An f32 constant given by its bit pattern (infinities, exact literals).
+  Value cF32Bits(uint32_t bits);
+  Value cF64(double value);
+  /// A splat of `value` (f32, i32) over `lanes` lanes.
+  Value splatF32(int64_t lanes, float value);
+  Value splatI32(int64_t lanes, int32_t value);
+
+  Value add(Value a, Value c);
+  Value sub(Value a, Value c);
+  Value mul(Value a, Value c);
+  Value divu(Value a, Value c);
+  Value remu(Value a, Value c);
+  Value minu(Value a, Value c);
+  Value maxu(Value a, Value c);
+  Value mins(Value a, Value c);
+  Value maxs(Value a, Value c);
+  Value cmp(arith::CmpIPredicate predicate, Value a, Value c);
+  Value select(Value condition, Value a, Value c);
+  /// An integer (i32, i64) as an index, and an index as i64.
+  Value toIndex(Value value);
+  Value toI64(Value value);
+  /// A load of `memref[indices]`.
+  Value load(Value memref, ValueRange indices);
+  void store(Value value, Value memref, ValueRange indices);
+
+  //===--------------------------------------------------------------------===//
+  // Structure
+  //===--------------------------------------------------------------------===//
+
+  /// A function at the end of the module with the insertion point at the
+  /// start of its body; `finishFunction` adds the return and restores the
+  /// insertion point.
+  func::FuncOp beginFunction(StringRef name, TypeRange arguments,
+                             bool isPublic);
+  void finishFunction();
+
+  /// scf.for from `lb` to `ub` by `step`; `body` is emitted with the
+  /// builder inside the loop.
+  void forLoop(Value lb, Value ub, Value step,
+               function_ref<void(Value iv)> body);
+  /// The same with loop-carried values: `body` returns the yielded values;
+  /// the loop's results are returned.
+  SmallVector<Value>
+  forLoop(Value lb, Value ub, Value step, ValueRange inits,
+          function_ref<SmallVector<Value>(Value iv, ValueRange iters)> body);
+  /// scf.if without results.
+  void ifThen(Value condition, function_ref<void()> then);
+  /// scf.if with results: each branch returns the values it yields.
+  SmallVector<Value> ifThenElse(Value condition, TypeRange types,
+                                function_ref<SmallVector<Value>()> then,
+                                function_ref<SmallVector<Value>()> otherwise);
+
+  //===--------------------------------------------------------------------===//
+  // The model's math, shared by every target
+  //===--------------------------------------------------------------------===//
+
+  /// The indices (a, b) of the head dimensions RoPE pair `i` rotates
+  /// together, by the config's layout (ModelConfig.h's ropePair).
+  std::pair<Value, Value> ropePair(Value i);
+  /// cos and sin (f64) of pair `i` (index) at position `pos` (i64): the
+  /// angle is double(pos) * theta^(-2i / head_size).
+  std::pair<Value, Value> ropeCosSin(Value pos, Value i);
+  /// (a, b) (f32) rotated by the angle with cosine `c` and sine `s` (f64):
+  /// (a c - b s, a s + b c) computed in f64, rounded to f32.
+  std::pair<Value, Value> rotate(Value a, Value b, Value c, Value s);
+
+  /// The strides of a pool with `pageTokens` (index) slots per page.
+  PageStrides pageStrides(Value pageTokens);
+  /// The float offset of the K of kv head `kvHead` at layer `layer` of page
+  /// `pageId` (an i32 id); V follows at + strides.kv. Slot s of that head is
+  /// at + s * head_size.
+  Value headBase(const PageStrides &strides, Value pageId, Value layer,
+                 Value kvHead);
+  /// The id of page `pageIndex` of a run's page list starting at
+  /// `pageOffset` in `pages` (both index).
+  Value pageId(Value pages, Value pageOffset, Value pageIndex);
+  /// Row `r` of the run table.
+  RunRow loadRun(Value runs, Value r);
+  /// How many keys of `run` a query at position `m` (i64) sees: a key
+  /// counts iff its effective position base_pos + j + Δ is <= m, so the
+  /// visible keys are the first clamp(m - base_pos - Δ + 1, 0, n_tokens).
+  Value visibleKeys(Value m, const RunRow &run);
+
+  /// The running max of an online softmax raised to include `candidate`:
+  /// returns the new max and the factor exp(old - new) that rescales what
+  /// was accumulated under the old one.
+  std::pair<Value, Value> softmaxRescale(Value oldMax, Value candidate);
+  /// 1 / sum, or 0 for a head that saw no key (sum 0).
+  Value softmaxNormalizer(Value sum);
+
+  /// RMSNorm: the factor 1 / sqrt(sumSquares / dim + eps) (f64), and
+  /// x * factor * w rounded to f32.
+  Value rmsScale(Value sumSquares);
+  Value rmsApply(Value x, Value weight, Value scale);
+
+  /// silu(h) * g = h / (1 + exp(-h)) * g, in f32.
+  Value swiglu(Value h, Value g);
+
+  /// 1 / sqrt(head_size) as f32, the attention score scale.
+  Value scoreScale();
+};
+
+} // namespace mlir::kv
+
+#endif // KVIR_PASSES_CONVERSION_FORWARD_FORWARDEMITTER_H

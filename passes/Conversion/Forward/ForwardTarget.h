@@ -1,0 +1,87 @@
+//===- ForwardTarget.h - What differs between forward targets ---*- C++ -*-===//
+//
+// The hook of the forward description (BuildForward.h) for a target, in the
+// spirit of Triton's TargetInfoBase: the layer sequence, the entry points and
+// the model's math (ForwardEmitter) are shared; a target says how each stage
+// maps onto its hardware: the CPU target (KVToCPU/CpuTarget.cpp) emits loops
+// over 16-lane vectors, the GPU target (KVToNVVM/GpuTarget.cpp) kernels of
+// warps with shuffles and shared memory, launched from host code.
+//
+// Buffers are flat memref<?xf32> values with an element offset (BufferRef);
+// every stage is emitted at the builder's insertion point, inside a host
+// function of the forward (for the GPU: code that launches kernels).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KVIR_PASSES_CONVERSION_FORWARD_FORWARDTARGET_H
+#define KVIR_PASSES_CONVERSION_FORWARD_FORWARDTARGET_H
+
+#include "passes/Conversion/Forward/ForwardEmitter.h"
+
+#include <string>
+
+namespace mlir::kv {
+
+/// A flat f32 buffer and the element offset of what a stage reads or
+/// writes.
+struct BufferRef {
+  Value memref;
+  Value offset;
+};
+
+/// The K/V pool as a stage sees it: the page arena, the page lists and run
+/// table of the view (runtime/core/ForwardABI.def), the GPU's attention
+/// tiles and partials (empty on the CPU), and page_tokens (index).
+struct KVTables {
+  Value kv, pages, runs, tiles, part, pageTokens;
+};
+
+class ForwardTarget {
+public:
+  virtual ~ForwardTarget() = default;
+
+  /// The target's name in diagnostics ("CPU", "GPU").
+  virtual StringRef name() const = 0;
+
+  /// Why the target cannot compile the config, or "".
+  virtual std::string checkConfig(const kvrt_model_config &config) const = 0;
+
+  /// Emits the kernels and helpers the stages use, once per forward, at
+  /// module level (e.g. private functions, or a gpu.module).
+  virtual void emitKernels(ForwardEmitter &e) = 0;
+
+  /// out[t] = x[t] * rmsScale(sum of squares of x[t]) * w, rows t < n.
+  virtual void rmsnorm(ForwardEmitter &e, BufferRef x, BufferRef w,
+                       BufferRef out, Value n) = 0;
+
+  /// c (+)= a · bᵀ: a is [n][k], the weights b [m][k] (row-major, [out][in]),
+  /// c [n][m]; with `accumulate` the product is added to c.
+  virtual void matmul(ForwardEmitter &e, BufferRef a, BufferRef b, BufferRef c,
+                      Value n, int64_t m, int64_t k, bool accumulate) = 0;
+
+  /// Rotates the n new keys k ([n][kv_dim]) to positions pos + t and writes
+  /// them and the values v into the pages of the last run of the table, at
+  /// layer `layer` (index).
+  virtual void storeKV(ForwardEmitter &e, BufferRef k, BufferRef v, Value n,
+                       Value pos, const KVTables &kv, Value layer) = 0;
+
+  /// Attention of n queries q ([n][heads][head_size], not rotated; query t
+  /// at position pos + t) over every run of the table at layer `layer`
+  /// (index): the query rotated once per run to m - Δ, runs merged by
+  /// online softmax; out receives [n][heads][head_size].
+  virtual void attention(ForwardEmitter &e, BufferRef q, BufferRef out, Value n,
+                         Value pos, const KVTables &kv, Value layer) = 0;
+
+  /// h1 = silu(h1) * h3 over `count` elements.
+  virtual void swiglu(ForwardEmitter &e, BufferRef h1, BufferRef h3,
+                      Value count) = 0;
+
+  /// Every run of the table written to `dstPages` (parallel to the page
+  /// list, same slots): K rotated once by the run's Δ, V copied.
+  virtual void materialize(ForwardEmitter &e, const KVTables &kv,
+                           Value dstPages) = 0;
+};
+
+} // namespace mlir::kv
+
+#endif // KVIR_PASSES_CONVERSION_FORWARD_FORWARDTARGET_H

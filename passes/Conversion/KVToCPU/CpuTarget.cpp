@@ -1,0 +1,649 @@
+//===- CpuTarget.cpp - The forward's stages on a CPU ------------*- C++ -*-===//
+//
+// Every stage is a private function of loops over 16-lane f32 vectors,
+// specialised for the config (every model dimension is a constant for LLVM).
+// The float operations and their order are the oracle's where it matters
+// (f64 RoPE and RMSNorm sums, libm exp for SwiGLU and the softmax rescale);
+// the attention weights use `exp16`, a bounded-error vector exp
+// (docs/cpu-backend.md).
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Conversion/KVToCPU/CpuTarget.h"
+#include "runtime/core/ForwardABI.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+using namespace mlir;
+using namespace mlir::kv;
+
+namespace {
+
+/// Lanes of the f32 vectors the kernels use (AVX-512; LLVM splits them on
+/// narrower hosts).
+constexpr int64_t kLanes = 16;
+
+class CpuTarget final : public ForwardTarget {
+public:
+  StringRef name() const override { return "CPU"; }
+
+  std::string checkConfig(const kvrt_model_config &config) const override {
+    int64_t headSize = config.dim / config.n_heads;
+    if (headSize > 1024)
+      return "head size " + std::to_string(headSize) +
+             " exceeds 1024, the largest the CPU attention kernel holds in "
+             "registers";
+    return "";
+  }
+
+  void emitKernels(ForwardEmitter &e) override;
+
+  void rmsnorm(ForwardEmitter &e, BufferRef x, BufferRef w, BufferRef out,
+               Value n) override {
+    call(e, "rmsnorm",
+         {rows(e, x, n, e.dim), vector(e, w, e.cIndex(e.dim)),
+          rows(e, out, n, e.dim)});
+  }
+
+  void matmul(ForwardEmitter &e, BufferRef a, BufferRef b, BufferRef c, Value n,
+              int64_t m, int64_t k, bool accumulate) override {
+    call(e, accumulate ? "matmul_nt_acc" : "matmul_nt",
+         {rows(e, a, n, k), rows(e, b, e.cIndex(m), k), rows(e, c, n, m)});
+  }
+
+  void storeKV(ForwardEmitter &e, BufferRef k, BufferRef v, Value n, Value pos,
+               const KVTables &kv, Value layer) override {
+    call(e, "store_kv",
+         {rows(e, k, n, e.kvDim), rows(e, v, n, e.kvDim), pos, kv.kv, kv.pages,
+          kv.runs, layer, kv.pageTokens});
+  }
+
+  void attention(ForwardEmitter &e, BufferRef q, BufferRef out, Value n,
+                 Value pos, const KVTables &kv, Value layer) override {
+    Value size = e.mul(n, e.cIndex(e.dim));
+    call(e, "attention_kernel",
+         {vector(e, q, size), n, pos, kv.kv, kv.pages, kv.runs, layer,
+          kv.pageTokens, vector(e, out, size)});
+  }
+
+  void swiglu(ForwardEmitter &e, BufferRef h1, BufferRef h3,
+              Value count) override {
+    call(e, "swiglu", {vector(e, h1, count), vector(e, h3, count)});
+  }
+
+  void materialize(ForwardEmitter &e, const KVTables &kv,
+                   Value dstPages) override {
+    call(e, "materialize_kernel",
+         {kv.kv, kv.pages, kv.runs, dstPages, kv.pageTokens});
+  }
+
+private:
+  /// memref<?x?xf32, strided<[?, 1], offset: ?>>: rows of a matrix.
+  static MemRefType matrixType(ForwardEmitter &e) {
+    int64_t d = ShapedType::kDynamic;
+    return MemRefType::get({d, d}, e.f32(),
+                           StridedLayoutAttr::get(e.b.getContext(), d, {d, 1}));
+  }
+  /// memref<?xf32, strided<[1], offset: ?>>.
+  static MemRefType vectorType(ForwardEmitter &e) {
+    int64_t d = ShapedType::kDynamic;
+    return MemRefType::get({d}, e.f32(),
+                           StridedLayoutAttr::get(e.b.getContext(), d, {1}));
+  }
+  /// memref<head_size x f32, strided<[1], offset: ?>>: one head.
+  static MemRefType headType(ForwardEmitter &e) {
+    return MemRefType::get(
+        {e.headSize}, e.f32(),
+        StridedLayoutAttr::get(e.b.getContext(), ShapedType::kDynamic, {1}));
+  }
+  /// memref<half x f64>: the cos or sin table of one position.
+  static MemRefType ropeTableType(ForwardEmitter &e) {
+    return MemRefType::get({e.half}, e.f64());
+  }
+
+  /// `ref` as `rowCount` rows of `columns` floats.
+  static Value rows(ForwardEmitter &e, BufferRef ref, Value rowCount,
+                    int64_t columns) {
+    return memref::ReinterpretCastOp::create(
+        e.b, matrixType(e), ref.memref, OpFoldResult(ref.offset),
+        ArrayRef<OpFoldResult>{rowCount, e.b.getIndexAttr(columns)},
+        ArrayRef<OpFoldResult>{e.b.getIndexAttr(columns), e.b.getIndexAttr(1)});
+  }
+  /// `size` floats of `ref`.
+  static Value vector(ForwardEmitter &e, BufferRef ref, Value size) {
+    return memref::ReinterpretCastOp::create(
+        e.b, vectorType(e), ref.memref, OpFoldResult(ref.offset),
+        ArrayRef<OpFoldResult>{size},
+        ArrayRef<OpFoldResult>{e.b.getIndexAttr(1)});
+  }
+
+  /// A call of the kernel `<prefix>_<kernel>`.
+  static SmallVector<Value> call(ForwardEmitter &e, StringRef kernel,
+                                 ValueRange operands, TypeRange results = {}) {
+    return SmallVector<Value>(
+        func::CallOp::create(e.b, e.name(kernel), results, operands)
+            .getResults());
+  }
+
+  void emitRmsnorm(ForwardEmitter &e);
+  void emitMatmul(ForwardEmitter &e, bool accumulate);
+  void emitRopeTable(ForwardEmitter &e);
+  void emitRopeApply(ForwardEmitter &e);
+  void emitSwiglu(ForwardEmitter &e);
+  void emitStoreKV(ForwardEmitter &e);
+  void emitExp16(ForwardEmitter &e);
+  void emitAttention(ForwardEmitter &e);
+  void emitMaterialize(ForwardEmitter &e);
+};
+
+void CpuTarget::emitKernels(ForwardEmitter &e) {
+  emitRmsnorm(e);
+  emitMatmul(e, /*accumulate=*/false);
+  emitMatmul(e, /*accumulate=*/true);
+  emitRopeTable(e);
+  emitRopeApply(e);
+  emitSwiglu(e);
+  emitStoreKV(e);
+  emitExp16(e);
+  emitAttention(e);
+  emitMaterialize(e);
+}
+
+/// out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, the sum of squares in f64.
+void CpuTarget::emitRmsnorm(ForwardEmitter &e) {
+  Type m2 = matrixType(e), v1 = vectorType(e);
+  func::FuncOp f = e.beginFunction(e.name("rmsnorm"), {m2, v1, m2}, false);
+  Value x = f.getArgument(0), w = f.getArgument(1), out = f.getArgument(2);
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1), d = e.cIndex(e.dim);
+  Value n = memref::DimOp::create(e.b, x, c0);
+  e.forLoop(c0, n, c1, [&](Value t) {
+    Value sum = e.forLoop(c0, d, c1, {e.cF64(0.0)},
+                          [&](Value i, ValueRange acc) -> SmallVector<Value> {
+                            Value v = e.load(x, {t, i});
+                            Value vd = arith::ExtFOp::create(e.b, e.f64(), v);
+                            Value sq = arith::MulFOp::create(e.b, vd, vd);
+                            return {arith::AddFOp::create(e.b, acc[0], sq)};
+                          })[0];
+    Value scale = e.rmsScale(sum);
+    e.forLoop(c0, d, c1, [&](Value i) {
+      Value xi = e.load(x, {t, i});
+      Value wi = e.load(w, {i});
+      e.store(e.rmsApply(xi, wi, scale), out, {t, i});
+    });
+  });
+  e.finishFunction();
+}
+
+/// c[t][o] (+)= sum_i a[t][i] * b[o][i], weights [out][in] row-major. The
+/// row of b stays in L1 while every token passes over it; the dot product
+/// runs on four independent 16-lane accumulators.
+void CpuTarget::emitMatmul(ForwardEmitter &e, bool accumulate) {
+  Type m2 = matrixType(e);
+  func::FuncOp f = e.beginFunction(
+      e.name(accumulate ? "matmul_nt_acc" : "matmul_nt"), {m2, m2, m2}, false);
+  Value a = f.getArgument(0), b = f.getArgument(1), c = f.getArgument(2);
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1), c16 = e.cIndex(16),
+        c32 = e.cIndex(32), c48 = e.cIndex(48), c64 = e.cIndex(64);
+  Value n = memref::DimOp::create(e.b, a, c0);
+  Value k = memref::DimOp::create(e.b, a, c1);
+  Value m = memref::DimOp::create(e.b, b, c0);
+  Value k64 = e.sub(k, e.remu(k, c64));
+  Value k16 = e.sub(k, e.remu(k, c16));
+  VectorType v16 = e.vec(kLanes, e.f32());
+  Value zero = e.splatF32(kLanes, 0.0f);
+  auto vload = [&](Value memref, Value row, Value col) -> Value {
+    return vector::LoadOp::create(e.b, v16, memref, ValueRange{row, col});
+  };
+  e.forLoop(c0, m, c1, [&](Value o) {
+    e.forLoop(c0, n, c1, [&](Value t) {
+      SmallVector<Value> acc = e.forLoop(
+          c0, k64, c64, {zero, zero, zero, zero},
+          [&](Value i, ValueRange accs) -> SmallVector<Value> {
+            Value cols[4] = {i, e.add(i, c16), e.add(i, c32), e.add(i, c48)};
+            SmallVector<Value> next;
+            Value xs[4], ys[4];
+            for (int j = 0; j < 4; ++j) {
+              xs[j] = vload(a, t, cols[j]);
+              ys[j] = vload(b, o, cols[j]);
+            }
+            for (int j = 0; j < 4; ++j)
+              next.push_back(vector::FMAOp::create(e.b, xs[j], ys[j], accs[j]));
+            return next;
+          });
+      Value s01 = arith::AddFOp::create(e.b, acc[0], acc[1]);
+      Value s23 = arith::AddFOp::create(e.b, acc[2], acc[3]);
+      Value s4 = arith::AddFOp::create(e.b, s01, s23);
+      Value s16 =
+          e.forLoop(k64, k16, c16, {s4},
+                    [&](Value i, ValueRange av) -> SmallVector<Value> {
+                      Value xv = vload(a, t, i);
+                      Value yv = vload(b, o, i);
+                      return {vector::FMAOp::create(e.b, xv, yv, av[0])};
+                    })[0];
+      Value red =
+          vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, s16);
+      Value total = e.forLoop(
+          k16, k, c1, {red}, [&](Value i, ValueRange as) -> SmallVector<Value> {
+            Value xs = e.load(a, {t, i});
+            Value ys = e.load(b, {o, i});
+            Value p = arith::MulFOp::create(e.b, xs, ys);
+            return {arith::AddFOp::create(e.b, as[0], p)};
+          })[0];
+      if (accumulate) {
+        Value old = e.load(c, {t, o});
+        total = arith::AddFOp::create(e.b, old, total);
+      }
+      e.store(total, c, {t, o});
+    });
+  });
+  e.finishFunction();
+}
+
+/// The cos/sin table of position `pos` (i64): one entry per RoPE pair.
+void CpuTarget::emitRopeTable(ForwardEmitter &e) {
+  Type tab = ropeTableType(e);
+  func::FuncOp f =
+      e.beginFunction(e.name("rope_table"), {e.i64(), tab, tab}, false);
+  Value pos = f.getArgument(0), cs = f.getArgument(1), sn = f.getArgument(2);
+  Value c0 = e.cIndex(0), cHalf = e.cIndex(e.half), c1 = e.cIndex(1);
+  e.forLoop(c0, cHalf, c1, [&](Value i) {
+    auto [c, s] = e.ropeCosSin(pos, i);
+    e.store(c, cs, {i});
+    e.store(s, sn, {i});
+  });
+  e.finishFunction();
+}
+
+/// dst = R(table) src for one head (dst may alias src).
+void CpuTarget::emitRopeApply(ForwardEmitter &e) {
+  Type h1 = headType(e), tab = ropeTableType(e);
+  func::FuncOp f =
+      e.beginFunction(e.name("rope_apply"), {h1, h1, tab, tab}, false);
+  Value src = f.getArgument(0), dst = f.getArgument(1), cs = f.getArgument(2),
+        sn = f.getArgument(3);
+  Value c0 = e.cIndex(0), cHalf = e.cIndex(e.half), c1 = e.cIndex(1);
+  e.forLoop(c0, cHalf, c1, [&](Value i) {
+    auto [ia, ib] = e.ropePair(i);
+    Value xa = e.load(src, {ia}), xb = e.load(src, {ib});
+    Value c = e.load(cs, {i}), s = e.load(sn, {i});
+    auto [fa, fb] = e.rotate(xa, xb, c, s);
+    e.store(fa, dst, {ia});
+    e.store(fb, dst, {ib});
+  });
+  e.finishFunction();
+}
+
+/// h1 = silu(h1) * h3, element by element.
+void CpuTarget::emitSwiglu(ForwardEmitter &e) {
+  Type v1 = vectorType(e);
+  func::FuncOp f = e.beginFunction(e.name("swiglu"), {v1, v1}, false);
+  Value a = f.getArgument(0), b = f.getArgument(1);
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  Value count = memref::DimOp::create(e.b, a, c0);
+  e.forLoop(c0, count, c1, [&](Value i) {
+    Value h = e.load(a, {i}), g = e.load(b, {i});
+    e.store(e.swiglu(h, g), a, {i});
+  });
+  e.finishFunction();
+}
+
+/// Rotates the new K of layer `layer` to positions pos + t and writes K and
+/// V into the pages of the last run of the table (the run being prefilled).
+void CpuTarget::emitStoreKV(ForwardEmitter &e) {
+  Type m2 = matrixType(e), tab = ropeTableType(e), h1 = headType(e);
+  func::FuncOp f =
+      e.beginFunction(e.name("store_kv"),
+                      {m2, m2, e.i64(), e.buffer(e.f32()), e.buffer(e.i32()),
+                       e.table(KVRT_RUN_WIDTH), e.index(), e.index()},
+                      false);
+  Value k = f.getArgument(0), v = f.getArgument(1), pos = f.getArgument(2),
+        kv = f.getArgument(3), pages = f.getArgument(4),
+        runs = f.getArgument(5), layer = f.getArgument(6),
+        pt = f.getArgument(7);
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  PageStrides strides = e.pageStrides(pt);
+  Value last = e.sub(memref::DimOp::create(e.b, runs, c0), c1);
+  RunRow run = e.loadRun(runs, last);
+  Value pageOffset = e.toIndex(run.pageOffset);
+  Value slotBegin = e.toIndex(run.slotBegin);
+  Value n = memref::DimOp::create(e.b, k, c0);
+  Value cs = memref::AllocaOp::create(e.b, cast<MemRefType>(tab));
+  Value sn = memref::AllocaOp::create(e.b, cast<MemRefType>(tab));
+  VectorType head = e.vec(e.headSize, e.f32());
+  e.forLoop(c0, n, c1, [&](Value t) {
+    Value p = arith::AddIOp::create(e.b, pos, e.toI64(t));
+    call(e, "rope_table", {p, cs, sn});
+    Value slot = e.add(slotBegin, t);
+    Value page = e.pageId(pages, pageOffset, e.divu(slot, pt));
+    Value slotOffset = e.mul(e.remu(slot, pt), e.cIndex(e.headSize));
+    e.forLoop(c0, e.cIndex(e.kvHeads), c1, [&](Value g) {
+      Value go = e.mul(g, e.cIndex(e.headSize));
+      Value kh = memref::SubViewOp::create(
+          e.b, cast<MemRefType>(h1), k, ArrayRef<OpFoldResult>{t, go},
+          ArrayRef<OpFoldResult>{e.b.getIndexAttr(1),
+                                 e.b.getIndexAttr(e.headSize)},
+          ArrayRef<OpFoldResult>{e.b.getIndexAttr(1), e.b.getIndexAttr(1)});
+      call(e, "rope_apply", {kh, kh, cs, sn});
+      Value ko = e.add(e.headBase(strides, page, layer, g), slotOffset);
+      Value vo = e.add(ko, strides.kv);
+      Value kvec = vector::LoadOp::create(e.b, head, k, ValueRange{t, go});
+      Value vvec = vector::LoadOp::create(e.b, head, v, ValueRange{t, go});
+      vector::StoreOp::create(e.b, kvec, kv, ValueRange{ko});
+      vector::StoreOp::create(e.b, vvec, kv, ValueRange{vo});
+    });
+  });
+  e.finishFunction();
+}
+
+/// exp(x) on 16 lanes for the softmax weights (x = score - running max <=
+/// 0): Cody-Waite reduction x = n ln2 + r (ln2 split in two, n ln2_hi
+/// exact), the degree-7 minimax polynomial of Cephes' expf on |r| <= ln2/2
+/// (FMAs), scaled by 2^n built from the exponent bits. At most 1 ulp from
+/// libm's expf on [-87.3, 0], the domain used (docs/cpu-backend.md); not
+/// meant for x > 88. Results below 2^-126 (x < -87.3, -inf included) are 0;
+/// NaN stays NaN. No fast-math flag is involved.
+void CpuTarget::emitExp16(ForwardEmitter &e) {
+  VectorType v16 = e.vec(kLanes, e.f32());
+  VectorType i16 = e.vec(kLanes, e.i32());
+  func::FuncOp f = e.beginFunction(e.name("exp16"), {v16}, false);
+  f.setType(e.b.getFunctionType({v16}, {v16}));
+  Value x = f.getArgument(0);
+  auto splat = [&](float value) { return e.splatF32(kLanes, value); };
+  auto fma = [&](Value a, Value b, Value c) -> Value {
+    return vector::FMAOp::create(e.b, a, b, c);
+  };
+  Value lo = splat(-87.336544f), hi = splat(88.3762589f);
+  Value log2e = splat(1.44269504f), half = splat(0.5f);
+  Value nln2hi = splat(-0.693359375f), nln2lo = splat(2.12194440e-4f);
+  Value p0 = splat(1.9875691500e-4f), p1 = splat(1.3981999507e-3f);
+  Value p2 = splat(8.3334519073e-3f), p3 = splat(4.1665795894e-2f);
+  Value p4 = splat(1.6666665459e-1f), p5 = splat(5.0000001201e-1f);
+  Value one = splat(1.0f), zero = splat(0.0f);
+  Value bias = e.splatI32(kLanes, 127), c23 = e.splatI32(kLanes, 23);
+  Value x0 = arith::MaximumFOp::create(e.b, x, lo);
+  Value xc = arith::MinimumFOp::create(e.b, x0, hi);
+  Value t = fma(xc, log2e, half);
+  Value n = math::FloorOp::create(e.b, t);
+  Value r0 = fma(n, nln2hi, xc);
+  Value r = fma(n, nln2lo, r0);
+  Value q1 = fma(p0, r, p1);
+  Value q2 = fma(q1, r, p2);
+  Value q3 = fma(q2, r, p3);
+  Value q4 = fma(q3, r, p4);
+  Value q5 = fma(q4, r, p5);
+  Value r2 = arith::MulFOp::create(e.b, r, r);
+  Value q6 = fma(q5, r2, r);
+  Value q = arith::AddFOp::create(e.b, q6, one);
+  Value ni = arith::FPToSIOp::create(e.b, i16, n);
+  Value eb = arith::AddIOp::create(e.b, ni, bias);
+  Value es = arith::ShLIOp::create(e.b, eb, c23);
+  Value p2n = arith::BitcastOp::create(e.b, v16, es);
+  Value ex = arith::MulFOp::create(e.b, q, p2n);
+  Value under = arith::CmpFOp::create(e.b, arith::CmpFPredicate::OLT, x, lo);
+  Value result = arith::SelectOp::create(e.b, under, zero, ex);
+  func::ReturnOp::create(e.b, result);
+  e.b.setInsertionPointToEnd(e.module.getBody());
+}
+
+/// Attention of n query tokens (q: [n][heads][head_size], not rotated;
+/// query t at position pos + t) over the runs of layer `layer`. Per run with
+/// offset Δ the query is rotated once to m - Δ and scored against the stored
+/// keys; the keys of a run that count are a prefix of the run (visibleKeys).
+/// Runs and pages are merged by online softmax (running max and sum), one
+/// page chunk at a time. Per chunk and KV head: each key is read once and
+/// scored against the G query heads of the group into a score buffer, then
+/// the chunk's max and weights are computed 16 lanes at a time (exp16), then
+/// V is summed with FMAs. Pages are walked in order, KV heads inside a page,
+/// so a page's K/V are read as one sequential stream.
+void CpuTarget::emitAttention(ForwardEmitter &e) {
+  Type v1 = vectorType(e), h1 = headType(e), tab = ropeTableType(e);
+  func::FuncOp f = e.beginFunction(e.name("attention_kernel"),
+                                   {v1, e.index(), e.i64(), e.buffer(e.f32()),
+                                    e.buffer(e.i32()), e.table(KVRT_RUN_WIDTH),
+                                    e.index(), e.index(), v1},
+                                   false);
+  Value q = f.getArgument(0), n = f.getArgument(1), pos = f.getArgument(2),
+        kv = f.getArgument(3), pages = f.getArgument(4),
+        runs = f.getArgument(5), layer = f.getArgument(6),
+        pt = f.getArgument(7), out = f.getArgument(8);
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1), c16 = e.cIndex(16),
+        c32 = e.cIndex(32);
+  Value cHS = e.cIndex(e.headSize), cD = e.cIndex(e.dim),
+        cNH = e.cIndex(e.heads), cKVH = e.cIndex(e.kvHeads),
+        cG = e.cIndex(e.group);
+  Value scale = e.scoreScale();
+  Value ninf = e.cF32Bits(0xFF800000u), zf = e.cF32(0.0f);
+  VectorType v16 = e.vec(kLanes, e.f32());
+  VectorType vHS = e.vec(e.headSize, e.f32());
+  VectorType m16 = e.vec(kLanes, e.i1());
+  Value zv = e.splatF32(e.headSize, 0.0f);
+  Value ninf16 = arith::ConstantOp::create(
+      e.b, DenseElementsAttr::get(
+               v16, e.b.getF32FloatAttr(llvm::bit_cast<float>(0xFF800000u))));
+  Value z16 = e.splatF32(kLanes, 0.0f);
+  PageStrides strides = e.pageStrides(pt);
+  Value nruns = memref::DimOp::create(e.b, runs, c0);
+  auto stackBuffer = [&](int64_t size, Type element) -> Value {
+    return memref::AllocaOp::create(e.b, MemRefType::get({size}, element));
+  };
+  Value qrot = stackBuffer(e.dim, e.f32());
+  Value mx = stackBuffer(e.heads, e.f32());
+  Value lsum = stackBuffer(e.heads, e.f32());
+  Value acc = stackBuffer(e.dim, e.f32());
+  // Scores of a chunk, [G][page_tokens + 16]: a row has room for the last
+  // 16-lane block of the weights.
+  Value scw = e.add(pt, c16);
+  Value sc = memref::AllocaOp::create(e.b, e.buffer(e.f32()),
+                                      ValueRange{e.mul(scw, cG)});
+  Value cs = memref::AllocaOp::create(e.b, cast<MemRefType>(tab));
+  Value sn = memref::AllocaOp::create(e.b, cast<MemRefType>(tab));
+  auto maskedLoad = [&](Value memref, Value at, Value mask,
+                        Value passThrough) -> Value {
+    return vector::MaskedLoadOp::create(e.b, v16, memref, ValueRange{at}, mask,
+                                        passThrough);
+  };
+  e.forLoop(c0, n, c1, [&](Value t) {
+    Value m = arith::AddIOp::create(e.b, pos, e.toI64(t));
+    Value qoff = e.mul(t, cD);
+    e.forLoop(c0, cNH, c1, [&](Value h) {
+      e.store(ninf, mx, {h});
+      e.store(zf, lsum, {h});
+      vector::StoreOp::create(e.b, zv, acc, ValueRange{e.mul(h, cHS)});
+    });
+    e.forLoop(c0, nruns, c1, [&](Value r) {
+      RunRow run = e.loadRun(runs, r);
+      Value visible = e.visibleKeys(m, run);
+      e.ifThen(e.cmp(arith::CmpIPredicate::sgt, visible, e.cI64(0)), [&] {
+        // (R(m) q) . (R(Δ) k) = (R(m - Δ) q) . k: one rotation per run.
+        Value qp = arith::SubIOp::create(e.b, m, run.delta);
+        call(e, "rope_table", {qp, cs, sn});
+        e.forLoop(c0, cNH, c1, [&](Value h) {
+          Value ho = e.mul(h, cHS);
+          auto head = [&](Value memref, Value offset) -> Value {
+            return memref::SubViewOp::create(
+                e.b, cast<MemRefType>(h1), memref,
+                ArrayRef<OpFoldResult>{offset},
+                ArrayRef<OpFoldResult>{e.b.getIndexAttr(e.headSize)},
+                ArrayRef<OpFoldResult>{e.b.getIndexAttr(1)});
+          };
+          call(e, "rope_apply",
+               {head(q, e.add(qoff, ho)), head(qrot, ho), cs, sn});
+        });
+        Value pageOffset = e.toIndex(run.pageOffset);
+        Value slotBegin = e.toIndex(run.slotBegin);
+        Value send = e.add(slotBegin, e.toIndex(visible));
+        Value pfirst = e.divu(slotBegin, pt);
+        Value pend = e.add(e.divu(e.sub(send, c1), pt), c1);
+        e.forLoop(pfirst, pend, c1, [&](Value pi) {
+          Value lo0 = e.mul(pi, pt);
+          Value lo = e.maxu(lo0, slotBegin);
+          Value hi = e.minu(e.add(lo0, pt), send);
+          Value page = e.pageId(pages, pageOffset, pi);
+          Value s0 = e.sub(lo, lo0), s1 = e.sub(hi, lo0);
+          e.forLoop(c0, cKVH, c1, [&](Value g) {
+            Value kb = e.headBase(strides, page, layer, g);
+            Value vb = e.add(kb, strides.kv);
+            Value gq = e.mul(g, cG);
+            // Scores: a key is dotted with the G queries of the group while
+            // it is in L1, 16 lanes at a time with FMAs (the last slice
+            // masked when the head size is not a multiple of 16), then one
+            // 16-lane reduction per key and query head.
+            e.forLoop(s0, s1, c1, [&](Value s) {
+              Value ko = e.add(kb, e.mul(s, cHS));
+              e.forLoop(c0, cG, c1, [&](Value qh) {
+                Value ho = e.mul(e.add(gq, qh), cHS);
+                SmallVector<Value> partial = e.forLoop(
+                    c0, cHS, c32, {z16, z16},
+                    [&](Value d, ValueRange pa) -> SmallVector<Value> {
+                      SmallVector<Value> next;
+                      for (int half = 0; half < 2; ++half) {
+                        Value dd = half ? e.add(d, c16) : d;
+                        Value mask = vector::CreateMaskOp::create(
+                            e.b, m16, ValueRange{e.sub(cHS, dd)});
+                        Value qv = maskedLoad(qrot, e.add(ho, dd), mask, z16);
+                        Value kvv = maskedLoad(kv, e.add(ko, dd), mask, z16);
+                        next.push_back(
+                            vector::FMAOp::create(e.b, qv, kvv, pa[half]));
+                      }
+                      return next;
+                    });
+                Value psum = arith::AddFOp::create(e.b, partial[0], partial[1]);
+                Value dot = vector::ReductionOp::create(
+                    e.b, vector::CombiningKind::ADD, psum);
+                Value score = arith::MulFOp::create(e.b, dot, scale);
+                e.store(score, sc, {e.add(e.mul(qh, scw), s)});
+              });
+            });
+            e.forLoop(c0, cG, c1, [&](Value qh) {
+              Value h = e.add(gq, qh);
+              Value ho = e.mul(h, cHS);
+              Value row = e.mul(qh, scw);
+              // The chunk's max, 16 scores at a time (lanes past the chunk
+              // read as -inf).
+              Value maxv =
+                  e.forLoop(s0, s1, c16, {ninf16},
+                            [&](Value bl, ValueRange vm) -> SmallVector<Value> {
+                              Value mask = vector::CreateMaskOp::create(
+                                  e.b, m16, ValueRange{e.sub(s1, bl)});
+                              Value sv =
+                                  maskedLoad(sc, e.add(row, bl), mask, ninf16);
+                              return {arith::MaxNumFOp::create(e.b, vm[0], sv)};
+                            })[0];
+              Value chunkMax = vector::ReductionOp::create(
+                  e.b, vector::CombiningKind::MAXNUMF, maxv);
+              Value oldMax = e.load(mx, {h});
+              auto [newMax, corr] = e.softmaxRescale(oldMax, chunkMax);
+              Value l0 = e.load(lsum, {h});
+              Value l1 = arith::MulFOp::create(e.b, l0, corr);
+              Value a0 = vector::LoadOp::create(e.b, vHS, acc, ValueRange{ho});
+              Value a1 = arith::MulFOp::create(
+                  e.b, a0, vector::BroadcastOp::create(e.b, vHS, corr));
+              // The weights exp(score - max), 16 at a time, written back
+              // over the scores (lanes past the chunk get 0).
+              Value mb = vector::BroadcastOp::create(e.b, v16, newMax);
+              Value weights = e.forLoop(
+                  s0, s1, c16, {z16},
+                  [&](Value bl, ValueRange ps) -> SmallVector<Value> {
+                    Value bi = e.add(row, bl);
+                    Value mask = vector::CreateMaskOp::create(
+                        e.b, m16, ValueRange{e.sub(s1, bl)});
+                    Value sv = maskedLoad(sc, bi, mask, ninf16);
+                    Value d = arith::SubFOp::create(e.b, sv, mb);
+                    Value p = call(e, "exp16", {d}, {v16})[0];
+                    vector::StoreOp::create(e.b, p, sc, ValueRange{bi});
+                    return {arith::AddFOp::create(e.b, ps[0], p)};
+                  })[0];
+              Value wsum = vector::ReductionOp::create(
+                  e.b, vector::CombiningKind::ADD, weights);
+              Value lsumNew = arith::AddFOp::create(e.b, l1, wsum);
+              Value accNew = e.forLoop(
+                  s0, s1, c1, {a1},
+                  [&](Value s, ValueRange aa) -> SmallVector<Value> {
+                    Value p = e.load(sc, {e.add(row, s)});
+                    Value vo = e.add(vb, e.mul(s, cHS));
+                    Value vvec =
+                        vector::LoadOp::create(e.b, vHS, kv, ValueRange{vo});
+                    Value pb = vector::BroadcastOp::create(e.b, vHS, p);
+                    return {vector::FMAOp::create(e.b, pb, vvec, aa[0])};
+                  })[0];
+              e.store(newMax, mx, {h});
+              e.store(lsumNew, lsum, {h});
+              vector::StoreOp::create(e.b, accNew, acc, ValueRange{ho});
+            });
+          });
+        });
+      });
+    });
+    // A head that saw no key has sum 0 and accumulator 0: it gets zeros.
+    e.forLoop(c0, cNH, c1, [&](Value h) {
+      Value inv = e.softmaxNormalizer(e.load(lsum, {h}));
+      Value ho = e.mul(h, cHS);
+      Value a = vector::LoadOp::create(e.b, vHS, acc, ValueRange{ho});
+      Value o = arith::MulFOp::create(
+          e.b, a, vector::BroadcastOp::create(e.b, vHS, inv));
+      vector::StoreOp::create(e.b, o, out, ValueRange{e.add(qoff, ho)});
+    });
+  });
+  e.finishFunction();
+}
+
+/// Every run's K/V written to the pages `dst_pages` (parallel to `pages`,
+/// same slots), K rotated once by the run's Δ (R(Δ) k, angles in f64), V
+/// copied: the rewritten runs have offset 0 at base position base_pos + Δ.
+void CpuTarget::emitMaterialize(ForwardEmitter &e) {
+  Type tab = ropeTableType(e), h1 = headType(e);
+  func::FuncOp f =
+      e.beginFunction(e.name("materialize_kernel"),
+                      {e.buffer(e.f32()), e.buffer(e.i32()),
+                       e.table(KVRT_RUN_WIDTH), e.buffer(e.i32()), e.index()},
+                      false);
+  Value kv = f.getArgument(0), pages = f.getArgument(1),
+        runs = f.getArgument(2), dstPages = f.getArgument(3),
+        pt = f.getArgument(4);
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  PageStrides strides = e.pageStrides(pt);
+  VectorType head = e.vec(e.headSize, e.f32());
+  Value cs = memref::AllocaOp::create(e.b, cast<MemRefType>(tab));
+  Value sn = memref::AllocaOp::create(e.b, cast<MemRefType>(tab));
+  auto headView = [&](Value at) -> Value {
+    return memref::SubViewOp::create(
+        e.b, cast<MemRefType>(h1), kv, ArrayRef<OpFoldResult>{at},
+        ArrayRef<OpFoldResult>{e.b.getIndexAttr(e.headSize)},
+        ArrayRef<OpFoldResult>{e.b.getIndexAttr(1)});
+  };
+  e.forLoop(c0, memref::DimOp::create(e.b, runs, c0), c1, [&](Value r) {
+    RunRow run = e.loadRun(runs, r);
+    Value pageOffset = e.toIndex(run.pageOffset);
+    Value slotBegin = e.toIndex(run.slotBegin);
+    call(e, "rope_table", {run.delta, cs, sn});
+    e.forLoop(c0, e.toIndex(run.nTokens), c1, [&](Value j) {
+      Value slot = e.add(slotBegin, j);
+      Value pi = e.divu(slot, pt);
+      Value slotOffset = e.mul(e.remu(slot, pt), e.cIndex(e.headSize));
+      Value src = e.pageId(pages, pageOffset, pi);
+      Value dst = e.pageId(dstPages, pageOffset, pi);
+      e.forLoop(c0, e.cIndex(e.layers), c1, [&](Value l) {
+        e.forLoop(c0, e.cIndex(e.kvHeads), c1, [&](Value g) {
+          Value ko = e.add(e.headBase(strides, src, l, g), slotOffset);
+          Value kd = e.add(e.headBase(strides, dst, l, g), slotOffset);
+          call(e, "rope_apply", {headView(ko), headView(kd), cs, sn});
+          Value vvec = vector::LoadOp::create(
+              e.b, head, kv, ValueRange{e.add(ko, strides.kv)});
+          vector::StoreOp::create(e.b, vvec, kv,
+                                  ValueRange{e.add(kd, strides.kv)});
+        });
+      });
+    });
+  });
+  e.finishFunction();
+}
+
+} // namespace
+
+std::unique_ptr<ForwardTarget> mlir::kv::createCpuTarget() {
+  return std::make_unique<CpuTarget>();
+}

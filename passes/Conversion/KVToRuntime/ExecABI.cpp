@@ -1,0 +1,42 @@
+//===- ExecABI.cpp - The execution runtime as the conversion sees it -*- C++
+//-*-//
+
+#include "passes/Conversion/KVToRuntime/ExecABI.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMTypes.h"
+
+using namespace mlir;
+using namespace mlir::kv;
+
+FunctionType mlir::kv::getForwardEntryType(MLIRContext *context) {
+  return FunctionType::get(context, {LLVM::LLVMPointerType::get(context)}, {});
+}
+
+static Type toType(MLIRContext *context, ExecType type) {
+  switch (type) {
+  case ExecType::Void:
+    return {};
+  case ExecType::Ptr:
+    return LLVM::LLVMPointerType::get(context);
+  case ExecType::I32:
+    return IntegerType::get(context, 32);
+  case ExecType::I64:
+    return IntegerType::get(context, 64);
+  case ExecType::F64:
+    return Float64Type::get(context);
+  case ExecType::Forward:
+    return getForwardEntryType(context);
+  }
+  llvm_unreachable("unknown exec ABI type");
+}
+
+FunctionType mlir::kv::getExecFunctionType(MLIRContext *context, ExecFn fn) {
+  const ExecFunction &f = execFunction(fn);
+  SmallVector<Type> params;
+  for (size_t i = 0; i < f.arity; ++i)
+    params.push_back(toType(context, f.params[i]));
+  SmallVector<Type> results;
+  if (f.result != ExecType::Void)
+    results.push_back(toType(context, f.result));
+  return FunctionType::get(context, params, results);
+}

@@ -1,0 +1,116 @@
+//===- ExecABI.h - The execution runtime as the conversion sees it -*- C++ -*-//
+//
+// runtime/exec/ExecABI.def expanded into what convert-kv-to-runtime needs:
+// an enum of the functions, and each one's result and parameter types at the
+// func level (pointers are !llvm.ptr, forward entry points function values
+// that func-to-llvm turns into pointers). ConvertKVToRuntime.cpp calls them
+// through `call<ExecFn::NAME>(...)`, which checks the number of operands at
+// compile time; the types are checked by func.call's verifier against the
+// declaration built from the same list.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KVIR_PASSES_CONVERSION_KVTORUNTIME_EXECABI_H
+#define KVIR_PASSES_CONVERSION_KVTORUNTIME_EXECABI_H
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+
+#include <cstddef>
+
+namespace mlir::kv {
+
+/// A type of the exec ABI at the func level.
+enum class ExecType { Void, Ptr, I32, I64, F64, Forward };
+
+namespace detail {
+#define CTX(n) ExecType::Ptr
+#define SITE(n) ExecType::I32
+#define VIEW(n) ExecType::Ptr
+#define CVIEW(n) ExecType::Ptr
+#define VIEWS(n) ExecType::Ptr
+#define VIEW_OUT(n) ExecType::Ptr
+#define MODEL(n) ExecType::Ptr
+#define CTOKENS(n) ExecType::Ptr
+#define CLOGITS(n) ExecType::Ptr
+#define CTENSOR(n) ExecType::Ptr
+#define I32S(n) ExecType::Ptr
+#define I64S(n) ExecType::Ptr
+#define I64_OUT(n) ExecType::Ptr
+#define STR(n) ExecType::Ptr
+#define I32(n) ExecType::I32
+#define I64(n) ExecType::I64
+#define F64(n) ExecType::F64
+#define PREFILL_FN(n) ExecType::Forward
+#define ATTENTION_FN(n) ExecType::Forward
+#define MATERIALIZE_FN(n) ExecType::Forward
+#define KVRT_EXEC_FN(name, result, ...)                                        \
+  inline constexpr ExecType params_##name[] = {__VA_ARGS__};
+#include "runtime/exec/ExecABI.def"
+#undef CTX
+#undef SITE
+#undef VIEW
+#undef CVIEW
+#undef VIEWS
+#undef VIEW_OUT
+#undef MODEL
+#undef CTOKENS
+#undef CLOGITS
+#undef CTENSOR
+#undef I32S
+#undef I64S
+#undef I64_OUT
+#undef STR
+#undef I32
+#undef I64
+#undef F64
+#undef PREFILL_FN
+#undef ATTENTION_FN
+#undef MATERIALIZE_FN
+
+#define KVRT_EXEC_RESULT_VOID ExecType::Void
+#define KVRT_EXEC_RESULT_I32 ExecType::I32
+#define KVRT_EXEC_RESULT_I64 ExecType::I64
+#define KVRT_EXEC_RESULT_VIEW ExecType::Ptr
+#define KVRT_EXEC_RESULT_TOKENS ExecType::Ptr
+#define KVRT_EXEC_RESULT_CTOKENS ExecType::Ptr
+#define KVRT_EXEC_RESULT_LOGITS ExecType::Ptr
+#define KVRT_EXEC_RESULT_CLOGITS ExecType::Ptr
+#define KVRT_EXEC_RESULT_TENSOR ExecType::Ptr
+#define KVRT_EXEC_RESULT_CTENSOR ExecType::Ptr
+} // namespace detail
+
+/// The functions of the exec ABI, by name.
+enum class ExecFn {
+#define KVRT_EXEC_FN(name, result, ...) name,
+#include "runtime/exec/ExecABI.def"
+};
+
+/// One function of the exec ABI.
+struct ExecFunction {
+  const char *name;
+  ExecType result;
+  const ExecType *params;
+  size_t arity;
+};
+
+inline constexpr ExecFunction kExecFunctions[] = {
+#define KVRT_EXEC_FN(name, result, ...)                                        \
+  {#name, KVRT_EXEC_RESULT_##result, detail::params_##name,                    \
+   sizeof(detail::params_##name) / sizeof(ExecType)},
+#include "runtime/exec/ExecABI.def"
+};
+
+constexpr const ExecFunction &execFunction(ExecFn fn) {
+  return kExecFunctions[static_cast<size_t>(fn)];
+}
+
+/// The type of a forward entry point at the func level: (!llvm.ptr) -> ().
+FunctionType getForwardEntryType(MLIRContext *context);
+
+/// The func-level type of `fn`.
+FunctionType getExecFunctionType(MLIRContext *context, ExecFn fn);
+
+} // namespace mlir::kv
+
+#endif // KVIR_PASSES_CONVERSION_KVTORUNTIME_EXECABI_H

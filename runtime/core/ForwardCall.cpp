@@ -1,0 +1,117 @@
+//===- ForwardCall.cpp - Filling the generated forward's arguments -*- C++ -*-//
+
+#include "runtime/core/ForwardCall.h"
+#include "runtime/core/ModelConfig.h"
+#include "runtime/core/Support.h"
+
+#include <algorithm>
+#include <cstring>
+
+using namespace kvir;
+
+void RunTable::append(const int32_t *runPages, int64_t nPages,
+                      int64_t slotBegin, int64_t nTokens, int64_t basePos,
+                      int64_t delta) {
+  int64_t row[KVRT_RUN_WIDTH] = {
+      int64_t(pages.size()), slotBegin, nTokens, basePos, delta, 0, 0, 0};
+  pages.insert(pages.end(), runPages, runPages + nPages);
+  rows.insert(rows.end(), row, row + KVRT_RUN_WIDTH);
+}
+
+kvrt_status RunTable::appendView(const kvrt_view *view) {
+  if (!view)
+    return kvrt::nullArgument(__func__);
+  for (int64_t r = 0, e = kvrt_view_num_runs(view); r < e; ++r) {
+    kvrt_run run;
+    if (kvrt_status s = kvrt_view_get_run(view, r, &run))
+      return s;
+    append(run.pages, run.n_pages, run.slot_begin, run.n_tokens, run.base_pos,
+           run.delta);
+  }
+  return KVRT_OK;
+}
+
+kvrt_memref_i32 RunTable::pagesRef() {
+  return memrefI32(pages.data(), int64_t(pages.size()));
+}
+
+kvrt_memref_i64x2 RunTable::rowsRef() {
+  return memrefTable(rows.data(), numRuns(), KVRT_RUN_WIDTH);
+}
+
+std::vector<int64_t> kvir::attentionTiles(const RunTable &table,
+                                          int64_t queries, int64_t heads,
+                                          int64_t headSize) {
+  auto runTokens = [&](int64_t r) {
+    return table.rows[r * KVRT_RUN_WIDTH + KVRT_RUN_TOKENS];
+  };
+  int64_t total = 0, longest = 1;
+  for (int64_t r = 0; r < table.numRuns(); ++r) {
+    total += runTokens(r);
+    longest = std::max(longest, runTokens(r));
+  }
+  int64_t target =
+      std::max<int64_t>(1, 4096 / std::max<int64_t>(1, queries * heads));
+  int64_t tile = std::max<int64_t>(32, (total + target - 1) / target);
+  auto count = [&](int64_t t) {
+    int64_t c = 0;
+    for (int64_t r = 0; r < table.numRuns(); ++r)
+      c += std::max<int64_t>(1, (runTokens(r) + t - 1) / t);
+    return c;
+  };
+  const int64_t budget = int64_t(256) << 20;
+  while (tile < longest &&
+         queries * heads * count(tile) * (headSize + 2) * 4 > budget)
+    tile *= 2;
+  std::vector<int64_t> tiles;
+  for (int64_t r = 0; r < table.numRuns(); ++r) {
+    int64_t nt = runTokens(r);
+    for (int64_t b = 0; b == 0 || b < nt; b += tile) {
+      int64_t row[KVRT_TILE_WIDTH] = {r, b, std::min(b + tile, nt), 0};
+      tiles.insert(tiles.end(), row, row + KVRT_TILE_WIDTH);
+    }
+  }
+  return tiles;
+}
+
+int64_t kvir::attentionPartialFloats(const kvrt_model_config &c,
+                                     int64_t queries, int64_t tiles) {
+  return queries * c.n_heads * tiles * (headSize(c) + 2);
+}
+
+int64_t kvir::prefillScratchFloats(const kvrt_model_config &c, int64_t n) {
+  return n * (3 * int64_t(c.dim) + 2 * int64_t(kvDim(c)) +
+              2 * int64_t(c.hidden_dim));
+}
+
+std::vector<float> kvir::embedTokens(const kvrt_model_config &c,
+                                     const kvrt_model_weights &w,
+                                     const int32_t *tokens, int64_t n) {
+  std::vector<float> x(n * c.dim);
+  for (int64_t t = 0; t < n; ++t)
+    std::memcpy(&x[t * c.dim], w.token_embedding + int64_t(tokens[t]) * c.dim,
+                sizeof(float) * c.dim);
+  return x;
+}
+
+std::array<WeightTensor, 11> kvir::forwardWeights(const kvrt_model_config &c,
+                                                  const kvrt_model_weights &w) {
+  int64_t L = c.n_layers, D = c.dim, H = c.hidden_dim, KV = kvDim(c),
+          V = c.vocab_size;
+  return {{{w.rms_att, L * D},
+           {w.wq, L * D * D},
+           {w.wk, L * KV * D},
+           {w.wv, L * KV * D},
+           {w.wo, L * D * D},
+           {w.rms_ffn, L * D},
+           {w.w1, L * H * D},
+           {w.w2, L * D * H},
+           {w.w3, L * H * D},
+           {w.rms_final, D},
+           {w.wcls, V * D}}};
+}
+
+std::array<kvrt_memref_f32 *, 11> kvir::weightFields(kvrt_prefill_args &a) {
+  return {&a.rms_att, &a.wq, &a.wk, &a.wv,        &a.wo,  &a.rms_ffn,
+          &a.w1,      &a.w2, &a.w3, &a.rms_final, &a.wcls};
+}

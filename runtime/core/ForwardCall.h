@@ -1,0 +1,76 @@
+//===- ForwardCall.h - Filling the generated forward's arguments -*- C++
+//-*-===//
+//
+// What every backend that runs the generated forward does alike: the run
+// table of a view, the embedding rows of the tokens, the weights in the order
+// of ForwardABI.def, and the sizes of the buffers a call needs. Memory
+// placement (host or device) stays with the backend.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KVIR_RUNTIME_CORE_FORWARDCALL_H
+#define KVIR_RUNTIME_CORE_FORWARDCALL_H
+
+#include "runtime/core/ForwardABI.h"
+#include "runtime/core/KVRuntime.h"
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace kvir {
+
+/// A view flattened for the forward: the page lists of its runs back to
+/// back, and one RUNS row per run (ForwardABI.h).
+struct RunTable {
+  std::vector<int32_t> pages;
+  std::vector<int64_t> rows;
+
+  int64_t numRuns() const { return int64_t(rows.size()) / KVRT_RUN_WIDTH; }
+  /// Appends a run (its page ids are copied).
+  void append(const int32_t *runPages, int64_t nPages, int64_t slotBegin,
+              int64_t nTokens, int64_t basePos, int64_t delta);
+  /// Appends every run of `view`.
+  kvrt_status appendView(const kvrt_view *view);
+  /// Descriptors of the two arrays (host memory).
+  kvrt_memref_i32 pagesRef();
+  kvrt_memref_i64x2 rowsRef();
+};
+
+/// Attention tiles for the GPU forward (TILES rows: run, key_begin, key_end):
+/// each run cut into tiles of at most some number of keys, so that a few
+/// thousand blocks run for `queries` query tokens while the partials stay
+/// under 256 MiB.
+std::vector<int64_t> attentionTiles(const RunTable &table, int64_t queries,
+                                    int64_t heads, int64_t headSize);
+
+/// Floats of the attention partials the GPU forward keeps for `queries`
+/// query tokens and `tiles` tiles.
+int64_t attentionPartialFloats(const kvrt_model_config &config, int64_t queries,
+                               int64_t tiles);
+
+/// Floats of a prefill's scratch buffer: n * (3 dim + 2 kv_dim + 2 hidden).
+int64_t prefillScratchFloats(const kvrt_model_config &config, int64_t n);
+
+/// The embedding rows of `n` tokens (a copy, not math): [n][dim] floats.
+std::vector<float> embedTokens(const kvrt_model_config &config,
+                               const kvrt_model_weights &weights,
+                               const int32_t *tokens, int64_t n);
+
+/// One weight tensor of the forward: its data and number of floats.
+struct WeightTensor {
+  const float *data;
+  int64_t size;
+};
+
+/// The 11 weight tensors the forward reads, in ForwardABI.def order
+/// (rms_att .. wcls).
+std::array<WeightTensor, 11> forwardWeights(const kvrt_model_config &config,
+                                            const kvrt_model_weights &weights);
+
+/// The 11 weight fields of `args`, in the same order.
+std::array<kvrt_memref_f32 *, 11> weightFields(kvrt_prefill_args &args);
+
+} // namespace kvir
+
+#endif // KVIR_RUNTIME_CORE_FORWARDCALL_H

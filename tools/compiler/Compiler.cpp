@@ -1,0 +1,573 @@
+//===- Compiler.cpp - kv programs from source to code -----------*- C++ -*-===//
+
+#include "tools/compiler/Compiler.h"
+
+#include "dialects/KV/KVDialect.h"
+#include "dialects/KV/KVOps.h"
+#include "passes/Conversion/Forward/BuildForward.h"
+#include "passes/Passes.h"
+#include "runtime/core/ModelConfig.h"
+#include "runtime/core/Support.h"
+#include "runtime/cuda/CudaRuntime.h"
+#include "runtime/exec/ExecRuntime.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Target/LLVM/NVVM/Target.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
+#include "mlir/Target/LLVMIR/Export.h"
+
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/Mangling.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/SubtargetFeature.h"
+
+#include <mutex>
+
+using namespace mlir;
+using namespace kvir;
+using namespace kvir::compiler;
+using kvrt::fail;
+using kvrt::str;
+
+namespace {
+
+/// The module attribute convert-kv-to-runtime records the sites in.
+constexpr llvm::StringLiteral kSitesAttrName = "kv.exec_sites";
+
+bool isTokens(Type type) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  return t && t.getRank() == 1 && t.getElementType().isInteger(32);
+}
+bool isLogits(Type type) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  return t && t.getRank() == 2 && t.getElementType().isF32();
+}
+bool isQueries(Type type) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  return t && t.getRank() == 3 && t.getElementType().isF32();
+}
+
+void initializeNativeTarget() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+}
+
+/// Diagnostics of `context` collected into a string while alive.
+class CollectDiagnostics {
+public:
+  explicit CollectDiagnostics(MLIRContext &context)
+      : os(text), handler(&context, [this](Diagnostic &diag) {
+          os << diag.str() << "\n";
+          return success();
+        }) {}
+  std::string text;
+
+private:
+  llvm::raw_string_ostream os;
+  ScopedDiagnosticHandler handler;
+};
+
+} // namespace
+
+void kvir::compiler::registerDialects(DialectRegistry &registry) {
+  registry.insert<kv::KVDialect>();
+  registerAllDialects(registry);
+  registerAllExtensions(registry);
+  registerAllToLLVMIRTranslations(registry);
+  registerAllGPUToLLVMIRTranslations(registry);
+  NVVM::registerNVVMTargetInterfaceExternalModels(registry);
+}
+
+//===----------------------------------------------------------------------===//
+// Loading and planning
+//===----------------------------------------------------------------------===//
+
+LogicalResult kvir::compiler::planProgram(ModuleOp module) {
+  MLIRContext *context = module.getContext();
+  module.walk([&](Operation *op) {
+    if (isa<kv::EditOp, kv::ComposeOp, kv::LogitsOp>(op))
+      op->setLoc(FusedLoc::get(context, {op->getLoc()},
+                               StringAttr::get(context, kv::kPlanLocationTag)));
+  });
+  PassManager pm(context);
+  kv::buildOptimizePipeline(pm, kv::OptimizePipelineOptions());
+  if (failed(pm.run(module)))
+    return emitError(module.getLoc()) << "kv-optimize failed on the program";
+  return success();
+}
+
+OwningOpRef<ModuleOp> kvir::compiler::loadProgram(MLIRContext &context,
+                                                  llvm::SourceMgr &sourceMgr,
+                                                  StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
+  if (!buffer) {
+    emitError(UnknownLoc::get(&context))
+        << "cannot read program '" << path
+        << "': " << buffer.getError().message();
+    return nullptr;
+  }
+  sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  if (!module || failed(planProgram(*module)))
+    return nullptr;
+  return module;
+}
+
+OwningOpRef<ModuleOp> kvir::compiler::parseProgram(MLIRContext &context,
+                                                   StringRef text) {
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &context);
+  if (!module || failed(planProgram(*module)))
+    return nullptr;
+  return module;
+}
+
+FailureOr<func::FuncOp> kvir::compiler::lookupEntry(ModuleOp module,
+                                                    StringRef name) {
+  auto entry = module.lookupSymbol<func::FuncOp>(name);
+  if (entry && !entry.isExternal() && entry.isPublic())
+    return entry;
+  std::string names;
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!func.isExternal() && func.isPublic())
+      names += (names.empty() ? "@" : ", @") + func.getName().str();
+  return emitError(module.getLoc())
+         << "no public function @" << name << " with a body in the program"
+         << (names.empty() ? std::string(" (it has none)")
+                           : " (functions: " + names + ")");
+}
+
+FailureOr<exec::EntryManifest>
+kvir::compiler::describeEntry(func::FuncOp entry) {
+  exec::EntryManifest manifest;
+  manifest.entry = entry.getName().str();
+  ModuleOp module = entry->getParentOfType<ModuleOp>();
+  module.walk([&](Operation *op) {
+    if (kv::isPlanLocation(op->getLoc()))
+      manifest.hasPlanOps = true;
+  });
+  for (unsigned i = 0, e = entry.getNumArguments(); i < e; ++i) {
+    Type type = entry.getArgument(i).getType();
+    exec::ArgSpec spec;
+    spec.name = "arg" + std::to_string(i);
+    if (auto attr = entry.getArgAttrOfType<StringAttr>(i, "kv.name"))
+      spec.name = attr.getValue().str();
+    if (auto hint = entry.getArgAttrOfType<IntegerAttr>(i, "kv.sample_length"))
+      spec.sampleLength = hint.getInt();
+    if (auto model = dyn_cast<kv::ModelType>(type)) {
+      spec.kind = exec::ValueKind::Model;
+      spec.model = model.getConfig();
+    } else if (isTokens(type) || isQueries(type)) {
+      auto tensor = cast<RankedTensorType>(type);
+      spec.kind =
+          isTokens(type) ? exec::ValueKind::Tokens : exec::ValueKind::Tensor;
+      for (int64_t d = 0; d < tensor.getRank(); ++d)
+        spec.dims[d] = tensor.isDynamicDim(d) ? -1 : tensor.getDimSize(d);
+    } else {
+      return emitError(entry.getLoc())
+             << "argument arg" << i << " of @" << entry.getName()
+             << " has type " << type
+             << ", which a runner cannot bind (it binds !kv.model, "
+                "tensor<?xi32> tokens and tensor<?xHxDxf32> queries)";
+    }
+    manifest.args.push_back(spec);
+  }
+  for (Type type : entry.getResultTypes()) {
+    if (isa<kv::CacheType>(type))
+      manifest.results.push_back(exec::ValueKind::Cache);
+    else if (isa<kv::ModelType>(type))
+      manifest.results.push_back(exec::ValueKind::Model);
+    else if (isTokens(type))
+      manifest.results.push_back(exec::ValueKind::Tokens);
+    else if (isLogits(type))
+      manifest.results.push_back(exec::ValueKind::Logits);
+    else if (isQueries(type))
+      manifest.results.push_back(exec::ValueKind::Tensor);
+    else if (type.isIntOrIndex())
+      manifest.results.push_back(exec::ValueKind::Index);
+    else
+      return emitError(entry.getLoc())
+             << "@" << entry.getName() << " returns a value of type " << type
+             << ", which a runner cannot report";
+  }
+  return manifest;
+}
+
+//===----------------------------------------------------------------------===//
+// Lowering
+//===----------------------------------------------------------------------===//
+
+std::string kvir::compiler::siteText(Location loc) {
+  std::string text;
+  loc->walk([&](Location inner) {
+    if (auto file = dyn_cast<FileLineColLoc>(inner)) {
+      text = (file.getFilename().getValue() + ":" + Twine(file.getLine()) +
+              ":" + Twine(file.getColumn()))
+                 .str();
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  if (text.empty()) {
+    llvm::raw_string_ostream os(text);
+    loc.print(os);
+  }
+  return text;
+}
+
+OwningOpRef<ModuleOp>
+kvir::compiler::lowerProgram(ModuleOp module, const LowerOptions &options,
+                             std::vector<Location> &sites) {
+  MLIRContext *context = module.getContext();
+  OwningOpRef<ModuleOp> lowered(module.clone());
+  if (options.exportModel)
+    (*lowered)->setAttr(
+        kv::kExportForwardsAttrName,
+        ArrayAttr::get(context, {TypeAttr::get(kv::ModelType::get(
+                                    context, *options.exportModel))}));
+  PassManager pm(context);
+  if (options.target == Target::Cpu) {
+    kv::buildLowerToCPUPipeline(pm, kv::LowerToCPUPipelineOptions());
+  } else {
+    kv::LowerToNVVMPipelineOptions nvvm;
+    nvvm.chip = options.chip;
+    nvvm.features = options.features;
+    nvvm.format = options.format;
+    std::string problem = kv::checkLowerToNVVMPipelineOptions(nvvm);
+    if (!problem.empty()) {
+      emitError(module.getLoc()) << problem;
+      return nullptr;
+    }
+    kv::buildLowerToNVVMPipeline(pm, nvvm);
+  }
+  if (failed(pm.run(*lowered))) {
+    emitError(module.getLoc())
+        << "lowering the program with "
+        << (options.target == Target::Cpu ? "kv-lower-to-cpu"
+                                          : "kv-lower-to-nvvm")
+        << " failed";
+    return nullptr;
+  }
+  sites.clear();
+  if (auto attr = (*lowered)->getAttrOfType<ArrayAttr>(kSitesAttrName)) {
+    for (Attribute site : attr)
+      sites.push_back(cast<LocationAttr>(site));
+    (*lowered)->removeAttr(kSitesAttrName);
+  }
+  return lowered;
+}
+
+//===----------------------------------------------------------------------===//
+// JIT
+//===----------------------------------------------------------------------===//
+
+JitProgram::~JitProgram() = default;
+
+std::unique_ptr<JitProgram> JitProgram::create(ModuleOp lowered, Target target,
+                                               Location loc) {
+  initializeNativeTarget();
+  auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!builder) {
+    emitError(loc) << "no host target: " << llvm::toString(builder.takeError());
+    return nullptr;
+  }
+  // One target machine for the optimiser (kept alive here: the transformer
+  // holds it by pointer), one that the engine takes for code generation.
+  auto optTM = builder->createTargetMachine();
+  auto tm = builder->createTargetMachine();
+  if (!optTM || !tm) {
+    llvm::Error error = optTM ? tm.takeError() : optTM.takeError();
+    emitError(loc) << "no host target machine: "
+                   << llvm::toString(std::move(error));
+    return nullptr;
+  }
+  // The transformer is a function_ref: it must outlive create().
+  std::function<llvm::Error(llvm::Module *)> transformer =
+      makeOptimizingTransformer(3, 0, optTM->get());
+  ExecutionEngineOptions options;
+  options.transformer = transformer;
+  options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
+  options.enableGDBNotificationListener = false;
+  options.enablePerfNotificationListener = false;
+  auto engine = ExecutionEngine::create(lowered, options, std::move(*tm));
+  if (!engine) {
+    emitError(loc) << "JIT compilation failed: "
+                   << llvm::toString(engine.takeError());
+    return nullptr;
+  }
+  (*engine)->registerSymbols([target](llvm::orc::MangleAndInterner interner) {
+    llvm::orc::SymbolMap map;
+    auto add = [&](const char *name, void *address) {
+      map[interner(name)] = {llvm::orc::ExecutorAddr::fromPtr(address),
+                             llvm::JITSymbolFlags::Exported};
+    };
+    for (const kvrt_exec_symbol *s = kvrt_exec_symbols(); s->name; ++s)
+      add(s->name, s->address);
+    if (target == Target::Gpu)
+      for (const kvrt_cuda_symbol *s = kvrt_cuda_mgpu_symbols(); s->name; ++s)
+        add(s->name, s->address);
+    return map;
+  });
+  // Runs the module's constructors (for the GPU: its binary is loaded).
+  (*engine)->initialize();
+  std::unique_ptr<JitProgram> program(new JitProgram());
+  program->engine = std::move(*engine);
+  return program;
+}
+
+void *JitProgram::lookup(StringRef symbol) {
+  auto address = engine->lookup(symbol);
+  if (!address) {
+    llvm::consumeError(address.takeError());
+    return nullptr;
+  }
+  return *address;
+}
+
+exec::EntryFn JitProgram::entry(StringRef name) {
+  return reinterpret_cast<exec::EntryFn>(lookup(exec::entrySymbol(name.str())));
+}
+
+Forward JitProgram::forward(const kvrt_model_config &config) {
+  Forward f;
+  std::string key = configKey(config, KVRT_KV_F32);
+  std::unique_ptr<std::string> &stored = keys[key];
+  if (!stored)
+    stored = std::make_unique<std::string>(key);
+  f.key = stored->c_str();
+  auto entry = [&](kv::ForwardEntryPoint point) {
+    return lookup(kv::forwardEntryName(config, KVRT_KV_F32, point));
+  };
+  f.prefill =
+      reinterpret_cast<kvrt_prefill_fn>(entry(kv::ForwardEntryPoint::Prefill));
+  f.attention = reinterpret_cast<kvrt_attention_fn>(
+      entry(kv::ForwardEntryPoint::Attention));
+  f.materialize = reinterpret_cast<kvrt_materialize_fn>(
+      entry(kv::ForwardEntryPoint::Materialize));
+  return f;
+}
+
+FailureOr<CompiledProgram>
+kvir::compiler::compileProgram(OwningOpRef<ModuleOp> planned,
+                               StringRef entryName,
+                               const LowerOptions &options) {
+  CompiledProgram program;
+  program.planned = std::move(planned);
+  FailureOr<func::FuncOp> entry = lookupEntry(*program.planned, entryName);
+  if (failed(entry))
+    return failure();
+  FailureOr<exec::EntryManifest> manifest = describeEntry(*entry);
+  if (failed(manifest))
+    return failure();
+  program.manifest = std::move(*manifest);
+  program.manifest.target = options.target == Target::Gpu ? "gpu" : "cpu";
+  OwningOpRef<ModuleOp> lowered =
+      lowerProgram(*program.planned, options, program.sites);
+  if (!lowered)
+    return failure();
+  for (Location site : program.sites)
+    program.manifest.sites.push_back(siteText(site));
+  program.jit = JitProgram::create(*lowered, options.target, entry->getLoc());
+  if (!program.jit)
+    return failure();
+  program.entry = program.jit->entry(entryName);
+  if (!program.entry)
+    return emitError(entry->getLoc()) << "the compiled program has no "
+                                      << exec::entrySymbol(entryName.str());
+  if (options.exportModel)
+    program.forward = program.jit->forward(*options.exportModel);
+  return program;
+}
+
+//===----------------------------------------------------------------------===//
+// Forwards alone
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A context with every dialect a forward and its lowering use.
+MLIRContext &forwardContext() {
+  static MLIRContext *context = [] {
+    DialectRegistry registry;
+    registerDialects(registry);
+    auto *ctx = new MLIRContext(registry, MLIRContext::Threading::DISABLED);
+    ctx->loadDialect<kv::KVDialect>();
+    return ctx;
+  }();
+  return *context;
+}
+
+/// A module asking for the forward of `config`.
+OwningOpRef<ModuleOp> forwardModule(MLIRContext &ctx,
+                                    const kvrt_model_config &config) {
+  OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&ctx));
+  (*module)->setAttr(
+      kv::kExportForwardsAttrName,
+      ArrayAttr::get(&ctx, {TypeAttr::get(kv::ModelType::get(&ctx, config))}));
+  return module;
+}
+
+} // namespace
+
+kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
+                                           Target target, Forward *out) {
+  if (!out)
+    return kvrt::nullArgument(__func__);
+  static std::mutex mutex;
+  static auto &cache = *new std::map<std::string, Forward>();
+  static auto &programs = *new std::vector<std::unique_ptr<JitProgram>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  std::string key = configKey(config, KVRT_KV_F32) +
+                    (target == Target::Gpu ? " gpu" : " cpu");
+  auto it = cache.find(key);
+  if (it != cache.end()) {
+    *out = it->second;
+    return KVRT_OK;
+  }
+  std::string problem = describeArchitectureError(config);
+  if (!problem.empty())
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("unsupported model config: ", problem));
+  MLIRContext &ctx = forwardContext();
+  CollectDiagnostics diagnostics(ctx);
+  OwningOpRef<ModuleOp> module = forwardModule(ctx, config);
+  std::vector<Location> sites;
+  LowerOptions options;
+  options.target = target;
+  options.format = "isa";
+  OwningOpRef<ModuleOp> lowered = lowerProgram(*module, options, sites);
+  if (!lowered)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("cannot compile the forward: ", diagnostics.text));
+  std::unique_ptr<JitProgram> jit =
+      JitProgram::create(*lowered, target, lowered->getLoc());
+  if (!jit)
+    return fail(KVRT_ERR_INTERNAL,
+                str("cannot JIT-compile the forward: ", diagnostics.text));
+  Forward forward = jit->forward(config);
+  if (!forward.prefill || !forward.attention || !forward.materialize)
+    return fail(KVRT_ERR_INTERNAL, "the compiled forward lacks entry points");
+  programs.push_back(std::move(jit));
+  cache.emplace(key, forward);
+  *out = forward;
+  return KVRT_OK;
+}
+
+kvrt_status kvir::compiler::getForwardSource(const kvrt_model_config &config,
+                                             Target target, bool lowered,
+                                             std::string *out) {
+  if (!out)
+    return kvrt::nullArgument(__func__);
+  MLIRContext &ctx = forwardContext();
+  CollectDiagnostics diagnostics(ctx);
+  OwningOpRef<ModuleOp> module = forwardModule(ctx, config);
+  PassManager pm(&ctx);
+  if (!lowered)
+    pm.addPass(target == Target::Cpu ? kv::createConvertKVToCPUPass()
+                                     : kv::createConvertKVToGPUPass());
+  else if (target == Target::Cpu)
+    kv::buildLowerToCPUPipeline(pm, kv::LowerToCPUPipelineOptions());
+  else
+    kv::buildLowerToNVVMPipeline(pm, kv::LowerToNVVMPipelineOptions());
+  if (failed(pm.run(*module)))
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("cannot build the forward: ", diagnostics.text));
+  out->clear();
+  llvm::raw_string_ostream os(*out);
+  module->print(os);
+  return KVRT_OK;
+}
+
+//===----------------------------------------------------------------------===//
+// Ahead of time
+//===----------------------------------------------------------------------===//
+
+LogicalResult kvir::compiler::emitObject(ModuleOp lowered,
+                                         const exec::EntryManifest &manifest,
+                                         StringRef path, StringRef cpu) {
+  initializeNativeTarget();
+  MLIRContext *context = lowered.getContext();
+  // The manifest, so that a runner without MLIR knows the entry's signature.
+  {
+    OpBuilder builder(context);
+    builder.setInsertionPointToEnd(lowered.getBody());
+    std::string text = manifest.serialize() + '\0';
+    auto type = LLVM::LLVMArrayType::get(builder.getI8Type(), text.size());
+    LLVM::GlobalOp::create(builder, lowered.getLoc(), type,
+                           /*isConstant=*/true, LLVM::Linkage::External,
+                           exec::manifestSymbol(manifest.entry),
+                           builder.getStringAttr(text));
+  }
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> module =
+      translateModuleToLLVMIR(lowered, llvmContext, "kv-program");
+  if (!module)
+    return emitError(lowered.getLoc())
+           << "translating the program to LLVM IR failed";
+  llvm::Triple triple(llvm::sys::getDefaultTargetTriple());
+  std::string lookupError;
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(triple, lookupError);
+  if (!target)
+    return emitError(lowered.getLoc()) << "no host target: " << lookupError;
+  std::string cpuName =
+      cpu == "native" ? llvm::sys::getHostCPUName().str() : cpu.str();
+  std::string features;
+  if (cpu == "native") {
+    llvm::SubtargetFeatures subtarget;
+    for (const auto &[feature, enabled] : llvm::sys::getHostCPUFeatures())
+      subtarget.AddFeature(feature, enabled);
+    features = subtarget.getString();
+  }
+  llvm::TargetOptions targetOptions;
+  // A GPU binary is loaded by a constructor: .init_array, which every linker
+  // and loader runs (lld does not turn .ctors into it).
+  targetOptions.UseInitArray = true;
+  std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
+      triple, cpuName, features, targetOptions, llvm::Reloc::PIC_, std::nullopt,
+      llvm::CodeGenOptLevel::Aggressive));
+  if (!machine)
+    return emitError(lowered.getLoc())
+           << "no target machine for CPU '" << cpuName << "'";
+  module->setTargetTriple(triple);
+  module->setDataLayout(machine->createDataLayout());
+  if (llvm::Error error =
+          makeOptimizingTransformer(3, 0, machine.get())(module.get()))
+    return emitError(lowered.getLoc()) << "optimizing the program failed: "
+                                       << llvm::toString(std::move(error));
+  std::error_code ec;
+  llvm::raw_fd_ostream object(path, ec, llvm::sys::fs::OF_None);
+  if (ec)
+    return emitError(lowered.getLoc())
+           << "cannot write " << path << ": " << ec.message();
+  llvm::legacy::PassManager codegen;
+  if (machine->addPassesToEmitFile(codegen, object, nullptr,
+                                   llvm::CodeGenFileType::ObjectFile))
+    return emitError(lowered.getLoc()) << "the host target cannot emit objects";
+  codegen.run(*module);
+  object.close();
+  if (object.has_error()) {
+    object.clear_error();
+    return emitError(lowered.getLoc()) << "cannot write " << path;
+  }
+  return success();
+}

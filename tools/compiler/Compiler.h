@@ -1,0 +1,159 @@
+//===- Compiler.h - kv programs from source to code -------------*- C++ -*-===//
+//
+// The compiler driver the tools share: load a kv program and plan it
+// (kv-optimize), describe an entry's signature for runners (an
+// EntryManifest), lower the program to one module (kv-lower-to-cpu or
+// kv-lower-to-nvvm: host code, the forward of every model it uses, for the
+// GPU its kernels in a gpu.binary), then either JIT-compile that module
+// (kv-run, kv-bench, tests) or write it as an object file with the manifest
+// embedded (kv-aot) for a machine without LLVM.
+//
+//   program.mlir ─► kv-optimize ─► kv-lower-to-{cpu,nvvm} ─► one module
+//                                                     ├─► JitProgram (here)
+//                                                     └─► emitObject (AOT)
+//
+// Diagnostics go through the MLIRContext, at the op's location.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KVIR_TOOLS_COMPILER_COMPILER_H
+#define KVIR_TOOLS_COMPILER_COMPILER_H
+
+#include "runtime/core/ForwardABI.h"
+#include "runtime/exec/Session.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/Support/SourceMgr.h"
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlir {
+class ExecutionEngine;
+} // namespace mlir
+
+namespace kvir::compiler {
+
+/// Where the math of a lowered program runs.
+enum class Target { Cpu, Gpu };
+
+/// The dialects, extensions and LLVM IR translations a kv program, its
+/// lowering and its JIT compilation need.
+void registerDialects(mlir::DialectRegistry &registry);
+
+/// Parses and verifies `path` ("-" for stdin) into `sourceMgr`, then plans
+/// it (planProgram). Null after a diagnostic.
+mlir::OwningOpRef<mlir::ModuleOp> loadProgram(mlir::MLIRContext &context,
+                                              llvm::SourceMgr &sourceMgr,
+                                              llvm::StringRef path);
+/// The same for a program in memory.
+mlir::OwningOpRef<mlir::ModuleOp> parseProgram(mlir::MLIRContext &context,
+                                               llvm::StringRef text);
+
+/// Tags the ops kv-optimize plans (kv.edit, kv.compose, kv.logits), so that
+/// what it derives from them counts as plan work, then runs kv-optimize.
+mlir::LogicalResult planProgram(mlir::ModuleOp module);
+
+/// The public function `name` with a body, or a diagnostic listing them.
+mlir::FailureOr<mlir::func::FuncOp> lookupEntry(mlir::ModuleOp module,
+                                                llvm::StringRef name);
+
+/// The signature of `entry` for a runner: every argument must be bindable
+/// (a !kv.model, tensor<?xi32>/tensor<Nxi32> tokens, a rank-3 f32 query
+/// tensor) and every result reportable, else a diagnostic. The sites are
+/// filled by lowerProgram.
+mlir::FailureOr<exec::EntryManifest> describeEntry(mlir::func::FuncOp entry);
+
+/// A location as a runner prints it: `file:line:col` of the first file
+/// location inside `loc`, else its MLIR form.
+std::string siteText(mlir::Location loc);
+
+/// How to lower a program.
+struct LowerOptions {
+  Target target = Target::Cpu;
+  /// Also emit the forward of this model (f32 pages), even if the program
+  /// does not use it: runners compare against a full prefill with it.
+  std::optional<kvrt_model_config> exportModel;
+  /// GPU only: kv-lower-to-nvvm's chip, PTX features and what the kernels
+  /// become (`bin`: cubin; `isa`: PTX, JIT-compiled by the driver).
+  std::string chip = "sm_90", features = "+ptx80", format = "bin";
+};
+
+/// A lowered copy of `module` (kv-lower-to-cpu or kv-lower-to-nvvm), and the
+/// location of every site (the module attribute kv.exec_sites, removed).
+mlir::OwningOpRef<mlir::ModuleOp>
+lowerProgram(mlir::ModuleOp module, const LowerOptions &options,
+             std::vector<mlir::Location> &sites);
+
+/// A lowered module compiled for this machine by the ExecutionEngine, with
+/// the exec ABI (and, for the GPU, the mgpu* functions) bound.
+class JitProgram {
+public:
+  /// Compiles `lowered` (LLVM -O3, the host CPU's features). Null after a
+  /// diagnostic at `loc`.
+  static std::unique_ptr<JitProgram> create(mlir::ModuleOp lowered,
+                                            Target target, mlir::Location loc);
+  ~JitProgram();
+
+  /// `_kvrt_entry_<name>`, or null.
+  exec::EntryFn entry(llvm::StringRef name);
+  /// The entry points of the forward of `config` (f32 pages) the module
+  /// holds; null members where it has none.
+  Forward forward(const kvrt_model_config &config);
+
+private:
+  JitProgram() = default;
+  void *lookup(llvm::StringRef symbol);
+  std::unique_ptr<mlir::ExecutionEngine> engine;
+  /// The config keys Forward::key points to.
+  std::map<std::string, std::unique_ptr<std::string>> keys;
+};
+
+/// A program JIT-compiled for a runner: what kv-run and kv-bench use.
+struct CompiledProgram {
+  mlir::OwningOpRef<mlir::ModuleOp> planned;
+  exec::EntryManifest manifest;
+  std::vector<mlir::Location> sites;
+  std::unique_ptr<JitProgram> jit;
+  exec::EntryFn entry = nullptr;
+  /// The forward of the exported model.
+  Forward forward;
+};
+
+/// Describes, lowers and JIT-compiles the entry `entryName` of a planned
+/// program (`planned` is taken over). Failure after a diagnostic.
+mlir::FailureOr<CompiledProgram>
+compileProgram(mlir::OwningOpRef<mlir::ModuleOp> planned,
+               llvm::StringRef entryName, const LowerOptions &options);
+
+/// The forward of one config alone, JIT-compiled for `target` (benchmarks
+/// and tests; cached per config for the life of the process, never
+/// destroyed: an ExecutionEngine destroyed by an exit handler runs the JIT's
+/// deinitializers after LLVM's statics are gone). KVRT_ERR_INVALID_ARGUMENT
+/// for a config the target cannot compile, with the message in
+/// kvrt_last_error().
+kvrt_status compileForward(const kvrt_model_config &config, Target target,
+                           Forward *out);
+
+/// The forward of `config` as MLIR: upstream dialects, or lowered to the
+/// LLVM dialect with `lowered` (inspection and tests).
+kvrt_status getForwardSource(const kvrt_model_config &config, Target target,
+                             bool lowered, std::string *out);
+
+/// Writes `lowered` as a relocatable object for the host (PIC; the GPU's
+/// binary embedded and loaded by a constructor), with `manifest` embedded as
+/// the NUL-terminated string `_kvrt_manifest_<entry>`. `cpu` names the CPU
+/// to generate code for ("native" for this machine's, or e.g. "x86-64-v3").
+mlir::LogicalResult emitObject(mlir::ModuleOp lowered,
+                               const exec::EntryManifest &manifest,
+                               llvm::StringRef path, llvm::StringRef cpu);
+
+} // namespace kvir::compiler
+
+#endif // KVIR_TOOLS_COMPILER_COMPILER_H

@@ -1,0 +1,428 @@
+//===- Report.cpp - What kv-run prints about a run --------------*- C++ -*-===//
+
+#include "tools/kv-run/Report.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+using namespace kvir;
+using namespace kvir::run;
+
+namespace {
+
+double ratio(double a, double b) { return b != 0 ? a / b : 0; }
+
+/// printf into a std::string.
+std::string format(const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  char buf[512];
+  std::vsnprintf(buf, sizeof(buf), fmt, args);
+  va_end(args);
+  return buf;
+}
+
+/// A minimal JSON writer: objects, arrays, strings and numbers, indented by
+/// two spaces.
+class Json {
+public:
+  explicit Json(std::FILE *out) : out(out) {}
+
+  void beginObject() { open('{'); }
+  void endObject() { close('}'); }
+  void beginArray() { open('['); }
+  void endArray() { close(']'); }
+  void key(const std::string &name) {
+    separate();
+    std::fprintf(out, "%s: ", quote(name).c_str());
+    pendingKey = true;
+  }
+  void value(const std::string &text) { scalar(quote(text)); }
+  void value(const char *text) { scalar(quote(text)); }
+  void value(bool flag) { scalar(flag ? "true" : "false"); }
+  void value(int64_t number) { scalar(std::to_string(number)); }
+  void value(int32_t number) { scalar(std::to_string(number)); }
+  void value(double number) {
+    scalar(std::isfinite(number) ? format("%.17g", number) : "null");
+  }
+  template <typename T> void field(const std::string &name, T v) {
+    key(name);
+    value(v);
+  }
+  void finish() { std::fputc('\n', out); }
+
+private:
+  static std::string quote(const std::string &text) {
+    std::string s = "\"";
+    for (unsigned char c : text) {
+      if (c == '"' || c == '\\')
+        s += std::string("\\") + char(c);
+      else if (c < 0x20)
+        s += format("\\u%04x", c);
+      else
+        s += char(c);
+    }
+    return s + "\"";
+  }
+  void separate() {
+    if (pendingKey) {
+      pendingKey = false;
+      return;
+    }
+    if (depth > 0) {
+      std::fputs(first ? "\n" : ",\n", out);
+      std::fprintf(out, "%*s", 2 * depth, "");
+    }
+    first = false;
+  }
+  void scalar(const std::string &text) {
+    separate();
+    std::fputs(text.c_str(), out);
+  }
+  void open(char c) {
+    separate();
+    std::fputc(c, out);
+    ++depth;
+    first = true;
+  }
+  void close(char c) {
+    --depth;
+    if (!first) {
+      std::fputc('\n', out);
+      std::fprintf(out, "%*s", 2 * depth, "");
+    }
+    std::fputc(c, out);
+    first = false;
+  }
+
+  std::FILE *out;
+  int depth = 0;
+  bool first = true, pendingKey = false;
+};
+
+} // namespace
+
+std::string kvir::run::describeConfig(const kvrt_model_config &c) {
+  return "dim " + std::to_string(c.dim) + ", hidden " +
+         std::to_string(c.hidden_dim) + ", layers " +
+         std::to_string(c.n_layers) + ", heads " + std::to_string(c.n_heads) +
+         "/" + std::to_string(c.n_kv_heads) + ", vocab " +
+         std::to_string(c.vocab_size);
+}
+
+bool kvir::run::writeFloats(const std::vector<float> &values,
+                            const std::string &path, std::string &error) {
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+                "floats are written in host order");
+  if (path.empty()) {
+    error = "an empty output file name";
+    return false;
+  }
+  std::FILE *file = std::fopen(path.c_str(), "wb");
+  if (!file) {
+    error = "cannot create '" + path + "': " + std::strerror(errno);
+    return false;
+  }
+  bool ok = std::fwrite(values.data(), sizeof(float), values.size(), file) ==
+            values.size();
+  int savedErrno = errno;
+  ok = (std::fclose(file) == 0) && ok;
+  if (!ok)
+    error = "cannot write '" + path +
+            "': " + std::strerror(savedErrno ? savedErrno : errno);
+  return ok;
+}
+
+bool kvir::run::completeReport(Report &r, const exec::RunOutcome &outcome,
+                               bool hasPlanOps, ComputeBackend &backend,
+                               const Forward &forward, const kvrt_model *model,
+                               kvrt_pool *pool, const MeasureOptions &options,
+                               std::string &error) {
+  r.results = outcome.results;
+  r.plan = outcome.plan;
+  r.setup = outcome.setup;
+  r.hasPlanOps = hasPlanOps;
+  r.repairs = outcome.repairs;
+  r.greedy = options.greedy;
+  const exec::Logits *answer = nullptr;
+  for (size_t i = 0; i < r.results.size() && !answer; ++i)
+    if (r.results[i].kind == exec::ValueKind::Logits &&
+        r.results[i].logits->rows > 0) {
+      answer = r.results[i].logits.get();
+      r.answerResult = int64_t(i);
+    }
+  if (!options.dumpLogits.empty()) {
+    if (!answer) {
+      error = "--dump-logits: the entry returns no logits";
+      return false;
+    }
+    if (!writeFloats(answer->data, options.dumpLogits, error))
+      return false;
+  }
+  if (answer && r.greedy > 0 &&
+      !exec::greedyContinue(backend, forward, model, *answer, answer->result,
+                            r.greedy, r.greedyPlan, error))
+    return false;
+  if (!options.compareFull)
+    return true;
+  if (!answer) {
+    r.compareNote = "the entry returns no logits with rows: nothing to compare";
+    return true;
+  }
+  std::vector<int32_t> final = exec::viewTokens(answer->context.get());
+  final.insert(final.end(), answer->tokens.begin(), answer->tokens.end());
+  r.finalTokens = int64_t(final.size());
+  r.contiguous =
+      exec::hasContiguousPositions(answer->context.get()) &&
+      answer->position == kvrt_view_num_tokens(answer->context.get());
+  exec::Logits full;
+  if (!exec::fullPrefill(backend, forward, model, pool, final, answer->rows,
+                         full, r.full, error))
+    return false;
+  r.fidelity = exec::compareLogits(answer->data.data(), full.data.data(),
+                                   answer->rows, answer->vocab);
+  if (r.greedy > 0) {
+    if (!exec::greedyContinue(backend, forward, model, full, full.result,
+                              r.greedy, r.greedyFull, error))
+      return false;
+    while (r.greedyAgree < r.greedy &&
+           r.greedyPlan[r.greedyAgree] == r.greedyFull[r.greedyAgree])
+      ++r.greedyAgree;
+  }
+  r.compared = true;
+  return true;
+}
+
+void kvir::run::printText(const Report &r) {
+  std::FILE *os = stdout;
+  std::fprintf(os, "program: %s (entry @%s, planned by kv-optimize)\n",
+               r.program.c_str(), r.entry.c_str());
+  std::fprintf(os, "model: %s (%s)\n", r.model.c_str(), r.config.c_str());
+  std::fprintf(os, "backend: %s\ninputs:", r.backend.c_str());
+  for (const exec::BoundInput &in : r.inputs)
+    if (in.size >= 0)
+      std::fprintf(os, " %s=%lld%s", in.name.c_str(), (long long)in.size,
+                   in.synthesized ? "(synth)" : "");
+  std::fprintf(os, "\n");
+  for (size_t i = 0; i < r.results.size(); ++i) {
+    const exec::Value &v = r.results[i];
+    std::fprintf(os, "result %zu: %s", i, exec::valueKindName(v.kind));
+    if (v.kind == exec::ValueKind::Logits) {
+      const exec::Logits &l = *v.logits;
+      std::fprintf(os, " %lld x %lld", (long long)l.rows, (long long)l.vocab);
+      if (l.rows > 0) {
+        const float *last = l.data.data() + (l.rows - 1) * l.vocab;
+        std::vector<int32_t> top = exec::topK(last, l.vocab, 5);
+        std::fprintf(os, ", last row argmax %d (logit %.4f), top-5", top[0],
+                     last[top[0]]);
+        for (int32_t t : top)
+          std::fprintf(os, " %d:%.3f", t, last[t]);
+      }
+    } else if (v.kind == exec::ValueKind::Cache) {
+      std::fprintf(os, " %lld tokens in %lld runs",
+                   (long long)kvrt_view_num_tokens(v.cache.get()),
+                   (long long)kvrt_view_num_runs(v.cache.get()));
+    } else if (v.kind == exec::ValueKind::Index) {
+      std::fprintf(os, " %lld", (long long)v.index);
+    } else if (v.kind == exec::ValueKind::Tokens) {
+      std::fprintf(os, " %zu", v.tokens.size());
+    } else if (v.kind == exec::ValueKind::Tensor) {
+      const exec::Tensor &t = *v.tensor;
+      double norm = 0;
+      for (float x : t.data)
+        norm += double(x) * x;
+      std::fprintf(os, " %lld x %lld x %lld, L2 norm %.6f",
+                   (long long)t.dims[0], (long long)t.dims[1],
+                   (long long)t.dims[2], std::sqrt(norm));
+    }
+    std::fprintf(os, "\n");
+  }
+  if (!r.greedyPlan.empty()) {
+    std::fprintf(os, "greedy continuation (%zu):", r.greedyPlan.size());
+    for (int32_t t : r.greedyPlan)
+      std::fprintf(os, " %d", t);
+    std::fprintf(os, "\n");
+  }
+  std::fprintf(os,
+               "work: plan %lld prefill tokens, %.4g FLOPs, %.3f ms; setup "
+               "%lld prefill tokens, %.3f ms%s\n",
+               (long long)r.plan.prefillTokens, double(r.plan.flops),
+               r.plan.seconds * 1e3, (long long)r.setup.prefillTokens,
+               r.setup.seconds * 1e3,
+               r.hasPlanOps ? "" : " (no edit/compose/logits: all is plan)");
+  for (auto [candidates, chosen] : r.repairs)
+    std::fprintf(os,
+                 "selective recompute: %lld of %lld reused tokens "
+                 "recomputed\n",
+                 (long long)chosen, (long long)candidates);
+  if (!r.compared) {
+    if (!r.compareNote.empty())
+      std::fprintf(os, "compare: %s\n", r.compareNote.c_str());
+    return;
+  }
+  const exec::Fidelity &f = r.fidelity;
+  std::fprintf(os,
+               "\n== plan vs full prefill of the final context (%lld tokens; "
+               "answer = result %lld, %lld rows)\n",
+               (long long)r.finalTokens, (long long)r.answerResult,
+               (long long)f.rows);
+  if (!r.contiguous)
+    std::fprintf(os, "note: the plan's positions are not 0..n-1; full prefill "
+                     "places the same tokens at 0..n-1\n");
+  std::fprintf(os, "  %-22s %14s %14s %10s\n", "", "plan", "full prefill",
+               "plan/full");
+  std::fprintf(
+      os, "  %-22s %14lld %14lld %10.4f\n", "prefill tokens",
+      (long long)r.plan.prefillTokens, (long long)r.full.prefillTokens,
+      ratio(double(r.plan.prefillTokens), double(r.full.prefillTokens)));
+  std::fprintf(os, "  %-22s %14.4g %14.4g %10.4f\n", "model FLOPs",
+               double(r.plan.flops), double(r.full.flops),
+               ratio(double(r.plan.flops), double(r.full.flops)));
+  std::fprintf(os, "  %-22s %14.3f %14.3f %10.4f\n", "wall time (ms)",
+               r.plan.seconds * 1e3, r.full.seconds * 1e3,
+               ratio(r.plan.seconds, r.full.seconds));
+  std::fprintf(
+      os, "  %-22s %14.4g %14.4g %10.4f\n", "K/V bytes written",
+      double(r.plan.kvBytesWritten), double(r.full.kvBytesWritten),
+      ratio(double(r.plan.kvBytesWritten), double(r.full.kvBytesWritten)));
+  std::fprintf(os, "fidelity at the answer positions:\n");
+  std::fprintf(os, "  logit cosine           min %.6f  mean %.6f\n",
+               f.cosineMin, f.cosineMean);
+  std::fprintf(os, "  KL(full || plan)       mean %.3e  max %.3e\n", f.klMean,
+               f.klMax);
+  std::fprintf(os, "  top-1 agreement        %lld/%lld\n",
+               (long long)f.top1Agree, (long long)f.rows);
+  std::fprintf(os, "  max |logit diff|       %.3e\n", f.maxAbsDiff);
+  std::fprintf(os,
+               "  greedy agreement       %lld/%lld tokens before the first "
+               "divergence\n",
+               (long long)r.greedyAgree, (long long)r.greedy);
+}
+
+void kvir::run::printJson(const Report &r) {
+  Json j(stdout);
+  auto work = [&](const std::string &name, const exec::WorkStats &w) {
+    j.key(name);
+    j.beginObject();
+    j.field("prefill_calls", w.prefillCalls);
+    j.field("prefill_tokens", w.prefillTokens);
+    j.field("logits_rows", w.logitsRows);
+    j.field("scan_tokens", w.scanTokens);
+    j.field("flops", w.flops);
+    j.field("kv_bytes_written", w.kvBytesWritten);
+    j.field("wall_ms", w.seconds * 1e3);
+    j.endObject();
+  };
+  auto tokens = [&](const std::string &name, const std::vector<int32_t> &ts) {
+    j.key(name);
+    j.beginArray();
+    for (int32_t t : ts)
+      j.value(t);
+    j.endArray();
+  };
+  j.beginObject();
+  j.field("program", r.program);
+  j.field("entry", r.entry);
+  j.field("model", r.model);
+  j.field("model_config", r.config);
+  j.field("backend", r.backend);
+  j.key("inputs");
+  j.beginArray();
+  for (const exec::BoundInput &in : r.inputs)
+    if (in.size >= 0) {
+      j.beginObject();
+      j.field("name", in.name);
+      j.field("size", in.size);
+      j.field("synthesized", in.synthesized);
+      j.endObject();
+    }
+  j.endArray();
+  j.key("results");
+  j.beginArray();
+  for (const exec::Value &v : r.results) {
+    j.beginObject();
+    j.field("kind", exec::valueKindName(v.kind));
+    if (v.kind == exec::ValueKind::Logits) {
+      const exec::Logits &l = *v.logits;
+      j.field("rows", l.rows);
+      j.field("vocab", l.vocab);
+      if (l.rows > 0) {
+        const float *last = l.data.data() + (l.rows - 1) * l.vocab;
+        std::vector<int32_t> top = exec::topK(last, l.vocab, 5);
+        j.field("argmax_last", top[0]);
+        j.key("top5");
+        j.beginArray();
+        for (int32_t t : top) {
+          j.beginObject();
+          j.field("token", t);
+          j.field("logit", double(last[t]));
+          j.endObject();
+        }
+        j.endArray();
+      }
+    } else if (v.kind == exec::ValueKind::Cache) {
+      j.field("tokens", kvrt_view_num_tokens(v.cache.get()));
+      j.field("runs", kvrt_view_num_runs(v.cache.get()));
+    } else if (v.kind == exec::ValueKind::Index) {
+      j.field("value", v.index);
+    } else if (v.kind == exec::ValueKind::Tokens) {
+      j.field("tokens", int64_t(v.tokens.size()));
+    } else if (v.kind == exec::ValueKind::Tensor) {
+      j.key("shape");
+      j.beginArray();
+      for (int64_t d : v.tensor->dims)
+        j.value(d);
+      j.endArray();
+    }
+    j.endObject();
+  }
+  j.endArray();
+  tokens("greedy_plan", r.greedyPlan);
+  work("plan", r.plan);
+  work("setup", r.setup);
+  j.key("selective_recompute");
+  j.beginArray();
+  for (const auto &[candidates, chosen] : r.repairs) {
+    j.beginObject();
+    j.field("candidates", candidates);
+    j.field("chosen", chosen);
+    j.endObject();
+  }
+  j.endArray();
+  if (!r.compared) {
+    if (!r.compareNote.empty())
+      j.field("compare_note", r.compareNote);
+  } else {
+    j.key("compare");
+    j.beginObject();
+    j.field("answer_result", r.answerResult);
+    j.field("final_tokens", r.finalTokens);
+    j.field("contiguous_positions", r.contiguous);
+    work("full", r.full);
+    j.field("tokens_ratio",
+            ratio(double(r.plan.prefillTokens), double(r.full.prefillTokens)));
+    j.field("flops_ratio", ratio(double(r.plan.flops), double(r.full.flops)));
+    j.field("time_ratio", ratio(r.plan.seconds, r.full.seconds));
+    const exec::Fidelity &f = r.fidelity;
+    j.key("fidelity");
+    j.beginObject();
+    j.field("rows", f.rows);
+    j.field("cosine_min", f.cosineMin);
+    j.field("cosine_mean", f.cosineMean);
+    j.field("kl_mean", f.klMean);
+    j.field("kl_max", f.klMax);
+    j.field("top1_agree", f.top1Agree);
+    j.field("max_abs_diff", f.maxAbsDiff);
+    j.field("greedy_tokens", r.greedy);
+    j.field("greedy_agree", r.greedyAgree);
+    tokens("greedy_full", r.greedyFull);
+    j.endObject();
+    j.endObject();
+  }
+  j.endObject();
+  j.finish();
+}

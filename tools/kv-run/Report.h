@@ -1,0 +1,76 @@
+//===- Report.h - What kv-run prints about a run ----------------*- C++ -*-===//
+//
+// The report of one program run: its inputs and results, the work of the
+// plan and of the setup, and, with --compare-full-prefill, cost and fidelity
+// side by side with a full prefill of the same final context. Printed as
+// text or as JSON (docs/kv-run.md lists the fields). Shared by kv-run (JIT)
+// and kv-aot-run (ahead of time, no LLVM), so plain C++.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KVIR_TOOLS_KV_RUN_REPORT_H
+#define KVIR_TOOLS_KV_RUN_REPORT_H
+
+#include "runtime/exec/Session.h"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kvir::run {
+
+struct Report {
+  std::string program, entry, model, backend, config;
+  std::vector<exec::BoundInput> inputs;
+  std::vector<exec::Value> results;
+  exec::WorkStats plan, setup;
+  bool hasPlanOps = false;
+  std::vector<std::pair<int64_t, int64_t>> repairs;
+  int64_t greedy = 0;
+  std::vector<int32_t> greedyPlan;
+  // --compare-full-prefill
+  bool compared = false;
+  std::string compareNote;
+  int64_t answerResult = -1;
+  int64_t finalTokens = 0;
+  bool contiguous = true;
+  exec::WorkStats full;
+  exec::Fidelity fidelity;
+  std::vector<int32_t> greedyFull;
+  int64_t greedyAgree = 0;
+};
+
+/// What to measure beyond the run itself.
+struct MeasureOptions {
+  /// Tokens of greedy continuation from the answer (0: none).
+  int64_t greedy = 0;
+  /// Prefill the final context in full and compare.
+  bool compareFull = false;
+  /// Where to write the answer's logits (float32 [rows][vocab]; "": not).
+  std::string dumpLogits;
+};
+
+/// Fills `report` from a successful run: its results and work, then the
+/// answer (the first returned logits with rows), its greedy continuation,
+/// the logits dump and the comparison with a full prefill, each computed on
+/// `backend` with `forward`. False with `error` when a step fails.
+bool completeReport(Report &report, const exec::RunOutcome &outcome,
+                    bool hasPlanOps, ComputeBackend &backend,
+                    const Forward &forward, const kvrt_model *model,
+                    kvrt_pool *pool, const MeasureOptions &options,
+                    std::string &error);
+
+/// Writes float32 values in host (little-endian) order; false with `error`.
+bool writeFloats(const std::vector<float> &values, const std::string &path,
+                 std::string &error);
+
+/// "dim 64, hidden 172, layers 5, heads 8/4, vocab 512".
+std::string describeConfig(const kvrt_model_config &config);
+
+void printText(const Report &report);
+void printJson(const Report &report);
+
+} // namespace kvir::run
+
+#endif // KVIR_TOOLS_KV_RUN_REPORT_H
