@@ -1,33 +1,758 @@
 //===- GpuTarget.cpp - The forward's stages on an NVIDIA GPU ----*- C++ -*-===//
-// PLACEHOLDER while the GPU template is ported to builders: every config is
-// refused with a diagnostic.
+//
+// The stages as kernels of `gpu.module @<prefix>_kernels`, launched with
+// gpu.launch_func from the forward's host functions (docs/gpu-backend.md has
+// the table of grids and blocks). The outer loops the CPU target runs as
+// scf.for (tokens x output rows, tokens x heads x runs, ...) are the grid;
+// the inner reductions are warps (butterfly shuffles) and shared memory.
+//
+// The model's math comes from ForwardEmitter, as on the CPU: RoPE angles in
+// f64 from integer positions (libdevice pow/cos/sin), rotations in f64
+// rounded to f32, page addressing, the causal clamp of a run, the online
+// softmax rescale, RMSNorm's scale and SwiGLU. RMSNorm's f64 partial sums are
+// added in one fixed order so that every run gives the same bits. No
+// fast-math flag: math.exp is libdevice's __nv_expf, never ex2.approx alone.
+//
+// Kernels and device helpers are named without the forward's prefix: the
+// gpu.module carries it, and each module becomes its own cubin (gpu.binary).
+//
+//===----------------------------------------------------------------------===//
 
 #include "passes/Conversion/KVToNVVM/GpuTarget.h"
+#include "runtime/core/ForwardABI.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+#include <algorithm>
 
 using namespace mlir;
 using namespace mlir::kv;
 
 namespace {
+
+/// Threads of a warp.
+constexpr int64_t kWarp = 32;
+/// Threads of a block of rmsnorm, matmul (8 warps) and swiglu; materialize
+/// fills up to this many with token lanes.
+constexpr int64_t kBlock = 256;
+/// matmul: output rows per block (one per warp) and tokens per warp.
+constexpr int64_t kMatmulRows = kBlock / kWarp;
+constexpr int64_t kMatmulTokens = 4;
+/// attn_tile and attn_merge: 4 warps.
+constexpr int64_t kAttnWarps = 4;
+constexpr int64_t kAttnBlock = kAttnWarps * kWarp;
+
+/// The largest head the attention kernel holds in registers: 32 elements per
+/// lane of a warp.
+constexpr int64_t kMaxHeadSize = 1024;
+
+/// Elements of a head each lane of a warp holds in attn_tile.
+int64_t elementsPerLane(int64_t headSize) {
+  return (headSize + kWarp - 1) / kWarp;
+}
+
 class GpuTarget final : public ForwardTarget {
 public:
   StringRef name() const override { return "GPU"; }
-  std::string checkConfig(const kvrt_model_config &) const override {
-    return "the GPU target is being ported to builders";
+
+  std::string checkConfig(const kvrt_model_config &config) const override {
+    if (config.n_heads <= 0)
+      return "";
+    int64_t headSize = config.dim / config.n_heads;
+    if (headSize > kMaxHeadSize)
+      return "head size " + std::to_string(headSize) + " exceeds " +
+             std::to_string(kMaxHeadSize) +
+             ", the largest the GPU attention kernel holds in registers (" +
+             std::to_string(kMaxHeadSize / kWarp) +
+             " elements per lane of a warp)";
+    int64_t epl = elementsPerLane(headSize);
+    if (headSize % epl != 0)
+      return "head size " + std::to_string(headSize) +
+             " is not a multiple of the " + std::to_string(epl) +
+             " elements each lane of a warp holds";
+    return "";
   }
-  void emitKernels(ForwardEmitter &) override {}
-  void rmsnorm(ForwardEmitter &, BufferRef, BufferRef, BufferRef,
-               Value) override {}
-  void matmul(ForwardEmitter &, BufferRef, BufferRef, BufferRef, Value, int64_t,
-              int64_t, bool) override {}
-  void storeKV(ForwardEmitter &, BufferRef, BufferRef, Value, Value,
-               const KVTables &, Value) override {}
-  void attention(ForwardEmitter &, BufferRef, BufferRef, Value, Value,
-                 const KVTables &, Value) override {}
-  void swiglu(ForwardEmitter &, BufferRef, BufferRef, Value) override {}
-  void materialize(ForwardEmitter &, const KVTables &, Value) override {}
+
+  void emitKernels(ForwardEmitter &e) override;
+
+  void rmsnorm(ForwardEmitter &e, BufferRef x, BufferRef w, BufferRef out,
+               Value n) override {
+    Value c1 = e.cIndex(1);
+    launch(e, kernels.rmsnorm, {n, c1, c1}, {e.cIndex(kBlock), c1, c1},
+           {x.memref, x.offset, w.memref, w.offset, out.memref, out.offset});
+  }
+
+  void matmul(ForwardEmitter &e, BufferRef a, BufferRef b, BufferRef c, Value n,
+              int64_t m, int64_t kdim, bool accumulate) override {
+    Value c1 = e.cIndex(1);
+    Value cM = e.cIndex(m);
+    Value gx =
+        e.divu(e.add(cM, e.cIndex(kMatmulRows - 1)), e.cIndex(kMatmulRows));
+    Value gy =
+        e.divu(e.add(n, e.cIndex(kMatmulTokens - 1)), e.cIndex(kMatmulTokens));
+    launch(e, kernels.matmul, {gx, gy, c1}, {e.cIndex(kBlock), c1, c1},
+           {a.memref, a.offset, b.memref, b.offset, c.memref, c.offset, n, cM,
+            e.cIndex(kdim), e.cI32(accumulate ? 1 : 0)});
+  }
+
+  void storeKV(ForwardEmitter &e, BufferRef k, BufferRef v, Value n, Value pos,
+               const KVTables &kv, Value layer) override {
+    Value c1 = e.cIndex(1);
+    launch(e, kernels.storeKV, {n, e.cIndex(e.kvHeads), c1},
+           {e.cIndex(e.half), c1, c1},
+           {k.memref, k.offset, v.memref, v.offset, pos, kv.kv, kv.pages,
+            kv.runs, layer, kv.pageTokens});
+  }
+
+  void attention(ForwardEmitter &e, BufferRef q, BufferRef out, Value n,
+                 Value pos, const KVTables &kv, Value layer) override {
+    Value c1 = e.cIndex(1);
+    Value block = e.cIndex(kAttnBlock);
+    Value heads = e.cIndex(e.heads);
+    // The host cut the runs into tiles (docs/gpu-backend.md); their count is
+    // the table's, known from its descriptor on the host.
+    Value ntiles = memref::DimOp::create(e.b, kv.tiles, e.cIndex(0));
+    launch(e, kernels.attnTile, {ntiles, heads, n}, {block, c1, c1},
+           {q.memref, q.offset, pos, kv.kv, kv.pages, kv.runs, kv.tiles, ntiles,
+            layer, kv.pageTokens, kv.part});
+    launch(e, kernels.attnMerge, {heads, n, c1}, {block, c1, c1},
+           {kv.part, ntiles, out.memref, out.offset});
+  }
+
+  void swiglu(ForwardEmitter &e, BufferRef h1, BufferRef h3,
+              Value count) override {
+    Value c1 = e.cIndex(1);
+    Value blocks = e.divu(e.add(count, e.cIndex(kBlock - 1)), e.cIndex(kBlock));
+    launch(e, kernels.swiglu, {blocks, c1, c1}, {e.cIndex(kBlock), c1, c1},
+           {h1.memref, h1.offset, h3.memref, h3.offset, count});
+  }
+
+  void materialize(ForwardEmitter &e, const KVTables &kv,
+                   Value dstPages) override {
+    Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+    // One block per (run, layer, KV head): the grid needs only the number of
+    // runs, which the host has from the table's descriptor; each block loops
+    // over its run's tokens, whose count is in device memory. A grid of no
+    // block is a launch error in CUDA, hence the guard.
+    Value nruns = memref::DimOp::create(e.b, kv.runs, c0);
+    e.ifThen(e.cmp(arith::CmpIPredicate::ugt, nruns, c0), [&] {
+      launch(e, kernels.materialize,
+             {nruns, e.cIndex(e.layers), e.cIndex(e.kvHeads)},
+             {e.cIndex(materializeBlock(e)), c1, c1},
+             {kv.kv, kv.pages, kv.runs, dstPages, kv.pageTokens});
+    });
+  }
+
+private:
+  /// The kernels and device helpers of the forward being built (emitKernels
+  /// runs once per forward, before its stages).
+  struct Kernels {
+    gpu::GPUFuncOp rmsnorm, matmul, swiglu, storeKV, attnTile, attnMerge,
+        materialize;
+    func::FuncOp ropeCosSin, rotate, warpSum;
+  } kernels;
+  gpu::GPUModuleOp kernelModule;
+
+  /// materialize: threads per block, RoPE pairs x token lanes.
+  static int64_t materializeTokenLanes(ForwardEmitter &e) {
+    return std::max<int64_t>(1, kBlock / e.half);
+  }
+  static int64_t materializeBlock(ForwardEmitter &e) {
+    return e.half * materializeTokenLanes(e);
+  }
+
+  /// memref<size x T> in shared memory.
+  static MemRefType workgroupBuffer(ForwardEmitter &e, int64_t size,
+                                    Type element) {
+    return MemRefType::get(
+        {size}, element, MemRefLayoutAttrInterface(),
+        gpu::AddressSpaceAttr::get(
+            e.b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace()));
+  }
+
+  /// A kernel at the end of the gpu.module, with the insertion point at the
+  /// start of its body; finishKernel adds gpu.return.
+  gpu::GPUFuncOp beginKernel(ForwardEmitter &e, StringRef kernelName,
+                             TypeRange arguments, TypeRange workgroup = {}) {
+    e.b.setInsertionPointToEnd(kernelModule.getBody());
+    auto func = gpu::GPUFuncOp::create(
+        e.b, kernelName, e.b.getFunctionType(arguments, {}), workgroup);
+    func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), e.b.getUnitAttr());
+    e.b.setInsertionPointToStart(&func.getBody().front());
+    return func;
+  }
+  void finishKernel(ForwardEmitter &e) {
+    gpu::ReturnOp::create(e.b);
+    e.b.setInsertionPointToEnd(e.module.getBody());
+  }
+
+  /// A private device function of the gpu.module.
+  func::FuncOp beginHelper(ForwardEmitter &e, StringRef helperName,
+                           TypeRange arguments, TypeRange results) {
+    e.b.setInsertionPointToEnd(kernelModule.getBody());
+    auto func = func::FuncOp::create(e.b, helperName,
+                                     e.b.getFunctionType(arguments, results));
+    func.setPrivate();
+    e.b.setInsertionPointToStart(func.addEntryBlock());
+    return func;
+  }
+  void finishHelper(ForwardEmitter &e, ValueRange results) {
+    func::ReturnOp::create(e.b, results);
+    e.b.setInsertionPointToEnd(e.module.getBody());
+  }
+
+  static void launch(ForwardEmitter &e, gpu::GPUFuncOp kernel,
+                     gpu::KernelDim3 grid, gpu::KernelDim3 block,
+                     ValueRange operands) {
+    gpu::LaunchFuncOp::create(e.b, kernel, grid, block,
+                              /*dynamicSharedMemorySize=*/Value(), operands);
+  }
+
+  static Value threadId(ForwardEmitter &e) {
+    return gpu::ThreadIdOp::create(e.b, gpu::Dimension::x);
+  }
+  static Value blockId(ForwardEmitter &e, gpu::Dimension dimension) {
+    return gpu::BlockIdOp::create(e.b, dimension);
+  }
+
+  /// scf.if with an else branch and no results.
+  static void ifElse(ForwardEmitter &e, Value condition,
+                     function_ref<void()> then,
+                     function_ref<void()> otherwise) {
+    auto op = scf::IfOp::create(e.b, condition, /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(e.b);
+    e.b.setInsertionPoint(op.thenBlock()->getTerminator());
+    then();
+    e.b.setInsertionPoint(op.elseBlock()->getTerminator());
+    otherwise();
+  }
+
+  /// The weight exp(m - mAll) of a partial softmax with max m when partials
+  /// are merged under the global max mAll; 0 when no partial saw a key
+  /// (`any` false: mAll is -inf and the difference NaN).
+  static Value mergeWeight(ForwardEmitter &e, Value m, Value mAll, Value any) {
+    Value diff = arith::SubFOp::create(e.b, m, mAll);
+    Value weight = math::ExpOp::create(e.b, diff);
+    return e.select(any, weight, e.cF32(0.0f));
+  }
+
+  void emitRopeCosSin(ForwardEmitter &e);
+  void emitRotate(ForwardEmitter &e);
+  void emitWarpSum(ForwardEmitter &e);
+  void emitRmsnorm(ForwardEmitter &e);
+  void emitMatmul(ForwardEmitter &e);
+  void emitSwiglu(ForwardEmitter &e);
+  void emitStoreKV(ForwardEmitter &e);
+  void emitAttnTile(ForwardEmitter &e);
+  void emitAttnMerge(ForwardEmitter &e);
+  void emitMaterialize(ForwardEmitter &e);
 };
+
+void GpuTarget::emitKernels(ForwardEmitter &e) {
+  MLIRContext *ctx = e.b.getContext();
+  ctx->loadDialect<gpu::GPUDialect>();
+  e.module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                    UnitAttr::get(ctx));
+  e.b.setInsertionPointToEnd(e.module.getBody());
+  kernelModule = gpu::GPUModuleOp::create(e.b, e.name("kernels"));
+  kernels = Kernels();
+  emitRopeCosSin(e);
+  emitRotate(e);
+  emitWarpSum(e);
+  emitRmsnorm(e);
+  emitMatmul(e);
+  emitSwiglu(e);
+  emitStoreKV(e);
+  emitAttnTile(e);
+  emitAttnMerge(e);
+  emitMaterialize(e);
+  e.b.setInsertionPointToEnd(e.module.getBody());
+}
+
+//===----------------------------------------------------------------------===//
+// Device helpers
+//===----------------------------------------------------------------------===//
+
+/// (cos, sin) of RoPE pair i at position pos, in f64.
+void GpuTarget::emitRopeCosSin(ForwardEmitter &e) {
+  kernels.ropeCosSin =
+      beginHelper(e, "rope_cs", {e.i64(), e.index()}, {e.f64(), e.f64()});
+  ArrayRef<BlockArgument> arg = kernels.ropeCosSin.getArguments();
+  auto [c, s] = e.ropeCosSin(arg[0], arg[1]);
+  finishHelper(e, {c, s});
+}
+
+/// (a, b) rotated by (cos, sin): in f64, rounded to f32.
+void GpuTarget::emitRotate(ForwardEmitter &e) {
+  kernels.rotate = beginHelper(
+      e, "rotate", {e.f32(), e.f32(), e.f64(), e.f64()}, {e.f32(), e.f32()});
+  ArrayRef<BlockArgument> arg = kernels.rotate.getArguments();
+  auto [ra, rb] = e.rotate(arg[0], arg[1], arg[2], arg[3]);
+  finishHelper(e, {ra, rb});
+}
+
+/// The sum of a value over the 32 lanes of a warp, by butterfly: every lane
+/// gets it, added in the same order on every lane.
+void GpuTarget::emitWarpSum(ForwardEmitter &e) {
+  kernels.warpSum = beginHelper(e, "warp_sum", {e.f32()}, {e.f32()});
+  ArrayRef<BlockArgument> arg = kernels.warpSum.getArguments();
+  Value v = arg[0];
+  for (int32_t offset = kWarp / 2; offset >= 1; offset /= 2) {
+    Value other = gpu::ShuffleOp::create(e.b, v, offset, int32_t(kWarp),
+                                         gpu::ShuffleMode::XOR)
+                      .getShuffleResult();
+    v = arith::AddFOp::create(e.b, v, other);
+  }
+  finishHelper(e, {v});
+}
+
+//===----------------------------------------------------------------------===//
+// Kernels
+//===----------------------------------------------------------------------===//
+
+/// out[t] = x[t] * rmsScale(sum x[t]^2) * w: one block of 256 threads per
+/// token t (grid x); each thread's f64 partial sum to shared memory, then the
+/// 256 partials added in index order by every thread (one order, one result).
+void GpuTarget::emitRmsnorm(ForwardEmitter &e) {
+  Type f = e.buffer(e.f32()), ix = e.index();
+  MemRefType partials = workgroupBuffer(e, kBlock, e.f64());
+  kernels.rmsnorm =
+      beginKernel(e, "rmsnorm", {f, ix, f, ix, f, ix}, {partials});
+  ArrayRef<BlockArgument> arg = kernels.rmsnorm.getArguments();
+  Value x = arg[0], xoff = arg[1], w = arg[2], woff = arg[3], out = arg[4],
+        ooff = arg[5];
+  Value buf = kernels.rmsnorm.getWorkgroupAttributions()[0];
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1), cBlock = e.cIndex(kBlock),
+        cD = e.cIndex(e.dim);
+  Value t = blockId(e, gpu::Dimension::x);
+  Value tid = threadId(e);
+  Value row = e.mul(t, cD);
+  Value xr = e.add(xoff, row);
+  Value orow = e.add(ooff, row);
+  Value part = e.forLoop(tid, cD, cBlock, {e.cF64(0.0)},
+                         [&](Value i, ValueRange acc) -> SmallVector<Value> {
+                           Value v = e.load(x, {e.add(xr, i)});
+                           Value vd = arith::ExtFOp::create(e.b, e.f64(), v);
+                           Value sq = arith::MulFOp::create(e.b, vd, vd);
+                           return {arith::AddFOp::create(e.b, acc[0], sq)};
+                         })[0];
+  e.store(part, buf, {tid});
+  gpu::BarrierOp::create(e.b);
+  Value sum = e.forLoop(c0, cBlock, c1, {e.cF64(0.0)},
+                        [&](Value i, ValueRange acc) -> SmallVector<Value> {
+                          Value v = e.load(buf, {i});
+                          return {arith::AddFOp::create(e.b, acc[0], v)};
+                        })[0];
+  Value scale = e.rmsScale(sum);
+  e.forLoop(tid, cD, cBlock, [&](Value i) {
+    Value v = e.load(x, {e.add(xr, i)});
+    Value wv = e.load(w, {e.add(woff, i)});
+    e.store(e.rmsApply(v, wv, scale), out, {e.add(orow, i)});
+  });
+  finishKernel(e);
+}
+
+/// c[t][o] (+)= sum_i a[t][i] * b[o][i], the weights [out][in] row-major: a
+/// warp per output row o and 4 tokens (each weight element loaded once for
+/// the 4), lanes striding over the row (coalesced), FMAs, a butterfly sum.
+/// Blocks of 8 warps: grid (ceil(M / 8), ceil(n / 4)).
+void GpuTarget::emitMatmul(ForwardEmitter &e) {
+  Type f = e.buffer(e.f32()), ix = e.index();
+  kernels.matmul =
+      beginKernel(e, "matmul", {f, ix, f, ix, f, ix, ix, ix, ix, e.i32()});
+  ArrayRef<BlockArgument> arg = kernels.matmul.getArguments();
+  Value a = arg[0], aoff = arg[1], b = arg[2], boff = arg[3], c = arg[4],
+        coff = arg[5], n = arg[6], m = arg[7], kdim = arg[8], accum = arg[9];
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1), cWarp = e.cIndex(kWarp),
+        cTokens = e.cIndex(kMatmulTokens);
+  Value zf = e.cF32(0.0f);
+  Value tid = threadId(e);
+  Value bx = blockId(e, gpu::Dimension::x);
+  Value by = blockId(e, gpu::Dimension::y);
+  Value warp = e.divu(tid, cWarp);
+  Value lane = e.remu(tid, cWarp);
+  Value o = e.add(e.mul(bx, e.cIndex(kMatmulRows)), warp);
+  Value t0 = e.mul(by, cTokens);
+  // The branch is uniform per warp: the shuffles of the sum stay converged.
+  e.ifThen(e.cmp(arith::CmpIPredicate::ult, o, m), [&] {
+    // Tokens past the end re-read the last row; their sums are not stored.
+    Value last = e.sub(n, c1);
+    SmallVector<Value> rows;
+    for (int64_t j = 0; j < kMatmulTokens; ++j) {
+      Value tj = j == 0 ? t0 : e.minu(e.add(t0, e.cIndex(j)), last);
+      rows.push_back(e.add(aoff, e.mul(tj, kdim)));
+    }
+    Value rb = e.add(boff, e.mul(o, kdim));
+    SmallVector<Value> inits(kMatmulTokens, zf);
+    SmallVector<Value> partial = e.forLoop(
+        lane, kdim, cWarp, inits,
+        [&](Value i, ValueRange sums) -> SmallVector<Value> {
+          Value bv = e.load(b, {e.add(rb, i)});
+          SmallVector<Value> xs, next;
+          for (Value row : rows)
+            xs.push_back(e.load(a, {e.add(row, i)}));
+          for (int64_t j = 0; j < kMatmulTokens; ++j)
+            next.push_back(math::FmaOp::create(e.b, xs[j], bv, sums[j]));
+          return next;
+        });
+    SmallVector<Value> dots;
+    for (Value p : partial)
+      dots.push_back(func::CallOp::create(e.b, kernels.warpSum, ValueRange{p})
+                         .getResult(0));
+    Value lead = e.cmp(arith::CmpIPredicate::eq, lane, c0);
+    Value add = e.cmp(arith::CmpIPredicate::ne, accum, e.cI32(0));
+    e.ifThen(lead, [&] {
+      Value ob = e.add(coff, o);
+      e.forLoop(c0, cTokens, c1, [&](Value j) {
+        Value tj = e.add(t0, j);
+        e.ifThen(e.cmp(arith::CmpIPredicate::ult, tj, n), [&] {
+          // dots[j] without dynamic indexing of registers.
+          Value v = dots[kMatmulTokens - 1];
+          for (int64_t jj = kMatmulTokens - 2; jj >= 0; --jj)
+            v = e.select(e.cmp(arith::CmpIPredicate::eq, j, e.cIndex(jj)),
+                         dots[jj], v);
+          Value ci = e.add(ob, e.mul(tj, m));
+          ifElse(
+              e, add,
+              [&] {
+                Value old = e.load(c, {ci});
+                e.store(arith::AddFOp::create(e.b, old, v), c, {ci});
+              },
+              [&] { e.store(v, c, {ci}); });
+        });
+      });
+    });
+  });
+  finishKernel(e);
+}
+
+/// h1 = silu(h1) * h3 over `count` elements, one thread each.
+void GpuTarget::emitSwiglu(ForwardEmitter &e) {
+  Type f = e.buffer(e.f32()), ix = e.index();
+  kernels.swiglu = beginKernel(e, "swiglu", {f, ix, f, ix, ix});
+  ArrayRef<BlockArgument> arg = kernels.swiglu.getArguments();
+  Value h1 = arg[0], h1off = arg[1], h3 = arg[2], h3off = arg[3],
+        count = arg[4];
+  Value tid = threadId(e);
+  Value bx = blockId(e, gpu::Dimension::x);
+  Value i = e.add(e.mul(bx, e.cIndex(kBlock)), tid);
+  e.ifThen(e.cmp(arith::CmpIPredicate::ult, i, count), [&] {
+    Value ia = e.add(h1off, i);
+    Value h = e.load(h1, {ia});
+    Value g = e.load(h3, {e.add(h3off, i)});
+    e.store(e.swiglu(h, g), h1, {ia});
+  });
+  finishKernel(e);
+}
+
+/// One RoPE pair (ia, ib) of a key rotated by (cos, sin) = `cs` from
+/// kSrc[kFrom + ·] to kv[kTo + ·], and the same pair of its value copied
+/// from vSrc[vFrom + ·] to kv[vTo + ·]: the store of store_kv and of
+/// materialize.
+void storeRotatedPair(ForwardEmitter &e, func::FuncOp rotate, Value kSrc,
+                      Value kFrom, Value vSrc, Value vFrom, Value kv, Value kTo,
+                      Value vTo, Value ia, Value ib, func::CallOp cs) {
+  Value xa = e.load(kSrc, {e.add(kFrom, ia)});
+  Value xb = e.load(kSrc, {e.add(kFrom, ib)});
+  auto rot = func::CallOp::create(
+      e.b, rotate, ValueRange{xa, xb, cs.getResult(0), cs.getResult(1)});
+  e.store(rot.getResult(0), kv, {e.add(kTo, ia)});
+  e.store(rot.getResult(1), kv, {e.add(kTo, ib)});
+  Value va = e.load(vSrc, {e.add(vFrom, ia)});
+  Value vb = e.load(vSrc, {e.add(vFrom, ib)});
+  e.store(va, kv, {e.add(vTo, ia)});
+  e.store(vb, kv, {e.add(vTo, ib)});
+}
+
+/// The new K of token t (grid x), KV head g (grid y) rotated to position
+/// pos + t, and K and V written into the pages of the last run of the table:
+/// one thread per RoPE pair (head_size / 2 threads).
+void GpuTarget::emitStoreKV(ForwardEmitter &e) {
+  Type f = e.buffer(e.f32()), ix = e.index();
+  kernels.storeKV = beginKernel(e, "store_kv",
+                                {f, ix, f, ix, e.i64(), f, e.buffer(e.i32()),
+                                 e.table(KVRT_RUN_WIDTH), ix, ix});
+  ArrayRef<BlockArgument> arg = kernels.storeKV.getArguments();
+  Value kin = arg[0], koff = arg[1], vin = arg[2], voff = arg[3], pos = arg[4],
+        kv = arg[5], pages = arg[6], runs = arg[7], layer = arg[8], pt = arg[9];
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1), cHS = e.cIndex(e.headSize);
+  Value t = blockId(e, gpu::Dimension::x);
+  Value g = blockId(e, gpu::Dimension::y);
+  Value i = threadId(e);
+  auto [ia, ib] = e.ropePair(i);
+  PageStrides strides = e.pageStrides(pt);
+  Value last = e.sub(memref::DimOp::create(e.b, runs, c0), c1);
+  RunRow run = e.loadRun(runs, last);
+  Value slot = e.add(e.toIndex(run.slotBegin), t);
+  Value page = e.pageId(pages, e.toIndex(run.pageOffset), e.divu(slot, pt));
+  Value kb =
+      e.add(e.headBase(strides, page, layer, g), e.mul(e.remu(slot, pt), cHS));
+  Value vb = e.add(kb, strides.kv);
+  Value row = e.add(e.mul(t, e.cIndex(e.kvDim)), e.mul(g, cHS));
+  Value krow = e.add(koff, row), vrow = e.add(voff, row);
+  Value p = arith::AddIOp::create(e.b, pos, e.toI64(t));
+  auto cs = func::CallOp::create(e.b, kernels.ropeCosSin, ValueRange{p, i});
+  storeRotatedPair(e, kernels.rotate, kin, krow, vin, vrow, kv, kb, vb, ia, ib,
+                   cs);
+  finishKernel(e);
+}
+
+/// Attention of query t (grid z), head h (grid y) over one run tile (grid
+/// x): keys [key_begin, key_end) of run `run` (a row of `tiles`). The query
+/// is rotated once to m - Δ of the run ((R(m)q)·(R(Δ)k) = (R(m-Δ)q)·k; keys
+/// are never rewritten) into shared memory; the keys that count are a prefix
+/// of the run (visibleKeys). Four warps take every fourth key, each lane
+/// holding ceil(head_size / 32) elements of the head (one coalesced load per
+/// key and warp), with an online softmax per warp; the warps merge in shared
+/// memory and the tile's (max, sum, accumulator[head_size]) goes to `part`
+/// for attn_merge.
+void GpuTarget::emitAttnTile(ForwardEmitter &e) {
+  Type f = e.buffer(e.f32()), ix = e.index();
+  int64_t epl = elementsPerLane(e.headSize);
+  int64_t lanes = e.headSize / epl;
+  MemRefType qType = workgroupBuffer(e, e.headSize, e.f32());
+  MemRefType warpType = workgroupBuffer(e, kAttnWarps, e.f32());
+  MemRefType accType = workgroupBuffer(e, kAttnWarps * e.headSize, e.f32());
+  kernels.attnTile = beginKernel(e, "attn_tile",
+                                 {f, ix, e.i64(), f, e.buffer(e.i32()),
+                                  e.table(KVRT_RUN_WIDTH),
+                                  e.table(KVRT_TILE_WIDTH), ix, ix, ix, f},
+                                 {qType, warpType, warpType, accType});
+  ArrayRef<BlockArgument> arg = kernels.attnTile.getArguments();
+  Value q = arg[0], qoff = arg[1], pos = arg[2], kv = arg[3], pages = arg[4],
+        runs = arg[5], tiles = arg[6], ntiles = arg[7], layer = arg[8],
+        pt = arg[9], part = arg[10];
+  ArrayRef<BlockArgument> shared = kernels.attnTile.getWorkgroupAttributions();
+  Value qs = shared[0], wm = shared[1], wl = shared[2], wacc = shared[3];
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1), c2 = e.cIndex(2),
+        cWarp = e.cIndex(kWarp), cWarps = e.cIndex(kAttnWarps),
+        cBlock = e.cIndex(kAttnBlock), cHS = e.cIndex(e.headSize),
+        cHS2 = e.cIndex(e.headSize + 2);
+  Value scale = e.scoreScale();
+  Value ninf = e.cF32Bits(0xFF800000u), zf = e.cF32(0.0f);
+  VectorType vEPL = e.vec(epl, e.f32());
+  Value zv = e.splatF32(epl, 0.0f);
+  Value tile = blockId(e, gpu::Dimension::x);
+  Value h = blockId(e, gpu::Dimension::y);
+  Value t = blockId(e, gpu::Dimension::z);
+  Value tid = threadId(e);
+  Value warp = e.divu(tid, cWarp);
+  Value lane = e.remu(tid, cWarp);
+  Value r = e.toIndex(e.load(tiles, {tile, c0}));
+  Value keyBegin = e.load(tiles, {tile, c1});
+  Value keyEnd = e.load(tiles, {tile, c2});
+  RunRow run = e.loadRun(runs, r);
+  Value m = arith::AddIOp::create(e.b, pos, e.toI64(t));
+  Value kend = e.toIndex(e.mins(keyEnd, e.visibleKeys(m, run)));
+  Value kbeg = e.toIndex(keyBegin);
+  Value pageOffset = e.toIndex(run.pageOffset);
+  Value slotBegin = e.toIndex(run.slotBegin);
+  // The query rotated to m - Δ, into shared memory.
+  Value qp = arith::SubIOp::create(e.b, m, run.delta);
+  Value qrow = e.add(e.add(qoff, e.mul(t, e.cIndex(e.dim))), e.mul(h, cHS));
+  e.forLoop(tid, e.cIndex(e.half), cBlock, [&](Value i) {
+    auto [ia, ib] = e.ropePair(i);
+    auto cs = func::CallOp::create(e.b, kernels.ropeCosSin, ValueRange{qp, i});
+    Value xa = e.load(q, {e.add(qrow, ia)});
+    Value xb = e.load(q, {e.add(qrow, ib)});
+    auto rot = func::CallOp::create(
+        e.b, kernels.rotate,
+        ValueRange{xa, xb, cs.getResult(0), cs.getResult(1)});
+    e.store(rot.getResult(0), qs, {ia});
+    e.store(rot.getResult(1), qs, {ib});
+  });
+  gpu::BarrierOp::create(e.b);
+  // Lanes past head_size / epl hold nothing: zeros in the dot products.
+  Value active = e.cmp(arith::CmpIPredicate::ult, lane, e.cIndex(lanes));
+  Value el = e.mul(lane, e.cIndex(epl));
+  Value qv = e.ifThenElse(
+      active, {vEPL},
+      [&]() -> SmallVector<Value> {
+        return {vector::LoadOp::create(e.b, vEPL, qs, ValueRange{el})};
+      },
+      [&]() -> SmallVector<Value> { return {zv}; })[0];
+  PageStrides strides = e.pageStrides(pt);
+  Value g = e.divu(h, e.cIndex(e.group));
+  SmallVector<Value> res = e.forLoop(
+      e.add(kbeg, warp), kend, cWarps, {ninf, zf, zv},
+      [&](Value j, ValueRange it) -> SmallVector<Value> {
+        Value mr = it[0], lr = it[1], ar = it[2];
+        Value slot = e.add(slotBegin, j);
+        Value page = e.pageId(pages, pageOffset, e.divu(slot, pt));
+        Value ka = e.add(e.add(e.headBase(strides, page, layer, g),
+                               e.mul(e.remu(slot, pt), cHS)),
+                         el);
+        Value va = e.add(ka, strides.kv);
+        SmallVector<Value> kvv = e.ifThenElse(
+            active, {vEPL, vEPL},
+            [&]() -> SmallVector<Value> {
+              return {vector::LoadOp::create(e.b, vEPL, kv, ValueRange{ka}),
+                      vector::LoadOp::create(e.b, vEPL, kv, ValueRange{va})};
+            },
+            [&]() -> SmallVector<Value> {
+              return {zv, zv};
+            });
+        Value pr = arith::MulFOp::create(e.b, qv, kvv[0]);
+        Value lsum =
+            vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, pr);
+        Value dot = func::CallOp::create(e.b, kernels.warpSum, ValueRange{lsum})
+                        .getResult(0);
+        Value sc = arith::MulFOp::create(e.b, dot, scale);
+        auto [mn, corr] = e.softmaxRescale(mr, sc);
+        Value ds = arith::SubFOp::create(e.b, sc, mn);
+        Value p = math::ExpOp::create(e.b, ds);
+        Value l1 = arith::MulFOp::create(e.b, lr, corr);
+        Value l2 = arith::AddFOp::create(e.b, l1, p);
+        Value a1 = arith::MulFOp::create(
+            e.b, ar, vector::BroadcastOp::create(e.b, vEPL, corr));
+        Value a2 = vector::FMAOp::create(
+            e.b, vector::BroadcastOp::create(e.b, vEPL, p), kvv[1], a1);
+        return {mn, l2, a2};
+      });
+  e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, c0), [&] {
+    e.store(res[0], wm, {warp});
+    e.store(res[1], wl, {warp});
+  });
+  e.ifThen(active, [&] {
+    vector::StoreOp::create(e.b, res[2], wacc,
+                            ValueRange{e.add(e.mul(warp, cHS), el)});
+  });
+  gpu::BarrierOp::create(e.b);
+  // The four warps merged under their global max (every weight 0 when no
+  // warp saw a key).
+  Value mall = e.forLoop(c0, cWarps, c1, {ninf},
+                         [&](Value w, ValueRange mm) -> SmallVector<Value> {
+                           Value mw = e.load(wm, {w});
+                           return {arith::MaxNumFOp::create(e.b, mm[0], mw)};
+                         })[0];
+  Value any = arith::CmpFOp::create(e.b, arith::CmpFPredicate::OGT, mall, ninf);
+  Value th = e.add(e.mul(t, e.cIndex(e.heads)), h);
+  Value pbase = e.mul(e.add(e.mul(th, ntiles), tile), cHS2);
+  Value pacc = e.add(pbase, c2);
+  e.forLoop(tid, cHS, cBlock, [&](Value i) {
+    Value acc = e.forLoop(c0, cWarps, c1, {zf},
+                          [&](Value w, ValueRange aa) -> SmallVector<Value> {
+                            Value fw =
+                                mergeWeight(e, e.load(wm, {w}), mall, any);
+                            Value av = e.load(wacc, {e.add(e.mul(w, cHS), i)});
+                            return {math::FmaOp::create(e.b, fw, av, aa[0])};
+                          })[0];
+    e.store(acc, part, {e.add(pacc, i)});
+  });
+  e.ifThen(e.cmp(arith::CmpIPredicate::eq, tid, c0), [&] {
+    Value lall = e.forLoop(c0, cWarps, c1, {zf},
+                           [&](Value w, ValueRange ll) -> SmallVector<Value> {
+                             Value fw =
+                                 mergeWeight(e, e.load(wm, {w}), mall, any);
+                             Value lw = e.load(wl, {w});
+                             return {math::FmaOp::create(e.b, fw, lw, ll[0])};
+                           })[0];
+    e.store(mall, part, {pbase});
+    e.store(lall, part, {e.add(pbase, c1)});
+  });
+  finishKernel(e);
+}
+
+/// The tiles of head h (grid x), query t (grid y) merged exactly (flash
+/// decoding: global max, rescaled sums); a head that saw no key gets zeros.
+void GpuTarget::emitAttnMerge(ForwardEmitter &e) {
+  Type f = e.buffer(e.f32()), ix = e.index();
+  kernels.attnMerge = beginKernel(e, "attn_merge", {f, ix, f, ix});
+  ArrayRef<BlockArgument> arg = kernels.attnMerge.getArguments();
+  Value part = arg[0], ntiles = arg[1], out = arg[2], ooff = arg[3];
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1), c2 = e.cIndex(2),
+        cBlock = e.cIndex(kAttnBlock), cHS = e.cIndex(e.headSize),
+        cHS2 = e.cIndex(e.headSize + 2);
+  Value ninf = e.cF32Bits(0xFF800000u), zf = e.cF32(0.0f);
+  Value h = blockId(e, gpu::Dimension::x);
+  Value t = blockId(e, gpu::Dimension::y);
+  Value tid = threadId(e);
+  Value th = e.add(e.mul(t, e.cIndex(e.heads)), h);
+  Value base = e.mul(e.mul(th, ntiles), cHS2);
+  auto tileAt = [&](Value tileIndex) {
+    return e.add(base, e.mul(tileIndex, cHS2));
+  };
+  Value mall = e.forLoop(c0, ntiles, c1, {ninf},
+                         [&](Value tk, ValueRange mm) -> SmallVector<Value> {
+                           Value mk = e.load(part, {tileAt(tk)});
+                           return {arith::MaxNumFOp::create(e.b, mm[0], mk)};
+                         })[0];
+  Value any = arith::CmpFOp::create(e.b, arith::CmpFPredicate::OGT, mall, ninf);
+  Value lall = e.forLoop(c0, ntiles, c1, {zf},
+                         [&](Value tk, ValueRange ll) -> SmallVector<Value> {
+                           Value pi = tileAt(tk);
+                           Value mk = e.load(part, {pi});
+                           Value lk = e.load(part, {e.add(pi, c1)});
+                           Value fk = mergeWeight(e, mk, mall, any);
+                           return {math::FmaOp::create(e.b, fk, lk, ll[0])};
+                         })[0];
+  Value inv = e.softmaxNormalizer(lall);
+  Value orow = e.add(e.add(ooff, e.mul(t, e.cIndex(e.dim))), e.mul(h, cHS));
+  e.forLoop(tid, cHS, cBlock, [&](Value i) {
+    Value acc = e.forLoop(c0, ntiles, c1, {zf},
+                          [&](Value tk, ValueRange aa) -> SmallVector<Value> {
+                            Value pi = tileAt(tk);
+                            Value fk =
+                                mergeWeight(e, e.load(part, {pi}), mall, any);
+                            Value av = e.load(part, {e.add(e.add(pi, c2), i)});
+                            return {math::FmaOp::create(e.b, fk, av, aa[0])};
+                          })[0];
+    e.store(arith::MulFOp::create(e.b, acc, inv), out, {e.add(orow, i)});
+  });
+  finishKernel(e);
+}
+
+/// Every run of the table (grid x) written to the pages `dst_pages`
+/// (parallel to `pages`, same slots), at layer l (grid y) and KV head g
+/// (grid z): K rotated once by the run's Δ (R(Δ) k, angles in f64 from the
+/// integer Δ), V copied. Thread = RoPE pair i x token lane: the pair's cos
+/// and sin are computed once per thread, and the token lanes stride over the
+/// run's tokens, whose count only the device knows.
+void GpuTarget::emitMaterialize(ForwardEmitter &e) {
+  Type ix = e.index();
+  kernels.materialize =
+      beginKernel(e, "materialize",
+                  {e.buffer(e.f32()), e.buffer(e.i32()),
+                   e.table(KVRT_RUN_WIDTH), e.buffer(e.i32()), ix});
+  ArrayRef<BlockArgument> arg = kernels.materialize.getArguments();
+  Value kv = arg[0], pages = arg[1], runs = arg[2], dstPages = arg[3],
+        pt = arg[4];
+  Value cHS = e.cIndex(e.headSize), cHalf = e.cIndex(e.half);
+  Value r = blockId(e, gpu::Dimension::x);
+  Value l = blockId(e, gpu::Dimension::y);
+  Value g = blockId(e, gpu::Dimension::z);
+  Value tid = threadId(e);
+  Value i = e.remu(tid, cHalf);
+  Value tokenLane = e.divu(tid, cHalf);
+  std::pair<Value, Value> pair = e.ropePair(i);
+  Value ia = pair.first, ib = pair.second;
+  PageStrides strides = e.pageStrides(pt);
+  RunRow run = e.loadRun(runs, r);
+  Value pageOffset = e.toIndex(run.pageOffset);
+  Value slotBegin = e.toIndex(run.slotBegin);
+  auto cs =
+      func::CallOp::create(e.b, kernels.ropeCosSin, ValueRange{run.delta, i});
+  e.forLoop(tokenLane, e.toIndex(run.nTokens),
+            e.cIndex(materializeTokenLanes(e)), [&](Value j) {
+              Value slot = e.add(slotBegin, j);
+              Value pi = e.divu(slot, pt);
+              Value slotOffset = e.mul(e.remu(slot, pt), cHS);
+              Value src = e.pageId(pages, pageOffset, pi);
+              Value dst = e.pageId(dstPages, pageOffset, pi);
+              Value ko = e.add(e.headBase(strides, src, l, g), slotOffset);
+              Value kd = e.add(e.headBase(strides, dst, l, g), slotOffset);
+              storeRotatedPair(e, kernels.rotate, kv, ko, kv,
+                               e.add(ko, strides.kv), kv, kd,
+                               e.add(kd, strides.kv), ia, ib, cs);
+            });
+  finishKernel(e);
+}
+
 } // namespace
 
 std::unique_ptr<ForwardTarget> mlir::kv::createGpuTarget() {

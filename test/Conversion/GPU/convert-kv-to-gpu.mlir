@@ -1,50 +1,180 @@
-// convert-kv-to-gpu emits the GPU forward of each kv.forward model: kernels in
-// a gpu.module, host functions that launch them; no toolkit needed.
+// convert-kv-to-gpu emits the GPU forward of each model a module asks for:
+// kernels in a gpu.module, host functions that launch them, and the three
+// entry points taking an argument struct; no toolkit needed.
 // RUN: kv-opt %s --convert-kv-to-gpu -split-input-file -verify-diagnostics | FileCheck %s
+// RUN: kv-opt %s --convert-kv-to-gpu --canonicalize --cse -split-input-file -verify-diagnostics | FileCheck %s --check-prefix=HOST
 
-// The kernels of stories260K's shape and the launches of one layer.
-// CHECK: module attributes {gpu.container_module}
-// CHECK-NOT: kv.forward
-// CHECK: gpu.module @tiny_kernels
-// CHECK: func.func private @tiny_rope_cs(%{{.*}}: i64, %{{.*}}: index) -> (f64, f64)
-// CHECK: math.powf %{{.*}}, %{{.*}} : f64
-// CHECK: math.cos %{{.*}} : f64
-// CHECK: math.sin %{{.*}} : f64
-// CHECK: func.func private @tiny_warp_sum
-// CHECK: gpu.shuffle xor
-// CHECK: gpu.func @tiny_rmsnorm({{.*}}) workgroup(%{{.*}} : memref<256xf64, #gpu.address_space<workgroup>>) kernel
-// CHECK: gpu.func @tiny_matmul(
-// CHECK: gpu.func @tiny_swiglu(
-// CHECK: gpu.func @tiny_store_kv(
-// CHECK: gpu.func @tiny_attn_tile({{.*}}) workgroup(%{{.*}} : memref<8xf32, #gpu.address_space<workgroup>>
-// CHECK: vector<1xf32>
-// CHECK: gpu.func @tiny_attn_merge(
-// CHECK: func.func @tiny_attention({{.*}}) attributes {llvm.emit_c_interface}
-// CHECK: gpu.launch_func @tiny_kernels::@tiny_attn_tile
-// CHECK: gpu.launch_func @tiny_kernels::@tiny_attn_merge
-// CHECK: func.func @tiny_prefill({{.*}}) attributes {llvm.emit_c_interface}
-// CHECK: scf.for
-// CHECK: gpu.launch_func @tiny_kernels::@tiny_rmsnorm
-// CHECK: gpu.launch_func @tiny_kernels::@tiny_store_kv
-// CHECK-NOT: fastmath
-module attributes {kv.forward = {tiny = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>}} {}
+// The kernels of stories260K's shape (head size 8: one element per lane of
+// the attention warps), the launches and the entry points.
+module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>]} {}
+
+// CHECK-LABEL: module attributes {gpu.container_module}
+// CHECK-NOT:   kv.export_forwards
+// CHECK:       gpu.module @[[P:kv_fwd_[0-9a-f]{16}]]_kernels {
+// The RoPE angle in f64 from the integer position, libdevice pow/cos/sin.
+// CHECK:         func.func private @rope_cs(%{{.*}}: i64, %{{.*}}: index) -> (f64, f64)
+// CHECK:           arith.sitofp %{{.*}} : i64 to f64
+// CHECK:           math.powf %{{.*}}, %{{.*}} : f64
+// CHECK:           math.cos %{{.*}} : f64
+// CHECK:           math.sin %{{.*}} : f64
+// CHECK:         func.func private @rotate(%{{.*}}: f32, %{{.*}}: f32, %{{.*}}: f64, %{{.*}}: f64) -> (f32, f32)
+// CHECK:           arith.truncf %{{.*}} : f64 to f32
+// CHECK:         func.func private @warp_sum(%{{.*}}: f32) -> f32
+// CHECK-COUNT-5:   gpu.shuffle xor
+// RMSNorm: f64 partial sums in shared memory, added after a barrier.
+// CHECK:         gpu.func @rmsnorm({{.*}}) workgroup(%[[PARTIALS:.+]] : memref<256xf64, #gpu.address_space<workgroup>>) kernel
+// CHECK:           memref.store %{{.*}}, %[[PARTIALS]][%{{.*}}] : memref<256xf64, #gpu.address_space<workgroup>>
+// CHECK:           gpu.barrier
+// CHECK:           math.sqrt %{{.*}} : f64
+// CHECK:         gpu.func @matmul({{.*}}, %{{.*}}: i32) kernel
+// CHECK-COUNT-4:   math.fma %{{.*}} : f32
+// CHECK-COUNT-4:   call @warp_sum(
+// CHECK:         gpu.func @swiglu(
+// CHECK:           math.exp %{{.*}} : f32
+// CHECK:         gpu.func @store_kv(
+// CHECK:           call @rope_cs(
+// CHECK:           call @rotate(
+// The query rotated once into shared memory; one element per lane; online
+// softmax per warp (new max, rescale factor), then the warps merged.
+// CHECK:         gpu.func @attn_tile({{.*}}) workgroup(%[[QS:.+]] : memref<8xf32, #gpu.address_space<workgroup>>, %{{.*}} : memref<4xf32, #gpu.address_space<workgroup>>, %{{.*}} : memref<4xf32, #gpu.address_space<workgroup>>, %{{.*}} : memref<32xf32, #gpu.address_space<workgroup>>) kernel
+// CHECK:           %[[DELTA:.+]] = memref.load %{{.*}}[%{{.*}}, %c4{{.*}}] : memref<?x8xi64>
+// CHECK:           arith.subi %{{.*}}, %[[DELTA]] : i64
+// CHECK:           call @rope_cs(
+// CHECK:           call @rotate(
+// CHECK:           memref.store %{{.*}}, %[[QS]][%{{.*}}]
+// CHECK:           gpu.barrier
+// CHECK:           vector.load %[[QS]][%{{.*}}] : memref<8xf32, #gpu.address_space<workgroup>>, vector<1xf32>
+// CHECK:           vector.load %{{.*}}[%{{.*}}] : memref<?xf32>, vector<1xf32>
+// CHECK:           call @warp_sum(
+// CHECK:           %[[MNEW:.+]] = arith.maxnumf %{{.*}}, %{{.*}} : f32
+// CHECK:           %[[DM:.+]] = arith.subf %{{.*}}, %[[MNEW]] : f32
+// CHECK:           math.exp %[[DM]] : f32
+// CHECK:           vector.fma %{{.*}} : vector<1xf32>
+// CHECK:           gpu.barrier
+// CHECK:         gpu.func @attn_merge(
+// CHECK:           arith.divf
+// Materialize: K rotated by the run's offset (column 4), V copied.
+// CHECK:         gpu.func @materialize(
+// CHECK:           %[[MDELTA:.+]] = memref.load %{{.*}}[%{{.*}}, %c4{{.*}}] : memref<?x8xi64>
+// CHECK:           call @rope_cs(%[[MDELTA]],
+// CHECK:           scf.for
+// CHECK:             call @rotate(
+// CHECK:       func.func private @[[P]]_prefill_impl(
+// CHECK:       func.func @[[P]]_prefill(%{{.*}}: !llvm.ptr)
+// CHECK:         call @[[P]]_prefill_impl(
+// CHECK:       func.func private @[[P]]_attention_impl(
+// CHECK:       func.func @[[P]]_attention(%{{.*}}: !llvm.ptr)
+// CHECK:       func.func private @[[P]]_materialize_impl(
+// CHECK:       func.func @[[P]]_materialize(%{{.*}}: !llvm.ptr)
+// CHECK-NOT:   fastmath
+
+// The launches with the grids of docs/gpu-backend.md, n tokens: rmsnorm (n),
+// matmul (ceil(M / 8), ceil(n / 4)) with 256 threads, store_kv (n, kv_heads)
+// with head_size / 2 threads, attn_tile (tiles, heads, n) and attn_merge
+// (heads, n) with 128, swiglu ceil(n hidden / 256).
+// HOST:        func.func private @[[P:kv_fwd_[0-9a-f]{16}]]_prefill_impl(
+// HOST:          %[[N:.+]] = arith.index_cast %{{.*}} : i64 to index
+// HOST:          scf.for
+// HOST:            gpu.launch_func @[[P]]_kernels::@rmsnorm blocks in (%[[N]], %c1, %c1) threads in (%c256, %c1, %c1)
+// HOST:            %[[N3:.+]] = arith.addi %[[N]], %c3 : index
+// HOST:            %[[GY:.+]] = arith.divui %[[N3]], %c4 : index
+// HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c8, %[[GY]], %c1) threads in (%c256, %c1, %c1) {{.*}}, %c64 : index, %c64 : index, %c0_i32 : i32)
+// HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c4, %[[GY]], %c1) threads in (%c256, %c1, %c1)
+// HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c4, %[[GY]], %c1) threads in (%c256, %c1, %c1)
+// HOST:            gpu.launch_func @[[P]]_kernels::@store_kv blocks in (%[[N]], %c4, %c1) threads in (%c4, %c1, %c1)
+// HOST:            %[[TILES:.+]] = memref.dim %{{.*}}, %c0 : memref<?x4xi64>
+// HOST:            gpu.launch_func @[[P]]_kernels::@attn_tile blocks in (%[[TILES]], %c8, %[[N]]) threads in (%c128, %c1, %c1)
+// HOST:            gpu.launch_func @[[P]]_kernels::@attn_merge blocks in (%c8, %[[N]], %c1) threads in (%c128, %c1, %c1)
+// HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c8, %[[GY]], %c1) threads in (%c256, %c1, %c1) {{.*}}, %c1_i32 : i32)
+// HOST:            gpu.launch_func @[[P]]_kernels::@rmsnorm
+// HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c22, %[[GY]], %c1)
+// HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c22, %[[GY]], %c1)
+// HOST:            gpu.launch_func @[[P]]_kernels::@swiglu
+// HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c8, %[[GY]], %c1) {{.*}}, %c64 : index, %c172 : index, %c1_i32 : i32)
+// HOST:          scf.if
+// HOST:            gpu.launch_func @[[P]]_kernels::@rmsnorm
+// HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c64, %{{.*}}, %c1)
+// HOST:        func.func private @[[P]]_attention_impl(
+// HOST:          %[[ATILES:.+]] = memref.dim %{{.*}}, %c0 : memref<?x4xi64>
+// HOST:          gpu.launch_func @[[P]]_kernels::@attn_tile blocks in (%[[ATILES]], %c8, %{{.*}}) threads in (%c128, %c1, %c1)
+// HOST:          gpu.launch_func @[[P]]_kernels::@attn_merge
+// Materialize: one block per run, layer and KV head; 64 token lanes of the 4
+// RoPE pairs; no launch for an empty table.
+// HOST:        func.func private @[[P]]_materialize_impl(
+// HOST:          %[[RUNS:.+]] = memref.dim %{{.*}}, %c0 : memref<?x8xi64>
+// HOST:          %[[ANY:.+]] = arith.cmpi ugt, %[[RUNS]], %c0 : index
+// HOST:          scf.if %[[ANY]] {
+// HOST:            gpu.launch_func @[[P]]_kernels::@materialize blocks in (%[[RUNS]], %c5, %c4) threads in (%c256, %c1, %c1)
 
 // -----
 
 // Head size 128: four elements per lane of the attention warps.
-// CHECK-LABEL: gpu.module @big_kernels
-// CHECK: gpu.func @big_attn_tile
-// CHECK: vector.load %{{.*}} : memref<?xf32>, vector<4xf32>
-module attributes {kv.forward = {big = !kv.model<dim = 1024, hidden = 2816, layers = 2, heads = 8, kv_heads = 8, vocab = 64>}} {}
+module attributes {kv.export_forwards = [!kv.model<dim = 1024, hidden = 2816, layers = 2, heads = 8, kv_heads = 8, vocab = 64>]} {}
+
+// CHECK-LABEL: module attributes {gpu.container_module}
+// CHECK:       gpu.func @attn_tile({{.*}}) workgroup(%{{.*}} : memref<128xf32, #gpu.address_space<workgroup>>, {{.*}}, %{{.*}} : memref<512xf32, #gpu.address_space<workgroup>>) kernel
+// CHECK:         vector.load %{{.*}} : memref<?xf32>, vector<4xf32>
+// HOST:        func.func private @kv_fwd_{{[0-9a-f]+}}_prefill_impl(
+// HOST:          @store_kv blocks in (%{{.*}}, %c8, %c1) threads in (%c64, %c1, %c1)
 
 // -----
 
-// @negative_head_size: a head too large for one thread per RoPE pair.
-// expected-error @below {{cannot build the GPU forward 'huge': head size 4096 exceeds 1024}}
-module attributes {kv.forward = {huge = !kv.model<dim = 4096, hidden = 64, layers = 1, heads = 1, kv_heads = 1, vocab = 8>}} {}
+// A kv program: the forward of the model its ops use, with half RoPE pairs
+// (i, i + head_size / 2); the kv ops are left for convert-kv-to-runtime.
+!model = !kv.model<dim = 256, hidden = 512, layers = 3, heads = 4, kv_heads = 2, vocab = 300, rope = half, theta = 1000000.0>
+!cache = !kv.cache<3x2x64xf32, @ctx>
+kv.context @ctx {
+  kv.segment @a kind(system) tokens(?)
+}
+func.func @prefill(%m: !model, %t: tensor<?xi32>) -> (!cache, tensor<1x300xf32>) {
+  %c0 = kv.empty : !cache
+  %c1, %l = kv.prefill %m, %c0, %t segment @a last
+      : !model, (!cache), tensor<?xi32> -> !cache, tensor<1x300xf32>
+  return %c1, %l : !cache, tensor<1x300xf32>
+}
+
+// CHECK-LABEL: module attributes {gpu.container_module}
+// CHECK:       func.func @prefill(
+// CHECK:         kv.prefill
+// CHECK:       gpu.module @[[P:kv_fwd_[0-9a-f]{16}]]_kernels {
+// CHECK:         func.func private @rope_cs(
+// CHECK:           arith.constant 1.000000e+06 : f64
+// CHECK:         gpu.func @store_kv(
+// CHECK:           %[[I:.+]] = gpu.thread_id x
+// CHECK:           %[[HALF:.+]] = arith.constant 32 : index
+// CHECK-NEXT:      arith.addi %[[I]], %[[HALF]] : index
+// CHECK:       func.func @[[P]]_prefill(%{{.*}}: !llvm.ptr)
+
+// -----
+
+// @negative_head_size: a head too large for the attention kernel's lanes.
+// expected-error @below {{cannot build the GPU forward of [dim=4096 hidden=64 layers=1 heads=1 kv_heads=1 vocab=8 rope=interleaved}}
+module attributes {kv.export_forwards = [!kv.model<dim = 4096, hidden = 64, layers = 1, heads = 1, kv_heads = 1, vocab = 8>]} {}
+
+// -----
+
+// @negative_lanes: head size 70 does not split into lanes of 3 elements.
+// expected-error @below {{head size 70 is not a multiple of the 3 elements each lane of a warp holds}}
+module attributes {kv.export_forwards = [!kv.model<dim = 70, hidden = 64, layers = 1, heads = 1, kv_heads = 1, vocab = 8>]} {}
+
+// -----
+
+// @negative_op_head_size: the diagnostic is at the op that needs the forward.
+!big = !kv.model<dim = 2048, hidden = 64, layers = 1, heads = 1, kv_heads = 1, vocab = 8>
+!bcache = !kv.cache<1x1x2048xf32, @bctx>
+kv.context @bctx {
+  kv.segment @a kind(system) tokens(?)
+}
+func.func @negative_op_head_size(%m: !big, %t: tensor<?xi32>) -> !bcache {
+  %c0 = kv.empty : !bcache
+  // expected-error @below {{head size 2048 exceeds 1024, the largest the GPU attention kernel holds in registers (32 elements per lane of a warp)}}
+  %c1, %l = kv.prefill %m, %c0, %t segment @a last
+      : !big, (!bcache), tensor<?xi32> -> !bcache, tensor<1x8xf32>
+  return %c1 : !bcache
+}
 
 // -----
 
 // @negative_not_a_model
-// expected-error @below {{'kv.forward' entry 'x' must be a !kv.model type, got 3 : i64}}
-module attributes {kv.forward = {x = 3}} {}
+// expected-error @below {{'kv.export_forwards' must be an array of !kv.model types, got [3]}}
+module attributes {kv.export_forwards = [3]} {}

@@ -13,4 +13,4 @@
 // FEATURES: kv-lower-to-nvvm: unknown features 'ptx80' (expected +ptxNN, e.g. +ptx80)
 // OPT: kv-lower-to-nvvm: opt-level 4 is outside 0..3
 // TOOLKIT: kv-lower-to-nvvm: toolkit '/nonexistent/cuda' has no /nonexistent/cuda/nvvm/libdevice/libdevice.10.bc
-module attributes {kv.forward = {tiny = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>}} {}
+module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>]} {}
