@@ -229,6 +229,10 @@ bool EntryManifest::parse(const std::string &text, EntryManifest &out,
   };
   while (std::getline(in, line)) {
     ++lineNo;
+    // Every line, 'end' included, ends with a newline: one without it is the
+    // cut-off tail of a manifest, whatever its words say.
+    if (in.eof())
+      return bad("cut off before its newline (truncated?)");
     std::istringstream words(line);
     std::vector<std::string> w;
     for (std::string word; words >> word;)

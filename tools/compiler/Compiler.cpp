@@ -501,15 +501,17 @@ kvrt_status kvir::compiler::getForwardSource(const kvrt_model_config &config,
 // Ahead of time
 //===----------------------------------------------------------------------===//
 
-LogicalResult kvir::compiler::emitObject(ModuleOp lowered,
-                                         const exec::EntryManifest &manifest,
-                                         StringRef path, StringRef cpu) {
+LogicalResult
+kvir::compiler::emitObject(ModuleOp lowered,
+                           ArrayRef<exec::EntryManifest> manifests,
+                           StringRef path, StringRef cpu) {
   initializeNativeTarget();
   MLIRContext *context = lowered.getContext();
-  // The manifest, so that a runner without MLIR knows the entry's signature.
-  {
-    OpBuilder builder(context);
-    builder.setInsertionPointToEnd(lowered.getBody());
+  // The manifests, so that a runner without MLIR knows each entry's
+  // signature.
+  OpBuilder builder(context);
+  builder.setInsertionPointToEnd(lowered.getBody());
+  for (const exec::EntryManifest &manifest : manifests) {
     std::string text = manifest.serialize() + '\0';
     auto type = LLVM::LLVMArrayType::get(builder.getI8Type(), text.size());
     LLVM::GlobalOp::create(builder, lowered.getLoc(), type,

@@ -147,11 +147,12 @@ kvrt_status getForwardSource(const kvrt_model_config &config, Target target,
                              bool lowered, std::string *out);
 
 /// Writes `lowered` as a relocatable object for the host (PIC; the GPU's
-/// binary embedded and loaded by a constructor), with `manifest` embedded as
-/// the NUL-terminated string `_kvrt_manifest_<entry>`. `cpu` names the CPU
-/// to generate code for ("native" for this machine's, or e.g. "x86-64-v3").
+/// binary embedded and loaded by a constructor), with each of `manifests`
+/// embedded as the NUL-terminated string `_kvrt_manifest_<entry>`. `cpu`
+/// names the CPU to generate code for ("native" for this machine's, or e.g.
+/// "x86-64-v3").
 mlir::LogicalResult emitObject(mlir::ModuleOp lowered,
-                               const exec::EntryManifest &manifest,
+                               llvm::ArrayRef<exec::EntryManifest> manifests,
                                llvm::StringRef path, llvm::StringRef cpu);
 
 } // namespace kvir::compiler

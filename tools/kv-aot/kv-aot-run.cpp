@@ -12,6 +12,7 @@
 //              [--synthesize-inputs] [--compare-full-prefill] [--json] ...
 //   kv-aot-run bench-attention LIB.so [--synthetic NAME] [--context N]
 //              [--runs R] [--iters K]
+//   kv-aot-run compare A.f32 B.f32 [--tolerance T]
 //
 // Exit status: 0 success, 1 a failed run or check, 2 a usage or setup error
 // (no driver, no device, a library that is not a kv program), with its
@@ -28,6 +29,7 @@
 
 #include <dlfcn.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,6 +50,7 @@ const char *kUsage =
     "usage: kv-aot-run info\n"
     "       kv-aot-run LIB.so [options]\n"
     "       kv-aot-run bench-attention LIB.so [options]\n"
+    "       kv-aot-run compare A.f32 B.f32 [--tolerance T]\n"
     "options:\n"
     "  --entry NAME            function to run (default main)\n"
     "  --backend NAME          cuda (default for GPU programs), cpu (default "
@@ -65,7 +68,8 @@ const char *kUsage =
     "  --dump-logits FILE      the answer's logits as float32\n"
     "  --json                  the report as JSON\n"
     "  --page-tokens N, --pool-pages N   the KV pool\n"
-    "  --context N, --runs R, --iters K  bench-attention: keys, runs, calls\n";
+    "  --context N, --runs R, --iters K  bench-attention: keys, runs, calls\n"
+    "  --tolerance T           compare: the largest |a - b| allowed (1e-3)\n";
 
 struct Args {
   std::string command = "run", library, entry = "main", backend;
@@ -75,6 +79,8 @@ struct Args {
   bool compareFull = false, json = false;
   int64_t greedy = -1, pageTokens = 16, poolPages = 8192;
   int64_t context = 16384, runs = 16, iters = 5;
+  double tolerance = 1e-3;
+  std::vector<std::string> files;
 };
 
 bool parseInt(const char *text, int64_t &out) {
@@ -89,7 +95,8 @@ bool parseInt(const char *text, int64_t &out) {
 bool parse(int argc, char **argv, Args &a, std::string &problem) {
   int i = 1;
   if (i < argc && (std::string(argv[i]) == "info" ||
-                   std::string(argv[i]) == "bench-attention"))
+                   std::string(argv[i]) == "bench-attention" ||
+                   std::string(argv[i]) == "compare"))
     a.command = argv[i++];
   for (; i < argc; ++i) {
     std::string arg = argv[i];
@@ -182,6 +189,17 @@ bool parse(int argc, char **argv, Args &a, std::string &problem) {
     } else if (arg == "--iters") {
       if (!number(a.iters))
         return false;
+    } else if (arg == "--tolerance") {
+      if (!value(text))
+        return false;
+      char *end = nullptr;
+      a.tolerance = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end || !(a.tolerance >= 0)) {
+        problem = "--tolerance needs a non-negative number, got '" + text + "'";
+        return false;
+      }
+    } else if (a.command == "compare" && arg.size() > 0 && arg[0] != '-') {
+      a.files.push_back(arg);
     } else if (a.library.empty() && arg.size() > 0 && arg[0] != '-') {
       a.library = arg;
     } else {
@@ -189,7 +207,11 @@ bool parse(int argc, char **argv, Args &a, std::string &problem) {
       return false;
     }
   }
-  if (a.command != "info" && a.library.empty()) {
+  if (a.command == "compare" && a.files.size() != 2) {
+    problem = "compare needs two float32 files (kv-aot-run --help)";
+    return false;
+  }
+  if (a.command != "info" && a.command != "compare" && a.library.empty()) {
     problem = "no program library given (kv-aot-run --help)";
     return false;
   }
@@ -262,6 +284,56 @@ bool openLibrary(const std::string &path, const std::string &entry,
   return true;
 }
 
+/// The target of the program library at `path` as its NAME.manifest beside
+/// it says (kv-aot writes lib NAME.so and NAME.manifest), or "". Read without
+/// loading the library: its constructor loads GPU kernels, which needs the
+/// driver checked first.
+std::string targetBeside(const std::string &path) {
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  std::string file = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (file.rfind("lib", 0) != 0 || file.size() <= 6 ||
+      file.compare(file.size() - 3, 3, ".so") != 0)
+    return "";
+  std::string text, ignored;
+  exec::EntryManifest manifest;
+  if (!exec::readFile(dir + "/" + file.substr(3, file.size() - 6) + ".manifest",
+                      text, ignored) ||
+      !exec::EntryManifest::parse(text, manifest, ignored))
+    return "";
+  return manifest.target;
+}
+
+/// Compares two float32 files: max |a - b| against `tolerance`.
+int compare(const Args &a) {
+  std::vector<float> values[2];
+  for (int i = 0; i < 2; ++i) {
+    std::string bytes, error;
+    if (!exec::readFile(a.files[i], bytes, error))
+      return usageError(error);
+    if (bytes.size() % sizeof(float) != 0)
+      return usageError(a.files[i] + " is not a file of float32 values");
+    values[i].resize(bytes.size() / sizeof(float));
+    std::memcpy(values[i].data(), bytes.data(), bytes.size());
+  }
+  if (values[0].size() != values[1].size()) {
+    std::printf("FAIL  %s has %zu values, %s %zu\n", a.files[0].c_str(),
+                values[0].size(), a.files[1].c_str(), values[1].size());
+    return 1;
+  }
+  double worst = 0;
+  for (size_t i = 0; i < values[0].size(); ++i) {
+    double d = std::fabs(double(values[0][i]) - double(values[1][i]));
+    if (!(d <= worst))
+      worst = std::isnan(d) ? INFINITY : d;
+  }
+  bool pass = worst <= a.tolerance;
+  std::printf("%s  %s vs %s: max |diff| = %.3g (tolerance %.0e, %zu values)\n",
+              pass ? "PASS" : "FAIL", a.files[0].c_str(), a.files[1].c_str(),
+              worst, a.tolerance, values[0].size());
+  return pass ? 0 : 1;
+}
+
 int info() {
   if (kvrt_cuda_init() != KVRT_OK)
     return usageError(kvrt_last_error());
@@ -277,37 +349,16 @@ int runProgram(Args &a) {
       kvrt_model_release);
   if (!model)
     return usageError(error);
-  // Which backend: the library's target decides the default; the backend is
-  // created before the library is opened, so that a missing driver is a
-  // message and not a failure inside the library's constructor.
+  // Which backend: the library's target decides the default, read from the
+  // manifest beside it (opening the library runs its constructor, which
+  // loads GPU kernels); the backend is created before the library is opened,
+  // so that a missing driver is a message and not a failure inside the
+  // library's constructor.
   std::string backendName = a.backend;
-  std::unique_ptr<ComputeBackend> backend;
-  {
-    // Peek at the target without running constructors: RTLD_LAZY still runs
-    // them, so the target comes from the .manifest file beside the library
-    // when there is one, else from the backend option.
-    if (backendName.empty()) {
-      std::string manifestPath = a.library, text;
-      size_t slash = manifestPath.rfind('/');
-      std::string dir =
-          slash == std::string::npos ? "." : manifestPath.substr(0, slash);
-      std::string file = slash == std::string::npos
-                             ? manifestPath
-                             : manifestPath.substr(slash + 1);
-      if (file.rfind("lib", 0) == 0 && file.size() > 6 &&
-          file.compare(file.size() - 3, 3, ".so") == 0) {
-        std::string stem = file.substr(3, file.size() - 6);
-        exec::EntryManifest peek;
-        std::string ignored;
-        if (exec::readFile(dir + "/" + stem + ".manifest", text, ignored) &&
-            exec::EntryManifest::parse(text, peek, ignored))
-          backendName = peek.target == "gpu" ? "cuda" : "cpu";
-      }
-      if (backendName.empty())
-        backendName = "cuda";
-    }
-  }
-  backend = exec::createBackend(backendName, model.get(), error);
+  if (backendName.empty())
+    backendName = targetBeside(a.library) == "cpu" ? "cpu" : "cuda";
+  std::unique_ptr<ComputeBackend> backend =
+      exec::createBackend(backendName, model.get(), error);
   if (!backend)
     return usageError(error);
   Library library;
@@ -515,5 +566,7 @@ int main(int argc, char **argv) {
     return info();
   if (args.command == "bench-attention")
     return benchAttention(args);
+  if (args.command == "compare")
+    return compare(args);
   return runProgram(args);
 }

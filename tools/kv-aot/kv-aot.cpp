@@ -6,12 +6,12 @@
 // LLVM/MLIR (docs/gpu-backend.md):
 //
 //   OUT/NAME.o            host code (PIC; for the GPU the cubin embedded and
-//                         loaded by a constructor), the entry's signature
+//                         loaded by a constructor), each entry's signature
 //                         embedded as `_kvrt_manifest_<entry>`
 //   OUT/libNAME.so        NAME.o as a shared library (with --link, the
 //                         default where a linker was found at configure
 //                         time); kv-aot-run loads it
-//   OUT/NAME.manifest     the entry's signature, as text
+//   OUT/NAME.manifest     the entries' signatures, as text
 //   OUT/NAME.cubin/.ptx   the GPU kernels (GPU target; for inspection)
 //
 //===----------------------------------------------------------------------===//
@@ -43,9 +43,11 @@ cl::OptionCategory category("kv-aot options");
 
 cl::opt<std::string> programPath(cl::Positional, cl::desc("PROGRAM.mlir"),
                                  cl::Required, cl::cat(category));
-cl::opt<std::string> entryName("entry", cl::desc("function to compile"),
-                               cl::value_desc("name"), cl::init("main"),
-                               cl::cat(category));
+cl::list<std::string> entryNames(
+    "entry",
+    cl::desc("public function to compile as an entry (repeatable; default: "
+             "every public function a runner can bind and report)"),
+    cl::value_desc("name"), cl::cat(category));
 cl::opt<std::string> targetName(
     "target",
     cl::desc("where the generated code runs: gpu (NVIDIA, the default) or "
@@ -150,15 +152,36 @@ int main(int argc, char **argv) {
       kvir::compiler::loadProgram(context, sourceMgr, programPath);
   if (!planned)
     return 1;
-  FailureOr<func::FuncOp> entry =
-      kvir::compiler::lookupEntry(*planned, entryName);
-  if (failed(entry))
-    return 1;
-  FailureOr<kvir::exec::EntryManifest> manifest =
-      kvir::compiler::describeEntry(*entry);
-  if (failed(manifest))
-    return 1;
-  manifest->target = targetName;
+  std::vector<kvir::exec::EntryManifest> manifests;
+  if (!entryNames.empty()) {
+    for (const std::string &entryName : entryNames) {
+      FailureOr<func::FuncOp> entry =
+          kvir::compiler::lookupEntry(*planned, entryName);
+      if (failed(entry))
+        return 1;
+      FailureOr<kvir::exec::EntryManifest> manifest =
+          kvir::compiler::describeEntry(*entry);
+      if (failed(manifest))
+        return 1;
+      manifests.push_back(std::move(*manifest));
+    }
+  } else {
+    // Every public function a runner can bind; the others are compiled but
+    // get no manifest (their diagnostics are not errors here).
+    for (auto func : planned->getOps<func::FuncOp>()) {
+      if (func.isExternal() || !func.isPublic())
+        continue;
+      ScopedDiagnosticHandler quiet(&context,
+                                    [](Diagnostic &) { return success(); });
+      FailureOr<kvir::exec::EntryManifest> manifest =
+          kvir::compiler::describeEntry(func);
+      if (succeeded(manifest))
+        manifests.push_back(std::move(*manifest));
+    }
+    if (manifests.empty())
+      return fail("no public function of " + programPath +
+                  " can be run (see kv-aot --entry)");
+  }
 
   kvir::compiler::LowerOptions options;
   options.target =
@@ -171,8 +194,11 @@ int main(int argc, char **argv) {
       kvir::compiler::lowerProgram(*planned, options, sites);
   if (!lowered)
     return 1;
-  for (Location site : sites)
-    manifest->sites.push_back(kvir::compiler::siteText(site));
+  for (kvir::exec::EntryManifest &manifest : manifests) {
+    manifest.target = targetName;
+    for (Location site : sites)
+      manifest.sites.push_back(kvir::compiler::siteText(site));
+  }
 
   if (std::error_code ec = llvm::sys::fs::create_directories(outDir))
     return fail("cannot create " + outDir + ": " + ec.message());
@@ -189,9 +215,12 @@ int main(int argc, char **argv) {
     if (!writeFile(stem + ".cubin", *cubin) || !writeFile(stem + ".ptx", *ptx))
       return 1;
   }
-  if (!writeFile(stem + ".manifest", manifest->serialize()))
+  std::string text;
+  for (const kvir::exec::EntryManifest &manifest : manifests)
+    text += manifest.serialize();
+  if (!writeFile(stem + ".manifest", text))
     return 1;
-  if (failed(kvir::compiler::emitObject(*lowered, *manifest, stem + ".o", cpu)))
+  if (failed(kvir::compiler::emitObject(*lowered, manifests, stem + ".o", cpu)))
     return 1;
   if (!link)
     return 0;

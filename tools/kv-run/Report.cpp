@@ -156,11 +156,16 @@ bool kvir::run::completeReport(Report &r, const exec::RunOutcome &outcome,
       r.answerResult = int64_t(i);
     }
   if (!options.dumpLogits.empty()) {
-    if (!answer) {
-      error = "--dump-logits: the entry returns no logits";
+    // The answer's logits, else the first returned tensor (kv.attention).
+    const std::vector<float> *dump = answer ? &answer->data : nullptr;
+    for (size_t i = 0; i < r.results.size() && !dump; ++i)
+      if (r.results[i].kind == exec::ValueKind::Tensor)
+        dump = &r.results[i].tensor->data;
+    if (!dump) {
+      error = "--dump-logits: the entry returns no logits or tensor";
       return false;
     }
-    if (!writeFloats(answer->data, options.dumpLogits, error))
+    if (!writeFloats(*dump, options.dumpLogits, error))
       return false;
   }
   if (answer && r.greedy > 0 &&

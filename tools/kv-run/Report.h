@@ -47,7 +47,8 @@ struct MeasureOptions {
   int64_t greedy = 0;
   /// Prefill the final context in full and compare.
   bool compareFull = false;
-  /// Where to write the answer's logits (float32 [rows][vocab]; "": not).
+  /// Where to write the answer's logits (float32 [rows][vocab]), or the
+  /// first returned tensor when there are none ("": not).
   std::string dumpLogits;
 };
 

@@ -114,7 +114,8 @@ cl::opt<std::string>
 cl::opt<std::string> dumpLogits(
     "dump-logits",
     cl::desc("write logits as little-endian float32 [rows][vocab]: every "
-             "position (first form) or the first returned logits (program)"),
+             "position (first form) or the first returned logits (program; "
+             "the first returned tensor when there are none)"),
     cl::value_desc("file"), cl::cat(kvRunCategory));
 cl::opt<std::string> backendName(
     "backend",

@@ -72,4 +72,27 @@ func.func @recursive(%m: !model) -> index {
   return %r : index
 }
 
+// Attention of given queries over two runs, the second shifted, then over
+// the same runs materialized (keys rewritten): both return [3][8][8].
+func.func @attend(%m: !model, %prefix: tensor<20xi32>, %block: tensor<27xi32>,
+                  %q: tensor<3x8x8xf32> {kv.name = "q"})
+    -> (tensor<3x8x8xf32>, tensor<3x8x8xf32>) {
+  %empty = kv.empty : !cache
+  %a, %la = kv.prefill %m, %empty, %prefix last
+      : !model, (!cache), tensor<20xi32> -> !cache, tensor<1x512xf32>
+  %b, %lb = kv.prefill %m, %empty, %block last
+      : !model, (!cache), tensor<27xi32> -> !cache, tensor<1x512xf32>
+  %c0 = arith.constant 0 : index
+  %c20 = arith.constant 20 : index
+  %pos = arith.constant 50 : index
+  %o1 = kv.attention %m, %q over [%a + %c0, %b + %c20] layer 2 at %pos
+      : !model, (!cache, !cache), tensor<3x8x8xf32> -> tensor<3x8x8xf32>
+  %shifted = kv.rope_shift %b by %c20 : !cache
+  %both = kv.concat %a, %shifted : !cache, !cache -> !cache
+  %physical = kv.materialize %m, %both : !model, !cache
+  %o2 = kv.attention %m, %q over [%physical + %c0] layer 2 at %pos
+      : !model, (!cache), tensor<3x8x8xf32> -> tensor<3x8x8xf32>
+  return %o1, %o2 : tensor<3x8x8xf32>, tensor<3x8x8xf32>
+}
+
 func.func private @external(%m: !model) -> index
