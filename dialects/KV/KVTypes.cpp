@@ -137,9 +137,15 @@ Type ModelType::parse(AsmParser &parser) {
       if (parser.parseKeyword(&value))
         return failure();
       std::optional<RopeLayout> layout = symbolizeRopeLayout(value);
-      if (!layout)
+      if (!layout) {
+        std::string known;
+        for (unsigned i = 0; i <= getMaxEnumValForRopeLayout(); ++i)
+          known +=
+              (i ? (i == getMaxEnumValForRopeLayout() ? " or " : ", ") : "") +
+              stringifyRopeLayout(static_cast<RopeLayout>(i)).str();
         return parser.emitError(valueLoc) << "unknown RoPE layout '" << value
-                                          << "' (expected interleaved or half)";
+                                          << "' (expected " << known << ")";
+      }
       rope = *layout;
       return success();
     }

@@ -21,10 +21,15 @@ const char *kvir::ropeLayoutName(kvrt_rope_layout layout) {
 }
 
 std::optional<kvrt_rope_layout> kvir::parseRopeLayout(std::string_view name) {
-  for (kvrt_rope_layout layout : {KVRT_ROPE_INTERLEAVED, KVRT_ROPE_HALF})
-    if (name == ropeLayoutName(layout))
+  // The layouts are numbered from 0 without gaps: every one has a name.
+  for (int i = 0;; ++i) {
+    auto layout = static_cast<kvrt_rope_layout>(i);
+    std::string_view known = ropeLayoutName(layout);
+    if (known == "unknown")
+      return std::nullopt;
+    if (name == known)
       return layout;
-  return std::nullopt;
+  }
 }
 
 const char *kvir::kvDtypeName(kvrt_kv_dtype dtype) {
@@ -76,9 +81,17 @@ std::string kvir::describeArchitectureError(const kvrt_model_config &c) {
   if (headSize(c) % 2 != 0)
     return str("head size ", headSize(c), " (dim ", c.dim, " / n_heads ",
                c.n_heads, ") is odd: RoPE rotates pairs of dimensions");
-  if (!parseRopeLayout(ropeLayoutName(c.rope_layout)))
+  if (!parseRopeLayout(ropeLayoutName(c.rope_layout))) {
+    std::string known;
+    for (int i = 0;
+         std::string_view(ropeLayoutName(static_cast<kvrt_rope_layout>(i))) !=
+         "unknown";
+         ++i)
+      known += str(i ? ", " : "", i, " ",
+                   ropeLayoutName(static_cast<kvrt_rope_layout>(i)));
     return str("rope_layout = ", static_cast<int>(c.rope_layout),
-               " is not a known layout (interleaved or half)");
+               " is not a known layout (", known, ")");
+  }
   if (!(std::isfinite(c.rope_theta) && c.rope_theta > 0))
     return str("rope_theta = ", c.rope_theta, " must be positive and finite");
   if (!(std::isfinite(c.rms_eps) && c.rms_eps > 0))

@@ -184,6 +184,14 @@ TEST(ModelTest, InvalidConfigs) {
   EXPECT_EQ(kvrt_model_synthetic(&c, 1, &model), KVRT_ERR_BAD_MODEL);
   EXPECT_NE(std::string(kvrt_last_error()).find("hidden_dim = -3"),
             std::string::npos);
+  c = tinyConfig(true);
+  c.rope_layout = static_cast<kvrt_rope_layout>(7);
+  EXPECT_EQ(kvrt_model_synthetic(&c, 1, &model), KVRT_ERR_BAD_MODEL);
+  EXPECT_NE(std::string(kvrt_last_error())
+                .find("rope_layout = 7 is not a known layout (0 interleaved, "
+                      "1 half)"),
+            std::string::npos)
+      << kvrt_last_error();
   EXPECT_EQ(model, nullptr);
 }
 
