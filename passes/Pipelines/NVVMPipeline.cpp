@@ -100,8 +100,8 @@ void mlir::kv::buildLowerToNVVMPipeline(
     OpPassManager &pm, const LowerToNVVMPipelineOptions &options) {
   pm.addPass(createConvertKVToGPUPass());
   pm.addPass(createConvertKVToRuntimePass());
-  // The launch helpers inlined into the host functions: one stream per
-  // region after gpu-async-region instead of one per launch.
+  // Each entry point's _impl inlined into it, so that gpu-async-region
+  // gives the launches of one entry one stream instead of one per launch.
   pm.addPass(createInlinerPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

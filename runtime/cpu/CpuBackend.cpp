@@ -273,7 +273,6 @@ private:
     table.append(scratch.pages->pages.data(), nPages, 0, n, pos, 0);
 
     std::vector<float> x = embedTokens(c, m.weights, tokens, n);
-    std::vector<float> work(prefillScratchFloats(c, n));
     std::vector<float> result((n - logitsFrom) * int64_t(c.vocab_size));
     kvrt_prefill_args args{};
     args.x = memrefF32(x.data(), int64_t(x.size()));
@@ -287,7 +286,8 @@ private:
     args.pages = table.pagesRef();
     args.runs = table.rowsRef();
     args.tiles = memrefTable(nullptr, 0, KVRT_TILE_WIDTH);
-    args.scratch = memrefF32(work.data(), int64_t(work.size()));
+    // The CPU forward allocates its intermediate values itself.
+    args.scratch = memrefF32(nullptr, 0);
     args.part = memrefF32(nullptr, 0);
     args.logits = memrefF32(result.data(), int64_t(result.size()));
     args.page_tokens = layout.page_tokens;

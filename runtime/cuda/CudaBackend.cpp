@@ -235,6 +235,10 @@ public:
       if (kvrt_status s =
               attentionArgs(view, c, q, n, pos, layer, &dp, &nTiles, args))
         return s;
+      // No key at all (an empty view): zeros, as on the CPU; an empty grid
+      // would be a launch error.
+      if (nTiles == 0)
+        return KVRT_OK;
       forward.attention(&args);
       if (kvrt_status s = kvrt_cuda_synchronize())
         return fail(s, str("the GPU attention of ", n,

@@ -199,8 +199,10 @@ func::FuncOp beginImpl(ForwardEmitter &e, StringRef name,
 
 /// The prefill: n tokens at positions pos .. pos+n-1, layers
 /// 0 .. n_layers-1, then the final norm and the logits of rows
-/// logits_from .. n-1. The scratch buffer holds, for n tokens, the normed
-/// input, Q, the attention output, K, V and the two FFN halves.
+/// logits_from .. n-1. The intermediate values of n tokens (the normed
+/// input, Q, the attention output, K, V and the two FFN halves) live in
+/// the target's temporaries: regions of the scratch buffer, or buffers of
+/// their own.
 void emitPrefill(ForwardEmitter &e, ForwardTarget &target) {
   func::FuncOp impl = beginImpl(e, e.name("prefill_impl"), kPrefillFields);
   auto arg = [&](PrefillField f) { return impl.getArgument(f); };
@@ -213,13 +215,15 @@ void emitPrefill(ForwardEmitter &e, ForwardTarget &target) {
   Value nD = e.mul(n, e.cIndex(e.dim));
   Value nKVD = e.mul(n, e.cIndex(e.kvDim));
   Value nHID = e.mul(n, e.cIndex(e.hidden));
-  Value oXB = zero;
-  Value oQ = e.add(oXB, nD);
-  Value oATT = e.add(oQ, nD);
-  Value oK = e.add(oATT, nD);
-  Value oV = e.add(oK, nKVD);
-  Value oH1 = e.add(oV, nKVD);
-  Value oH3 = e.add(oH1, nHID);
+  Value oQ = nD, oATT = e.add(oQ, nD), oK = e.add(oATT, nD);
+  Value oV = e.add(oK, nKVD), oH1 = e.add(oV, nKVD), oH3 = e.add(oH1, nHID);
+  BufferRef xb = target.temporary(e, scratch, zero, nD);
+  BufferRef q = target.temporary(e, scratch, oQ, nD);
+  BufferRef att = target.temporary(e, scratch, oATT, nD);
+  BufferRef k = target.temporary(e, scratch, oK, nKVD);
+  BufferRef v = target.temporary(e, scratch, oV, nKVD);
+  BufferRef h1 = target.temporary(e, scratch, oH1, nHID);
+  BufferRef h3 = target.temporary(e, scratch, oH3, nHID);
   auto at = [&](Value buffer, Value offset) {
     return BufferRef{buffer, offset};
   };
@@ -228,37 +232,37 @@ void emitPrefill(ForwardEmitter &e, ForwardTarget &target) {
     Value oDD = e.mul(l, e.cIndex(e.dim * e.dim));
     Value oKD = e.mul(l, e.cIndex(e.kvDim * e.dim));
     Value oHD = e.mul(l, e.cIndex(e.hidden * e.dim));
-    target.rmsnorm(e, at(x, zero), at(arg(P_rms_att), oD), at(scratch, oXB), n);
-    target.matmul(e, at(scratch, oXB), at(arg(P_wq), oDD), at(scratch, oQ), n,
-                  e.dim, e.dim, /*accumulate=*/false);
-    target.matmul(e, at(scratch, oXB), at(arg(P_wk), oKD), at(scratch, oK), n,
-                  e.kvDim, e.dim, /*accumulate=*/false);
-    target.matmul(e, at(scratch, oXB), at(arg(P_wv), oKD), at(scratch, oV), n,
-                  e.kvDim, e.dim, /*accumulate=*/false);
-    target.storeKV(e, at(scratch, oK), at(scratch, oV), n, pos, kv, l);
-    target.attention(e, at(scratch, oQ), at(scratch, oATT), n, pos, kv, l);
-    target.matmul(e, at(scratch, oATT), at(arg(P_wo), oDD), at(x, zero), n,
-                  e.dim, e.dim, /*accumulate=*/true);
-    target.rmsnorm(e, at(x, zero), at(arg(P_rms_ffn), oD), at(scratch, oXB), n);
-    target.matmul(e, at(scratch, oXB), at(arg(P_w1), oHD), at(scratch, oH1), n,
-                  e.hidden, e.dim, /*accumulate=*/false);
-    target.matmul(e, at(scratch, oXB), at(arg(P_w3), oHD), at(scratch, oH3), n,
-                  e.hidden, e.dim, /*accumulate=*/false);
-    target.swiglu(e, at(scratch, oH1), at(scratch, oH3), nHID);
-    target.matmul(e, at(scratch, oH1), at(arg(P_w2), oHD), at(x, zero), n,
-                  e.dim, e.hidden, /*accumulate=*/true);
+    target.rmsnorm(e, at(x, zero), at(arg(P_rms_att), oD), xb, n);
+    target.matmul(e, xb, at(arg(P_wq), oDD), q, n, e.dim, e.dim,
+                  /*accumulate=*/false);
+    target.matmul(e, xb, at(arg(P_wk), oKD), k, n, e.kvDim, e.dim,
+                  /*accumulate=*/false);
+    target.matmul(e, xb, at(arg(P_wv), oKD), v, n, e.kvDim, e.dim,
+                  /*accumulate=*/false);
+    target.storeKV(e, k, v, n, pos, kv, l);
+    target.attention(e, q, att, n, pos, kv, l);
+    target.matmul(e, att, at(arg(P_wo), oDD), at(x, zero), n, e.dim, e.dim,
+                  /*accumulate=*/true);
+    target.rmsnorm(e, at(x, zero), at(arg(P_rms_ffn), oD), xb, n);
+    target.matmul(e, xb, at(arg(P_w1), oHD), h1, n, e.hidden, e.dim,
+                  /*accumulate=*/false);
+    target.matmul(e, xb, at(arg(P_w3), oHD), h3, n, e.hidden, e.dim,
+                  /*accumulate=*/false);
+    target.swiglu(e, h1, h3, nHID);
+    target.matmul(e, h1, at(arg(P_w2), oHD), at(x, zero), n, e.dim, e.hidden,
+                  /*accumulate=*/true);
   });
   // The final norm and the classifier, for the rows that want logits.
   Value from = e.toIndex(arg(P_logits_from));
   Value rows = e.sub(n, from);
   e.ifThen(e.cmp(arith::CmpIPredicate::ugt, rows, zero), [&] {
     Value xo = e.mul(from, e.cIndex(e.dim));
-    target.rmsnorm(e, at(x, xo), at(arg(P_rms_final), zero), at(scratch, oXB),
-                   rows);
-    target.matmul(e, at(scratch, oXB), at(arg(P_wcls), zero),
-                  at(arg(P_logits), zero), rows, e.vocab, e.dim,
+    target.rmsnorm(e, at(x, xo), at(arg(P_rms_final), zero), xb, rows);
+    target.matmul(e, xb, at(arg(P_wcls), zero), at(arg(P_logits), zero), rows,
+                  e.vocab, e.dim,
                   /*accumulate=*/false);
   });
+  target.releaseTemporaries(e);
   e.finishFunction();
   emitEntry(e, e.name("prefill"), kPrefillFields, impl);
 }

@@ -50,6 +50,17 @@ public:
   /// module level (e.g. private functions, or a gpu.module).
   virtual void emitKernels(ForwardEmitter &e) = 0;
 
+  /// The buffer a prefill keeps one of its intermediate values in (`size`
+  /// floats): by default the region at `offset` of the runtime's scratch
+  /// buffer (ForwardABI.def). A target may allocate it itself instead; it
+  /// then frees it in releaseTemporaries, which the prefill calls before it
+  /// returns.
+  virtual BufferRef temporary(ForwardEmitter &e, Value scratch, Value offset,
+                              Value size) {
+    return BufferRef{scratch, offset};
+  }
+  virtual void releaseTemporaries(ForwardEmitter &e) {}
+
   /// out[t] = x[t] * rmsScale(sum of squares of x[t]) * w, rows t < n.
   virtual void rmsnorm(ForwardEmitter &e, BufferRef x, BufferRef w,
                        BufferRef out, Value n) = 0;
