@@ -307,7 +307,8 @@ std::unique_ptr<JitProgram> JitProgram::create(ModuleOp lowered, Target target,
   options.transformer = transformer;
   options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
   options.enableGDBNotificationListener = false;
-  options.enablePerfNotificationListener = false;
+  // KVIR_PERF=1: the code registered with perf (docs/cpu-backend.md).
+  options.enablePerfNotificationListener = std::getenv("KVIR_PERF") != nullptr;
   auto engine = ExecutionEngine::create(lowered, options, std::move(*tm));
   if (!engine) {
     emitError(loc) << "JIT compilation failed: "
