@@ -34,7 +34,8 @@ if config.kvir_cuda_toolkit and os.path.exists(
 config.substitutions.append(("%cuda_toolkit", config.kvir_cuda_toolkit or "none"))
 
 tool_dirs = [config.kvir_tools_dir, config.llvm_tools_dir]
-tools = [ToolSubst("kv-opt", unresolved="fatal"), ToolSubst("kv-run", unresolved="ignore")]
+tools = [ToolSubst("kv-opt", unresolved="fatal"), ToolSubst("kv-run", unresolved="ignore"),
+         ToolSubst("kv-bench-stories", unresolved="ignore")]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.kvir_tools_dir, append_path=True)
 # `not` and FileCheck also at the start of a RUN line.
