@@ -75,13 +75,22 @@ bool kvir::stories::parseStories(const std::string &text,
 }
 
 std::string StrategySpec::label() const {
+  if (compose)
+    return strategy.empty() ? "compose" : "compose, " + strategy;
   return strategy + (misdeclared ? " [thought's dep dropped]" : "");
 }
 
 StrategySpec kvir::stories::parseStrategySpec(const std::string &text) {
   StrategySpec spec;
   spec.strategy = text;
-  if (!text.empty() && text[0] == '!') {
+  if (text.rfind("compose", 0) == 0) {
+    spec.compose = true;
+    size_t comma = text.find(',');
+    spec.strategy = comma == std::string::npos ? "" : text.substr(comma + 1);
+    size_t first = spec.strategy.find_first_not_of(' ');
+    spec.strategy =
+        first == std::string::npos ? "" : spec.strategy.substr(first);
+  } else if (!text.empty() && text[0] == '!') {
     spec.misdeclared = true;
     spec.strategy = text.substr(1);
   }
@@ -94,21 +103,36 @@ std::vector<StrategySpec> kvir::stories::defaultStrategies() {
           parseStrategySpec("cot_slice, first_k = 4"),
           parseStrategySpec("cot_slice, fraction = 0.25"),
           parseStrategySpec("!cot_slice"),
-          parseStrategySpec("!cot_slice, fraction = 0.25")};
+          parseStrategySpec("!cot_slice, fraction = 0.25"),
+          parseStrategySpec("compose"),
+          parseStrategySpec("compose, first_k = 4"),
+          parseStrategySpec("compose, fraction = 0.25")};
 }
+
+namespace {
+
+std::string modelType(const kvrt_model_config &c) {
+  return "!kv.model<dim = " + std::to_string(c.dim) +
+         ", hidden = " + std::to_string(c.hidden_dim) +
+         ", layers = " + std::to_string(c.n_layers) +
+         ", heads = " + std::to_string(c.n_heads) +
+         ", kv_heads = " + std::to_string(c.n_kv_heads) +
+         ", vocab = " + std::to_string(c.vocab_size) + ">";
+}
+
+std::string cacheType(const kvrt_model_config &c, const std::string &ctx) {
+  return "!kv.cache<" + std::to_string(c.n_layers) + "x" +
+         std::to_string(c.n_kv_heads) + "x" +
+         std::to_string(c.dim / c.n_heads) + "xf32" +
+         (ctx.empty() ? "" : ", @" + ctx) + ">";
+}
+
+} // namespace
 
 std::string kvir::stories::storyProgram(const kvrt_model_config &c,
                                         const StrategySpec &strategy) {
   std::string vocab = std::to_string(c.vocab_size);
-  std::string model = "!kv.model<dim = " + std::to_string(c.dim) +
-                      ", hidden = " + std::to_string(c.hidden_dim) +
-                      ", layers = " + std::to_string(c.n_layers) +
-                      ", heads = " + std::to_string(c.n_heads) +
-                      ", kv_heads = " + std::to_string(c.n_kv_heads) +
-                      ", vocab = " + vocab + ">";
-  std::string cache = "!kv.cache<" + std::to_string(c.n_layers) + "x" +
-                      std::to_string(c.n_kv_heads) + "x" +
-                      std::to_string(c.dim / c.n_heads) + "xf32, @story>";
+  std::string model = modelType(c), cache = cacheType(c, "story");
   const char *kinds[5] = {"system", "fact", "history", "thought", "answer"};
   const char *deps[5] = {"", "", "", strategy.misdeclared ? "" : " deps(@fact)",
                          " deps(@thought, @world)"};
@@ -135,6 +159,39 @@ std::string kvir::stories::storyProgram(const kvrt_model_config &c,
   s += "  %l = kv.logits %m, %e[@answer] : " + model + ", " + cache +
        " -> tensor<?x" + vocab + "xf32>\n  return %l : tensor<?x" + vocab +
        "xf32>\n}\n";
+  return s;
+}
+
+std::string kvir::stories::composeProgram(const kvrt_model_config &c,
+                                          const StrategySpec &strategy) {
+  std::string vocab = std::to_string(c.vocab_size);
+  std::string model = modelType(c), cache = cacheType(c, "");
+  std::string tokens = "tensor<?xi32>";
+  std::string s = "func.func private @prefill_alone(%m: " + model +
+                  ", %t: " + tokens + ") -> " + cache +
+                  " {\n  %e = kv.empty : " + cache +
+                  "\n  %c, %l = kv.prefill %m, %e, %t last : " + model + ", (" +
+                  cache + "), " + tokens + " -> " + cache + ", tensor<1x" +
+                  vocab + "xf32>\n  return %c : " + cache + "\n}\n";
+  s += "func.func @main(%m: " + model;
+  for (const char *name : {"intro", "body", "answer"})
+    s += std::string(", %") + name + ": " + tokens + " {kv.name = \"" + name +
+         "\"}";
+  s += ") -> tensor<?x" + vocab + "xf32> {\n  %e = kv.empty : " + cache +
+       "\n  %c, %l0 = kv.prefill %m, %e, %intro last : " + model + ", (" +
+       cache + "), " + tokens + " -> " + cache + ", tensor<1x" + vocab +
+       "xf32>\n";
+  s += "  %b = func.call @prefill_alone(%m, %body) : (" + model + ", " +
+       tokens + ") -> " + cache + "\n";
+  s += "  %w = kv.compose %c, %b" +
+       (strategy.strategy.empty()
+            ? std::string()
+            : " repair <" + strategy.strategy + "> using %m") +
+       " : " + cache + ", " + cache +
+       (strategy.strategy.empty() ? std::string() : ", " + model) + "\n";
+  s += "  %f, %l = kv.prefill %m, %w, %answer : " + model + ", (" + cache +
+       "), " + tokens + " -> " + cache + ", tensor<?x" + vocab +
+       "xf32>\n  return %l : tensor<?x" + vocab + "xf32>\n}\n";
   return s;
 }
 
@@ -322,8 +379,9 @@ bool kvir::stories::runSuite(const SuiteOptions &options, SuiteResult &out,
   std::vector<FullRun> edited(out.stories.size());
   for (size_t k = 0; k < out.strategies.size(); ++k) {
     const StrategySpec &strategy = out.strategies[k];
-    mlir::OwningOpRef<mlir::ModuleOp> planned =
-        compiler::parseProgram(context, storyProgram(config, strategy));
+    mlir::OwningOpRef<mlir::ModuleOp> planned = compiler::parseProgram(
+        context, strategy.compose ? composeProgram(config, strategy)
+                                  : storyProgram(config, strategy));
     if (!planned) {
       error = "the program of strategy '" + strategy.label() +
               "' does not compile:\n" + diagnostics;
@@ -358,10 +416,21 @@ bool kvir::stories::runSuite(const SuiteOptions &options, SuiteResult &out,
             namesEntity(out.newContinuation.back(), story.newEntity));
       }
       InputOptions inputs;
-      for (int s = 0; s < 5; ++s)
-        inputs.given[kSegmentNames[s]] = {idsText(t.segments[s]),
-                                          story.name + " @" + kSegmentNames[s]};
-      inputs.given["new"] = {idsText(t.newFact), story.name + " new fact"};
+      if (strategy.compose) {
+        // The body never saw the intro: no BOS, prefilled from position 0.
+        std::vector<int32_t> body = t.newFact;
+        body.insert(body.end(), t.segments[2].begin(), t.segments[2].end());
+        body.insert(body.end(), t.segments[3].begin(), t.segments[3].end());
+        inputs.given["intro"] = {idsText(t.segments[0]), story.name + " intro"};
+        inputs.given["body"] = {idsText(body), story.name + " body"};
+        inputs.given["answer"] = {idsText(t.segments[4]),
+                                  story.name + " answer"};
+      } else {
+        for (int s = 0; s < 5; ++s)
+          inputs.given[kSegmentNames[s]] = {
+              idsText(t.segments[s]), story.name + " @" + kSegmentNames[s]};
+        inputs.given["new"] = {idsText(t.newFact), story.name + " new fact"};
+      }
       std::vector<Value> args;
       if (!bindArguments(compiled->manifest, config, inputs, args, nullptr,
                          error))

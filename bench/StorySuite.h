@@ -38,18 +38,24 @@ extern const char *const kSegmentNames[5];
 bool parseStories(const std::string &text, std::vector<Story> &out,
                   std::string &error);
 
-/// An edit strategy as the suite runs it.
+/// A strategy as the suite runs it: an edit of the fact, or the story's
+/// body composed after its intro.
 struct StrategySpec {
-  /// The `#kv.strategy<...>` parameters, e.g. "cot_slice, first_k = 4".
+  /// Edit: the `#kv.strategy<...>` parameters, e.g. "cot_slice, first_k =
+  /// 4". Compose: the `#kv.repair<...>` parameters, or "" for none.
   std::string strategy;
-  /// The program declares no dependency of the thought on the fact (a
+  /// The body (new fact, world, thought) prefilled on its own and composed
+  /// after the intro, instead of an edit.
+  bool compose = false;
+  /// Edit: the program declares no dependency of the thought on the fact (a
   /// mis-declared dependency: the thought is reused).
   bool misdeclared = false;
   /// How the table names it.
   std::string label() const;
 };
 
-/// "cot_slice, first_k = 4", or with a leading '!' a mis-declared one.
+/// "cot_slice, first_k = 4"; with a leading '!' a mis-declared one;
+/// "compose" or "compose, first_k = 4" a compose with that repair.
 StrategySpec parseStrategySpec(const std::string &text);
 /// The suite's strategies when none are given.
 std::vector<StrategySpec> defaultStrategies();
@@ -59,6 +65,13 @@ std::vector<StrategySpec> defaultStrategies();
 /// returned (`@main(model, intro, fact, world, thought, answer, new)`).
 std::string storyProgram(const kvrt_model_config &config,
                          const StrategySpec &strategy);
+
+/// The kv program of a compose: the intro prefilled, the body (new fact,
+/// world, thought) prefilled on its own by a helper and composed after it
+/// (with the repair, if any), the answer prefilled over the result and its
+/// logits returned (`@main(model, intro, body, answer)`).
+std::string composeProgram(const kvrt_model_config &config,
+                           const StrategySpec &strategy);
 
 /// Whether `text` names `entity`: the entity as a word, or followed by "s"
 /// or "es" (plurals), case-sensitively.
