@@ -52,6 +52,11 @@ TEST(StorySuiteTest, StrategySpecs) {
   StrategySpec plain = parseStrategySpec("cot_slice, first_k = 4");
   EXPECT_FALSE(plain.misdeclared);
   EXPECT_EQ(plain.label(), "cot_slice, first_k = 4");
+  StrategySpec compose = parseStrategySpec("compose, first_k = 4");
+  EXPECT_TRUE(compose.compose);
+  EXPECT_EQ(compose.strategy, "first_k = 4");
+  EXPECT_EQ(compose.label(), "compose, first_k = 4");
+  EXPECT_EQ(parseStrategySpec("compose").strategy, "");
   StrategySpec dropped = parseStrategySpec("!cot_slice");
   EXPECT_TRUE(dropped.misdeclared);
   EXPECT_EQ(dropped.strategy, "cot_slice");
@@ -59,7 +64,7 @@ TEST(StorySuiteTest, StrategySpecs) {
 }
 
 // Every default strategy's program parses, verifies and plans; the
-// mis-declared one has no dependency of the thought on the fact.
+// mis-declared ones have no dependency of the thought on the fact.
 TEST(StorySuiteTest, ProgramsPlan) {
   kvrt_model_config c;
   kvrt_model_config_init(&c);
@@ -78,7 +83,14 @@ TEST(StorySuiteTest, ProgramsPlan) {
     return mlir::success();
   });
   for (const StrategySpec &s : defaultStrategies()) {
-    std::string program = storyProgram(c, s);
+    std::string program = s.compose ? composeProgram(c, s) : storyProgram(c, s);
+    EXPECT_EQ(program.find("kv.compose") != std::string::npos, s.compose);
+    if (s.compose) {
+      EXPECT_TRUE(kvir::compiler::parseProgram(context, program))
+          << s.label() << ":\n"
+          << diagnostics;
+      continue;
+    }
     bool declared = program.find("kv.segment @thought kind(thought) tokens(?) "
                                  "deps(@fact)") != std::string::npos;
     EXPECT_EQ(declared, !s.misdeclared) << program;
