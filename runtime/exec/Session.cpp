@@ -463,24 +463,41 @@ bool kvir::exec::bindArguments(const EntryManifest &manifest,
       return false;
     }
     const std::pair<std::string, std::string> *given = nullptr;
+    const InputOptions::Encoded *encoded = nullptr;
     std::vector<std::string> keys = {name};
     if (name != position)
       keys.push_back(position);
+    // Who gave it, e.g. "--input t" and "--text arg1": one at most.
+    std::vector<std::string> givers;
     for (const std::string &key : keys) {
-      auto it = options.given.find(key);
-      if (it == options.given.end())
-        continue;
-      if (given) {
-        error = what + " is given twice (as " + name + " and " + position + ")";
-        return false;
+      if (auto it = options.given.find(key); it != options.given.end()) {
+        given = &it->second;
+        givers.push_back("--input " + key);
+        used.insert(key);
       }
-      given = &it->second;
-      used.insert(key);
+      if (auto it = options.givenTokens.find(key);
+          it != options.givenTokens.end()) {
+        encoded = &it->second;
+        givers.push_back(it->second.option + " " + key);
+        used.insert(key);
+      }
+    }
+    if (givers.size() > 1) {
+      error =
+          what + " is given twice (as " + givers[0] + " and " + givers[1] + ")";
+      return false;
+    }
+    if (encoded && spec.kind != ValueKind::Tokens) {
+      error = what + " is an f32 tensor: " + encoded->option +
+              " binds token arguments";
+      return false;
     }
     bool synthesized = false;
     int64_t size = 0;
     if (spec.kind == ValueKind::Tokens) {
-      if (given) {
+      if (encoded) {
+        value.tokens = encoded->tokens;
+      } else if (given) {
         if (!parseTokenList(given->first, given->second, value.tokens, error))
           return false;
       } else if (options.synthesize) {
@@ -493,8 +510,11 @@ bool kvir::exec::bindArguments(const EntryManifest &manifest,
               int32_t(splitmix64(state) % uint64_t(config.vocab_size)));
         synthesized = true;
       } else {
-        error = "no input for " + what + " (tokens): give --input " + name +
-                "=FILE, or --synthesize-inputs";
+        error =
+            "no input for " + what + " (tokens): give --input " + name +
+            "=FILE" +
+            (options.givenTokens.empty() ? "" : ", --text " + name + "=...") +
+            ", or --synthesize-inputs";
         return false;
       }
       size = int64_t(value.tokens.size());
@@ -570,14 +590,26 @@ bool kvir::exec::bindArguments(const EntryManifest &manifest,
       tensor->dims[2] = headSize;
       value.tensor = std::move(tensor);
     }
-    if (bound)
+    if (bound) {
       bound->push_back({name, size, synthesized});
+      if (encoded) {
+        bound->back().fromText = true;
+        bound->back().text = encoded->text;
+        bound->back().bos = encoded->bos;
+      }
+    }
     args.push_back(std::move(value));
   }
   for (const auto &[key, text] : options.given)
     if (!used.count(key)) {
       error = "--input " + key + " names no argument of @" + manifest.entry +
               " (use argN or the argument's kv.name)";
+      return false;
+    }
+  for (const auto &[key, encoded] : options.givenTokens)
+    if (!used.count(key)) {
+      error = encoded.option + " " + key + " names no argument of @" +
+              manifest.entry + " (use argN or the argument's kv.name)";
       return false;
     }
   return true;

@@ -146,6 +146,19 @@ struct InputOptions {
   /// a file of whitespace-separated token ids (tokens) or floats (tensors),
   /// and where it came from (for messages).
   std::map<std::string, std::pair<std::string, std::string>> given;
+  /// Token lists a runner encoded from text (`--text NAME=STRING`,
+  /// `--text-file NAME=FILE`: runtime/exec/Text.h), by argument name as
+  /// `given`. Unlike a file of ids, the list may be empty (text "" encodes
+  /// to 0 tokens), which a static size then rejects.
+  struct Encoded {
+    std::vector<int32_t> tokens;
+    /// The option that gave it and where it came from (for messages).
+    std::string option, source;
+    /// The text, and whether BOS was put in front of its encoding.
+    std::string text;
+    bool bos = false;
+  };
+  std::map<std::string, Encoded> givenTokens;
   /// Synthesize the inputs not given (else they are an error): seeded
   /// tokens, seeded uniform floats in [-1, 1) for tensors.
   bool synthesize = false;
@@ -177,6 +190,11 @@ struct BoundInput {
   /// Tokens or rows bound (-1 for the model).
   int64_t size = -1;
   bool synthesized = false;
+  /// Bound from text (InputOptions::givenTokens): the text, and whether BOS
+  /// was put in front.
+  bool fromText = false;
+  std::string text{};
+  bool bos = false;
 };
 
 /// Binds the arguments of `manifest`'s entry: the model (whose !kv.model
