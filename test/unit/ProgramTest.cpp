@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "tools/compiler/Attribution.h"
 #include "tools/compiler/Compiler.h"
 
 #include "runtime/cpu/CpuBackend.h"
@@ -19,6 +20,7 @@
 
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 using namespace kvir::test;
@@ -329,6 +331,117 @@ TEST(ProgramTest, ManifestRoundTrips) {
   truncated.resize(truncated.size() / 2);
   EXPECT_FALSE(EntryManifest::parse(truncated, parsed, error));
   EXPECT_NE(error.find("truncated"), std::string::npos) << error;
+}
+
+// --attribute's auxiliary entry returns the operands of the story's edit
+// (the old cache, labelled by segment, and the new tokens), and the
+// attribution over them agrees with the program: cot_slice's answer is z_S
+// of the edited segment (the new hero, the notes reused shifted, the answer
+// recomputed), so its distance to a full prefill is that row's.
+TEST(ProgramTest, AttributionEntryReturnsTheEditsOperands) {
+  Harness h;
+  std::optional<kvir::compiler::AttributionEntry> spec;
+  mlir::OwningOpRef<mlir::ModuleOp> planned = kvir::compiler::parseProgram(
+      h.context, readSource("examples/story-edit.mlir"),
+      [&](mlir::ModuleOp module) {
+        auto entry = kvir::compiler::addAttributionEntry(module, "main");
+        if (mlir::failed(entry))
+          return mlir::failure();
+        spec = *entry;
+        return mlir::success();
+      });
+  ASSERT_TRUE(planned) << h.diagnostics;
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->entry, "__kv_attribution_main");
+  EXPECT_EQ(spec->edited, "hero");
+  EXPECT_EQ(spec->answer, "answer");
+  EXPECT_EQ(spec->answerResult, 0u);
+  ASSERT_EQ(spec->segments.size(), 4u);
+  EXPECT_EQ(spec->segments[1].name, "hero");
+  EXPECT_EQ(spec->segments[1].kind, "fact");
+  kvir::compiler::LowerOptions options;
+  options.exportModel = h.config;
+  auto program =
+      kvir::compiler::compileProgram(std::move(planned), "main", options);
+  ASSERT_TRUE(mlir::succeeded(program)) << h.diagnostics;
+  auto aux = kvir::compiler::lookupEntry(*program->planned, spec->entry);
+  ASSERT_TRUE(mlir::succeeded(aux));
+  auto manifest = kvir::compiler::describeEntry(*aux);
+  ASSERT_TRUE(mlir::succeeded(manifest));
+  EXPECT_EQ(manifest->results,
+            (std::vector<ValueKind>{ValueKind::Cache, ValueKind::Tokens}));
+
+  Inputs in = {{"opening", tokensOf(11, 10)},
+               {"hero", tokensOf(12, 6)},
+               {"notes", tokensOf(13, 16)},
+               {"answer", tokensOf(14, 3)},
+               {"new_hero", tokensOf(15, 9)}};
+  InputOptions inputs;
+  for (const auto &[name, tokens] : in)
+    inputs.givenTokens[name] = {tokens, "--text", name, "", false};
+  std::vector<Value> args;
+  std::string error;
+  ASSERT_TRUE(
+      bindArguments(program->manifest, h.config, inputs, args, nullptr, error))
+      << error;
+  RunOutcome main = runEntry(program->entry, program->manifest, *h.backend,
+                             h.model.get(), h.pool.get(), args);
+  ASSERT_FALSE(main.failed) << main.message;
+  RunOutcome operands = runEntry(program->jit->entry(spec->entry), *manifest,
+                                 *h.backend, h.model.get(), h.pool.get(), args);
+  ASSERT_FALSE(operands.failed) << operands.message;
+  ASSERT_EQ(operands.results.size(), 2u);
+  EXPECT_EQ(operands.results[1].tokens, in["new_hero"]);
+  const kvrt_view *old = operands.results[0].cache.get();
+  int64_t begin = 0, end = 0;
+  ASSERT_EQ(kvrt_view_segment_bounds(old, "hero", &begin, &end), KVRT_OK);
+  EXPECT_EQ(begin, 10);
+  EXPECT_EQ(end, 16);
+  EXPECT_EQ(kvrt_view_num_tokens(old), 35);
+
+  AttributionRequest request;
+  request.oldCache = operands.results[0].cache;
+  request.newTokens = operands.results[1].tokens;
+  request.edited = spec->edited;
+  request.answer = spec->answer;
+  request.segments = spec->segments;
+  Attribution a;
+  ASSERT_TRUE(attribute(*h.backend, program->forward, h.model.get(),
+                        h.pool.get(), request, a, error))
+      << error;
+  ASSERT_EQ(a.segments.size(), 3u);
+  EXPECT_EQ(a.segments[1].segment, "hero");
+  EXPECT_EQ(a.segments[1].tokens, 9);
+  EXPECT_EQ(a.segments[2].kind, "history");
+  EXPECT_NEAR(a.segments[0].recovered, 0.0, 1e-6);
+
+  const Logits &plan = *main.results[0].logits;
+  std::vector<int32_t> final;
+  for (const char *name : {"opening", "new_hero", "notes", "answer"})
+    final.insert(final.end(), in[name].begin(), in[name].end());
+  Logits full;
+  WorkStats work;
+  ASSERT_TRUE(fullPrefill(*h.backend, program->forward, h.model.get(),
+                          h.pool.get(), final, 3, full, work, error));
+  double planDistance =
+      l2Distance(plan.data.data(), full.data.data(), full.data.size());
+  EXPECT_NEAR(a.segments[1].distance, planDistance, 1e-5 * (1 + planDistance));
+}
+
+// An answer that no kv.edit feeds is a diagnostic naming what it is.
+TEST(ProgramTest, AttributionNeedsAnEditedAnswer) {
+  Harness h;
+  mlir::OwningOpRef<mlir::ModuleOp> planned = kvir::compiler::parseProgram(
+      h.context, readSource("examples/compose-skills.mlir"),
+      [&](mlir::ModuleOp module) {
+        return mlir::failure(
+            mlir::failed(kvir::compiler::addAttributionEntry(module, "main")));
+      });
+  EXPECT_FALSE(planned);
+  EXPECT_NE(h.diagnostics.find("must be kv.logits of a segment of a kv.edit's "
+                               "result; it is defined by 'kv.prefill'"),
+            std::string::npos)
+      << h.diagnostics;
 }
 
 TEST(ProgramTest, FidelityMetrics) {

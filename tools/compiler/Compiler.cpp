@@ -116,9 +116,9 @@ LogicalResult kvir::compiler::planProgram(ModuleOp module) {
   return success();
 }
 
-OwningOpRef<ModuleOp> kvir::compiler::loadProgram(MLIRContext &context,
-                                                  llvm::SourceMgr &sourceMgr,
-                                                  StringRef path) {
+OwningOpRef<ModuleOp> kvir::compiler::loadProgram(
+    MLIRContext &context, llvm::SourceMgr &sourceMgr, StringRef path,
+    llvm::function_ref<LogicalResult(ModuleOp)> beforePlanning) {
   auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
   if (!buffer) {
     emitError(UnknownLoc::get(&context))
@@ -128,15 +128,18 @@ OwningOpRef<ModuleOp> kvir::compiler::loadProgram(MLIRContext &context,
   }
   sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
-  if (!module || failed(planProgram(*module)))
+  if (!module || (beforePlanning && failed(beforePlanning(*module))) ||
+      failed(planProgram(*module)))
     return nullptr;
   return module;
 }
 
-OwningOpRef<ModuleOp> kvir::compiler::parseProgram(MLIRContext &context,
-                                                   StringRef text) {
+OwningOpRef<ModuleOp> kvir::compiler::parseProgram(
+    MLIRContext &context, StringRef text,
+    llvm::function_ref<LogicalResult(ModuleOp)> beforePlanning) {
   OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &context);
-  if (!module || failed(planProgram(*module)))
+  if (!module || (beforePlanning && failed(beforePlanning(*module))) ||
+      failed(planProgram(*module)))
     return nullptr;
   return module;
 }

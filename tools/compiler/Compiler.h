@@ -47,14 +47,19 @@ enum class Target { Cpu, Gpu };
 /// lowering and its JIT compilation need.
 void registerDialects(mlir::DialectRegistry &registry);
 
-/// Parses and verifies `path` ("-" for stdin) into `sourceMgr`, then plans
+/// Parses and verifies `path` ("-" for stdin) into `sourceMgr`, calls
+/// `beforePlanning` on it when given (e.g. addAttributionEntry), then plans
 /// it (planProgram). Null after a diagnostic.
-mlir::OwningOpRef<mlir::ModuleOp> loadProgram(mlir::MLIRContext &context,
-                                              llvm::SourceMgr &sourceMgr,
-                                              llvm::StringRef path);
+mlir::OwningOpRef<mlir::ModuleOp> loadProgram(
+    mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr,
+    llvm::StringRef path,
+    llvm::function_ref<mlir::LogicalResult(mlir::ModuleOp)> beforePlanning =
+        nullptr);
 /// The same for a program in memory.
-mlir::OwningOpRef<mlir::ModuleOp> parseProgram(mlir::MLIRContext &context,
-                                               llvm::StringRef text);
+mlir::OwningOpRef<mlir::ModuleOp> parseProgram(
+    mlir::MLIRContext &context, llvm::StringRef text,
+    llvm::function_ref<mlir::LogicalResult(mlir::ModuleOp)> beforePlanning =
+        nullptr);
 
 /// Tags the ops kv-optimize plans (kv.edit, kv.compose, kv.logits), so that
 /// what it derives from them counts as plan work, then runs kv-optimize.

@@ -9,7 +9,10 @@
 //   kv-aot-run info
 //   kv-aot-run LIB.so [--entry main] [--backend cuda|cpu|reference]
 //              [--model FILE | --synthetic NAME] [--input NAME=FILE]...
-//              [--synthesize-inputs] [--compare-full-prefill] [--json] ...
+//              [--text NAME=STRING]... [--text-file NAME=FILE]... [--bos NAME]
+//              [--tokenizer FILE] [--synthesize-inputs]
+//              [--compare-full-prefill]
+//              [--json] ...
 //   kv-aot-run bench-attention LIB.so [--synthetic NAME] [--context N]
 //              [--runs R] [--iters K]
 //   kv-aot-run compare A.f32 B.f32 [--tolerance T]
@@ -25,6 +28,7 @@
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/CudaRuntime.h"
 #include "runtime/exec/Session.h"
+#include "runtime/exec/Text.h"
 #include "tools/kv-run/Report.h"
 
 #include <dlfcn.h>
@@ -60,6 +64,13 @@ const char *kUsage =
     "  --synthetic NAME        default, synthetic-test or synthetic-bench\n"
     "  --model-seed N          seed of the synthetic model\n"
     "  --input NAME=FILE       binds an argument (argN or its kv.name)\n"
+    "  --text NAME=STRING      binds a token argument to the encoding of "
+    "STRING\n"
+    "  --text-file NAME=FILE   ... of the text in FILE\n"
+    "  --bos NAME              BOS in front of the text argument NAME\n"
+    "  --tokenizer FILE        llama2.c tokenizer (default: tok<vocab>.bin "
+    "beside --model)\n"
+    "  --no-tokenizer          none, even where one lies beside the model\n"
     "  --synthesize-inputs     seeded inputs for the arguments not given\n"
     "  --sample-length N       length of a synthesized dynamic argument\n"
     "  --seed N                seed of synthesized inputs\n"
@@ -76,6 +87,7 @@ struct Args {
   std::string model, synthetic = "default", dumpLogits;
   uint64_t modelSeed = 0;
   exec::InputOptions inputs;
+  exec::TextOptions text;
   bool compareFull = false, json = false;
   int64_t greedy = -1, pageTokens = 16, poolPages = 8192;
   int64_t context = 16384, runs = 16, iters = 5;
@@ -155,6 +167,43 @@ bool parse(int argc, char **argv, Args &a, std::string &problem) {
         return false;
       }
       a.inputs.given[name] = {data, "'" + file + "'"};
+    } else if (arg == "--text" || arg == "--text-file") {
+      if (!value(text))
+        return false;
+      exec::TextOptions::Item item{"", "", arg, arg};
+      std::string file;
+      if (!exec::splitNameValue(text, arg, item.name,
+                                arg == "--text" ? item.text : file, problem))
+        return false;
+      if (arg == "--text-file") {
+        item.source = "'" + file + "'";
+        if (file.empty()) {
+          problem = "--text-file " + item.name + ": an empty file name";
+          return false;
+        }
+        if (!exec::readFile(file, item.text, problem)) {
+          problem = "cannot read the text file '" + file + "': " + problem;
+          return false;
+        }
+      }
+      a.text.texts.push_back(item);
+    } else if (arg == "--bos") {
+      if (!value(text))
+        return false;
+      a.text.bos.insert(text);
+    } else if (arg == "--tokenizer") {
+      if (!value(a.text.tokenizer))
+        return false;
+      if (a.text.tokenizer.empty()) {
+        problem = "--tokenizer: an empty file name";
+        return false;
+      }
+    } else if (arg == "--no-tokenizer") {
+      a.text.noTokenizer = true;
+    } else if (arg == "--attribute") {
+      problem = "--attribute is kv-run's: its auxiliary entry is derived "
+                "when the program is compiled just in time";
+      return false;
     } else if (arg == "--synthesize-inputs") {
       a.inputs.synthesize = true;
     } else if (arg == "--sample-length") {
@@ -384,8 +433,13 @@ int runProgram(Args &a) {
                       kvrt_last_error());
   PoolPtr pool(rawPool, kvrt_pool_release);
 
-  std::vector<exec::Value> args;
   run::Report report;
+  exec::TokenizerRef tokenizer;
+  if (!exec::findTokenizer(a.text, a.model, config.vocab_size, tokenizer,
+                           report.tokenizer, error) ||
+      !exec::encodeTextInputs(a.text, tokenizer.get(), a.inputs, error))
+    return usageError(error);
+  std::vector<exec::Value> args;
   if (!exec::bindArguments(library.manifest, config, a.inputs, args,
                            &report.inputs, error)) {
     std::fprintf(stderr, "kv-aot-run: error: %s\n", error.c_str());
@@ -411,6 +465,7 @@ int runProgram(Args &a) {
   measure.greedy = a.greedy >= 0 ? a.greedy : (a.compareFull ? 16 : 0);
   measure.compareFull = a.compareFull;
   measure.dumpLogits = a.dumpLogits;
+  measure.tokenizer = tokenizer.get();
   Forward forward = library.forward(config);
   if ((measure.greedy > 0 || a.compareFull) && backend->runsGeneratedCode() &&
       !forward.prefill)

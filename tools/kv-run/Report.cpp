@@ -172,6 +172,12 @@ bool kvir::run::completeReport(Report &r, const exec::RunOutcome &outcome,
       !exec::greedyContinue(backend, forward, model, *answer, answer->result,
                             r.greedy, r.greedyPlan, error))
     return false;
+  // A continuation follows the answer's last token.
+  int32_t prev = answer && !answer->tokens.empty() ? answer->tokens.back() : -1;
+  r.decoded = options.tokenizer && !r.greedyPlan.empty();
+  if (r.decoded && !exec::decodeTokens(options.tokenizer, prev, r.greedyPlan,
+                                       r.greedyText, error))
+    return false;
   if (!options.compareFull)
     return true;
   if (!answer) {
@@ -197,22 +203,70 @@ bool kvir::run::completeReport(Report &r, const exec::RunOutcome &outcome,
     while (r.greedyAgree < r.greedy &&
            r.greedyPlan[r.greedyAgree] == r.greedyFull[r.greedyAgree])
       ++r.greedyAgree;
+    if (r.decoded && !exec::decodeTokens(options.tokenizer, prev, r.greedyFull,
+                                         r.fullGreedyText, error))
+      return false;
   }
   r.compared = true;
   return true;
 }
+
+namespace {
+
+/// One line per argument bound from text.
+void printInputTexts(std::FILE *os, const Report &r) {
+  for (const exec::BoundInput &in : r.inputs)
+    if (in.fromText)
+      std::fprintf(os, "text %s (%lld token%s%s): %s\n", in.name.c_str(),
+                   (long long)in.size, in.size == 1 ? "" : "s",
+                   in.bos ? ", BOS first" : "",
+                   exec::quoteText(in.text).c_str());
+}
+
+/// The attribution table (docs/kv-run.md, "Attribution").
+void printAttributionText(std::FILE *os, const Report &r) {
+  if (!r.attributed)
+    return;
+  const exec::Attribution &a = r.attribution;
+  std::fprintf(os,
+               "\n== attribution by KV patching: edit of @%s (%lld -> %lld "
+               "tokens), answer @%s (result %lld, %lld rows)\n",
+               a.edited.c_str(), (long long)a.oldTokens, (long long)a.newTokens,
+               a.answer.c_str(), (long long)r.answerResult,
+               (long long)a.answerRows);
+  std::fprintf(os,
+               "recovered(S) = 1 - |z_S - z_new| / |z_old - z_new|; "
+               "|z_old - z_new| = %.4g, |z_new| = %.4g\n",
+               a.oldDistance, a.newNorm);
+  std::fprintf(os, "  %-16s %-11s %8s %11s\n", "segment", "kind", "tokens",
+               "recovered");
+  for (const exec::SegmentAttribution &s : a.segments)
+    std::fprintf(os, "  %-16s %-11s %8lld %11.4f%s\n", s.segment.c_str(),
+                 s.kind.empty() ? "-" : s.kind.c_str(), (long long)s.tokens,
+                 s.recovered, s.edited ? "  (edited)" : "");
+  std::fprintf(os,
+               "attribution work: %lld prefills, %lld tokens, %.3f ms (a full "
+               "prefill of %lld tokens, then the answer once per patch)\n",
+               (long long)a.work.prefillCalls, (long long)a.work.prefillTokens,
+               a.work.seconds * 1e3, (long long)a.contextTokens);
+}
+
+} // namespace
 
 void kvir::run::printText(const Report &r) {
   std::FILE *os = stdout;
   std::fprintf(os, "program: %s (entry @%s, planned by kv-optimize)\n",
                r.program.c_str(), r.entry.c_str());
   std::fprintf(os, "model: %s (%s)\n", r.model.c_str(), r.config.c_str());
+  if (!r.tokenizer.empty())
+    std::fprintf(os, "tokenizer: %s\n", r.tokenizer.c_str());
   std::fprintf(os, "backend: %s\ninputs:", r.backend.c_str());
   for (const exec::BoundInput &in : r.inputs)
     if (in.size >= 0)
       std::fprintf(os, " %s=%lld%s", in.name.c_str(), (long long)in.size,
                    in.synthesized ? "(synth)" : "");
   std::fprintf(os, "\n");
+  printInputTexts(os, r);
   for (size_t i = 0; i < r.results.size(); ++i) {
     const exec::Value &v = r.results[i];
     std::fprintf(os, "result %zu: %s", i, exec::valueKindName(v.kind));
@@ -251,6 +305,10 @@ void kvir::run::printText(const Report &r) {
     for (int32_t t : r.greedyPlan)
       std::fprintf(os, " %d", t);
     std::fprintf(os, "\n");
+    // With the comparison, the text goes beside the full prefill's.
+    if (r.decoded && !r.compared)
+      std::fprintf(os, "greedy text: %s\n",
+                   exec::quoteText(r.greedyText).c_str());
   }
   std::fprintf(os,
                "work: plan %lld prefill tokens, %.4g FLOPs, %.3f ms; setup "
@@ -267,6 +325,7 @@ void kvir::run::printText(const Report &r) {
   if (!r.compared) {
     if (!r.compareNote.empty())
       std::fprintf(os, "compare: %s\n", r.compareNote.c_str());
+    printAttributionText(os, r);
     return;
   }
   const exec::Fidelity &f = r.fidelity;
@@ -306,6 +365,13 @@ void kvir::run::printText(const Report &r) {
                "  greedy agreement       %lld/%lld tokens before the first "
                "divergence\n",
                (long long)r.greedyAgree, (long long)r.greedy);
+  if (r.decoded) {
+    std::fprintf(os, "  greedy text (plan)     %s\n",
+                 exec::quoteText(r.greedyText).c_str());
+    std::fprintf(os, "  greedy text (full)     %s\n",
+                 exec::quoteText(r.fullGreedyText).c_str());
+  }
+  printAttributionText(os, r);
 }
 
 void kvir::run::printJson(const Report &r) {
@@ -335,6 +401,8 @@ void kvir::run::printJson(const Report &r) {
   j.field("model", r.model);
   j.field("model_config", r.config);
   j.field("backend", r.backend);
+  if (!r.tokenizer.empty())
+    j.field("tokenizer", r.tokenizer);
   j.key("inputs");
   j.beginArray();
   for (const exec::BoundInput &in : r.inputs)
@@ -343,6 +411,10 @@ void kvir::run::printJson(const Report &r) {
       j.field("name", in.name);
       j.field("size", in.size);
       j.field("synthesized", in.synthesized);
+      if (in.fromText) {
+        j.field("text", exec::validUtf8(in.text));
+        j.field("bos", in.bos);
+      }
       j.endObject();
     }
   j.endArray();
@@ -387,6 +459,8 @@ void kvir::run::printJson(const Report &r) {
   }
   j.endArray();
   tokens("greedy_plan", r.greedyPlan);
+  if (r.decoded)
+    j.field("greedy_text", exec::validUtf8(r.greedyText));
   work("plan", r.plan);
   work("setup", r.setup);
   j.key("selective_recompute");
@@ -425,7 +499,38 @@ void kvir::run::printJson(const Report &r) {
     j.field("greedy_tokens", r.greedy);
     j.field("greedy_agree", r.greedyAgree);
     tokens("greedy_full", r.greedyFull);
+    if (r.decoded)
+      j.field("full_greedy_text", exec::validUtf8(r.fullGreedyText));
     j.endObject();
+    j.endObject();
+  }
+  if (r.attributed) {
+    const exec::Attribution &a = r.attribution;
+    j.key("attribution");
+    j.beginArray();
+    for (const exec::SegmentAttribution &s : a.segments) {
+      j.beginObject();
+      j.field("segment", s.segment);
+      j.field("kind", s.kind);
+      j.field("tokens", s.tokens);
+      j.field("edited", s.edited);
+      j.field("distance", s.distance);
+      j.field("recovered", s.recovered);
+      j.endObject();
+    }
+    j.endArray();
+    j.key("attribution_edit");
+    j.beginObject();
+    j.field("segment", a.edited);
+    j.field("answer", a.answer);
+    j.field("answer_result", r.answerResult);
+    j.field("answer_rows", a.answerRows);
+    j.field("old_tokens", a.oldTokens);
+    j.field("new_tokens", a.newTokens);
+    j.field("context_tokens", a.contextTokens);
+    j.field("old_distance", a.oldDistance);
+    j.field("new_norm", a.newNorm);
+    work("work", a.work);
     j.endObject();
   }
   j.endObject();

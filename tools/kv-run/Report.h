@@ -11,7 +11,9 @@
 #ifndef KVIR_TOOLS_KV_RUN_REPORT_H
 #define KVIR_TOOLS_KV_RUN_REPORT_H
 
+#include "runtime/exec/Attribution.h"
 #include "runtime/exec/Session.h"
+#include "runtime/exec/Text.h"
 
 #include <cstdint>
 #include <string>
@@ -39,6 +41,14 @@ struct Report {
   exec::Fidelity fidelity;
   std::vector<int32_t> greedyFull;
   int64_t greedyAgree = 0;
+  // With a tokenizer (runtime/exec/Text.h): its file, and the greedy
+  // continuations decoded.
+  std::string tokenizer;
+  bool decoded = false;
+  std::string greedyText, fullGreedyText;
+  // --attribute (kv-run): runtime/exec/Attribution.h.
+  bool attributed = false;
+  exec::Attribution attribution;
 };
 
 /// What to measure beyond the run itself.
@@ -50,6 +60,8 @@ struct MeasureOptions {
   /// Where to write the answer's logits (float32 [rows][vocab]), or the
   /// first returned tensor when there are none ("": not).
   std::string dumpLogits;
+  /// Decode the greedy continuations with this tokenizer (null: not).
+  const kvrt_tokenizer *tokenizer = nullptr;
 };
 
 /// Fills `report` from a successful run: its results and work, then the

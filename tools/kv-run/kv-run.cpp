@@ -2,19 +2,23 @@
 //
 // Two forms:
 //   kv-run PROGRAM.mlir [--model FILE] [--input NAME=FILE]...
-//          [--compare-full-prefill]
+//          [--text NAME=STRING]... [--compare-full-prefill] [--attribute]
 //     plans the program with kv-optimize, lowers it to one module
 //     (kv-lower-to-cpu, or kv-lower-to-nvvm with --backend cuda), JIT-compiles
 //     it, runs its entry over the backend and prints its results and, on
 //     request, the cost and fidelity of the plan against a full prefill of the
-//     same final context;
-//   kv-run --model FILE (--tokens "1 2 3" | --tokens-file F)
+//     same final context, and the attribution of an edited answer to the
+//     segments before it;
+//   kv-run --model FILE (--tokens "1 2 3" | --tokens-file F | --text STRING)
 //          [--dump-logits OUT]
 //     prefills a token list from position 0.
 // Without --model, a built-in synthetic model of stories260K's shape is used.
+// Text goes through the tokenizer beside the model (tok<vocab>.bin) or
+// --tokenizer, and continuations are decoded.
 //
 //===----------------------------------------------------------------------===//
 
+#include "tools/compiler/Attribution.h"
 #include "tools/compiler/Compiler.h"
 #include "tools/kv-run/Report.h"
 
@@ -38,6 +42,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -117,6 +122,38 @@ cl::opt<std::string> dumpLogits(
              "position (first form) or the first returned logits (program; "
              "the first returned tensor when there are none)"),
     cl::value_desc("file"), cl::cat(kvRunCategory));
+cl::opt<std::string> tokenizerPath(
+    "tokenizer",
+    cl::desc("llama2.c tokenizer file for text in and out (default: "
+             "tok<vocab>.bin beside the --model file when present; none for "
+             "synthetic models)"),
+    cl::value_desc("file"), cl::cat(kvRunCategory));
+cl::opt<bool> noTokenizer(
+    "no-tokenizer",
+    cl::desc("run without a tokenizer, even where one lies beside the model"),
+    cl::init(false), cl::cat(kvRunCategory));
+cl::list<std::string> texts(
+    "text",
+    cl::desc("binds a token argument (argN, or its kv.name) to the encoding "
+             "of STRING (a dummy space in front, no BOS unless --bos NAME); "
+             "first form: --text STRING is the prompt"),
+    cl::value_desc("NAME=STRING"), cl::cat(kvRunCategory));
+cl::list<std::string> textFiles(
+    "text-file",
+    cl::desc("binds a token argument to the encoding of the text in FILE "
+             "(as --text); first form: --text-file FILE"),
+    cl::value_desc("NAME=FILE"), cl::cat(kvRunCategory));
+cl::list<std::string>
+    bosNames("bos",
+             cl::desc("put BOS in front of the encoding of the text argument "
+                      "NAME (first form: --bos prompt)"),
+             cl::value_desc("NAME"), cl::cat(kvRunCategory));
+cl::opt<bool> attribute(
+    "attribute",
+    cl::desc("attribute the change of the answer made by a kv.edit to the "
+             "segments before it, by patching each segment's K/V with its "
+             "value in the edited context (docs/kv-run.md)"),
+    cl::init(false), cl::cat(kvRunCategory));
 cl::opt<std::string> backendName(
     "backend",
     cl::desc("where the math runs: cpu (the program's generated CPU code, "
@@ -168,13 +205,75 @@ makeBackend(const kvrt_model *model) {
   return backend;
 }
 
-/// Reads the token list from --tokens or --tokens-file (exactly one).
-llvm::Expected<std::vector<int32_t>> readTokens() {
+/// The text options of the command line. The program form takes
+/// NAME=STRING and NAME=FILE; the first form one prompt, named `prompt`.
+llvm::Expected<exec::TextOptions> readTextOptions(bool firstForm) {
+  exec::TextOptions options;
+  options.tokenizer = tokenizerPath;
+  options.noTokenizer = noTokenizer;
+  if (tokenizerPath.getNumOccurrences() && tokenizerPath.empty())
+    return makeError("--tokenizer: an empty file name");
+  std::string error;
+  for (const std::string &spec : texts) {
+    exec::TextOptions::Item item{"prompt", spec, "--text", "--text"};
+    if (!firstForm &&
+        !exec::splitNameValue(spec, "--text", item.name, item.text, error))
+      return makeError(error);
+    options.texts.push_back(item);
+  }
+  for (const std::string &spec : textFiles) {
+    exec::TextOptions::Item item{"prompt", "", "--text-file", ""};
+    std::string file = spec;
+    if (!firstForm &&
+        !exec::splitNameValue(spec, "--text-file", item.name, file, error))
+      return makeError(error);
+    if (file.empty())
+      return makeError("--text-file " + item.name + ": an empty file name");
+    item.source = "'" + file + "'";
+    if (!exec::readFile(file, item.text, error))
+      return makeError("cannot read the text file '" + file + "': " + error);
+    options.texts.push_back(item);
+  }
+  options.bos.insert(bosNames.begin(), bosNames.end());
+  return options;
+}
+
+/// The tokenizer the options ask for, checked against `model`'s vocabulary
+/// (null when there is none); `path` says which file.
+llvm::Expected<exec::TokenizerRef>
+findTokenizer(const exec::TextOptions &options, const kvrt_model *model,
+              std::string &path) {
+  kvrt_model_config config;
+  kvrt_model_get_config(model, &config);
+  exec::TokenizerRef tokenizer;
+  std::string error;
+  if (!exec::findTokenizer(options, modelPath, config.vocab_size, tokenizer,
+                           path, error))
+    return makeError(error);
+  return tokenizer;
+}
+
+/// Reads the token list from --tokens, --tokens-file or the text of --text
+/// or --text-file (exactly one), encoding text with `tokenizer`.
+llvm::Expected<std::vector<int32_t>>
+readTokens(const exec::TextOptions &prompt, const kvrt_tokenizer *tokenizer) {
   bool inline_ = tokensArg.getNumOccurrences() > 0;
   bool file = tokensFile.getNumOccurrences() > 0;
-  if (inline_ == file)
-    return makeError("give exactly one of --tokens and --tokens-file");
-  std::string text = tokensArg, source = "--tokens", error;
+  if (inline_ + file + prompt.texts.size() != 1)
+    return makeError("give exactly one of --tokens and --tokens-file, or one "
+                     "--text or --text-file");
+  std::string error;
+  if (!prompt.texts.empty()) {
+    exec::InputOptions encoded;
+    if (!exec::encodeTextInputs(prompt, tokenizer, encoded, error))
+      return makeError(error);
+    std::vector<int32_t> tokens = encoded.givenTokens["prompt"].tokens;
+    if (tokens.empty())
+      return makeError("the text encodes to no tokens: the first form needs "
+                       "at least one");
+    return tokens;
+  }
+  std::string text = tokensArg, source = "--tokens";
   if (file) {
     source = "'" + tokensFile + "'";
     if (!exec::readFile(tokensFile, text, error))
@@ -230,7 +329,21 @@ llvm::Expected<Forward> forwardFor(const ComputeBackend &backend,
 
 /// The first form: prefill a token list from position 0.
 llvm::Error runTokens() {
-  llvm::Expected<std::vector<int32_t>> tokens = readTokens();
+  if (attribute)
+    return makeError("--attribute belongs to the program form (kv-run "
+                     "PROGRAM.mlir --attribute)");
+  llvm::Expected<exec::TextOptions> text = readTextOptions(/*firstForm=*/true);
+  if (!text)
+    return text.takeError();
+  if (text->texts.empty() && !text->bos.empty())
+    return makeError("--bos " + *text->bos.begin() +
+                     " names no text: the first form takes --bos prompt with "
+                     "--text or --text-file (token ids are taken verbatim)");
+  // Token ids are checked before anything loads; text needs the tokenizer.
+  llvm::Expected<std::vector<int32_t>> tokens =
+      text->texts.empty()
+          ? readTokens(*text, nullptr)
+          : llvm::Expected<std::vector<int32_t>>(std::vector<int32_t>());
   if (!tokens)
     return tokens.takeError();
   if (llvm::Error error = checkBackendName())
@@ -239,6 +352,18 @@ llvm::Error runTokens() {
   llvm::Expected<ModelPtr> model = loadModel(description);
   if (!model)
     return model.takeError();
+  std::string tokenizerFile;
+  llvm::Expected<exec::TokenizerRef> tokenizer =
+      findTokenizer(*text, model->get(), tokenizerFile);
+  if (!tokenizer)
+    return tokenizer.takeError();
+  if (!text->texts.empty()) {
+    llvm::Expected<std::vector<int32_t>> encoded =
+        readTokens(*text, tokenizer->get());
+    if (!encoded)
+      return encoded.takeError();
+    *tokens = std::move(*encoded);
+  }
   llvm::Expected<std::unique_ptr<ComputeBackend>> backend =
       makeBackend(model->get());
   if (!backend)
@@ -279,12 +404,34 @@ llvm::Error runTokens() {
   size_t argmax = std::max_element(last, last + vocab) - last;
   std::printf("model: %s (%s)\nbackend: %s\n", description.c_str(),
               describeConfig(config).c_str(), (*backend)->name());
+  if (*tokenizer)
+    std::printf("tokenizer: %s\n", tokenizerFile.c_str());
   std::printf("tokens: %zu (positions 0..%zu)\n", n, n - 1);
+  std::string error;
+  if (!text->texts.empty()) {
+    // What the model reads, decoded back: the round trip of the encoding.
+    std::string decoded;
+    if (!exec::decodeTokens(tokenizer->get(), -1, *tokens, decoded, error))
+      return makeError(error);
+    std::printf("text (%s): %s\n",
+                text->bos.count("prompt") ? "BOS first" : "no BOS",
+                exec::quoteText(text->texts.front().text).c_str());
+    std::printf("token ids:");
+    for (int32_t t : *tokens)
+      std::printf(" %d", t);
+    std::printf("\ndecoded: %s\n", exec::quoteText(decoded).c_str());
+  }
   std::printf("argmax at last position: %zu (logit %.6f)\n", argmax,
               last[argmax]);
+  if (*tokenizer) {
+    std::string piece;
+    if (!exec::decodeTokens(tokenizer->get(), tokens->back(), {int32_t(argmax)},
+                            piece, error))
+      return makeError(error);
+    std::printf("argmax text: %s\n", exec::quoteText(piece).c_str());
+  }
   std::printf("time: %.3f ms (%.1f tokens/s)\n", seconds * 1e3, n / seconds);
   if (dumpLogits.getNumOccurrences()) {
-    std::string error;
     if (!writeFloats(logits, dumpLogits, error))
       return makeError(error);
     std::printf("logits: %zu x %zu float32 -> %s\n", n, vocab,
@@ -315,6 +462,61 @@ llvm::Expected<exec::InputOptions> readInputs() {
   return options;
 }
 
+/// Runs the auxiliary entry of `spec` for the edit's operands and
+/// attributes the answer's change to the segments (report.attribution).
+/// False after a diagnostic at `loc`.
+bool runAttribution(const compiler::AttributionEntry &spec,
+                    compiler::CompiledProgram &program, ComputeBackend &backend,
+                    const kvrt_model *model, kvrt_pool *pool,
+                    const std::vector<exec::Value> &args, Report &report,
+                    mlir::Location loc) {
+  mlir::FailureOr<mlir::func::FuncOp> aux =
+      compiler::lookupEntry(*program.planned, spec.entry);
+  if (mlir::failed(aux))
+    return false;
+  mlir::FailureOr<exec::EntryManifest> manifest = compiler::describeEntry(*aux);
+  if (mlir::failed(manifest))
+    return false;
+  manifest->sites = program.manifest.sites;
+  exec::EntryFn fn = program.jit->entry(spec.entry);
+  if (!fn) {
+    mlir::emitError(loc) << "the compiled program has no "
+                         << exec::entrySymbol(spec.entry);
+    return false;
+  }
+  exec::RunOutcome outcome =
+      exec::runEntry(fn, *manifest, backend, model, pool, args);
+  if (outcome.failed) {
+    mlir::Location at =
+        outcome.site >= 0 && size_t(outcome.site) < program.sites.size()
+            ? program.sites[outcome.site]
+            : loc;
+    mlir::emitError(at) << "--attribute: " << outcome.message;
+    return false;
+  }
+  if (report.answerResult != int64_t(spec.answerResult)) {
+    mlir::emitError(loc) << "--attribute: the answer is result "
+                         << report.answerResult << ", the edit feeds result "
+                         << spec.answerResult
+                         << " (it has no rows at run time)";
+    return false;
+  }
+  exec::AttributionRequest request;
+  request.oldCache = outcome.results[0].cache;
+  request.newTokens = outcome.results[1].tokens;
+  request.edited = spec.edited;
+  request.answer = spec.answer;
+  request.segments = spec.segments;
+  std::string error;
+  if (!exec::attribute(backend, program.forward, model, pool, request,
+                       report.attribution, error)) {
+    mlir::emitError(loc) << "--attribute: " << error;
+    return false;
+  }
+  report.attributed = true;
+  return true;
+}
+
 /// The program form.
 llvm::Error runProgram() {
   if (tokensArg.getNumOccurrences() || tokensFile.getNumOccurrences())
@@ -323,12 +525,22 @@ llvm::Error runProgram() {
   llvm::Expected<exec::InputOptions> options = readInputs();
   if (!options)
     return options.takeError();
+  llvm::Expected<exec::TextOptions> text = readTextOptions(/*firstForm=*/false);
+  if (!text)
+    return text.takeError();
   if (llvm::Error error = checkBackendName())
     return error;
   Report report;
   llvm::Expected<ModelPtr> model = loadModel(report.model);
   if (!model)
     return model.takeError();
+  llvm::Expected<exec::TokenizerRef> tokenizer =
+      findTokenizer(*text, model->get(), report.tokenizer);
+  if (!tokenizer)
+    return tokenizer.takeError();
+  std::string error;
+  if (!exec::encodeTextInputs(*text, tokenizer->get(), *options, error))
+    return makeError(error);
   // The backend first: the cuda one checks the driver before any generated
   // code loads its kernels.
   llvm::Expected<std::unique_ptr<ComputeBackend>> backend =
@@ -348,8 +560,22 @@ llvm::Error runProgram() {
   mlir::SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
   // Failures below were reported as diagnostics.
   auto failed = [] { return makeError("the program did not run"); };
-  mlir::OwningOpRef<mlir::ModuleOp> planned =
-      compiler::loadProgram(context, sourceMgr, programPath);
+  // --attribute: an auxiliary entry returning the edit's operands, derived
+  // before planning removes the edit.
+  std::optional<compiler::AttributionEntry> attribution;
+  auto addAttribution = [&](mlir::ModuleOp module) -> mlir::LogicalResult {
+    mlir::FailureOr<compiler::AttributionEntry> entry =
+        compiler::addAttributionEntry(module, entryName);
+    if (mlir::failed(entry))
+      return mlir::failure();
+    attribution = std::move(*entry);
+    return mlir::success();
+  };
+  mlir::OwningOpRef<mlir::ModuleOp> planned = compiler::loadProgram(
+      context, sourceMgr, programPath,
+      attribute ? llvm::function_ref<mlir::LogicalResult(mlir::ModuleOp)>(
+                      addAttribution)
+                : nullptr);
   if (!planned)
     return failed();
   mlir::FailureOr<mlir::func::FuncOp> entry =
@@ -361,7 +587,6 @@ llvm::Error runProgram() {
   if (mlir::failed(manifest))
     return failed();
   std::vector<exec::Value> args;
-  std::string error;
   if (!exec::bindArguments(*manifest, config, *options, args, &report.inputs,
                            error)) {
     mlir::emitError(entry->getLoc()) << error;
@@ -396,12 +621,21 @@ llvm::Error runProgram() {
       greedyTokens >= 0 ? int64_t(greedyTokens) : (compareFull ? 16 : 0);
   measure.compareFull = compareFull;
   measure.dumpLogits = dumpLogits;
+  measure.tokenizer = tokenizer->get();
   if (dumpLogits.getNumOccurrences() && dumpLogits.empty())
     return makeError("--dump-logits: an empty output file name");
   if (!completeReport(report, outcome, program->manifest.hasPlanOps, **backend,
                       program->forward, model->get(), pool->get(), measure,
                       error))
     return makeError(error);
+  if (attribution) {
+    mlir::Location loc = attribution->editLoc
+                             ? mlir::Location(attribution->editLoc)
+                             : mlir::Location(entry->getLoc());
+    if (!runAttribution(*attribution, *program, **backend, model->get(),
+                        pool->get(), args, report, loc))
+      return failed();
+  }
   if (jsonOutput)
     printJson(report);
   else
@@ -421,7 +655,10 @@ int main(int argc, char **argv) {
       "  kv-run examples/agent-edit.mlir --synthesize-inputs "
       "--compare-full-prefill\n"
       "  kv-run PROGRAM.mlir --model M.bin --input city=city.txt ...\n"
-      "  kv-run --model M.bin --tokens \"1 2 3\" --dump-logits out.f32\n");
+      "  kv-run examples/story-edit.mlir --model M.bin --text "
+      "hero=\"girl named Lily.\" ... --attribute\n"
+      "  kv-run --model M.bin --tokens \"1 2 3\" --dump-logits out.f32\n"
+      "  kv-run --model M.bin --text \"Once upon a time\" --bos prompt\n");
   llvm::Error error = programPath.empty() ? runTokens() : runProgram();
   if (error) {
     llvm::WithColor::error(llvm::errs(), "kv-run")
