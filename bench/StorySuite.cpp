@@ -7,6 +7,7 @@
 #include "runtime/core/KVRuntime.h"
 #include "runtime/core/KVTokenizer.h"
 #include "runtime/exec/Session.h"
+#include "runtime/exec/Text.h"
 #include "tools/compiler/Compiler.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -227,8 +228,6 @@ namespace {
 
 using ModelPtr = std::unique_ptr<kvrt_model, void (*)(kvrt_model *)>;
 using PoolPtr = std::unique_ptr<kvrt_pool, void (*)(kvrt_pool *)>;
-using TokenizerPtr =
-    std::unique_ptr<kvrt_tokenizer, void (*)(kvrt_tokenizer *)>;
 
 std::string idsText(const std::vector<int32_t> &ids) {
   std::string s;
@@ -322,21 +321,17 @@ bool kvir::stories::runSuite(const SuiteOptions &options, SuiteResult &out,
   kvrt_model_config config;
   kvrt_model_get_config(model.get(), &config);
   out.model = options.modelPath;
-  std::string tokenizerPath = options.tokenizerPath;
-  if (tokenizerPath.empty()) {
-    size_t slash = options.modelPath.rfind('/');
-    std::string dir =
-        slash == std::string::npos ? "." : options.modelPath.substr(0, slash);
-    tokenizerPath = dir + "/tok" + std::to_string(config.vocab_size) + ".bin";
-  }
-  kvrt_tokenizer *rawTokenizer = nullptr;
-  if (kvrt_tokenizer_load(tokenizerPath.c_str(), &rawTokenizer)) {
-    error = kvrt_last_error();
+  // --tokenizer, else tok<vocab>.bin beside the model, as kv-run does.
+  TextOptions textOptions;
+  textOptions.tokenizer = options.tokenizerPath;
+  TokenizerRef tokenizer;
+  std::string tokenizerPath;
+  if (!findTokenizer(textOptions, options.modelPath, config.vocab_size,
+                     tokenizer, tokenizerPath, error))
     return false;
-  }
-  TokenizerPtr tokenizer(rawTokenizer, kvrt_tokenizer_release);
-  if (kvrt_tokenizer_check_vocab(tokenizer.get(), config.vocab_size)) {
-    error = kvrt_last_error();
+  if (!tokenizer) {
+    error = "no tokenizer: give --tokenizer FILE (none lies beside " +
+            options.modelPath + ")";
     return false;
   }
   std::unique_ptr<ComputeBackend> backend =
