@@ -6,6 +6,7 @@
 #include "runtime/core/ComputeBackend.h"
 #include "runtime/core/KVRuntime.h"
 #include "runtime/core/KVTokenizer.h"
+#include "runtime/exec/Attribution.h"
 #include "runtime/exec/Session.h"
 #include "runtime/exec/Text.h"
 #include "tools/compiler/Compiler.h"
@@ -16,6 +17,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/SourceMgr.h"
 
+#include <algorithm>
 #include <cctype>
 #include <memory>
 #include <sstream>
@@ -286,6 +288,47 @@ bool runFull(ComputeBackend &backend, const Forward &forward,
                         greedy, out.continuation, error);
 }
 
+/// Attribution by KV patching of the story's edit (docs/kv-run.md): the old
+/// context prefilled segment by segment with its labels, then
+/// exec::attribute. recovered(S) for intro, fact, world and thought, or the
+/// reason in `why`.
+bool attributeStory(ComputeBackend &backend, const Forward &forward,
+                    const kvrt_model *model, kvrt_pool *pool,
+                    const StoryTokens &t, std::vector<double> &recovered,
+                    std::string &why) {
+  kvrt_view *empty = nullptr;
+  if (kvrt_view_create(pool, &empty)) {
+    why = kvrt_last_error();
+    return false;
+  }
+  ViewRef cache = adoptView(empty);
+  int64_t pos = 0;
+  for (int i = 0; i < 5; ++i) {
+    kvrt_view *next = nullptr;
+    std::vector<float> logits;
+    if (backend.prefill(forward, model, cache.get(), t.segments[i].data(),
+                        int64_t(t.segments[i].size()), pos, kSegmentNames[i],
+                        /*lastOnly=*/true, &logits, &next)) {
+      why = kvrt_last_error();
+      return false;
+    }
+    cache = adoptView(next);
+    pos += int64_t(t.segments[i].size());
+  }
+  AttributionRequest request;
+  request.oldCache = cache;
+  request.edited = "fact";
+  request.newTokens = t.newFact;
+  request.answer = "answer";
+  Attribution attribution;
+  if (!attribute(backend, forward, model, pool, request, attribution, why))
+    return false;
+  recovered.clear();
+  for (const SegmentAttribution &row : attribution.segments)
+    recovered.push_back(row.recovered);
+  return true;
+}
+
 std::string decoded(const kvrt_tokenizer *tokenizer,
                     const std::vector<int32_t> &tokens) {
   std::string text;
@@ -409,6 +452,13 @@ bool kvir::stories::runSuite(const SuiteOptions &options, SuiteResult &out,
             namesEntity(out.oldContinuation.back(), story.newEntity));
         out.newNamesNew.push_back(
             namesEntity(out.newContinuation.back(), story.newEntity));
+        std::vector<double> recovered;
+        std::string why;
+        if (!attributeStory(*backend, compiled->forward, model.get(),
+                            pool.get(), t, recovered, why))
+          recovered.clear();
+        out.recovered.push_back(recovered);
+        out.attributionError.push_back(why);
       }
       InputOptions inputs;
       if (strategy.compose) {
@@ -531,6 +581,30 @@ void kvir::stories::printSuite(const SuiteResult &r, llvm::raw_ostream &os,
         "rows, mean over rows and stories; agree: greedy tokens equal to the "
         "full prefill's before the first divergence, mean; names new: "
         "stories whose continuation names the new entity.\n";
+  // Attribution: per segment before the answer, the mean, min and max of
+  // recovered(S) over the stories it could be computed for.
+  os << "\nattribution by KV patching (recovered: 1 - |z_S - z_new| / "
+        "|z_old - z_new|, docs/kv-run.md), over the stories:\n";
+  os << llvm::format("  %-10s %8s %8s %8s\n", "segment", "mean", "min", "max");
+  for (int s = 0; s < 4; ++s) {
+    double sum = 0, lo = 1e300, hi = -1e300;
+    int64_t count = 0;
+    for (const std::vector<double> &row : r.recovered) {
+      if (row.size() != 4)
+        continue;
+      sum += row[s];
+      lo = std::min(lo, row[s]);
+      hi = std::max(hi, row[s]);
+      ++count;
+    }
+    if (count)
+      os << llvm::format("  %-10s %8.3f %8.3f %8.3f\n", kSegmentNames[s],
+                         sum / double(count), lo, hi);
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (!r.attributionError[i].empty())
+      os << "  (" << r.stories[i].name
+         << ": no attribution: " << r.attributionError[i] << ")\n";
   if (!details)
     return;
   for (size_t i = 0; i < n; ++i) {
@@ -541,6 +615,12 @@ void kvir::stories::printSuite(const SuiteResult &r, llvm::raw_ostream &os,
                        oneLine(r.oldContinuation[i]).c_str());
     os << llvm::format("  %-42s \"%s\"\n", "edited context, full prefill",
                        oneLine(r.newContinuation[i]).c_str());
+    if (r.recovered[i].size() == 4)
+      os << llvm::format("  %-42s intro %.3f, fact %.3f, world %.3f, "
+                         "thought %.3f\n",
+                         "attribution (recovered)", r.recovered[i][0],
+                         r.recovered[i][1], r.recovered[i][2],
+                         r.recovered[i][3]);
     for (size_t k = 0; k < r.strategies.size(); ++k) {
       const StoryRow &row = r.rows[k][i];
       os << llvm::format(

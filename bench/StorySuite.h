@@ -99,6 +99,11 @@ struct SuiteResult {
   std::vector<bool> oldNamesNew, newNamesNew;
   /// Per strategy, per story.
   std::vector<std::vector<StoryRow>> rows;
+  /// Per story: recovered(S) of attribution by KV patching for the segments
+  /// before the answer (intro, fact, world, thought), or the reason there
+  /// is none.
+  std::vector<std::vector<double>> recovered;
+  std::vector<std::string> attributionError;
 };
 
 struct SuiteOptions {
