@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -47,26 +48,40 @@ kvrt_status append(ViewPtr &acc, const kvrt_view *piece) {
   return KVRT_OK;
 }
 
+/// `view` itself, with one more reference: nothing was chosen.
+kvrt_status unchanged(const kvrt_view *view, kvrt_view **out) {
+  kvrt_view_retain(const_cast<kvrt_view *>(view));
+  *out = const_cast<kvrt_view *>(view);
+  return KVRT_OK;
+}
+
 kvrt_status run(kvir::ComputeBackend &backend, const kvir::Forward &forward,
                 const kvrt_model *model, const kvrt_view *view, int64_t begin,
-                int64_t end, double fraction, kvrt_view **out,
+                int64_t end, const kvir::RepairBudget &budget, kvrt_view **out,
                 kvir::SelectiveRecomputeStats &stats) {
   int64_t length = kvrt_view_num_tokens(view);
   if (begin < 0 || begin > end || end > length)
     return fail(KVRT_ERR_INVALID_ARGUMENT,
                 str("selective recompute: range [", begin, ", ", end,
                     ") is outside the view's ", length, " tokens"));
-  if (!(fraction >= 0 && fraction <= 1))
-    return fail(KVRT_ERR_INVALID_ARGUMENT, str("selective recompute: fraction ",
-                                               fraction, " is outside [0, 1]"));
+  bool byFraction = budget.selection == kvir::RepairSelection::Fraction;
+  if (byFraction && !(budget.amount >= 0 && budget.amount <= 1))
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("selective recompute: fraction ", budget.amount,
+                    " is outside [0, 1]"));
+  if (!byFraction && budget.selection != kvir::RepairSelection::Deviation)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("selective recompute: unknown selection ",
+                    int32_t(budget.selection)));
+  if (!byFraction && !(budget.amount > 0 && std::isfinite(budget.amount)))
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("selective recompute: deviation threshold ", budget.amount,
+                    " is not finite and > 0"));
   int64_t n = end - begin;
   stats.candidates = n;
-  int64_t count = kvir::selectiveRecomputeCount(fraction, n);
-  if (count == 0) {
-    kvrt_view_retain(const_cast<kvrt_view *>(view));
-    *out = const_cast<kvrt_view *>(view);
-    return KVRT_OK;
-  }
+  if (n == 0 ||
+      (byFraction && kvir::selectiveRecomputeCount(budget.amount, n) == 0))
+    return unchanged(view, out);
 
   ViewPtr prefix, range, suffix;
   if (kvrt_status s = sliceView(view, 0, begin, prefix))
@@ -123,24 +138,39 @@ kvrt_status run(kvir::ComputeBackend &backend, const kvir::Forward &forward,
       }
       candidates.push_back(c);
       deviation.push_back(std::sqrt(sum));
+      stats.relativeDeviation.push_back(kvir::relativeDeviation(
+          v.data() + j * width, storedV.data() + j * width, width));
     }
   }
+  for (double r : stats.relativeDeviation) {
+    stats.maxRelativeDeviation = std::max(stats.maxRelativeDeviation, r);
+    stats.meanRelativeDeviation += r / double(n);
+  }
 
-  // The `count` largest deviations; ties go to the earlier token.
-  std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  // The index breaks ties, which makes the order total (and std::sort as
-  // deterministic as a stable sort).
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return deviation[a] > deviation[b] ||
-           (deviation[a] == deviation[b] && a < b);
-  });
-  order.resize(count);
-  stats.maxDeviation = deviation[order.front()];
-  stats.minChosenDeviation = deviation[order.back()];
+  std::vector<int64_t> order;
+  if (byFraction) {
+    // The `count` largest deviations; ties go to the earlier token.
+    order.resize(n);
+    std::iota(order.begin(), order.end(), 0);
+    // The index breaks ties, which makes the order total (and std::sort as
+    // deterministic as a stable sort).
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return deviation[a] > deviation[b] ||
+             (deviation[a] == deviation[b] && a < b);
+    });
+    order.resize(kvir::selectiveRecomputeCount(budget.amount, n));
+  } else {
+    order = kvir::selectAboveThreshold(stats.relativeDeviation, budget.amount);
+  }
+  if (order.empty())
+    return unchanged(view, out);
   std::sort(order.begin(), order.end());
-  for (int64_t i : order)
+  stats.maxDeviation = stats.minChosenDeviation = deviation[order.front()];
+  for (int64_t i : order) {
     stats.chosen.push_back(begin + i);
+    stats.maxDeviation = std::max(stats.maxDeviation, deviation[i]);
+    stats.minChosenDeviation = std::min(stats.minChosenDeviation, deviation[i]);
+  }
 
   // Rebuild [begin, end) in order over the prefix.
   ViewPtr acc = std::move(prefix);
@@ -193,6 +223,31 @@ kvrt_status run(kvir::ComputeBackend &backend, const kvir::Forward &forward,
 
 } // namespace
 
+double kvir::relativeDeviation(const float *fresh, const float *stored,
+                               int64_t n) {
+  double diff2 = 0, fresh2 = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double diff = double(fresh[i]) - double(stored[i]);
+    diff2 += diff * diff;
+    fresh2 += double(fresh[i]) * double(fresh[i]);
+  }
+  if (diff2 == 0)
+    return 0;
+  if (fresh2 == 0)
+    return std::numeric_limits<double>::infinity();
+  return std::sqrt(diff2 / fresh2);
+}
+
+std::vector<int64_t>
+kvir::selectAboveThreshold(const std::vector<double> &relative,
+                           double threshold) {
+  std::vector<int64_t> chosen;
+  for (size_t i = 0; i < relative.size(); ++i)
+    if (relative[i] > threshold)
+      chosen.push_back(int64_t(i));
+  return chosen;
+}
+
 int32_t kvir::selectiveRecomputeScanLayer(int32_t nLayers) {
   return nLayers > 1 ? 1 : 0;
 }
@@ -207,14 +262,14 @@ int64_t kvir::selectiveRecomputeCount(double fraction, int64_t n) {
 kvrt_status
 kvir::selectiveRecompute(ComputeBackend &backend, const Forward &forward,
                          const kvrt_model *model, const kvrt_view *view,
-                         int64_t begin, int64_t end, double fraction,
+                         int64_t begin, int64_t end, const RepairBudget &budget,
                          kvrt_view **out, SelectiveRecomputeStats *stats) {
   if (!model || !view || !out)
     return kvrt::nullArgument(__func__);
   *out = nullptr;
   SelectiveRecomputeStats local;
   kvrt_status status = kvrt::guard([&] {
-    return run(backend, forward, model, view, begin, end, fraction, out, local);
+    return run(backend, forward, model, view, begin, end, budget, out, local);
   });
   if (stats)
     *stats = std::move(local);
