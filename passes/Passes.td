@@ -169,7 +169,14 @@ def KVDeriveCotSlicesPass : Pass<"kv-derive-cot-slices", "ModuleOp"> {
     * `cot_slice` with `first_k = N`: also prefill again the first N tokens of
       every reused segment; with `fraction = f`: also recompute, per reused
       segment, the fraction f of tokens whose K/V deviate most at layer 1
-      (`kv.selective_recompute`).
+      (`kv.selective_recompute ... fraction f`); with `deviation = t`: every
+      reused token whose relative layer-1 value deviation exceeds t
+      (`kv.selective_recompute ... deviation t`);
+    * `erratum`: keep the old cache up to the answer (the first `answer`
+      segment after the edited one, else the last segment) unchanged, the
+      edited segment with its old tokens; prefill the correction tokens after
+      it, labelled `@<edited>.erratum`; prefill the answer and every later
+      segment again after the correction, with their labels.
 
     Each `kv.compose` becomes a `kv.rope_shift` of the block by
     Δ = position - start_position(block) and a `kv.concat` (with its repair
@@ -214,7 +221,9 @@ def KVDeriveCotSlicesPass : Pass<"kv-derive-cot-slices", "ModuleOp"> {
     Statistic<"numSegmentsReused", "segments-reused",
               "Number of later segments reused (relocated) by edit plans">,
     Statistic<"numLogitsReused", "logits-reused",
-              "Number of kv.logits answered by a prefill the plan already does">
+              "Number of kv.logits answered by a prefill the plan already does">,
+    Statistic<"numCorrections", "corrections",
+              "Number of erratum corrections appended by edit plans">
   ];
 }
 

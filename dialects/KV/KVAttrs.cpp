@@ -6,6 +6,8 @@
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::kv;
 
@@ -25,7 +27,7 @@ void KVDialect::registerAttributes() {
 
 LogicalResult RepairAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                  RepairKind kind, int64_t firstK,
-                                 APFloat fraction) {
+                                 APFloat fraction, APFloat deviation) {
   if (kind == RepairKind::FirstK && firstK < 0)
     return emitError() << "repair budget first_k must be non-negative, got "
                        << firstK;
@@ -34,6 +36,13 @@ LogicalResult RepairAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     if (!(f >= 0.0 && f <= 1.0))
       return emitError() << "repair budget fraction must be in [0, 1], got "
                          << formatShortestFloat(f);
+  }
+  if (kind == RepairKind::Deviation) {
+    double t = deviation.convertToDouble();
+    if (!(t > 0.0 && std::isfinite(t)))
+      return emitError() << "repair budget deviation must be a finite "
+                            "threshold > 0, got "
+                         << formatShortestFloat(t);
   }
   return success();
 }
@@ -46,29 +55,37 @@ RepairAttr RepairAttr::parseBody(AsmParser &parser) {
   std::optional<RepairKind> kind = symbolizeRepairKind(keyword);
   if (!kind) {
     parser.emitError(loc) << "unknown repair budget '" << keyword
-                          << "' (expected first_k or fraction)";
+                          << "' (expected first_k, fraction or deviation)";
     return {};
   }
   if (parser.parseEqual())
     return {};
   int64_t firstK = 0;
-  double fraction = 0.0;
+  double fraction = 0.0, deviation = 0.0;
   if (*kind == RepairKind::FirstK) {
     if (parser.parseInteger(firstK))
       return {};
-  } else if (parser.parseFloat(fraction)) {
+  } else if (parser.parseFloat(*kind == RepairKind::Fraction ? fraction
+                                                             : deviation)) {
     return {};
   }
   return parser.getChecked<RepairAttr>(loc, parser.getContext(), *kind, firstK,
-                                       APFloat(fraction));
+                                       APFloat(fraction), APFloat(deviation));
 }
 
 void RepairAttr::printBody(AsmPrinter &printer) const {
   printer << stringifyRepairKind(getKind()) << " = ";
-  if (getKind() == RepairKind::FirstK)
+  switch (getKind()) {
+  case RepairKind::FirstK:
     printer << getFirstK();
-  else
+    return;
+  case RepairKind::Fraction:
     printShortestFloat(printer, getFraction());
+    return;
+  case RepairKind::Deviation:
+    printShortestFloat(printer, getDeviation());
+    return;
+  }
 }
 
 Attribute RepairAttr::parse(AsmParser &parser, Type) {
@@ -106,7 +123,7 @@ Attribute StrategyAttr::parse(AsmParser &parser, Type) {
   std::optional<StrategyKind> kind = symbolizeStrategyKind(keyword);
   if (!kind) {
     parser.emitError(loc) << "unknown edit strategy '" << keyword
-                          << "' (expected exact or cot_slice)";
+                          << "' (expected exact, cot_slice or erratum)";
     return {};
   }
   RepairAttr repair;

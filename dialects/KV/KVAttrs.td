@@ -42,7 +42,8 @@ def KV_SegmentKind : I32EnumAttr<"SegmentKind", "the role of a context segment",
 
 def KV_StrategyKind : I32EnumAttr<"StrategyKind", "how an edit is planned", [
       I32EnumAttrCase<"Exact", 0, "exact">,
-      I32EnumAttrCase<"CotSlice", 1, "cot_slice">
+      I32EnumAttrCase<"CotSlice", 1, "cot_slice">,
+      I32EnumAttrCase<"Erratum", 2, "erratum">
     ]> {
   let cppNamespace = "::mlir::kv";
   let genSpecializedAttr = 0;
@@ -50,7 +51,8 @@ def KV_StrategyKind : I32EnumAttr<"StrategyKind", "how an edit is planned", [
 
 def KV_RepairKind : I32EnumAttr<"RepairKind", "how a repair budget is spent", [
       I32EnumAttrCase<"FirstK", 0, "first_k">,
-      I32EnumAttrCase<"Fraction", 1, "fraction">
+      I32EnumAttrCase<"Fraction", 1, "fraction">,
+      I32EnumAttrCase<"Deviation", 2, "deviation">
     ]> {
   let cppNamespace = "::mlir::kv";
   let genSpecializedAttr = 0;
@@ -76,25 +78,44 @@ def KV_RepairAttr : KV_Attr<"Repair", "repair"> {
     * `fraction = f` (0 <= f <= 1): that fraction of the reused tokens, chosen at
       run time as the ones whose K/V at layer 1 (the first layer whose K/V
       depend on the context) deviate most when recomputed under the new
-      context (as CacheBlend does).
+      context (as CacheBlend does);
+    * `deviation = t` (t > 0, finite): every reused token whose *relative*
+      deviation at layer 1 exceeds t, however many that is. The relative
+      deviation of a token is ||v_fresh - v_stored|| / ||v_fresh||: the L2
+      norm over all KV heads of its values recomputed under the new context
+      minus its stored values, divided by the norm of the recomputed values
+      (a token whose recomputed values are all 0 deviates by 0 when the
+      stored ones are 0 too, else infinitely). How many tokens that chooses
+      is only known at run time; kv-run reports it with the deviations seen.
 
     ```mlir
     #kv.repair<first_k = 32>
     #kv.repair<fraction = 0.15>
+    #kv.repair<deviation = 0.05>
     ```
   }];
   let parameters = (ins EnumParameter<KV_RepairKind>:$kind,
                         "int64_t":$firstK,
-                        APFloatParameter<"fraction of reused tokens">:$fraction);
+                        APFloatParameter<"fraction of reused tokens">:$fraction,
+                        APFloatParameter<"relative deviation threshold">:$deviation);
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
-    /// Parses the body `first_k = N` or `fraction = f` (without angle brackets),
-    /// shared with #kv.strategy.
+    /// Parses the body `first_k = N`, `fraction = f` or `deviation = t`
+    /// (without angle brackets), shared with #kv.strategy.
     static RepairAttr parseBody(::mlir::AsmParser &parser);
     /// Prints the body, without angle brackets.
     void printBody(::mlir::AsmPrinter &printer) const;
     double getFractionValue() const { return getFraction().convertToDouble(); }
+    double getDeviationValue() const {
+      return getDeviation().convertToDouble();
+    }
+    /// Whether the tokens it recomputes are chosen at run time by K/V
+    /// deviation (fraction or deviation: a kv.selective_recompute).
+    bool isSelective() const {
+      return getKind() == RepairKind::Fraction ||
+             getKind() == RepairKind::Deviation;
+    }
   }];
 }
 
@@ -106,13 +127,26 @@ def KV_StrategyAttr : KV_Attr<"Strategy", "strategy"> {
     * `cot_slice`: keep what precedes the edited segment, recompute it and its
       dependency slice (every later segment that reaches it in the context's
       dependency graph), reuse every other later segment relocated by RoPE;
-    * `cot_slice` with a repair budget (see `#kv.repair`).
+    * `cot_slice` with a repair budget (see `#kv.repair`);
+    * `erratum`: change nothing in place. Every segment before the answer is
+      kept as it is (the edited one with its old tokens and K/V); a correction
+      (token ids the `kv.edit` gives with `correction(%tokens)`) is prefilled
+      after them as a run labelled `@<edited>.erratum`, and the answer is
+      recomputed after the correction. The answer is the first segment of kind
+      `answer` after the edited one, or the last segment of the context if
+      none is; it and every segment after it are recomputed (in order, with
+      their labels). Append-only: the old cache stays a prefix of the new one
+      up to the answer, which keeps an engine's prefix cache aligned. Its
+      reference is still the edited context (the old context with the edited
+      segment's tokens replaced), which kv-run's full-prefill comparison uses.
 
     ```mlir
     #kv.strategy<exact>
     #kv.strategy<cot_slice>
     #kv.strategy<cot_slice, first_k = 32>
     #kv.strategy<cot_slice, fraction = 0.15>
+    #kv.strategy<cot_slice, deviation = 0.05>
+    #kv.strategy<erratum>
     ```
   }];
   let parameters = (ins EnumParameter<KV_StrategyKind>:$kind,

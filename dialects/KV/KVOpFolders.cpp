@@ -114,12 +114,15 @@ struct PrefillOfNothing : public OpRewritePattern<PrefillOp> {
   }
 };
 
-/// edit(c[@s] = tokens of c[@s]) -> c: an edit that changes nothing.
+/// edit(c[@s] = tokens of c[@s]) -> c: an edit that changes nothing. Not an
+/// erratum, which the program asked to append its correction regardless.
 struct EditToSameTokens : public OpRewritePattern<EditOp> {
   using OpRewritePattern::OpRewritePattern;
 
   LogicalResult matchAndRewrite(EditOp op,
                                 PatternRewriter &rewriter) const override {
+    if (op.getCorrection())
+      return rewriter.notifyMatchFailure(op, "an erratum appends a correction");
     auto tokens = op.getTokens().getDefiningOp<TokensOp>();
     auto slice = tokens ? tokens.getCache().getDefiningOp<SliceOp>() : nullptr;
     auto bounds =

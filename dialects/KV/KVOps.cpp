@@ -14,6 +14,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::kv;
 
@@ -185,12 +187,14 @@ static FailureOr<ContextOp> lookupContext(Operation *op, CacheType type,
   return context;
 }
 
-/// Checks that `segment` is a segment of the context `type` names. With
-/// `requireContext`, a cache type that names no context is an error too.
+/// Checks that `segment` is a segment of the context `type` names (or, with
+/// `allowCorrection`, the correction label of one). With `requireContext`, a
+/// cache type that names no context is an error too.
 static LogicalResult verifySegmentUse(Operation *op, CacheType type,
                                       FlatSymbolRefAttr segment,
                                       SymbolTableCollection &tables,
-                                      bool requireContext) {
+                                      bool requireContext,
+                                      bool allowCorrection = true) {
   FailureOr<ContextOp> context = lookupContext(op, type, tables);
   if (failed(context))
     return failure();
@@ -202,11 +206,34 @@ static LogicalResult verifySegmentUse(Operation *op, CacheType type,
               "dependencies of segment "
            << segment;
   }
-  if (!context->lookupSegment(segment.getValue()))
+  if (!context->lookupSegment(segment.getValue()) &&
+      !(allowCorrection && isCorrectionLabel(*context, segment.getValue())))
     return op->emitOpError()
            << "segment " << segment << " is not defined in context @"
            << context->getSymName();
   return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Erratum helpers
+//===----------------------------------------------------------------------===//
+
+std::string mlir::kv::correctionLabel(StringRef segment) {
+  return (segment + ".erratum").str();
+}
+
+bool mlir::kv::isCorrectionLabel(ContextOp context, StringRef label) {
+  return label.consume_back(".erratum") && context.lookupSegment(label);
+}
+
+std::optional<unsigned> mlir::kv::getErratumAnswer(ArrayRef<SegmentKind> kinds,
+                                                   unsigned edited) {
+  for (unsigned i = edited + 1; i < kinds.size(); ++i)
+    if (kinds[i] == SegmentKind::Answer)
+      return i;
+  if (kinds.size() > edited + 1)
+    return kinds.size() - 1;
+  return std::nullopt;
 }
 
 //===----------------------------------------------------------------------===//
@@ -356,13 +383,42 @@ LogicalResult PrefillOp::verifySymbolUses(SymbolTableCollection &tables) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult EditOp::verify() {
+  StrategyKind strategy = getStrategy().getKind();
+  if (strategy == StrategyKind::Erratum && !getCorrection())
+    return emitOpError("strategy erratum needs the tokens of the correction "
+                       "it appends: add `correction(%tokens)`");
+  if (strategy != StrategyKind::Erratum && getCorrection())
+    return emitOpError()
+           << "takes correction tokens only with the erratum strategy, not "
+           << stringifyStrategyKind(strategy);
   return verifyCacheMatchesModel(*this, getModel().getType(),
                                  getCache().getType(), "cache type");
 }
 
 LogicalResult EditOp::verifySymbolUses(SymbolTableCollection &tables) {
-  return verifySegmentUse(*this, getCache().getType(), getSegmentAttr(), tables,
-                          /*requireContext=*/true);
+  CacheType type = getCache().getType();
+  if (failed(verifySegmentUse(*this, type, getSegmentAttr(), tables,
+                              /*requireContext=*/true,
+                              /*allowCorrection=*/false)))
+    return failure();
+  if (getStrategy().getKind() != StrategyKind::Erratum)
+    return success();
+  auto context = cast<ContextOp>(
+      tables.lookupNearestSymbolFrom(*this, type.getContextName()));
+  SmallVector<SegmentKind> kinds;
+  std::optional<unsigned> edited;
+  for (SegmentOp segment : context.getSegments()) {
+    if (segment.getSymName() == getSegment())
+      edited = kinds.size();
+    kinds.push_back(segment.getKind());
+  }
+  if (edited && !getErratumAnswer(kinds, *edited))
+    return emitOpError() << "erratum of @" << getSegment()
+                         << ", the last segment of context @"
+                         << context.getSymName()
+                         << ", leaves no answer to recompute after the "
+                            "correction (use exact or cot_slice)";
+  return success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -468,10 +524,22 @@ LogicalResult SegmentBoundsOp::verifySymbolUses(SymbolTableCollection &tables) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult SelectiveRecomputeOp::verify() {
-  double fraction = getFraction().convertToDouble();
-  if (!(fraction >= 0.0 && fraction <= 1.0))
-    return emitOpError() << "fraction must be in [0, 1], got "
-                         << formatShortestFloat(fraction);
+  std::optional<APFloat> fraction = getFraction(), deviation = getDeviation();
+  if (fraction.has_value() == deviation.has_value())
+    return emitOpError("needs exactly one of `fraction f` and `deviation t`, "
+                       "got ")
+           << (fraction ? "both" : "neither");
+  if (fraction) {
+    double f = fraction->convertToDouble();
+    if (!(f >= 0.0 && f <= 1.0))
+      return emitOpError() << "fraction must be in [0, 1], got "
+                           << formatShortestFloat(f);
+  } else {
+    double t = deviation->convertToDouble();
+    if (!(t > 0.0 && std::isfinite(t)))
+      return emitOpError() << "deviation threshold must be finite and > 0, got "
+                           << formatShortestFloat(t);
+  }
   return verifyCacheMatchesModel(*this, getModel().getType(),
                                  getCache().getType(), "cache type");
 }

@@ -44,4 +44,27 @@ template <unsigned... Groups> struct SingleValuedOperandGroups {
 #define GET_OP_CLASSES
 #include "dialects/KV/KVOps.h.inc"
 
+#include <optional>
+#include <string>
+
+namespace mlir::kv {
+
+/// The label of the correction run an erratum edit of `segment` appends:
+/// `<segment>.erratum`. Ops may name it as a segment of the context (it is
+/// not declared there: only an erratum plan creates it).
+std::string correctionLabel(StringRef segment);
+
+/// Whether `label` is the correction label of a segment of `context`.
+bool isCorrectionLabel(ContextOp context, StringRef label);
+
+/// The answer an erratum edit of segment `edited` recomputes after its
+/// correction, given the kinds of the context's segments in order: the first
+/// segment of kind `answer` after `edited`, else the last segment when it
+/// comes after `edited`, else nothing (an erratum of the last segment has no
+/// answer to recompute). That segment and every later one are recomputed.
+std::optional<unsigned> getErratumAnswer(ArrayRef<SegmentKind> kinds,
+                                         unsigned edited);
+
+} // namespace mlir::kv
+
 #endif // KVIR_DIALECTS_KV_KVOPS_H

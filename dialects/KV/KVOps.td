@@ -166,20 +166,34 @@ def KV_EditOp : KV_Op<"edit", [Pure,
     `#kv.strategy`. The cache type must name the context whose dependency graph
     the plan follows. `kv-derive-cot-slices` rewrites this op into primitives.
 
+    The `erratum` strategy changes nothing in place: it needs `correction`,
+    the token ids of a correction segment (e.g. "the city is now Paris"),
+    which is prefilled after the kept segments and before the answer, which is
+    recomputed after it. Its result is an approximation of the edited context
+    whose reference (for fidelity) is still the edited context built from
+    `tokens`. `correction` is required with `erratum` and allowed with no
+    other strategy.
+
     Pages are immutable: if the edit fails at run time, `cache` is intact.
 
     ```mlir
     %c2 = kv.edit %m, %c[@city] = %new strategy <cot_slice, first_k = 32>
         : !kv.model<...>, !kv.cache<5x4x8xf32, @agent>, tensor<?xi32>
+    %c3 = kv.edit %m, %c[@city] = %new strategy <erratum> correction(%fix)
+        : !kv.model<...>, !kv.cache<5x4x8xf32, @agent>, tensor<?xi32>,
+          tensor<?xi32>
     ```
   }];
   let arguments = (ins KV_ModelType:$model, KV_CacheType:$cache,
                        FlatSymbolRefAttr:$segment, KV_TokensType:$tokens,
+                       Optional<KV_TokensType>:$correction,
                        KV_StrategyAttr:$strategy);
   let results = (outs KV_CacheType:$result);
   let assemblyFormat = [{
-    $model `,` $cache `[` $segment `]` `=` $tokens `strategy` $strategy attr-dict
+    $model `,` $cache `[` $segment `]` `=` $tokens `strategy` $strategy
+    (`correction` `(` $correction^ `)`)? attr-dict
     `:` qualified(type($model)) `,` qualified(type($cache)) `,` qualified(type($tokens))
+    (`,` qualified(type($correction))^)?
   }];
   let hasVerifier = 1;
   let hasCanonicalizer = 1;
@@ -423,25 +437,37 @@ def KV_SelectiveRecomputeOp : KV_Op<"selective_recompute", [Pure,
     AllTypesMatch<["cache", "result"]>]> {
   let summary = "Recomputes the reused tokens whose K/V deviate most";
   let description = [{
-    The repair budget `fraction = f` of CacheBlend: of the tokens [begin, end)
-    of the view, recompute the K/V of the ceil(f * (end - begin)) tokens whose
-    values at layer 1 (the first layer whose K/V depend on the context) deviate
-    most (L2 distance) when recomputed over the view before them; the other
-    tokens keep their K/V. The selection is a
-    run-time step; the recomputation attends to the whole view before each
-    token. Tokens outside [begin, end) are unchanged.
+    The run-time step of a `fraction` or `deviation` repair budget: of the
+    tokens [begin, end) of the view, compute the values at layer 1 (the first
+    layer whose K/V depend on the context) of every token afresh over the view
+    before them, compare them with the stored values, and recompute the K/V of
+    the chosen tokens; the other tokens keep their K/V. Exactly one of:
+
+    * `fraction f` (0 <= f <= 1): the ceil(f * (end - begin)) tokens whose
+      values deviate most (L2 norm of fresh minus stored, over all KV heads;
+      CacheBlend's selection);
+    * `deviation t` (t > 0): every token whose relative deviation
+      ||v_fresh - v_stored|| / ||v_fresh|| (same norms) exceeds t, however
+      many.
+
+    The selection is a run-time step; the recomputation attends to the whole
+    view before each token. Tokens outside [begin, end) are unchanged.
 
     ```mlir
     %r = kv.selective_recompute %m, %c[%begin, %end] fraction 0.15
+        : !kv.model<...>, !kv.cache<5x4x8xf32>
+    %s = kv.selective_recompute %m, %c[%begin, %end] deviation 0.05
         : !kv.model<...>, !kv.cache<5x4x8xf32>
     ```
   }];
   let arguments = (ins KV_ModelType:$model, KV_CacheType:$cache, Index:$begin,
                        Index:$end,
-                       F64Attr:$fraction);
+                       OptionalAttr<F64Attr>:$fraction,
+                       OptionalAttr<F64Attr>:$deviation);
   let results = (outs KV_CacheType:$result);
   let assemblyFormat = [{
-    $model `,` $cache `[` $begin `,` $end `]` `fraction` $fraction attr-dict
+    $model `,` $cache `[` $begin `,` $end `]` (`fraction` $fraction^)?
+    (`deviation` $deviation^)? attr-dict
     `:` qualified(type($model)) `,` qualified(type($cache))
   }];
   let hasVerifier = 1;

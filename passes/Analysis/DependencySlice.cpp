@@ -76,6 +76,13 @@ llvm::BitVector DependencyGraph::slice(unsigned edited) const {
   return inSlice;
 }
 
+std::optional<unsigned> DependencyGraph::erratumAnswer(unsigned edited) const {
+  SmallVector<SegmentKind> kinds;
+  for (const SegmentInfo &segment : segments)
+    kinds.push_back(segment.kind);
+  return getErratumAnswer(kinds, edited);
+}
+
 //===----------------------------------------------------------------------===//
 // EditPlan
 //===----------------------------------------------------------------------===//
@@ -98,6 +105,14 @@ EditPlan EditPlan::build(const DependencyGraph &graph, unsigned edited,
   plan.edited = edited;
   plan.strategy = strategy.getKind();
   plan.repair = strategy.getRepair();
+  if (plan.strategy == StrategyKind::Erratum) {
+    plan.correctionBefore = graph.erratumAnswer(edited);
+    unsigned answer = plan.correctionBefore.value_or(graph.size());
+    for (unsigned i = 0; i < graph.size(); ++i)
+      plan.actions.push_back(i < answer ? SegmentAction::Keep
+                                        : SegmentAction::Recompute);
+    return plan;
+  }
   llvm::BitVector inSlice = graph.slice(edited);
   for (unsigned i = 0; i < graph.size(); ++i) {
     if (i < edited)
@@ -152,30 +167,55 @@ static void addRepair(Cost &cost, const CostModel &model, RepairAttr repair,
     addRange(cost, model, begin, begin + std::min(n, repair.getFirstK()));
     return;
   }
-  // Fraction: layers 0 and 1 of every candidate are recomputed to find the
-  // deviating tokens; the chosen ones are recomputed fully. Which ones is a
-  // run-time choice: price them at the candidates' mean position.
+  // Fraction and deviation: layers 0 and 1 of every candidate are recomputed
+  // to find the deviating tokens; the chosen ones are recomputed fully. Which
+  // ones is a run-time choice: price them at the candidates' mean position.
+  cost.flops += model.scanRangeFlops(begin, end);
+  int64_t meanKeys = (begin + 1 + end) / 2;
+  cost.estimated = true;
+  if (repair.getKind() == RepairKind::Deviation) {
+    // How many exceed the threshold is unknown until run time: 0 to n.
+    cost.runTimeTokens += n;
+    cost.runTimeFlops += n * model.tokenFlops(meanKeys);
+    return;
+  }
   auto chosen = static_cast<int64_t>(
       std::ceil(repair.getFractionValue() * static_cast<double>(n)));
   cost.tokens += chosen;
-  cost.flops += model.scanRangeFlops(begin, end);
-  int64_t meanKeys = (begin + 1 + end) / 2;
   cost.flops += chosen * model.tokenFlops(meanKeys);
-  cost.estimated = true;
 }
 
 EditCost mlir::kv::computeEditCost(const DependencyGraph &graph,
                                    const EditPlan &plan,
                                    ArrayRef<int64_t> sizes, int64_t newSize,
-                                   const CostModel &model) {
+                                   const CostModel &model,
+                                   int64_t correctionSize) {
   EditCost result;
-  // Walk the final context, segment by segment.
+  if (plan.correctionBefore) {
+    // Erratum: the old context up to the answer is kept; the correction and
+    // everything from the answer on are prefilled after it.
+    int64_t position = 0;
+    for (unsigned i = 0; i < graph.size(); ++i) {
+      if (i == *plan.correctionBefore) {
+        addRange(result.plan, model, position, position + correctionSize);
+        position += correctionSize;
+      }
+      if (plan.actions[i] == SegmentAction::Recompute)
+        addRange(result.plan, model, position, position + sizes[i]);
+      position += sizes[i];
+    }
+  }
+  // Walk the final context, segment by segment (for an erratum: the edited
+  // context, its reference).
   int64_t position = 0, editedBegin = 0;
   for (unsigned i = 0; i < graph.size(); ++i) {
     int64_t size = i == plan.edited ? newSize : sizes[i];
     int64_t begin = position, end = position + size;
     if (i == plan.edited)
       editedBegin = begin;
+    position = end;
+    if (plan.correctionBefore)
+      continue;
     switch (plan.actions[i]) {
     case SegmentAction::Keep:
       break;
@@ -186,7 +226,6 @@ EditCost mlir::kv::computeEditCost(const DependencyGraph &graph,
       addRepair(result.plan, model, plan.repair, begin, end);
       break;
     }
-    position = end;
   }
   addRange(result.exact, model, editedBegin, position);
   addRange(result.full, model, 0, position);
@@ -301,15 +340,21 @@ std::string mlir::kv::describeEditPlan(const DependencyGraph &graph,
                                        const EditPlan &plan) {
   std::string text;
   llvm::raw_string_ostream os(text);
-  os << "edit of @" << graph.segment(plan.edited).name << " ("
-     << stringifyStrategyKind(plan.strategy);
+  StringRef edited = graph.segment(plan.edited).name;
+  os << "edit of @" << edited << " (" << stringifyStrategyKind(plan.strategy);
   if (plan.repair) {
-    os << ", ";
-    if (plan.repair.getKind() == RepairKind::FirstK)
-      os << "first_k = " << plan.repair.getFirstK();
-    else
-      os << "fraction = "
-         << formatShortestFloat(plan.repair.getFractionValue());
+    os << ", " << stringifyRepairKind(plan.repair.getKind()) << " = ";
+    switch (plan.repair.getKind()) {
+    case RepairKind::FirstK:
+      os << plan.repair.getFirstK();
+      break;
+    case RepairKind::Fraction:
+      os << formatShortestFloat(plan.repair.getFractionValue());
+      break;
+    case RepairKind::Deviation:
+      os << formatShortestFloat(plan.repair.getDeviationValue());
+      break;
+    }
   }
   os << ")";
   for (SegmentAction action :
@@ -320,10 +365,19 @@ std::string mlir::kv::describeEditPlan(const DependencyGraph &graph,
       os << " none";
     for (auto [i, segment] : llvm::enumerate(segments))
       os << (i ? ", @" : " @") << graph.segment(segment).name;
+    if (action == SegmentAction::Keep && plan.correctionBefore)
+      os << " (@" << edited << " with its old tokens); correction @"
+         << correctionLabel(edited) << " prefilled before @"
+         << graph.segment(*plan.correctionBefore).name;
   }
-  if (!plan.segmentsWith(SegmentAction::Reuse).empty())
-    os << "; reused segments shift by len(@" << graph.segment(plan.edited).name
-       << "') - len(@" << graph.segment(plan.edited).name << ")";
+  if (plan.segmentsWith(SegmentAction::Reuse).empty())
+    return text;
+  os << "; reused segments shift by len(@" << edited << "') - len(@" << edited
+     << ")";
+  if (plan.repair && plan.repair.getKind() == RepairKind::Deviation)
+    os << "; their tokens whose relative layer-1 value deviation exceeds "
+       << formatShortestFloat(plan.repair.getDeviationValue())
+       << " are recomputed (how many is known at run time only)";
   return text;
 }
 
@@ -332,6 +386,10 @@ std::string mlir::kv::describeCost(const EditCost &cost) {
   llvm::raw_string_ostream os(text);
   auto describe = [&](StringRef name, const Cost &c) {
     os << name << " " << c.tokens << " tokens " << c.flops << " FLOPs";
+    if (c.runTimeTokens)
+      os << " + 0 to " << c.runTimeTokens << " tokens (up to " << c.runTimeFlops
+         << " FLOPs) chosen at run time, unknown at compile "
+         << "time";
     if (c.estimated)
       os << " (estimated)";
   };
@@ -360,6 +418,16 @@ FailureOr<EditTarget> mlir::kv::getEditTarget(EditOp edit) {
   if (!edited)
     return edit.emitOpError() << "cannot plan: context " << contextName
                               << " declares no segment @" << edit.getSegment();
+  if (edit.getStrategy().getKind() == StrategyKind::Erratum) {
+    if (!edit.getCorrection())
+      return edit.emitOpError(
+          "cannot plan: an erratum needs its correction tokens");
+    if (!graph->erratumAnswer(*edited))
+      return edit.emitOpError()
+             << "cannot plan: erratum of @" << edit.getSegment()
+             << ", the last segment of context " << contextName
+             << ", leaves no answer to recompute after the correction";
+  }
   return EditTarget{context, std::move(*graph), *edited};
 }
 
@@ -388,6 +456,15 @@ mlir::kv::emitEditPlanRemarks(EditOp edit, std::optional<int64_t> dynamicSize) {
                              : std::optional<int64_t>(tokens.getDimSize(0));
   if (!newSize)
     unknown.push_back("the new @" + graph.segment(target->edited).name);
+  std::optional<int64_t> correctionSize = 0;
+  if (TypedValue<RankedTensorType> correction = edit.getCorrection()) {
+    RankedTensorType type = correction.getType();
+    correctionSize = type.isDynamicDim(0)
+                         ? dynamicSize
+                         : std::optional<int64_t>(type.getDimSize(0));
+    if (!correctionSize)
+      unknown.push_back("the correction");
+  }
   if (!unknown.empty()) {
     edit.emitRemark() << "cost: depends on the run-time sizes of "
                       << llvm::join(unknown, ", ");
@@ -395,7 +472,7 @@ mlir::kv::emitEditPlanRemarks(EditOp edit, std::optional<int64_t> dynamicSize) {
   }
   CostModel model = CostModel::get(edit.getModel().getType());
   edit.emitRemark() << describeCost(
-      computeEditCost(graph, plan, sizes, *newSize, model));
+      computeEditCost(graph, plan, sizes, *newSize, model, *correctionSize));
   return success();
 }
 

@@ -58,6 +58,9 @@ public:
   /// every later segment that reaches it.
   llvm::BitVector slice(unsigned edited) const;
 
+  /// The answer an erratum edit of `edited` recomputes (getErratumAnswer).
+  std::optional<unsigned> erratumAnswer(unsigned edited) const;
+
 private:
   llvm::SmallVector<SegmentInfo> segments;
 };
@@ -81,7 +84,14 @@ struct EditPlan {
   /// The repair budget of a cot_slice plan, or null.
   RepairAttr repair;
   llvm::SmallVector<SegmentAction> actions;
+  /// An erratum plan: the index of the answer (getErratumAnswer), before which
+  /// the correction is prefilled. Every segment before it is kept (the edited
+  /// one with its old tokens), it and every later one recomputed.
+  std::optional<unsigned> correctionBefore;
 
+  /// The plan of an edit of `edited` with `strategy`. An erratum whose
+  /// answer is missing (getErratumAnswer fails: callers check it first) keeps
+  /// every segment and has no correctionBefore.
   static EditPlan build(const DependencyGraph &graph, unsigned edited,
                         StrategyAttr strategy);
 
@@ -99,10 +109,15 @@ struct CostModel : kvir::ModelCost {
 struct Cost {
   int64_t tokens = 0;
   int64_t flops = 0;
-  /// True when the figure depends on a run-time choice (fraction repair): the
-  /// tokens are exact, the FLOPs assume the chosen tokens sit at the mean
+  /// True when the figure depends on a run-time choice (fraction or
+  /// deviation repair): the FLOPs assume the chosen tokens sit at the mean
   /// position of the candidates.
   bool estimated = false;
+  /// Tokens a deviation repair may add at run time (0 to this many, unknown
+  /// at compile time), and their FLOPs if all were chosen; not included in
+  /// `tokens` and `flops`, which count the deviation scan only.
+  int64_t runTimeTokens = 0;
+  int64_t runTimeFlops = 0;
 };
 
 /// A plan's cost next to the exact strategy and a full prefill of the final
@@ -113,10 +128,13 @@ struct EditCost {
 };
 
 /// Prices `plan` with concrete sizes: `sizes[i]` tokens for segment i before
-/// the edit and `newSize` tokens for the edited segment after it.
+/// the edit and `newSize` tokens for the edited segment after it. An erratum
+/// plan prefills `correctionSize` correction tokens and the answer, over the
+/// old context; its exact and full figures are those of the edited context
+/// (its reference), like every other plan's.
 EditCost computeEditCost(const DependencyGraph &graph, const EditPlan &plan,
                          llvm::ArrayRef<int64_t> sizes, int64_t newSize,
-                         const CostModel &model);
+                         const CostModel &model, int64_t correctionSize = 0);
 
 /// The cost of composing a block of `blockSize` tokens after a context of
 /// `prefixSize` tokens, with an optional repair budget, next to prefilling

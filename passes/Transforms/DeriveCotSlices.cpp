@@ -97,11 +97,22 @@ public:
     }
     Value start = length(view);
     view = concat(view, shift(slice(source, begin, end), delta));
-    if (repair && repair.getKind() == RepairKind::Fraction)
-      view = SelectiveRecomputeOp::create(
-          b, loc, model, view, start, length(view),
-          b.getF64FloatAttr(repair.getFractionValue()));
-    return view;
+    return selectiveRecompute(view, start, repair);
+  }
+
+  /// Spends a `fraction` or `deviation` budget on the tokens from `start` to
+  /// the end of `view` (a kv.selective_recompute); other budgets return
+  /// `view`.
+  Value selectiveRecompute(Value view, Value start, RepairAttr repair) {
+    if (!repair || !repair.isSelective())
+      return view;
+    FloatAttr fraction, deviation;
+    if (repair.getKind() == RepairKind::Fraction)
+      fraction = b.getF64FloatAttr(repair.getFractionValue());
+    else
+      deviation = b.getF64FloatAttr(repair.getDeviationValue());
+    return SelectiveRecomputeOp::create(b, loc, model, view, start,
+                                        length(view), fraction, deviation);
   }
 
 private:
@@ -125,8 +136,11 @@ private:
   /// What the pass did (see the fuse pass on why it counts by itself).
   struct {
     uint64_t edits = 0, composes = 0, segmentsRecomputed = 0,
-             segmentsReused = 0, logitsReused = 0;
+             segmentsReused = 0, logitsReused = 0, corrections = 0;
   } counts;
+  /// Results of erratum plans: their correction belongs to no declared
+  /// segment, so an edit of one cannot be planned (it would drop it).
+  DenseSet<Value> erratumResults;
 
   LogicalResult deriveEdit(EditOp edit,
                            DenseMap<Value, RecomputedLogits> &logitsOf);
@@ -145,6 +159,11 @@ KVDeriveCotSlicesPass::deriveEdit(EditOp edit,
     return failure();
   if (emitPlan && failed(emitEditPlanRemarks(edit, std::nullopt)))
     return failure();
+  if (erratumResults.contains(edit.getCache()))
+    return edit.emitOpError()
+           << "cannot plan an edit of the result of an erratum edit: its "
+              "correction belongs to no segment of the context, and the plan "
+              "would drop it";
   const DependencyGraph &graph = target->graph;
   EditPlan plan = EditPlan::build(graph, target->edited, edit.getStrategy());
 
@@ -159,7 +178,6 @@ KVDeriveCotSlicesPass::deriveEdit(EditOp edit,
   PlanBuilder pb(builder, edit.getLoc(), edit.getModel());
   Value source = edit.getCache();
   StringRef editedName = graph.segment(plan.edited).name;
-  auto [editedBegin, editedEnd] = pb.bounds(source, editedName);
 
   RecomputedLogits recomputed;
   auto recompute = [&](Value view, Value tokens, StringRef name) {
@@ -171,18 +189,34 @@ KVDeriveCotSlicesPass::deriveEdit(EditOp edit,
     return next;
   };
 
-  Value view = pb.slice(source, pb.index(0), editedBegin);
-  view = recompute(view, edit.getTokens(), editedName);
-
-  Value delta;
-  if (!plan.segmentsWith(SegmentAction::Reuse).empty()) {
-    Value newLength =
-        tensor::DimOp::create(builder, edit.getLoc(), edit.getTokens(), 0);
-    delta = pb.sub(newLength, pb.sub(editedEnd, editedBegin));
+  // The view up to the first later segment the loop below handles, and the
+  // end of the source's tokens it covers.
+  Value view, end, delta;
+  unsigned first;
+  if (plan.correctionBefore) {
+    // Erratum: the old cache up to the answer as it is, then the correction;
+    // the answer and what follows it are prefilled again below.
+    first = *plan.correctionBefore;
+    end = pb.bounds(source, graph.segment(first).name).first;
+    view = pb.slice(source, pb.index(0), end);
+    view = pb.prefill(view, edit.getCorrection(), correctionLabel(editedName),
+                      /*allLogits=*/false)
+               .first;
+    ++counts.corrections;
+  } else {
+    first = plan.edited + 1;
+    auto [editedBegin, editedEnd] = pb.bounds(source, editedName);
+    view = pb.slice(source, pb.index(0), editedBegin);
+    view = recompute(view, edit.getTokens(), editedName);
+    if (!plan.segmentsWith(SegmentAction::Reuse).empty()) {
+      Value newLength =
+          tensor::DimOp::create(builder, edit.getLoc(), edit.getTokens(), 0);
+      delta = pb.sub(newLength, pb.sub(editedEnd, editedBegin));
+    }
+    end = editedEnd;
   }
 
-  Value end = editedEnd;
-  for (unsigned i = plan.edited + 1; i < graph.size(); ++i) {
+  for (unsigned i = first; i < graph.size(); ++i) {
     StringRef name = graph.segment(i).name;
     auto [begin, segmentEnd] = pb.bounds(source, name);
     if (plan.actions[i] == SegmentAction::Recompute) {
@@ -201,6 +235,8 @@ KVDeriveCotSlicesPass::deriveEdit(EditOp edit,
   view = pb.prefill(view, pb.tokens(rest), "", /*allLogits=*/true).first;
 
   logitsOf[view] = std::move(recomputed);
+  if (plan.correctionBefore)
+    erratumResults.insert(view);
   edit.replaceAllUsesWith(view);
   edit.erase();
   ++counts.edits;
@@ -235,11 +271,7 @@ void KVDeriveCotSlicesPass::deriveCompose(ComposeOp compose) {
     Value start = pb.length(view);
     view = pb.concat(view,
                      pb.shift(pb.slice(block, begin, pb.length(block)), delta));
-    if (repair.getKind() == RepairKind::Fraction)
-      view = SelectiveRecomputeOp::create(
-          builder, loc, compose.getModel(), view, start, pb.length(view),
-          builder.getF64FloatAttr(repair.getFractionValue()));
-    result = view;
+    result = pb.selectiveRecompute(view, start, repair);
   } else {
     Value shifted = RopeShiftOp::create(builder, loc, block, delta);
     result = ConcatOp::create(builder, loc, cache.getType(),
@@ -281,6 +313,7 @@ void KVDeriveCotSlicesPass::deriveLogits(
 
 void KVDeriveCotSlicesPass::runOnOperation() {
   counts = {};
+  erratumResults.clear();
   SmallVector<Operation *> work;
   getOperation().walk([&](Operation *op) {
     if (isa<EditOp, ComposeOp>(op))
@@ -305,10 +338,12 @@ void KVDeriveCotSlicesPass::runOnOperation() {
   numSegmentsRecomputed = counts.segmentsRecomputed;
   numSegmentsReused = counts.segmentsReused;
   numLogitsReused = counts.logitsReused;
+  numCorrections = counts.corrections;
   if (emitStatistics)
     getOperation().emitRemark()
         << "kv-derive-cot-slices: " << counts.edits << " edits, "
         << counts.composes << " composes, " << counts.segmentsRecomputed
         << " segments recomputed, " << counts.segmentsReused
-        << " segments reused, " << counts.logitsReused << " logits reused";
+        << " segments reused, " << counts.logitsReused << " logits reused, "
+        << counts.corrections << " corrections";
 }

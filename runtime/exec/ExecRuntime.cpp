@@ -61,7 +61,7 @@ struct kvrt_exec_context {
 
   int64_t planDepth = 0, callDepth = 0;
   kvrt_exec_work plan{}, setup{};
-  std::vector<std::pair<int64_t, int64_t>> repairs;
+  std::vector<kvrt_exec_repair> repairs;
 
   ~kvrt_exec_context() {
     for (kvrt_view *view : views)
@@ -257,13 +257,12 @@ int64_t kvrt_exec_num_repairs(const kvrt_exec_context *ctx) {
   return ctx ? int64_t(ctx->repairs.size()) : 0;
 }
 void kvrt_exec_get_repair(const kvrt_exec_context *ctx, int64_t index,
-                          int64_t *candidates, int64_t *chosen) {
-  if (!ctx || index < 0 || index >= int64_t(ctx->repairs.size()))
+                          kvrt_exec_repair *out) {
+  if (!out)
     return;
-  if (candidates)
-    *candidates = ctx->repairs[index].first;
-  if (chosen)
-    *chosen = ctx->repairs[index].second;
+  *out = kvrt_exec_repair{};
+  if (ctx && index >= 0 && index < int64_t(ctx->repairs.size()))
+    *out = ctx->repairs[index];
 }
 
 const int32_t *kvrt_exec_tokens_data(const kvrt_exec_tokens *tokens) {
@@ -499,12 +498,10 @@ int64_t kvrt_exec_end_position(kvrt_exec_context *ctx, const kvrt_view *view) {
   return live(ctx) && view ? endPosition(view) : 0;
 }
 
-kvrt_view *kvrt_exec_selective_recompute(kvrt_exec_context *ctx, int32_t site,
-                                         const char *key,
-                                         kvrt_prefill_fn forward,
-                                         const kvrt_model *model,
-                                         const kvrt_view *view, int64_t begin,
-                                         int64_t end, double fraction) {
+kvrt_view *kvrt_exec_selective_recompute(
+    kvrt_exec_context *ctx, int32_t site, const char *key,
+    kvrt_prefill_fn forward, const kvrt_model *model, const kvrt_view *view,
+    int64_t begin, int64_t end, int32_t mode, double amount) {
   return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
     if (model != ctx->model) {
       ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
@@ -514,6 +511,17 @@ kvrt_view *kvrt_exec_selective_recompute(kvrt_exec_context *ctx, int32_t site,
     }
     if (!checkView(ctx, site, view, "selective recompute"))
       return nullptr;
+    if (mode != KVRT_EXEC_REPAIR_FRACTION &&
+        mode != KVRT_EXEC_REPAIR_DEVIATION) {
+      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                str("selective recompute: unknown mode ", mode));
+      return nullptr;
+    }
+    kvir::RepairBudget budget;
+    budget.selection = mode == KVRT_EXEC_REPAIR_FRACTION
+                           ? kvir::RepairSelection::Fraction
+                           : kvir::RepairSelection::Deviation;
+    budget.amount = amount;
     kvir::SelectiveRecomputeStats stats;
     kvrt_view *out = nullptr;
     kvir::Forward fwd;
@@ -521,7 +529,7 @@ kvrt_view *kvrt_exec_selective_recompute(kvrt_exec_context *ctx, int32_t site,
     fwd.prefill = forward;
     if (kvrt_status s =
             kvir::selectiveRecompute(*ctx->backend, fwd, ctx->model, view,
-                                     begin, end, fraction, &out, &stats)) {
+                                     begin, end, budget, &out, &stats)) {
       ctx->failRuntime(
           site, s,
           str("selective recompute of [", begin, ", ", end, ") failed"));
@@ -542,7 +550,15 @@ kvrt_view *kvrt_exec_selective_recompute(kvrt_exec_context *ctx, int32_t site,
       work.flops += cost.prefillFlops(call.contextTokens, call.tokens, 1);
       work.kv_bytes_written += cost.kvBytes(call.tokens);
     }
-    ctx->repairs.push_back({stats.candidates, int64_t(stats.chosen.size())});
+    kvrt_exec_repair record{};
+    record.mode = mode;
+    record.amount = amount;
+    record.candidates = stats.candidates;
+    record.scanned = int64_t(stats.relativeDeviation.size());
+    record.chosen = int64_t(stats.chosen.size());
+    record.max_relative_deviation = stats.maxRelativeDeviation;
+    record.mean_relative_deviation = stats.meanRelativeDeviation;
+    ctx->repairs.push_back(record);
     return ctx->own(out);
   });
 }

@@ -94,11 +94,30 @@ int32_t kvrt_exec_error_site(const kvrt_exec_context *ctx);
 /// The work counted as plan (`plan` != 0) or setup.
 void kvrt_exec_get_work(const kvrt_exec_context *ctx, int32_t plan,
                         kvrt_exec_work *out);
-/// Selective recomputes executed: their number, and (candidates, chosen)
-/// of each.
+/// The `mode` of kvrt_exec_selective_recompute and of a repair record.
+#define KVRT_EXEC_REPAIR_FRACTION 0
+#define KVRT_EXEC_REPAIR_DEVIATION 1
+
+/// What one selective recompute did.
+typedef struct kvrt_exec_repair {
+  /// KVRT_EXEC_REPAIR_FRACTION or KVRT_EXEC_REPAIR_DEVIATION, and its amount
+  /// (the fraction f or the relative deviation threshold t).
+  int32_t mode;
+  double amount;
+  /// Candidate tokens (end - begin), those whose deviation was measured (all
+  /// candidates, or 0 when a fraction chose none and skipped the scan), and
+  /// those recomputed.
+  int64_t candidates, scanned, chosen;
+  /// The largest and the mean relative deviation ||v_fresh - v_stored|| /
+  /// ||v_fresh|| over the scanned tokens (0 when none was scanned).
+  double max_relative_deviation, mean_relative_deviation;
+} kvrt_exec_repair;
+
+/// Selective recomputes executed: their number, and the record of each (a
+/// zeroed record for an index out of range).
 int64_t kvrt_exec_num_repairs(const kvrt_exec_context *ctx);
 void kvrt_exec_get_repair(const kvrt_exec_context *ctx, int64_t index,
-                          int64_t *candidates, int64_t *chosen);
+                          kvrt_exec_repair *out);
 
 /// The ids of a token handle (valid while the context is alive).
 const int32_t *kvrt_exec_tokens_data(const kvrt_exec_tokens *tokens);

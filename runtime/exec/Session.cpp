@@ -702,11 +702,9 @@ RunOutcome kvir::exec::runEntry(EntryFn entry, const EntryManifest &manifest,
   outcome.plan = toStats(work);
   kvrt_exec_get_work(ctx.get(), 0, &work);
   outcome.setup = toStats(work);
-  for (int64_t i = 0, e = kvrt_exec_num_repairs(ctx.get()); i < e; ++i) {
-    int64_t candidates = 0, chosen = 0;
-    kvrt_exec_get_repair(ctx.get(), i, &candidates, &chosen);
-    outcome.repairs.push_back({candidates, chosen});
-  }
+  outcome.repairs.resize(kvrt_exec_num_repairs(ctx.get()));
+  for (size_t i = 0; i < outcome.repairs.size(); ++i)
+    kvrt_exec_get_repair(ctx.get(), int64_t(i), &outcome.repairs[i]);
   if (kvrt_exec_failed(ctx.get())) {
     outcome.failed = true;
     outcome.status = kvrt_exec_error_status(ctx.get());

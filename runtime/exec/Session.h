@@ -209,8 +209,8 @@ bool bindArguments(const EntryManifest &manifest,
 struct RunOutcome {
   std::vector<Value> results;
   WorkStats plan, setup;
-  /// Selective recomputes executed: (candidates, chosen) per op.
-  std::vector<std::pair<int64_t, int64_t>> repairs;
+  /// Selective recomputes executed, one record per op run.
+  std::vector<kvrt_exec_repair> repairs;
   bool failed = false;
   kvrt_status status = KVRT_OK;
   std::string message;

@@ -157,6 +157,71 @@ func.func @edit_frac(%m: !model, %c: !kv.cache<1x1x4xf32, @frac>, %t: tensor<2xi
 
 // -----
 
+// A deviation repair of @b [9,14) recomputes every token above the threshold:
+// how many is unknown at compile time, so the plan counts the deviation scan
+// (7680, as for fraction) on top of @f, @t (6880) and the answer logits
+// (800): 5 tokens, 15360 FLOPs, plus 0 to 5 tokens chosen at run time, at
+// most 5·(1152 + 32·12) = 7680 FLOPs.
+!model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>
+kv.context @dev {
+  kv.segment @a kind(system) tokens(4)
+  kv.segment @f kind(fact) tokens(2)
+  kv.segment @t kind(thought) tokens(3) deps(@f)
+  kv.segment @b kind(tool) tokens(5)
+}
+func.func @edit_deviation(%m: !model, %c: !kv.cache<1x1x4xf32, @dev>, %t: tensor<2xi32>) -> !kv.cache<1x1x4xf32, @dev> {
+  // expected-remark @below {{edit of @f (cot_slice, deviation = 0.05); keep: @a; recompute: @f, @t; reuse: @b; reused segments shift by len(@f') - len(@f); their tokens whose relative layer-1 value deviation exceeds 0.05 are recomputed (how many is known at run time only)}}
+  // expected-remark @below {{cost: plan 5 tokens 15360 FLOPs + 0 to 5 tokens (up to 7680 FLOPs) chosen at run time, unknown at compile time (estimated); exact 10 tokens 15360 FLOPs; full 14 tokens 20288 FLOPs}}
+  %e = kv.edit %m, %c[@f] = %t strategy <cot_slice, deviation = 0.05> : !model, !kv.cache<1x1x4xf32, @dev>, tensor<2xi32>
+  return %e : !kv.cache<1x1x4xf32, @dev>
+}
+
+// -----
+
+// An erratum keeps the old context up to the answer (the old @f of 2 tokens),
+// then prefills the 3-token correction and the answer after it:
+//   plan: correction [9,12) and @ans [12,14) = 5 tokens,
+//         5·1152 + 32·(10+11+12+13+14) = 7680, + 2·160 = 8000
+// Its reference is the edited context (@f of 4 tokens):
+//   exact: [4,13) = 9 tokens, 10368 + 32·81 = 12960, + 320 = 13280
+//   full:  [0,13) = 13 tokens, 14976 + 32·91 = 17888, + 320 = 18208
+!model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>
+kv.context @err {
+  kv.segment @a kind(system) tokens(4)
+  kv.segment @f kind(fact) tokens(2)
+  kv.segment @t kind(thought) tokens(3) deps(@f)
+  kv.segment @ans kind(answer) tokens(2) deps(@t)
+}
+func.func @edit_erratum(%m: !model, %c: !kv.cache<1x1x4xf32, @err>, %t: tensor<4xi32>, %fix: tensor<3xi32>) -> !kv.cache<1x1x4xf32, @err> {
+  // expected-remark @below {{edit of @f (erratum); keep: @a, @f, @t (@f with its old tokens); correction @f.erratum prefilled before @ans; recompute: @ans; reuse: none}}
+  // expected-remark @below {{cost: plan 5 tokens 8000 FLOPs; exact 9 tokens 13280 FLOPs; full 13 tokens 18208 FLOPs}}
+  %e = kv.edit %m, %c[@f] = %t strategy <erratum> correction(%fix) : !model, !kv.cache<1x1x4xf32, @err>, tensor<4xi32>, tensor<3xi32>
+  return %e : !kv.cache<1x1x4xf32, @err>
+}
+
+// -----
+
+// An erratum whose correction has a run-time size is priced at run time only
+// (with dynamic-size=6: correction [9,15) and @ans [15,17) = 8 tokens,
+// 8·1152 + 32·(10+...+17) = 12672, + 320 = 12992; exact and full as above
+// with the new @f of 2 tokens: [4,11) = 7 tokens 10176, [0,11) 15104).
+// DYN: remark: cost: plan 8 tokens 12992 FLOPs; exact 7 tokens 10176 FLOPs; full 11 tokens 15104 FLOPs
+!model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>
+kv.context @err {
+  kv.segment @a kind(system) tokens(4)
+  kv.segment @f kind(fact) tokens(2)
+  kv.segment @t kind(thought) tokens(3) deps(@f)
+  kv.segment @ans kind(answer) tokens(2) deps(@t)
+}
+func.func @edit_erratum_dyn(%m: !model, %c: !kv.cache<1x1x4xf32, @err>, %t: tensor<2xi32>, %fix: tensor<?xi32>) -> !kv.cache<1x1x4xf32, @err> {
+  // expected-remark @below {{edit of @f (erratum); keep: @a, @f, @t (@f with its old tokens); correction @f.erratum prefilled before @ans; recompute: @ans; reuse: none}}
+  // expected-remark @below {{cost: depends on the run-time sizes of the correction}}
+  %e = kv.edit %m, %c[@f] = %t strategy <erratum> correction(%fix) : !model, !kv.cache<1x1x4xf32, @err>, tensor<2xi32>, tensor<?xi32>
+  return %e : !kv.cache<1x1x4xf32, @err>
+}
+
+// -----
+
 // Compose: blocks whose lengths are known from the IR are placed after the
 // context; with a first_k repair the cost counts the recomputed tokens.
 //   main: 4 tokens [0,4); block of 3 tokens prefilled alone at 0 -> shift 4.

@@ -116,15 +116,42 @@ func.func @repair(%m: !model, %c: !cache, %b: index, %e: index) -> !cache {
   return %x : !cache
 }
 
+// The fraction repair passes mode 0 (KVRT_EXEC_REPAIR_FRACTION) and f.
 // CHECK-LABEL: func.func private @repair(
 // CHECK:         %[[F:.+]] = arith.constant 2.500000e-01 : f64
-// CHECK:         call @kvrt_exec_plan_begin(
-// CHECK-NEXT:    %[[R:.+]] = call @kvrt_exec_selective_recompute(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[F]])
+// CHECK:         arith.index_cast
+// CHECK:         arith.index_cast
+// CHECK-NEXT:    %[[FRACTION:.+]] = arith.constant 0 : i32
+// CHECK-NEXT:    call @kvrt_exec_plan_begin(
+// CHECK-NEXT:    %[[R:.+]] = call @kvrt_exec_selective_recompute(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[FRACTION]], %[[F]])
 // CHECK-NEXT:    call @kvrt_exec_plan_end(
 // CHECK:         constant @kv_fwd_fcf7c6399ef6fcd9_materialize
 // CHECK:         call @kvrt_exec_plan_begin(
 // CHECK-NEXT:    call @kvrt_exec_materialize(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[R]])
 // CHECK-NEXT:    call @kvrt_exec_plan_end(
+
+// -----
+
+// A deviation repair passes mode 1 (KVRT_EXEC_REPAIR_DEVIATION) and the
+// threshold t, to the same entry point.
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+!cache = !kv.cache<5x4x8xf32>
+func.func private @kv_fwd_fcf7c6399ef6fcd9_prefill(!llvm.ptr)
+func.func @deviation_repair(%m: !model, %c: !cache, %b: index, %e: index) -> !cache {
+  %r = kv.selective_recompute %m, %c[%b, %e] deviation 5.000000e-02 : !model, !cache
+  return %r : !cache
+}
+
+// CHECK-LABEL: func.func private @deviation_repair(
+// CHECK-SAME:    %[[CTX:[^:]+]]: !llvm.ptr, %[[M:[^:]+]]: !llvm.ptr, %[[C:[^:]+]]: !llvm.ptr, %[[B:[^:]+]]: index, %[[E:[^:]+]]: index)
+// CHECK:         %[[T:.+]] = arith.constant 5.000000e-02 : f64
+// CHECK:         %[[KEY:.+]] = llvm.mlir.addressof
+// CHECK:         %[[FWD:.+]] = constant @kv_fwd_fcf7c6399ef6fcd9_prefill
+// CHECK:         %[[B64:.+]] = arith.index_cast %[[B]] : index to i64
+// CHECK:         %[[E64:.+]] = arith.index_cast %[[E]] : index to i64
+// CHECK-NEXT:    %[[DEVIATION:.+]] = arith.constant 1 : i32
+// CHECK-NEXT:    %[[R:.+]] = call @kvrt_exec_selective_recompute(%[[CTX]], %{{.*}}, %[[KEY]], %[[FWD]], %[[M]], %[[C]], %[[B64]], %[[E64]], %[[DEVIATION]], %[[T]]) : (!llvm.ptr, i32, !llvm.ptr, (!llvm.ptr) -> (), !llvm.ptr, !llvm.ptr, i64, i64, i32, f64) -> !llvm.ptr
+// CHECK:         return %[[R]]
 
 // -----
 

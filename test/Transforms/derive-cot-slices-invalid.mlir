@@ -74,3 +74,60 @@ func.func @fraction_out_of_range(%m: !model, %c: !kv.cache<1x1x4xf32, @ctx>, %ne
   %e = kv.edit %m, %c[@f] = %new strategy <cot_slice, fraction = 1.5> : !model, !kv.cache<1x1x4xf32, @ctx>, tensor<2xi32>
   return %e : !kv.cache<1x1x4xf32, @ctx>
 }
+
+// -----
+
+!model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>
+kv.context @ctx {
+  kv.segment @f kind(fact) tokens(2)
+  kv.segment @ans kind(answer) tokens(2) deps(@f)
+}
+// An erratum without its correction tokens.
+func.func @erratum_without_correction(%m: !model, %c: !kv.cache<1x1x4xf32, @ctx>, %new: tensor<2xi32>) -> !kv.cache<1x1x4xf32, @ctx> {
+  // expected-error @below {{cannot plan: an erratum needs its correction tokens}}
+  %e = kv.edit %m, %c[@f] = %new strategy <erratum> : !model, !kv.cache<1x1x4xf32, @ctx>, tensor<2xi32>
+  return %e : !kv.cache<1x1x4xf32, @ctx>
+}
+
+// -----
+
+!model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>
+kv.context @ctx {
+  kv.segment @f kind(fact) tokens(2)
+  kv.segment @ans kind(answer) tokens(2) deps(@f)
+}
+// An erratum of the last segment: no answer follows the correction.
+func.func @erratum_of_last_segment(%m: !model, %c: !kv.cache<1x1x4xf32, @ctx>, %new: tensor<2xi32>, %fix: tensor<3xi32>) -> !kv.cache<1x1x4xf32, @ctx> {
+  // expected-error @below {{cannot plan: erratum of @ans, the last segment of context @ctx, leaves no answer to recompute after the correction}}
+  %e = kv.edit %m, %c[@ans] = %new strategy <erratum> correction(%fix) : !model, !kv.cache<1x1x4xf32, @ctx>, tensor<2xi32>, tensor<3xi32>
+  return %e : !kv.cache<1x1x4xf32, @ctx>
+}
+
+// -----
+
+!model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>
+kv.context @ctx {
+  kv.segment @f kind(fact) tokens(2)
+  kv.segment @ans kind(answer) tokens(2) deps(@f)
+}
+// An edit of an erratum's result: its correction belongs to no segment, so a
+// plan over the context's segments would drop it.
+func.func @edit_after_erratum(%m: !model, %c: !kv.cache<1x1x4xf32, @ctx>, %new: tensor<2xi32>, %fix: tensor<3xi32>) -> !kv.cache<1x1x4xf32, @ctx> {
+  %e = kv.edit %m, %c[@f] = %new strategy <erratum> correction(%fix) : !model, !kv.cache<1x1x4xf32, @ctx>, tensor<2xi32>, tensor<3xi32>
+  // expected-error @below {{cannot plan an edit of the result of an erratum edit: its correction belongs to no segment of the context, and the plan would drop it}}
+  %e2 = kv.edit %m, %e[@f] = %new strategy <exact> : !model, !kv.cache<1x1x4xf32, @ctx>, tensor<2xi32>
+  return %e2 : !kv.cache<1x1x4xf32, @ctx>
+}
+
+// -----
+
+!model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>
+kv.context @ctx {
+  kv.segment @f kind(fact) tokens(2)
+}
+// A deviation threshold that is not positive cannot be built either.
+func.func @deviation_not_positive(%m: !model, %c: !kv.cache<1x1x4xf32, @ctx>, %new: tensor<2xi32>) -> !kv.cache<1x1x4xf32, @ctx> {
+  // expected-error @below {{repair budget deviation must be a finite threshold > 0, got 0.0}}
+  %e = kv.edit %m, %c[@f] = %new strategy <cot_slice, deviation = 0.0> : !model, !kv.cache<1x1x4xf32, @ctx>, tensor<2xi32>
+  return %e : !kv.cache<1x1x4xf32, @ctx>
+}

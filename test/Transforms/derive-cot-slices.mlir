@@ -125,6 +125,101 @@ func.func @fraction(%m: !model, %c: !cache, %new: tensor<2xi32>) -> !cache {
 !cache = !kv.cache<1x1x4xf32, @ctx>
 kv.context @ctx {
   kv.segment @f kind(fact) tokens(2)
+  kv.segment @b kind(tool) tokens(5)
+}
+
+// deviation: like fraction, the reused segment is appended shifted, then the
+// tokens whose relative deviation exceeds the threshold are recomputed at
+// run time.
+// CHECK-LABEL: func.func @deviation
+// CHECK:     %[[V1:.+]], %{{.+}} = kv.prefill {{.+}} segment @f last
+// CHECK:     %[[START:.+]] = kv.length %[[V1]]
+// CHECK:     %[[SHIFTED:.+]] = kv.rope_shift
+// CHECK:     %[[V2:.+]] = kv.concat %[[V1]], %[[SHIFTED]]
+// CHECK:     %[[END:.+]] = kv.length %[[V2]]
+// CHECK:     %[[R:.+]] = kv.selective_recompute %{{.+}}, %[[V2]][%[[START]], %[[END]]] deviation 5.000000e-02 :
+// CHECK-NOT: fraction
+// CHECK:     kv.prefill %{{.+}}, %[[R]], %{{.+}} :
+func.func @deviation(%m: !model, %c: !cache, %new: tensor<2xi32>) -> !cache {
+  %e = kv.edit %m, %c[@f] = %new strategy <cot_slice, deviation = 0.05> : !model, !cache, tensor<2xi32>
+  return %e : !cache
+}
+
+// -----
+
+!model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>
+!cache = !kv.cache<1x1x4xf32, @ctx>
+kv.context @ctx {
+  kv.segment @a kind(system) tokens(4)
+  kv.segment @f kind(fact) tokens(2)
+  kv.segment @t kind(thought) tokens(3) deps(@f)
+  kv.segment @ans kind(answer) tokens(2) deps(@t)
+  kv.segment @note kind(other) tokens(3)
+}
+
+// erratum: the old cache up to the answer is kept as it is (@f with its old
+// tokens, @t not recomputed), the correction is prefilled after it labelled
+// @f.erratum, then the answer and what follows it (@note, the continuation)
+// are prefilled again; the new tokens of @f are not used. The kv.logits of
+// @ans takes the answer's prefill.
+// CHECK-LABEL: func.func @erratum
+// CHECK-SAME: (%[[M:.+]]: !model, %[[C:.+]]: !kv.cache<1x1x4xf32, @ctx>, %[[NEW:.+]]: tensor<2xi32>, %[[FIX:.+]]: tensor<?xi32>)
+// CHECK-NOT: kv.segment_bounds %[[C]][@f]
+// CHECK:     %[[AB:.+]], %[[AE:.+]] = kv.segment_bounds %[[C]][@ans]
+// CHECK:     %[[ZERO:.+]] = arith.constant 0 : index
+// CHECK:     %[[KEPT:.+]] = kv.slice %[[C]][%[[ZERO]], %[[AB]]]
+// CHECK:     %[[V1:.+]], %{{.+}} = kv.prefill %[[M]], %[[KEPT]], %[[FIX]] segment @f.erratum last :
+// CHECK:     %[[ANS:.+]] = kv.slice %[[C]][%[[AB]], %[[AE]]]
+// CHECK:     %[[ATOK:.+]] = kv.tokens %[[ANS]]
+// CHECK:     %[[V2:.+]], %[[L:.+]] = kv.prefill %[[M]], %[[V1]], %[[ATOK]] segment @ans : {{.+}} -> !kv.cache<1x1x4xf32, @ctx>, tensor<?x10xf32>
+// CHECK:     %[[NB:.+]], %[[NE:.+]] = kv.segment_bounds %[[C]][@note]
+// CHECK:     %[[NOTE:.+]] = kv.slice %[[C]][%[[NB]], %[[NE]]]
+// CHECK:     %[[NTOK:.+]] = kv.tokens %[[NOTE]]
+// CHECK:     %[[V3:.+]], %{{.+}} = kv.prefill %[[M]], %[[V2]], %[[NTOK]] segment @note last
+// CHECK:     %[[LEN:.+]] = kv.length %[[C]]
+// CHECK:     %[[REST:.+]] = kv.slice %[[C]][%[[NE]], %[[LEN]]]
+// CHECK:     %[[RTOK:.+]] = kv.tokens %[[REST]]
+// CHECK:     %[[V4:.+]], %{{.+}} = kv.prefill %[[M]], %[[V3]], %[[RTOK]] :
+// CHECK-NOT: kv.rope_shift
+// CHECK-NOT: kv.logits
+// CHECK-NOT: %[[NEW]]
+// CHECK:     return %[[V4]], %[[L]]
+func.func @erratum(%m: !model, %c: !cache, %new: tensor<2xi32>, %fix: tensor<?xi32>) -> (!cache, tensor<?x10xf32>) {
+  %e = kv.edit %m, %c[@f] = %new strategy <erratum> correction(%fix) : !model, !cache, tensor<2xi32>, tensor<?xi32>
+  %l = kv.logits %m, %e[@ans] : !model, !cache -> tensor<?x10xf32>
+  return %e, %l : !cache, tensor<?x10xf32>
+}
+
+// -----
+
+!model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>
+!cache = !kv.cache<1x1x4xf32, @ctx>
+kv.context @ctx {
+  kv.segment @f kind(fact) tokens(2)
+  kv.segment @t kind(thought) tokens(3) deps(@f)
+  kv.segment @q kind(user) tokens(2)
+}
+
+// erratum in a context without an answer segment: the last segment is the
+// answer, so the correction goes before @q; @t is kept.
+// CHECK-LABEL: func.func @erratum_last_segment_is_the_answer
+// CHECK-SAME: (%[[M:.+]]: !model, %[[C:.+]]: !kv.cache<1x1x4xf32, @ctx>, %{{.+}}: tensor<2xi32>, %[[FIX:.+]]: tensor<4xi32>)
+// CHECK:     %[[QB:.+]], %[[QE:.+]] = kv.segment_bounds %[[C]][@q]
+// CHECK:     %[[KEPT:.+]] = kv.slice %[[C]][%{{.+}}, %[[QB]]]
+// CHECK:     %[[V1:.+]], %{{.+}} = kv.prefill %[[M]], %[[KEPT]], %[[FIX]] segment @f.erratum last :
+// CHECK-NOT: segment @t
+// CHECK:     kv.prefill %[[M]], %[[V1]], %{{.+}} segment @q last
+func.func @erratum_last_segment_is_the_answer(%m: !model, %c: !cache, %new: tensor<2xi32>, %fix: tensor<4xi32>) -> !cache {
+  %e = kv.edit %m, %c[@f] = %new strategy <erratum> correction(%fix) : !model, !cache, tensor<2xi32>, tensor<4xi32>
+  return %e : !cache
+}
+
+// -----
+
+!model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>
+!cache = !kv.cache<1x1x4xf32, @ctx>
+kv.context @ctx {
+  kv.segment @f kind(fact) tokens(2)
   kv.segment @t kind(thought) tokens(3) deps(@f)
   kv.segment @ans kind(answer) tokens(2) deps(@t)
 }
@@ -208,6 +303,26 @@ func.func @compose(%c: !cache, %b: !cache) -> !cache {
 // CHECK:     kv.concat %[[V]], %[[S]]
 func.func @compose_first_k(%m: !model, %c: !cache, %b: !cache, %pos: index) -> !cache {
   %r = kv.compose %c, %b at %pos repair <first_k = 4> using %m : !cache, !cache, !model
+  return %r : !cache
+}
+
+// -----
+
+!model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>
+!cache = !kv.cache<1x1x4xf32>
+
+// compose with a deviation budget: the block is appended shifted, then its
+// tokens above the threshold are recomputed.
+// CHECK-LABEL: func.func @compose_deviation
+// CHECK-SAME: (%[[M:.+]]: !model, %[[C:.+]]: !kv.cache<1x1x4xf32>, %[[B:.+]]: !kv.cache<1x1x4xf32>)
+// CHECK:     %[[START:.+]] = kv.length %[[C]]
+// CHECK:     %[[S:.+]] = kv.rope_shift
+// CHECK:     %[[V:.+]] = kv.concat %[[C]], %[[S]]
+// CHECK:     %[[END:.+]] = kv.length %[[V]]
+// CHECK:     %[[R:.+]] = kv.selective_recompute %[[M]], %[[V]][%[[START]], %[[END]]] deviation 2.000000e-01
+// CHECK:     return %[[R]]
+func.func @compose_deviation(%m: !model, %c: !cache, %b: !cache) -> !cache {
+  %r = kv.compose %c, %b repair <deviation = 0.2> using %m : !cache, !cache, !model
   return %r : !cache
 }
 

@@ -176,8 +176,8 @@ std::string withStrategy(std::string text, const std::string &strategy) {
 TEST(ProgramTest, ExactEditEqualsFullPrefill) {
   Harness h;
   auto inputs = agentInputs();
-  auto results = h.run(withStrategy(readSource("examples/agent-edit.mlir"), "exact"),
-      inputs);
+  auto results = h.run(
+      withStrategy(readSource("examples/agent-edit.mlir"), "exact"), inputs);
   ASSERT_EQ(results.size(), 1u);
   const kvir::exec::Logits &answer = *results[0].logits;
   ASSERT_EQ(answer.rows, 8);
@@ -261,12 +261,15 @@ TEST(ProgramTest, ComposeEqualsHandPlan) {
 // A fraction repair runs the selective recompute on the reused @tools.
 TEST(ProgramTest, FractionRepairRecomputesItsShare) {
   Harness h;
-  auto results = h.run(                       withStrategy(readSource("examples/agent-edit.mlir"),
+  auto results = h.run(withStrategy(readSource("examples/agent-edit.mlir"),
                                     "cot_slice, fraction = 0.15"),
                        agentInputs());
   ASSERT_EQ(results.size(), 1u);
   ASSERT_EQ(h.outcome.repairs.size(), 1u);
-  EXPECT_EQ(h.outcome.repairs[0], std::make_pair(int64_t(120), int64_t(18)));
+  EXPECT_EQ(h.outcome.repairs[0].mode, KVRT_EXEC_REPAIR_FRACTION);
+  EXPECT_EQ(h.outcome.repairs[0].amount, 0.15);
+  EXPECT_EQ(h.outcome.repairs[0].candidates, 120);
+  EXPECT_EQ(h.outcome.repairs[0].chosen, 18);
   EXPECT_EQ(h.outcome.plan.prefillTokens, 16 + 18 + 32 + 32 + 8);
   EXPECT_EQ(h.outcome.plan.scanTokens, 120);
 }

@@ -104,7 +104,39 @@ private:
   bool first = true, pendingKey = false;
 };
 
+const char *repairModeName(int32_t mode) {
+  return mode == KVRT_EXEC_REPAIR_DEVIATION ? "deviation" : "fraction";
+}
+
+void writeRepair(Json &j, const kvrt_exec_repair &repair) {
+  j.beginObject();
+  j.field("mode", repairModeName(repair.mode));
+  j.field("amount", repair.amount);
+  j.field("candidates", repair.candidates);
+  j.field("scanned", repair.scanned);
+  j.field("chosen", repair.chosen);
+  j.field("max_relative_deviation", repair.max_relative_deviation);
+  j.field("mean_relative_deviation", repair.mean_relative_deviation);
+  j.endObject();
+}
+
 } // namespace
+
+std::string kvir::run::describeRepair(const kvrt_exec_repair &repair) {
+  std::string line =
+      format("selective recompute: %lld of %lld reused tokens recomputed (",
+             (long long)repair.chosen, (long long)repair.candidates);
+  if (repair.mode == KVRT_EXEC_REPAIR_DEVIATION)
+    line += format("relative deviation > t = %g", repair.amount);
+  else
+    line += format("fraction f = %g of the most deviating", repair.amount);
+  if (repair.scanned == 0)
+    return line + "; none scanned)";
+  return line + format("; %lld tokens scanned, relative deviation max %.4g "
+                       "mean %.4g)",
+                       (long long)repair.scanned, repair.max_relative_deviation,
+                       repair.mean_relative_deviation);
+}
 
 std::string kvir::run::describeConfig(const kvrt_model_config &c) {
   return "dim " + std::to_string(c.dim) + ", hidden " +
@@ -317,11 +349,8 @@ void kvir::run::printText(const Report &r) {
                r.plan.seconds * 1e3, (long long)r.setup.prefillTokens,
                r.setup.seconds * 1e3,
                r.hasPlanOps ? "" : " (no edit/compose/logits: all is plan)");
-  for (auto [candidates, chosen] : r.repairs)
-    std::fprintf(os,
-                 "selective recompute: %lld of %lld reused tokens "
-                 "recomputed\n",
-                 (long long)chosen, (long long)candidates);
+  for (const kvrt_exec_repair &repair : r.repairs)
+    std::fprintf(os, "%s\n", describeRepair(repair).c_str());
   if (!r.compared) {
     if (!r.compareNote.empty())
       std::fprintf(os, "compare: %s\n", r.compareNote.c_str());
@@ -465,12 +494,8 @@ void kvir::run::printJson(const Report &r) {
   work("setup", r.setup);
   j.key("selective_recompute");
   j.beginArray();
-  for (const auto &[candidates, chosen] : r.repairs) {
-    j.beginObject();
-    j.field("candidates", candidates);
-    j.field("chosen", chosen);
-    j.endObject();
-  }
+  for (const kvrt_exec_repair &repair : r.repairs)
+    writeRepair(j, repair);
   j.endArray();
   if (!r.compared) {
     if (!r.compareNote.empty())

@@ -28,7 +28,7 @@ struct Report {
   std::vector<exec::Value> results;
   exec::WorkStats plan, setup;
   bool hasPlanOps = false;
-  std::vector<std::pair<int64_t, int64_t>> repairs;
+  std::vector<kvrt_exec_repair> repairs;
   int64_t greedy = 0;
   std::vector<int32_t> greedyPlan;
   // --compare-full-prefill
@@ -73,6 +73,10 @@ bool completeReport(Report &report, const exec::RunOutcome &outcome,
                     const Forward &forward, const kvrt_model *model,
                     kvrt_pool *pool, const MeasureOptions &options,
                     std::string &error);
+
+/// The report line of one selective recompute, e.g. "selective recompute: 7
+/// of 120 reused tokens recomputed (deviation > t = 0.05; ...)".
+std::string describeRepair(const kvrt_exec_repair &repair);
 
 /// Writes float32 values in host (little-endian) order; false with `error`.
 bool writeFloats(const std::vector<float> &values, const std::string &path,

@@ -15,6 +15,7 @@
 #include "passes/Conversion/KVToRuntime/ExecABI.h"
 #include "passes/Passes.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/exec/ExecRuntime.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
@@ -443,16 +444,24 @@ struct SelectiveRecomputeLowering : RuntimePattern<SelectiveRecomputeOp> {
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     Value ctx = contextOf(op, rewriter);
-    Value fraction = arith::ConstantOp::create(
-        rewriter, loc,
-        rewriter.getF64FloatAttr(op.getFraction().convertToDouble()));
+    std::optional<APFloat> fraction = op.getFraction(),
+                           deviation = op.getDeviation();
+    if (fraction.has_value() == deviation.has_value())
+      return op.emitOpError("needs exactly one of `fraction f` and "
+                            "`deviation t`");
+    int32_t mode =
+        fraction ? KVRT_EXEC_REPAIR_FRACTION : KVRT_EXEC_REPAIR_DEVIATION;
+    double amount = (fraction ? *fraction : *deviation).convertToDouble();
+    Value amountValue = arith::ConstantOp::create(
+        rewriter, loc, rewriter.getF64FloatAttr(amount));
     rewriter.replaceOp(
         op, call<ExecFn::kvrt_exec_selective_recompute>(
                 rewriter, op, ctx, site(rewriter, op), forwardKey(rewriter, op),
                 forward(rewriter, op, ForwardEntryPoint::Prefill),
                 adaptor.getModel(), adaptor.getCache(),
                 toI64(rewriter, loc, adaptor.getBegin()),
-                toI64(rewriter, loc, adaptor.getEnd()), fraction));
+                toI64(rewriter, loc, adaptor.getEnd()),
+                constI32(rewriter, loc, mode), amountValue));
     return success();
   }
 };

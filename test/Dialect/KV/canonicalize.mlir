@@ -118,3 +118,45 @@ func.func @dead_views(%c: !cache, %d: index) {
   %t = kv.tokens %s : !cache -> tensor<?xi32>
   return
 }
+
+// -----
+
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+!cache = !kv.cache<5x4x8xf32, @agent>
+kv.context @agent {
+  kv.segment @city kind(fact) tokens(?)
+  kv.segment @answer kind(answer) tokens(4) deps(@city)
+}
+
+// An edit that puts back a segment's own tokens changes nothing.
+// CHECK-LABEL: func.func @edit_to_same_tokens
+// CHECK-SAME:    (%{{.+}}: !model, %[[C:.+]]: !kv.cache<5x4x8xf32, @agent>)
+// CHECK-NOT:   kv.edit
+// CHECK:       return %[[C]]
+func.func @edit_to_same_tokens(%m: !model, %c: !cache) -> !cache {
+  %b, %e = kv.segment_bounds %c[@city] : !cache
+  %s = kv.slice %c[%b, %e] : !cache
+  %t = kv.tokens %s : !cache -> tensor<?xi32>
+  %r = kv.edit %m, %c[@city] = %t strategy <cot_slice> : !model, !cache, tensor<?xi32>
+  return %r : !cache
+}
+
+// -----
+
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+!cache = !kv.cache<5x4x8xf32, @agent>
+kv.context @agent {
+  kv.segment @city kind(fact) tokens(?)
+  kv.segment @answer kind(answer) tokens(4) deps(@city)
+}
+
+// An erratum of the same tokens still appends the correction it was given.
+// CHECK-LABEL: func.func @no_fold_erratum_to_same_tokens
+// CHECK:       kv.edit {{.+}} strategy <erratum> correction(
+func.func @no_fold_erratum_to_same_tokens(%m: !model, %c: !cache, %fix: tensor<?xi32>) -> !cache {
+  %b, %e = kv.segment_bounds %c[@city] : !cache
+  %s = kv.slice %c[%b, %e] : !cache
+  %t = kv.tokens %s : !cache -> tensor<?xi32>
+  %r = kv.edit %m, %c[@city] = %t strategy <erratum> correction(%fix) : !model, !cache, tensor<?xi32>, tensor<?xi32>
+  return %r : !cache
+}

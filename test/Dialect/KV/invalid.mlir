@@ -98,6 +98,76 @@ func.func @edit_unknown_segment(%m: !m, %c: !kv.cache<5x4x8xf32, @agent>, %t: te
 
 // -----
 
+// An erratum needs the correction it appends.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @city kind(fact) tokens(?)
+  kv.segment @answer kind(answer) tokens(8) deps(@city)
+}
+func.func @erratum_without_correction(%m: !m, %c: !kv.cache<5x4x8xf32, @agent>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.edit' op strategy erratum needs the tokens of the correction it appends: add `correction(%tokens)`}}
+  %0 = kv.edit %m, %c[@city] = %t strategy <erratum> : !m, !kv.cache<5x4x8xf32, @agent>, tensor<?xi32>
+  return
+}
+
+// -----
+
+// Only an erratum takes correction tokens.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @city kind(fact) tokens(?)
+  kv.segment @answer kind(answer) tokens(8) deps(@city)
+}
+func.func @correction_without_erratum(%m: !m, %c: !kv.cache<5x4x8xf32, @agent>, %t: tensor<?xi32>, %fix: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.edit' op takes correction tokens only with the erratum strategy, not cot_slice}}
+  %0 = kv.edit %m, %c[@city] = %t strategy <cot_slice> correction(%fix) : !m, !kv.cache<5x4x8xf32, @agent>, tensor<?xi32>, tensor<?xi32>
+  return
+}
+
+// -----
+
+// An erratum of the last segment leaves no answer to recompute after the
+// correction.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @city kind(fact) tokens(?)
+  kv.segment @answer kind(answer) tokens(8) deps(@city)
+}
+func.func @erratum_of_last_segment(%m: !m, %c: !kv.cache<5x4x8xf32, @agent>, %t: tensor<?xi32>, %fix: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.edit' op erratum of @answer, the last segment of context @agent, leaves no answer to recompute after the correction (use exact or cot_slice)}}
+  %0 = kv.edit %m, %c[@answer] = %t strategy <erratum> correction(%fix) : !m, !kv.cache<5x4x8xf32, @agent>, tensor<?xi32>, tensor<?xi32>
+  return
+}
+
+// -----
+
+// A correction label names no segment an edit could replace.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @city kind(fact) tokens(?)
+  kv.segment @answer kind(answer) tokens(8) deps(@city)
+}
+func.func @edit_of_correction(%m: !m, %c: !kv.cache<5x4x8xf32, @agent>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.edit' op segment @city.erratum is not defined in context @agent}}
+  %0 = kv.edit %m, %c[@city.erratum] = %t strategy <exact> : !m, !kv.cache<5x4x8xf32, @agent>, tensor<?xi32>
+  return
+}
+
+// -----
+
+// A correction label of a segment the context does not declare.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @city kind(fact) tokens(?)
+}
+func.func @correction_of_unknown_segment(%m: !m, %c: !kv.cache<5x4x8xf32, @agent>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.prefill' op segment @town.erratum is not defined in context @agent}}
+  %0, %l = kv.prefill %m, %c, %t segment @town.erratum : !m, (!kv.cache<5x4x8xf32, @agent>), tensor<?xi32> -> !kv.cache<5x4x8xf32, @agent>, tensor<?x512xf32>
+  return
+}
+
+// -----
+
 // kv.logits of a segment the context does not declare.
 !m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
 kv.context @agent {
@@ -256,7 +326,7 @@ func.func private @cache_element_type(!kv.cache<5x4x8xi32>)
 // -----
 
 // An unknown edit strategy.
-// expected-error@+1 {{unknown edit strategy 'lazy' (expected exact or cot_slice)}}
+// expected-error@+1 {{unknown edit strategy 'lazy' (expected exact, cot_slice or erratum)}}
 func.func private @unknown_strategy() attributes {kv.s = #kv.strategy<lazy>}
 
 // -----
@@ -285,8 +355,27 @@ func.func private @negative_fraction() attributes {kv.r = #kv.repair<fraction = 
 
 // -----
 
+// A deviation threshold must be positive: 0 would recompute every token
+// that deviates at all.
+// expected-error@+1 {{repair budget deviation must be a finite threshold > 0, got 0.0}}
+func.func private @zero_deviation() attributes {kv.s = #kv.strategy<cot_slice, deviation = 0.0>}
+
+// -----
+
+// A negative deviation threshold.
+// expected-error@+1 {{repair budget deviation must be a finite threshold > 0, got -0.1}}
+func.func private @negative_deviation() attributes {kv.r = #kv.repair<deviation = -0.1>}
+
+// -----
+
+// An erratum recomputes nothing it reuses: a repair budget is meaningless.
+// expected-error@+1 {{a repair budget needs the cot_slice strategy, not erratum}}
+func.func private @repair_with_erratum() attributes {kv.s = #kv.strategy<erratum, deviation = 0.1>}
+
+// -----
+
 // An unknown kind of repair budget.
-// expected-error@+1 {{unknown repair budget 'last_k' (expected first_k or fraction)}}
+// expected-error@+1 {{unknown repair budget 'last_k' (expected first_k, fraction or deviation)}}
 func.func private @unknown_repair() attributes {kv.s = #kv.strategy<cot_slice, last_k = 8>}
 
 // -----
@@ -535,6 +624,36 @@ func.func @concat_nothing() {
 func.func @selective_fraction(%m: !m, %c: !kv.cache<5x4x8xf32>, %b: index, %e: index) {
   // expected-error@+1 {{'kv.selective_recompute' op fraction must be in [0, 1], got 1.25}}
   %0 = kv.selective_recompute %m, %c[%b, %e] fraction 1.25 : !m, !kv.cache<5x4x8xf32>
+  return
+}
+
+// -----
+
+// A selective recomputation with both selections.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @selective_both(%m: !m, %c: !kv.cache<5x4x8xf32>, %b: index, %e: index) {
+  // expected-error@+1 {{'kv.selective_recompute' op needs exactly one of `fraction f` and `deviation t`, got both}}
+  %0 = kv.selective_recompute %m, %c[%b, %e] fraction 0.5 deviation 0.1 : !m, !kv.cache<5x4x8xf32>
+  return
+}
+
+// -----
+
+// A selective recomputation with no selection.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @selective_neither(%m: !m, %c: !kv.cache<5x4x8xf32>, %b: index, %e: index) {
+  // expected-error@+1 {{'kv.selective_recompute' op needs exactly one of `fraction f` and `deviation t`, got neither}}
+  %0 = kv.selective_recompute %m, %c[%b, %e] : !m, !kv.cache<5x4x8xf32>
+  return
+}
+
+// -----
+
+// A selective recomputation above a threshold that is not positive.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @selective_deviation(%m: !m, %c: !kv.cache<5x4x8xf32>, %b: index, %e: index) {
+  // expected-error@+1 {{'kv.selective_recompute' op deviation threshold must be finite and > 0, got -0.5}}
+  %0 = kv.selective_recompute %m, %c[%b, %e] deviation -0.5 : !m, !kv.cache<5x4x8xf32>
   return
 }
 

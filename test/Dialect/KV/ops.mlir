@@ -76,13 +76,44 @@ func.func @edits(%m: !model, %c: !cache, %t: tensor<?xi32>) -> !cache {
   return %e4 : !cache
 }
 
+// A deviation threshold, and an erratum with its correction tokens.
+// CHECK-LABEL: func.func @more_edits
+// CHECK-SAME:    %[[FIX:[^:]+]]: tensor<3xi32>
+func.func @more_edits(%m: !model, %c: !cache, %t: tensor<?xi32>, %fix: tensor<3xi32>) -> !cache {
+  // CHECK: strategy <cot_slice, deviation = 0.05> : !model, !kv.cache<5x4x8xf32, @agent>, tensor<?xi32>{{$}}
+  %e0 = kv.edit %m, %c[@tools] = %t strategy <cot_slice, deviation = 0.05> : !model, !cache, tensor<?xi32>
+  // CHECK: kv.edit %{{.+}}, %{{.+}}[@city] = %{{.+}} strategy <erratum> correction(%[[FIX]]) : !model, !kv.cache<5x4x8xf32, @agent>, tensor<?xi32>, tensor<3xi32>
+  %e1 = kv.edit %m, %e0[@city] = %t strategy <erratum> correction(%fix) : !model, !cache, tensor<?xi32>, tensor<3xi32>
+  // The generic form: the correction is a fourth operand.
+  // CHECK: kv.edit %{{.+}}, %{{.+}}[@think] = %{{.+}} strategy <erratum> correction(%[[FIX]]) :
+  %e2 = "kv.edit"(%m, %e1, %t, %fix) <{segment = @think, strategy = #kv.strategy<erratum>}> : (!model, !cache, tensor<?xi32>, tensor<3xi32>) -> !cache
+  return %e2 : !cache
+}
+
+// The run-time step of both selective budgets, and the label of an erratum's
+// correction, which names a segment without being declared.
+// CHECK-LABEL: func.func @repairs
+func.func @repairs(%m: !model, %c: !cache, %b: index, %e: index, %fix: tensor<3xi32>) -> (!cache, !cache, !cache) {
+  // CHECK: kv.selective_recompute %{{.+}}, %{{.+}}[%{{.+}}, %{{.+}}] fraction 1.500000e-01 : !model, !kv.cache<5x4x8xf32, @agent>
+  %f = kv.selective_recompute %m, %c[%b, %e] fraction 0.15 : !model, !cache
+  // CHECK: kv.selective_recompute %{{.+}}, %{{.+}}[%{{.+}}, %{{.+}}] deviation 5.000000e-02 : !model, !kv.cache<5x4x8xf32, @agent>
+  %d = kv.selective_recompute %m, %c[%b, %e] deviation 0.05 : !model, !cache
+  // CHECK: kv.prefill %{{.+}}, %{{.+}}, %{{.+}} segment @city.erratum last :
+  %p, %l = kv.prefill %m, %c, %fix segment @city.erratum last : !model, (!cache), tensor<3xi32> -> !cache, tensor<1x512xf32>
+  // CHECK: kv.segment_bounds %{{.+}}[@city.erratum] : !kv.cache<5x4x8xf32, @agent>
+  %cb, %ce = kv.segment_bounds %p[@city.erratum] : !cache
+  return %f, %d, %p : !cache, !cache, !cache
+}
+
 // CHECK-LABEL: func.func @compose
 func.func @compose(%m: !model, %c: !kv.cache<5x4x8xf32>, %b: !kv.cache<5x4x8xf32, @agent>, %pos: index) -> !kv.cache<5x4x8xf32> {
   // CHECK: %[[R0:.+]] = kv.compose %{{.+}}, %{{.+}} : !kv.cache<5x4x8xf32>, !kv.cache<5x4x8xf32, @agent>
   %r0 = kv.compose %c, %b : !kv.cache<5x4x8xf32>, !kv.cache<5x4x8xf32, @agent>
   // CHECK: kv.compose %[[R0]], %{{.+}} at %{{.+}} repair <fraction = 1.0> using %{{.+}} : !kv.cache<5x4x8xf32>, !kv.cache<5x4x8xf32, @agent>, !model
   %r1 = kv.compose %r0, %b at %pos repair <fraction = 1.0> using %m : !kv.cache<5x4x8xf32>, !kv.cache<5x4x8xf32, @agent>, !model
-  return %r1 : !kv.cache<5x4x8xf32>
+  // CHECK: kv.compose %{{.+}}, %{{.+}} repair <deviation = 0.2> using %{{.+}} :
+  %r2 = kv.compose %r1, %b repair <deviation = 0.2> using %m : !kv.cache<5x4x8xf32>, !kv.cache<5x4x8xf32, @agent>, !model
+  return %r2 : !kv.cache<5x4x8xf32>
 }
 
 // CHECK-LABEL: func.func @views

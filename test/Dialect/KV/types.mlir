@@ -26,10 +26,10 @@ kv.context @ctx {
 }
 
 // CHECK-LABEL: func.func @attrs
-// CHECK-SAME: test.repairs = [#kv.repair<first_k = 7>, #kv.repair<fraction = 0.333>]
-// CHECK-SAME: test.strategies = [#kv.strategy<exact>, #kv.strategy<cot_slice>, #kv.strategy<cot_slice, first_k = 0>, #kv.strategy<cot_slice, fraction = 0.0>]
+// CHECK-SAME: test.repairs = [#kv.repair<first_k = 7>, #kv.repair<fraction = 0.333>, #kv.repair<deviation = 0.001>]
+// CHECK-SAME: test.strategies = [#kv.strategy<exact>, #kv.strategy<cot_slice>, #kv.strategy<cot_slice, first_k = 0>, #kv.strategy<cot_slice, fraction = 0.0>, #kv.strategy<cot_slice, deviation = 2.5>, #kv.strategy<erratum>]
 func.func @attrs() attributes {
-    test.strategies = [#kv.strategy<exact>, #kv.strategy<cot_slice>, #kv.strategy<cot_slice, first_k = 0>, #kv.strategy<cot_slice, fraction = 0.0>],
-    test.repairs = [#kv.repair<first_k = 7>, #kv.repair<fraction = 0.333>]} {
+    test.strategies = [#kv.strategy<exact>, #kv.strategy<cot_slice>, #kv.strategy<cot_slice, first_k = 0>, #kv.strategy<cot_slice, fraction = 0.0>, #kv.strategy<cot_slice, deviation = 2.5>, #kv.strategy<erratum>],
+    test.repairs = [#kv.repair<first_k = 7>, #kv.repair<fraction = 0.333>, #kv.repair<deviation = 0.001>]} {
   return
 }

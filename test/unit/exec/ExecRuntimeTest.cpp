@@ -154,14 +154,52 @@ TEST_F(ExecRuntimeTest, SelectiveRecomputeCountsTheRepair) {
   kvrt_view *view = prefill(kvrt_exec_empty(ctx.get(), 0), ids(4), "a");
   view = prefill(view, ids(8, 30), "b");
   kvrt_view *repaired = kvrt_exec_selective_recompute(
-      ctx.get(), 7, nullptr, nullptr, model.get(), view, 4, 12, 0.25);
+      ctx.get(), 7, nullptr, nullptr, model.get(), view, 4, 12,
+      KVRT_EXEC_REPAIR_FRACTION, 0.25);
   ASSERT_NE(repaired, nullptr) << kvrt_exec_error_message(ctx.get());
   EXPECT_EQ(kvrt_exec_length(ctx.get(), repaired), 12);
   ASSERT_EQ(kvrt_exec_num_repairs(ctx.get()), 1);
-  int64_t candidates = 0, chosen = 0;
-  kvrt_exec_get_repair(ctx.get(), 0, &candidates, &chosen);
-  EXPECT_EQ(candidates, 8);
-  EXPECT_EQ(chosen, 2);
+  kvrt_exec_repair record;
+  kvrt_exec_get_repair(ctx.get(), 0, &record);
+  EXPECT_EQ(record.mode, KVRT_EXEC_REPAIR_FRACTION);
+  EXPECT_EQ(record.amount, 0.25);
+  EXPECT_EQ(record.candidates, 8);
+  EXPECT_EQ(record.scanned, 8);
+  EXPECT_EQ(record.chosen, 2);
+  // @b was prefilled over @a, where it sits: nothing deviates.
+  EXPECT_EQ(record.max_relative_deviation, 0.0);
+  EXPECT_EQ(record.mean_relative_deviation, 0.0);
+
+  // A deviation threshold: tokens in their own context deviate by 0, so none
+  // is above it; the scan still ran and is recorded.
+  kvrt_view *same = kvrt_exec_selective_recompute(
+      ctx.get(), 8, nullptr, nullptr, model.get(), view, 4, 12,
+      KVRT_EXEC_REPAIR_DEVIATION, 0.01);
+  ASSERT_NE(same, nullptr) << kvrt_exec_error_message(ctx.get());
+  ASSERT_EQ(kvrt_exec_num_repairs(ctx.get()), 2);
+  kvrt_exec_get_repair(ctx.get(), 1, &record);
+  EXPECT_EQ(record.mode, KVRT_EXEC_REPAIR_DEVIATION);
+  EXPECT_EQ(record.amount, 0.01);
+  EXPECT_EQ(record.candidates, 8);
+  EXPECT_EQ(record.scanned, 8);
+  EXPECT_EQ(record.chosen, 0);
+  kvrt_exec_work setup;
+  kvrt_exec_get_work(ctx.get(), 0, &setup);
+  EXPECT_EQ(setup.scan_tokens, 16);
+
+  // Out of range: a zeroed record.
+  kvrt_exec_get_repair(ctx.get(), 2, &record);
+  EXPECT_EQ(record.candidates, 0);
+  EXPECT_EQ(record.amount, 0.0);
+
+  // An unknown mode is an error at the op's site.
+  EXPECT_EQ(kvrt_exec_selective_recompute(ctx.get(), 9, nullptr, nullptr,
+                                          model.get(), view, 4, 12, 7, 0.5),
+            nullptr);
+  EXPECT_EQ(kvrt_exec_error_site(ctx.get()), 9);
+  EXPECT_NE(
+      std::string(kvrt_exec_error_message(ctx.get())).find("unknown mode 7"),
+      std::string::npos);
 }
 
 TEST_F(ExecRuntimeTest, FirstErrorIsKeptAndLaterCallsAreNoOps) {
