@@ -17,6 +17,7 @@
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
 
 #include <fstream>
 #include <map>
@@ -102,7 +103,22 @@ struct Harness {
   /// backend by default); returns the results.
   std::vector<Value> run(const std::string &text, const Inputs &inputs,
                          kvir::ComputeBackend *on = nullptr) {
-    auto program = compile(text);
+    return execute(compile(text), inputs, on);
+  }
+
+  /// Runs the @main of the planned module `planned` the same way.
+  std::vector<Value> runPlanned(mlir::OwningOpRef<mlir::ModuleOp> planned,
+                                const Inputs &inputs) {
+    kvir::compiler::LowerOptions options;
+    options.exportModel = config;
+    return execute(
+        kvir::compiler::compileProgram(std::move(planned), "main", options),
+        inputs, nullptr);
+  }
+
+  std::vector<Value>
+  execute(mlir::FailureOr<kvir::compiler::CompiledProgram> program,
+          const Inputs &inputs, kvir::ComputeBackend *on) {
     EXPECT_TRUE(mlir::succeeded(program)) << diagnostics;
     if (mlir::failed(program))
       return {};
@@ -115,11 +131,11 @@ struct Harness {
     }
     std::vector<Value> args;
     std::string error;
-    EXPECT_TRUE(bindArguments(program->manifest, config, options, args,
-                              nullptr, error))
+    EXPECT_TRUE(
+        bindArguments(program->manifest, config, options, args, nullptr, error))
         << error;
-    outcome = runEntry(program->entry, program->manifest,
-                       on ? *on : *backend, model.get(), pool.get(), args);
+    outcome = runEntry(program->entry, program->manifest, on ? *on : *backend,
+                       model.get(), pool.get(), args);
     EXPECT_FALSE(outcome.failed) << outcome.message;
     return outcome.results;
   }
@@ -272,6 +288,157 @@ TEST(ProgramTest, FractionRepairRecomputesItsShare) {
   EXPECT_EQ(h.outcome.repairs[0].chosen, 18);
   EXPECT_EQ(h.outcome.plan.prefillTokens, 16 + 18 + 32 + 32 + 8);
   EXPECT_EQ(h.outcome.plan.scanTokens, 120);
+}
+
+/// The entry `entry` of test/Integration/CPU/Inputs/strategies.mlir as @main.
+std::string strategiesProgram(const std::string &entry) {
+  std::string text = readSource("test/Integration/CPU/Inputs/strategies.mlir");
+  std::string from = "func.func @" + entry + "(";
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos);
+  return text.replace(at, from.size(), "func.func @main(");
+}
+
+/// agentInputs() by the names strategies.mlir gives them, with a 10-token
+/// correction.
+Inputs strategyInputs() {
+  Inputs in = agentInputs();
+  in["new_city"] = in["arg8"];
+  in.erase("arg8");
+  in["correction"] = tokensOf(9, 10);
+  return in;
+}
+
+// erratum equals the plan by hand: the original context up to @answer as it
+// is (the old 12-token city), the correction prefilled after @think2 at 444,
+// the answer after it at 454. The new city is not used.
+TEST(ProgramTest, ErratumEqualsHandPlan) {
+  Harness h;
+  Inputs in = strategyInputs();
+  auto results = h.run(strategiesProgram("erratum"), in);
+  ASSERT_EQ(results.size(), 1u);
+  const kvir::exec::Logits &answer = *results[0].logits;
+  ASSERT_EQ(answer.rows, 8);
+
+  ViewPtr view = emptyView(h.pool.get());
+  int64_t at = 0;
+  for (const char *name :
+       {"system", "history", "city", "tools", "think1", "think2"}) {
+    view = h.prefill(view.get(), in[name], at);
+    at += in[name].size();
+  }
+  ASSERT_EQ(at, 444);
+  view = h.prefill(view.get(), in["correction"], 444);
+  std::vector<float> expected;
+  h.prefill(view.get(), in["answer"], 454, &expected);
+  ASSERT_EQ(answer.data.size(), expected.size());
+  EXPECT_LT(maxAbsDiff(answer.data.data(), expected.data(), expected.size()),
+            1e-5);
+  EXPECT_EQ(answer.position, 454);
+  // Plan: the correction and the answer only.
+  EXPECT_EQ(h.outcome.plan.prefillTokens, 10 + 8);
+  EXPECT_EQ(h.outcome.setup.prefillTokens, 452);
+
+  // The answer attended the old context and the correction, labelled.
+  std::vector<std::string> labels;
+  std::vector<int64_t> sizes;
+  for (int64_t r = 0; r < kvrt_view_num_runs(answer.context.get()); ++r) {
+    kvrt_run run;
+    ASSERT_EQ(kvrt_view_get_run(answer.context.get(), r, &run), KVRT_OK);
+    labels.push_back(run.label ? run.label : "");
+    sizes.push_back(run.n_tokens);
+  }
+  EXPECT_EQ(labels,
+            (std::vector<std::string>{"system", "history", "city", "tools",
+                                      "think1", "think2", "city.erratum"}));
+  EXPECT_EQ(sizes, (std::vector<int64_t>{48, 200, 12, 120, 32, 32, 10}));
+}
+
+// The exact reference of an erratum program is the same program with the
+// erratum planned exact: its answer is computed in the edited context (456
+// tokens, the new city in place of the old), equal to the exact strategy's.
+TEST(ProgramTest, ErratumReferenceIsTheEditedContext) {
+  Harness h;
+  Inputs in = strategyInputs();
+  mlir::OwningOpRef<mlir::ModuleOp> parsed =
+      mlir::parseSourceString<mlir::ModuleOp>(strategiesProgram("erratum"),
+                                              &h.context);
+  ASSERT_TRUE(parsed) << h.diagnostics;
+  mlir::OwningOpRef<mlir::ModuleOp> reference =
+      kvir::compiler::exactReferenceOf(*parsed);
+  ASSERT_TRUE(reference);
+  ASSERT_TRUE(mlir::succeeded(kvir::compiler::planProgram(*reference)))
+      << h.diagnostics;
+  auto results = h.runPlanned(std::move(reference), in);
+  ASSERT_EQ(results.size(), 1u);
+  const kvir::exec::Logits &answer = *results[0].logits;
+
+  std::vector<int32_t> edited;
+  for (const char *name :
+       {"system", "history", "new_city", "tools", "think1", "think2"})
+    edited.insert(edited.end(), in[name].begin(), in[name].end());
+  EXPECT_EQ(viewTokens(answer.context.get()), edited);
+  EXPECT_EQ(answer.tokens, in["answer"]);
+
+  // The same as writing the edit exact by hand.
+  std::string exact = strategiesProgram("erratum");
+  for (auto [from, to] :
+       {std::pair<std::string, std::string>{
+            "strategy <erratum> correction(%fix)", "strategy <exact>"},
+        {": !model, !cache, tensor<?xi32>, tensor<?xi32>",
+         ": !model, !cache, tensor<?xi32>"}}) {
+    size_t at = exact.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    exact.replace(at, from.size(), to);
+  }
+  auto byHand = h.run(exact, in);
+  ASSERT_EQ(byHand.size(), 1u);
+  EXPECT_EQ(byHand[0].logits->data, answer.data);
+
+  // A program without an erratum has no exact reference.
+  mlir::OwningOpRef<mlir::ModuleOp> plain =
+      mlir::parseSourceString<mlir::ModuleOp>(
+          readSource("examples/agent-edit.mlir"), &h.context);
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(kvir::compiler::exactReferenceOf(*plain));
+}
+
+// A deviation repair of the reused @tools: the record says what it did, and
+// the plan prefills the chosen tokens on top of cot_slice's 88. A threshold
+// above every deviation chooses none and gives cot_slice's answer.
+TEST(ProgramTest, DeviationRepairRecordsItsSelection) {
+  Harness h;
+  Inputs in = strategyInputs();
+  in.erase("correction");
+  auto results = h.run(strategiesProgram("deviation"), in);
+  ASSERT_EQ(results.size(), 1u);
+  ASSERT_EQ(h.outcome.repairs.size(), 1u);
+  kvrt_exec_repair repair = h.outcome.repairs[0];
+  EXPECT_EQ(repair.mode, KVRT_EXEC_REPAIR_DEVIATION);
+  EXPECT_EQ(repair.amount, 0.05);
+  EXPECT_EQ(repair.candidates, 120);
+  EXPECT_EQ(repair.scanned, 120);
+  EXPECT_GT(repair.max_relative_deviation, 0.0);
+  EXPECT_GE(repair.max_relative_deviation, repair.mean_relative_deviation);
+  EXPECT_EQ(h.outcome.plan.prefillTokens, 88 + repair.chosen);
+  EXPECT_EQ(h.outcome.plan.scanTokens, 120);
+
+  std::string none = strategiesProgram("deviation");
+  const std::string from = "deviation = 0.05";
+  size_t at = none.find(from);
+  ASSERT_NE(at, std::string::npos);
+  none.replace(at, from.size(), "deviation = 1.0e+30");
+  auto unrepaired = h.run(none, in);
+  ASSERT_EQ(unrepaired.size(), 1u);
+  ASSERT_EQ(h.outcome.repairs.size(), 1u);
+  EXPECT_EQ(h.outcome.repairs[0].chosen, 0);
+  EXPECT_EQ(h.outcome.repairs[0].scanned, 120);
+  EXPECT_EQ(h.outcome.plan.prefillTokens, 88);
+
+  Inputs agent = agentInputs();
+  auto cotSlice = h.run(readSource("examples/agent-edit.mlir"), agent);
+  ASSERT_EQ(cotSlice.size(), 1u);
+  EXPECT_EQ(cotSlice[0].logits->data, unrepaired[0].logits->data);
 }
 
 // The generated CPU forward gives the oracle's answer for the same plan.

@@ -116,9 +116,30 @@ LogicalResult kvir::compiler::planProgram(ModuleOp module) {
   return success();
 }
 
+OwningOpRef<ModuleOp> kvir::compiler::exactReferenceOf(ModuleOp module) {
+  auto isErratum = [](kv::EditOp edit) {
+    return edit.getStrategy().getKind() == kv::StrategyKind::Erratum;
+  };
+  bool any = false;
+  module.walk([&](kv::EditOp edit) { any |= isErratum(edit); });
+  if (!any)
+    return nullptr;
+  OwningOpRef<ModuleOp> copy = module.clone();
+  auto exact = kv::StrategyAttr::get(module.getContext(),
+                                     kv::StrategyKind::Exact, kv::RepairAttr());
+  copy->walk([&](kv::EditOp edit) {
+    if (!isErratum(edit))
+      return;
+    edit.setStrategyAttr(exact);
+    edit.getCorrectionMutable().clear();
+  });
+  return copy;
+}
+
 OwningOpRef<ModuleOp> kvir::compiler::loadProgram(
     MLIRContext &context, llvm::SourceMgr &sourceMgr, StringRef path,
-    llvm::function_ref<LogicalResult(ModuleOp)> beforePlanning) {
+    llvm::function_ref<LogicalResult(ModuleOp)> beforePlanning,
+    OwningOpRef<ModuleOp> *exactReference) {
   auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
   if (!buffer) {
     emitError(UnknownLoc::get(&context))
@@ -128,9 +149,19 @@ OwningOpRef<ModuleOp> kvir::compiler::loadProgram(
   }
   sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
-  if (!module || (beforePlanning && failed(beforePlanning(*module))) ||
-      failed(planProgram(*module)))
+  if (!module)
     return nullptr;
+  // The reference is copied before planning, and planned after the program
+  // (whose diagnostics come first).
+  OwningOpRef<ModuleOp> reference;
+  if (exactReference)
+    reference = exactReferenceOf(*module);
+  if ((beforePlanning && failed(beforePlanning(*module))) ||
+      failed(planProgram(*module)) ||
+      (reference && failed(planProgram(*reference))))
+    return nullptr;
+  if (exactReference)
+    *exactReference = std::move(reference);
   return module;
 }
 

@@ -49,12 +49,22 @@ void registerDialects(mlir::DialectRegistry &registry);
 
 /// Parses and verifies `path` ("-" for stdin) into `sourceMgr`, calls
 /// `beforePlanning` on it when given (e.g. addAttributionEntry), then plans
-/// it (planProgram). Null after a diagnostic.
+/// it (planProgram). Null after a diagnostic. With `exactReference`, also
+/// plans exactReferenceOf the parsed program (copied before
+/// `beforePlanning`) into it (null when the program has no erratum edit).
 mlir::OwningOpRef<mlir::ModuleOp> loadProgram(
     mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr,
     llvm::StringRef path,
     llvm::function_ref<mlir::LogicalResult(mlir::ModuleOp)> beforePlanning =
-        nullptr);
+        nullptr,
+    mlir::OwningOpRef<mlir::ModuleOp> *exactReference = nullptr);
+
+/// The reference of a program with erratum edits: an unplanned copy of
+/// `module` with every `kv.edit` of strategy `erratum` turned into an `exact`
+/// edit of the same tokens (its correction dropped), whose answers are
+/// computed in the edited context itself. Null when `module` has no erratum
+/// edit.
+mlir::OwningOpRef<mlir::ModuleOp> exactReferenceOf(mlir::ModuleOp module);
 /// The same for a program in memory.
 mlir::OwningOpRef<mlir::ModuleOp> parseProgram(
     mlir::MLIRContext &context, llvm::StringRef text,

@@ -138,6 +138,50 @@ std::string kvir::run::describeRepair(const kvrt_exec_repair &repair) {
                        repair.mean_relative_deviation);
 }
 
+std::string kvir::run::findCorrection(const kvrt_view *view) {
+  for (int64_t i = 0, e = kvrt_view_num_runs(view); i < e; ++i) {
+    kvrt_run run;
+    if (kvrt_view_get_run(view, i, &run) != KVRT_OK || !run.label)
+      continue;
+    std::string label = run.label;
+    const std::string suffix = ".erratum";
+    if (label.size() > suffix.size() &&
+        label.compare(label.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return label;
+  }
+  return "";
+}
+
+bool kvir::run::needsExactReference(const exec::RunOutcome &outcome) {
+  for (const exec::Value &value : outcome.results)
+    if (value.kind == exec::ValueKind::Logits && value.logits->rows > 0)
+      return !findCorrection(value.logits->context.get()).empty();
+  return false;
+}
+
+bool kvir::run::referenceContext(const exec::RunOutcome &reference,
+                                 int64_t answerResult,
+                                 const exec::Logits &answer,
+                                 std::vector<int32_t> &out,
+                                 std::string &error) {
+  if (answerResult < 0 || size_t(answerResult) >= reference.results.size() ||
+      reference.results[answerResult].kind != exec::ValueKind::Logits) {
+    error = "the exact reference returns no logits as result " +
+            std::to_string(answerResult);
+    return false;
+  }
+  const exec::Logits &exact = *reference.results[answerResult].logits;
+  if (exact.rows != answer.rows || exact.tokens != answer.tokens) {
+    error = "the exact reference's answer (result " +
+            std::to_string(answerResult) + ", " + std::to_string(exact.rows) +
+            " rows) is not computed from the plan's answer tokens";
+    return false;
+  }
+  out = exec::viewTokens(exact.context.get());
+  out.insert(out.end(), exact.tokens.begin(), exact.tokens.end());
+  return true;
+}
+
 std::string kvir::run::describeConfig(const kvrt_model_config &c) {
   return "dim " + std::to_string(c.dim) + ", hidden " +
          std::to_string(c.hidden_dim) + ", layers " +
@@ -218,6 +262,21 @@ bool kvir::run::completeReport(Report &r, const exec::RunOutcome &outcome,
   }
   std::vector<int32_t> final = exec::viewTokens(answer->context.get());
   final.insert(final.end(), answer->tokens.begin(), answer->tokens.end());
+  std::string correction = findCorrection(answer->context.get());
+  if (options.reference && !correction.empty()) {
+    r.planContextTokens = int64_t(final.size());
+    r.referenceName = "edited context";
+    if (!referenceContext(*options.reference, r.answerResult, *answer, final,
+                          error))
+      return false;
+  } else if (!correction.empty()) {
+    r.compareNote = "the answer's context holds the erratum correction @" +
+                    correction +
+                    ": its reference is the edited context, which only a run "
+                    "of the program with the erratum planned exact gives "
+                    "(kv-run makes one); nothing compared";
+    return true;
+  }
   r.finalTokens = int64_t(final.size());
   r.contiguous =
       exec::hasContiguousPositions(answer->context.get()) &&
@@ -359,10 +418,15 @@ void kvir::run::printText(const Report &r) {
   }
   const exec::Fidelity &f = r.fidelity;
   std::fprintf(os,
-               "\n== plan vs full prefill of the final context (%lld tokens; "
+               "\n== plan vs full prefill of the %s (%lld tokens; "
                "answer = result %lld, %lld rows)\n",
-               (long long)r.finalTokens, (long long)r.answerResult,
-               (long long)f.rows);
+               r.referenceName.c_str(), (long long)r.finalTokens,
+               (long long)r.answerResult, (long long)f.rows);
+  if (r.planContextTokens >= 0)
+    std::fprintf(os,
+                 "reference: the program run with every erratum edit planned "
+                 "exact; the plan's own context has %lld tokens\n",
+                 (long long)r.planContextTokens);
   if (!r.contiguous)
     std::fprintf(os, "note: the plan's positions are not 0..n-1; full prefill "
                      "places the same tokens at 0..n-1\n");
@@ -506,6 +570,9 @@ void kvir::run::printJson(const Report &r) {
     j.field("answer_result", r.answerResult);
     j.field("final_tokens", r.finalTokens);
     j.field("contiguous_positions", r.contiguous);
+    j.field("reference", r.referenceName);
+    if (r.planContextTokens >= 0)
+      j.field("plan_context_tokens", r.planContextTokens);
     work("full", r.full);
     j.field("tokens_ratio",
             ratio(double(r.plan.prefillTokens), double(r.full.prefillTokens)));

@@ -35,6 +35,11 @@ struct Report {
   bool compared = false;
   std::string compareNote;
   int64_t answerResult = -1;
+  /// What the full prefill ran: the plan's "final context", or with an
+  /// exact reference (MeasureOptions::reference) the "edited context", and
+  /// then the length of the plan's own final context.
+  std::string referenceName = "final context";
+  int64_t planContextTokens = -1;
   int64_t finalTokens = 0;
   bool contiguous = true;
   exec::WorkStats full;
@@ -62,7 +67,34 @@ struct MeasureOptions {
   std::string dumpLogits;
   /// Decode the greedy continuations with this tokenizer (null: not).
   const kvrt_tokenizer *tokenizer = nullptr;
+  /// A run of the program with every erratum edit planned `exact` (its exact
+  /// reference), or null. When the answer's context holds a correction, the
+  /// full prefill runs the final context of that run's answer (the edited
+  /// context) instead of the plan's own, which holds the old segment and the
+  /// correction.
+  const exec::RunOutcome *reference = nullptr;
 };
+
+/// The final context of the answer (result `answerResult`) of `reference`,
+/// the exact reference of a run whose answer is `answer`: the tokens of the
+/// view its prefill attended followed by those it computed. False with
+/// `error` when that result is not logits of the same tokens.
+bool referenceContext(const exec::RunOutcome &reference, int64_t answerResult,
+                      const exec::Logits &answer, std::vector<int32_t> &out,
+                      std::string &error);
+
+/// The label of the first run of `view` that is an erratum's correction
+/// (`<segment>.erratum`), or "" when there is none.
+std::string findCorrection(const kvrt_view *view);
+
+/// Whether the answer of `outcome` (its first returned logits with rows) was
+/// computed after an erratum's correction: then its full-prefill comparison
+/// needs the exact reference (MeasureOptions::reference).
+bool needsExactReference(const exec::RunOutcome &outcome);
+
+/// The report line of one selective recompute, e.g. "selective recompute: 7
+/// of 120 reused tokens recomputed (deviation > t = 0.05; ...)".
+std::string describeRepair(const kvrt_exec_repair &repair);
 
 /// Fills `report` from a successful run: its results and work, then the
 /// answer (the first returned logits with rows), its greedy continuation,
@@ -73,10 +105,6 @@ bool completeReport(Report &report, const exec::RunOutcome &outcome,
                     const Forward &forward, const kvrt_model *model,
                     kvrt_pool *pool, const MeasureOptions &options,
                     std::string &error);
-
-/// The report line of one selective recompute, e.g. "selective recompute: 7
-/// of 120 reused tokens recomputed (deviation > t = 0.05; ...)".
-std::string describeRepair(const kvrt_exec_repair &repair);
 
 /// Writes float32 values in host (little-endian) order; false with `error`.
 bool writeFloats(const std::vector<float> &values, const std::string &path,

@@ -517,6 +517,27 @@ bool runAttribution(const compiler::AttributionEntry &spec,
   return true;
 }
 
+/// Runs the entry of `reference` (compiler::exactReferenceOf the program:
+/// every erratum edit planned exact) on the same arguments, for the
+/// full-prefill comparison of an erratum plan against the edited context.
+/// Its work is not reported.
+llvm::Expected<exec::RunOutcome>
+runExactReference(mlir::OwningOpRef<mlir::ModuleOp> reference,
+                  const compiler::LowerOptions &lowering,
+                  ComputeBackend &backend, const kvrt_model *model,
+                  kvrt_pool *pool, const std::vector<exec::Value> &args) {
+  mlir::FailureOr<compiler::CompiledProgram> program =
+      compiler::compileProgram(std::move(reference), entryName, lowering);
+  if (mlir::failed(program))
+    return makeError("cannot compile the exact reference of the program");
+  exec::RunOutcome outcome = exec::runEntry(program->entry, program->manifest,
+                                            backend, model, pool, args);
+  if (outcome.failed)
+    return makeError("the exact reference of the program failed: " +
+                     outcome.message);
+  return outcome;
+}
+
 /// The program form.
 llvm::Error runProgram() {
   if (tokensArg.getNumOccurrences() || tokensFile.getNumOccurrences())
@@ -571,11 +592,15 @@ llvm::Error runProgram() {
     attribution = std::move(*entry);
     return mlir::success();
   };
+  // With the comparison, a program with erratum edits is also planned with
+  // them exact: its answer's context is the edited context, the reference.
+  mlir::OwningOpRef<mlir::ModuleOp> reference;
   mlir::OwningOpRef<mlir::ModuleOp> planned = compiler::loadProgram(
       context, sourceMgr, programPath,
       attribute ? llvm::function_ref<mlir::LogicalResult(mlir::ModuleOp)>(
                       addAttribution)
-                : nullptr);
+                : nullptr,
+      compareFull ? &reference : nullptr);
   if (!planned)
     return failed();
   mlir::FailureOr<mlir::func::FuncOp> entry =
@@ -624,6 +649,16 @@ llvm::Error runProgram() {
   measure.tokenizer = tokenizer->get();
   if (dumpLogits.getNumOccurrences() && dumpLogits.empty())
     return makeError("--dump-logits: an empty output file name");
+  std::optional<exec::RunOutcome> exactRun;
+  if (reference && needsExactReference(outcome)) {
+    llvm::Expected<exec::RunOutcome> run =
+        runExactReference(std::move(reference), lowering, **backend,
+                          model->get(), pool->get(), args);
+    if (!run)
+      return run.takeError();
+    exactRun = std::move(*run);
+    measure.reference = &*exactRun;
+  }
   if (!completeReport(report, outcome, program->manifest.hasPlanOps, **backend,
                       program->forward, model->get(), pool->get(), measure,
                       error))
