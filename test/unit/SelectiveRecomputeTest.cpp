@@ -96,6 +96,16 @@ struct Fixture {
   }
 };
 
+/// The view indices of the block tokens whose id is in `ids` (the block
+/// starts at index 10).
+std::set<int64_t> positionsOf(const Fixture &f, const std::set<int32_t> &ids) {
+  std::set<int64_t> positions;
+  for (int64_t i = 0; i < int64_t(f.blockTokens.size()); ++i)
+    if (ids.count(f.blockTokens[i]))
+      positions.insert(10 + i);
+  return positions;
+}
+
 TEST(SelectiveRecomputeTest, Count) {
   EXPECT_EQ(kvir::selectiveRecomputeCount(0.15, 120), 18);
   EXPECT_EQ(kvir::selectiveRecomputeCount(0.15, 121), 19);
@@ -172,10 +182,7 @@ TEST(SelectiveRecomputeTest, RecomputesTheMostDeviatingTokens) {
   // Token ids at block indices 4, 5 and 13, made to deviate.
   std::set<int32_t> ids = {f.blockTokens[4], f.blockTokens[5],
                            f.blockTokens[13]};
-  std::set<int64_t> expected;
-  for (int64_t i = 0; i < 20; ++i)
-    if (ids.count(f.blockTokens[i]))
-      expected.insert(10 + i);
+  std::set<int64_t> expected = positionsOf(f, ids);
   PerturbedBackend backend(ids, 1.0);
   kvrt_view *out = nullptr;
   kvir::SelectiveRecomputeStats stats;
@@ -315,10 +322,7 @@ TEST(SelectiveRecomputeTest, DeviationChoosesTheTokensAboveTheThreshold) {
   Fixture f;
   std::set<int32_t> ids = {f.blockTokens[2], f.blockTokens[9],
                            f.blockTokens[10], f.blockTokens[17]};
-  std::set<int64_t> expected;
-  for (int64_t i = 0; i < 20; ++i)
-    if (ids.count(f.blockTokens[i]))
-      expected.insert(10 + i);
+  std::set<int64_t> expected = positionsOf(f, ids);
   PerturbedBackend backend(ids, 1.0);
   kvrt_view *out = nullptr;
   kvir::SelectiveRecomputeStats stats;

@@ -59,17 +59,18 @@ mlir::OwningOpRef<mlir::ModuleOp> loadProgram(
         nullptr,
     mlir::OwningOpRef<mlir::ModuleOp> *exactReference = nullptr);
 
+/// The same for a program in memory.
+mlir::OwningOpRef<mlir::ModuleOp> parseProgram(
+    mlir::MLIRContext &context, llvm::StringRef text,
+    llvm::function_ref<mlir::LogicalResult(mlir::ModuleOp)> beforePlanning =
+        nullptr);
+
 /// The reference of a program with erratum edits: an unplanned copy of
 /// `module` with every `kv.edit` of strategy `erratum` turned into an `exact`
 /// edit of the same tokens (its correction dropped), whose answers are
 /// computed in the edited context itself. Null when `module` has no erratum
 /// edit.
 mlir::OwningOpRef<mlir::ModuleOp> exactReferenceOf(mlir::ModuleOp module);
-/// The same for a program in memory.
-mlir::OwningOpRef<mlir::ModuleOp> parseProgram(
-    mlir::MLIRContext &context, llvm::StringRef text,
-    llvm::function_ref<mlir::LogicalResult(mlir::ModuleOp)> beforePlanning =
-        nullptr);
 
 /// Tags the ops kv-optimize plans (kv.edit, kv.compose, kv.logits), so that
 /// what it derives from them counts as plan work, then runs kv-optimize.
