@@ -54,6 +54,11 @@ cl::list<std::string>
                         "list); '!' before a cot_slice strategy drops the "
                         "thought's dependency on the fact"),
                cl::cat(category));
+cl::opt<bool> calibrate(
+    "calibrate",
+    cl::desc("run the deviation threshold's calibration sweep instead of "
+             "the suite's strategies"),
+    cl::init(false), cl::cat(category));
 cl::opt<bool> details("details", cl::desc("print every story's continuations"),
                       cl::init(false), cl::cat(category));
 
@@ -67,6 +72,7 @@ int main(int argc, char **argv) {
       "kv-bench-stories: edit strategies on short stories, judged in text\n\n"
       "  kv-bench-stories                 the suite's table (stories260K)\n"
       "  kv-bench-stories --details       and every story's continuations\n"
+      "  kv-bench-stories --calibrate     the deviation threshold's sweep\n"
       "  kv-bench-stories --strategy 'cot_slice, first_k = 4' "
       "--strategy '!cot_slice'\n");
   SuiteOptions options;
@@ -78,8 +84,14 @@ int main(int argc, char **argv) {
   options.details = details;
   for (const std::string &s : strategies)
     options.strategies.push_back(parseStrategySpec(s));
+  if (calibrate && !options.strategies.empty()) {
+    llvm::errs() << "kv-bench-stories: error: --calibrate and --strategy "
+                    "exclude each other\n";
+    return 1;
+  }
   if (options.strategies.empty())
-    options.strategies = defaultStrategies();
+    options.strategies =
+        calibrate ? calibrationStrategies() : defaultStrategies();
   std::string error;
   SuiteResult result;
   if (!runSuite(options, result, error)) {

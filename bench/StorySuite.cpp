@@ -101,15 +101,31 @@ StrategySpec kvir::stories::parseStrategySpec(const std::string &text) {
 }
 
 std::vector<StrategySpec> kvir::stories::defaultStrategies() {
-  return {parseStrategySpec("exact"),
-          parseStrategySpec("cot_slice"),
-          parseStrategySpec("cot_slice, first_k = 4"),
-          parseStrategySpec("cot_slice, fraction = 0.25"),
-          parseStrategySpec("!cot_slice"),
-          parseStrategySpec("!cot_slice, fraction = 0.25"),
-          parseStrategySpec("compose"),
-          parseStrategySpec("compose, first_k = 4"),
-          parseStrategySpec("compose, fraction = 0.25")};
+  std::vector<StrategySpec> list;
+  for (const char *spec :
+       {"exact", "cot_slice", "cot_slice, first_k = 4",
+        "cot_slice, fraction = 0.25", "cot_slice, deviation = 0.01",
+        "!cot_slice", "!cot_slice, fraction = 0.25",
+        "!cot_slice, deviation = 0.01", "erratum", "compose",
+        "compose, first_k = 4", "compose, fraction = 0.25",
+        "compose, deviation = 0.05"})
+    list.push_back(parseStrategySpec(spec));
+  return list;
+}
+
+std::vector<StrategySpec> kvir::stories::calibrationStrategies() {
+  // The deviation threshold against what it recomputes and what it keeps:
+  // for edits whose thought's dependency was left out (the guard's purpose),
+  // next to the correctly declared plan, and for composed bodies.
+  std::vector<StrategySpec> list = {parseStrategySpec("cot_slice"),
+                                    parseStrategySpec("!cot_slice")};
+  for (const char *t : {"0.2", "0.1", "0.05", "0.02", "0.01", "0.005"})
+    list.push_back(
+        parseStrategySpec(std::string("!cot_slice, deviation = ") + t));
+  list.push_back(parseStrategySpec("compose"));
+  for (const char *t : {"0.5", "0.2", "0.1", "0.05", "0.02"})
+    list.push_back(parseStrategySpec(std::string("compose, deviation = ") + t));
+  return list;
 }
 
 namespace {
@@ -147,6 +163,9 @@ std::string kvir::stories::storyProgram(const kvrt_model_config &c,
   for (const char *name : kSegmentNames)
     s += std::string(", %") + name + ": tensor<?xi32> {kv.name = \"" + name +
          "\"}";
+  bool erratum = strategy.strategy.rfind("erratum", 0) == 0;
+  if (erratum)
+    s += ", %fix: tensor<?xi32> {kv.name = \"fix\"}";
   s += ", %new: tensor<?xi32> {kv.name = \"new\"}) -> tensor<?x" + vocab +
        "xf32> {\n  %c = kv.empty : " + cache + "\n";
   std::string prev = "%c";
@@ -158,7 +177,9 @@ std::string kvir::stories::storyProgram(const kvrt_model_config &c,
     prev = next;
   }
   s += "  %e = kv.edit %m, " + prev + "[@fact] = %new strategy <" +
-       strategy.strategy + "> : " + model + ", " + cache + ", tensor<?xi32>\n";
+       strategy.strategy + ">" + (erratum ? " correction(%fix)" : "") + " : " +
+       model + ", " + cache + ", tensor<?xi32>" +
+       (erratum ? ", tensor<?xi32>" : "") + "\n";
   s += "  %l = kv.logits %m, %e[@answer] : " + model + ", " + cache +
        " -> tensor<?x" + vocab + "xf32>\n  return %l : tensor<?x" + vocab +
        "xf32>\n}\n";
@@ -240,7 +261,7 @@ std::string idsText(const std::vector<int32_t> &ids) {
 
 /// The tokens of one story: its segments, the new fact.
 struct StoryTokens {
-  std::vector<int32_t> segments[5], newFact;
+  std::vector<int32_t> segments[5], newFact, correction;
 
   std::vector<int32_t> context(bool edited) const {
     std::vector<int32_t> all;
@@ -262,7 +283,8 @@ bool encodeStory(const kvrt_tokenizer *tokenizer, const Story &story,
       error = "story " + story.name + ": " + kvrt_last_error();
       return false;
     }
-  if (kvir::encode(tokenizer, story.newFact, false, false, out.newFact)) {
+  if (kvir::encode(tokenizer, story.newFact, false, false, out.newFact) ||
+      kvir::encode(tokenizer, story.correction, false, false, out.correction)) {
     error = "story " + story.name + ": " + kvrt_last_error();
     return false;
   }
@@ -475,6 +497,9 @@ bool kvir::stories::runSuite(const SuiteOptions &options, SuiteResult &out,
           inputs.given[kSegmentNames[s]] = {
               idsText(t.segments[s]), story.name + " @" + kSegmentNames[s]};
         inputs.given["new"] = {idsText(t.newFact), story.name + " new fact"};
+        if (compiled->manifest.args.size() == 8)
+          inputs.given["fix"] = {idsText(t.correction),
+                                 story.name + " correction"};
       }
       std::vector<Value> args;
       if (!bindArguments(compiled->manifest, config, inputs, args, nullptr,
@@ -575,6 +600,29 @@ void kvir::stories::printSuite(const SuiteResult &r, llvm::raw_ostream &os,
                        100 * recomputed / context, kl / m, agree / m,
                        (long long)r.greedy, (long long)named,
                        (long long)rows.size());
+  }
+  // The deviation guard's criterion (docs/fidelity.md): a plan whose
+  // thought's dependency was left out, with deviation repair, reaches the
+  // correctly declared cot_slice plan's greedy agreement within 2 tokens.
+  auto meanAgree = [&](size_t k) {
+    double sum = 0;
+    for (const StoryRow &row : r.rows[k])
+      sum += double(row.greedyAgree);
+    return r.rows[k].empty() ? 0.0 : sum / double(r.rows[k].size());
+  };
+  for (size_t d = 0; d < r.strategies.size(); ++d) {
+    if (r.strategies[d].strategy != "cot_slice" || r.strategies[d].misdeclared)
+      continue;
+    for (size_t k = 0; k < r.strategies.size(); ++k) {
+      const StrategySpec &g = r.strategies[k];
+      if (!g.misdeclared || g.strategy.find("deviation") == std::string::npos)
+        continue;
+      double gap = meanAgree(d) - meanAgree(k);
+      os << llvm::format("guard: %-52s %4.1f tokens of agreement below the "
+                         "declared plan: %s\n",
+                         g.label().c_str(), gap,
+                         gap <= 2.0 ? "within 2, met" : "not met");
+    }
   }
   os << "\nrecomputed: tokens prefilled by the plan, mean per story (share "
         "of the edited context); KL mean: KL(full || plan) at the answer "

@@ -59,6 +59,8 @@ struct StrategySpec {
 StrategySpec parseStrategySpec(const std::string &text);
 /// The suite's strategies when none are given.
 std::vector<StrategySpec> defaultStrategies();
+/// The deviation threshold's calibration sweep (`--calibrate`).
+std::vector<StrategySpec> calibrationStrategies();
 
 /// The kv program of a strategy for a model config: all five segments of
 /// dynamic length, prefilled in order, the fact edited, the answer's logits
