@@ -114,6 +114,8 @@ kvrt_status loadModel(const char *path, kvrt_model **out) {
                     " bytes, the header implies ", expected, " (",
                     fileBytes - expected, " trailing bytes)"));
 
+  if (kvrt_status s = allocationFault(KVRT_FAULT_WEIGHTS, "model weights"))
+    return s;
   std::vector<float> data(weightFloats);
   uint64_t beforeTables =
       weightFloats - (config.shared_classifier ? 0 : specs->back().count);

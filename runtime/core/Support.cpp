@@ -111,3 +111,44 @@ kvrt_status kvrt::openRegularFile(const char *path, const char *what, File &out,
                                fifo ? "it is a FIFO, not a regular file"
                                     : "not a regular file"));
 }
+
+//===----------------------------------------------------------------------===//
+// Fault injection
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+constexpr int kFaultKinds = 3;
+std::atomic<int64_t> faultCount[kFaultKinds];
+std::atomic<int64_t> faultArmed[kFaultKinds];
+
+bool validKind(kvrt_fault_kind kind) {
+  return int(kind) >= 0 && int(kind) < kFaultKinds;
+}
+
+} // namespace
+
+extern "C" void kvrt_fault_arm(kvrt_fault_kind kind, int64_t nth) {
+  if (!validKind(kind))
+    return;
+  faultCount[kind].store(0, std::memory_order_relaxed);
+  faultArmed[kind].store(nth < 0 ? 0 : nth, std::memory_order_relaxed);
+}
+
+extern "C" int64_t kvrt_fault_count(kvrt_fault_kind kind) {
+  return validKind(kind) ? faultCount[kind].load(std::memory_order_relaxed) : 0;
+}
+
+kvrt_status kvrt::allocationFault(kvrt_fault_kind kind, const char *what) {
+  int64_t n = faultCount[kind].fetch_add(1, std::memory_order_relaxed) + 1;
+  if (n != faultArmed[kind].load(std::memory_order_relaxed))
+    return KVRT_OK;
+  if (kind == KVRT_FAULT_PAGES)
+    return fail(KVRT_ERR_POOL_EXHAUSTED,
+                str("kv pool exhausted: injected fault at page allocation ", n,
+                    " (", what, ")"));
+  return fail(KVRT_ERR_OUT_OF_MEMORY,
+              str("out of memory: injected fault at ",
+                  kind == KVRT_FAULT_WEIGHTS ? "weight" : "scratch",
+                  " allocation ", n, " (", what, ")"));
+}

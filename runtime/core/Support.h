@@ -9,6 +9,7 @@
 #ifndef KVIR_RUNTIME_CORE_SUPPORT_H
 #define KVIR_RUNTIME_CORE_SUPPORT_H
 
+#include "runtime/core/KVFaults.h"
 #include "runtime/core/KVRuntime.h"
 
 #include <atomic>
@@ -68,6 +69,10 @@ kvrt_status openInputFile(const char *path, const char *what, File &out,
 /// first): a FIFO or a device is refused as well.
 kvrt_status openRegularFile(const char *path, const char *what, File &out,
                             uint64_t *bytes);
+
+/// Counts an allocation of `kind` and fails it when the fault hook armed
+/// this one (KVFaults.h): KVRT_OK, or the kind's status with its message.
+kvrt_status allocationFault(kvrt_fault_kind kind, const char *what);
 
 /// Records `message` as this thread's last error and returns `status`.
 kvrt_status fail(kvrt_status status, const std::string &message);
