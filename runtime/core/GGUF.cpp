@@ -803,6 +803,8 @@ std::string readModel(const uint8_t *data, const Parsed &parsed,
     if (!problem.empty())
       return "invalid configuration: " + problem;
   }
+  if (allocationFault(KVRT_FAULT_WEIGHTS, "model weights") != KVRT_OK)
+    return kvrt_last_error();
   std::vector<float> weights(total);
   float *dst = weights.data();
   for (const TensorInfo *info : order) {
@@ -1060,12 +1062,16 @@ bool kvrt::gguf::hasMagic(const void *data, size_t size) {
 }
 
 bool kvrt::gguf::fileHasMagic(const char *path) {
-  std::FILE *f = std::fopen(path, "rb");
-  if (!f)
+  // Only a regular file is peeked at: opening and reading a FIFO would block
+  // (and consume what the real loader must read, and refuse).
+  int fd = ::open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
     return false;
+  struct stat st;
   uint8_t head[4];
-  bool ok = std::fread(head, 1, 4, f) == 4 && hasMagic(head, 4);
-  std::fclose(f);
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            ::pread(fd, head, 4, 0) == 4 && hasMagic(head, 4);
+  ::close(fd);
   return ok;
 }
 

@@ -203,15 +203,18 @@ std::pair<Value, Value> ForwardEmitter::ropePair(Value i) {
   // rotary the pairs past the rotary ones are (2i, 2i + 1), whatever the
   // layout: their frequency is 0, they pass through.
   int64_t rotaryPairs = kvir::ropeDims(config) / 2;
-  Value a2 = mul(i, cIndex(2));
-  std::pair<Value, Value> passThrough = {a2, add(a2, cIndex(1))};
+  auto interleaved = [&]() -> std::pair<Value, Value> {
+    Value a2 = mul(i, cIndex(2));
+    return {a2, add(a2, cIndex(1))};
+  };
   switch (config.rope_layout) {
   case KVRT_ROPE_INTERLEAVED:
-    return passThrough;
+    return interleaved();
   case KVRT_ROPE_HALF: {
     std::pair<Value, Value> pair = {i, add(i, cIndex(rotaryPairs))};
     if (rotaryPairs == half)
       return pair;
+    std::pair<Value, Value> passThrough = interleaved();
     Value rotary = cmp(arith::CmpIPredicate::ult, i, cIndex(rotaryPairs));
     return {select(rotary, pair.first, passThrough.first),
             select(rotary, pair.second, passThrough.second)};

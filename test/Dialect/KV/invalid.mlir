@@ -696,3 +696,19 @@ func.func private @rope_freqs_count(!kv.model<dim = 64, hidden = 172, layers = 5
 // A frequency factor of zero.
 // expected-error@+1 {{invalid model type: rope_freq_factors[1] = 0 must be positive and finite}}
 func.func private @zero_rope_freq(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope_dim = 4, rope_freqs = [1.0, 0.0]>)
+
+// -----
+
+// A static token tensor prefilled as a segment of another static size.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+!c = !kv.cache<5x4x8xf32, @ctx>
+kv.context @ctx {
+  kv.segment @system kind(system) tokens(48)
+}
+func.func @wrong_size(%m: !m, %t: tensor<40xi32>) -> !c {
+  %e = kv.empty : !c
+  // expected-error@+1 {{'kv.prefill' op prefills 40 tokens as segment @system, which context @ctx declares with 48}}
+  %c, %l = kv.prefill %m, %e, %t segment @system last
+      : !m, (!c), tensor<40xi32> -> !c, tensor<1x512xf32>
+  return %c : !c
+}
