@@ -8,7 +8,9 @@ from lit.llvm.subst import ToolSubst
 config.name = "KVIR"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "unit", "lib"]
+# test/fuzz/corpus holds seed inputs of the fuzzers (.mlir among them), not tests.
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "unit", "lib",
+                   "corpus"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.kvir_obj_root, "test")
 
