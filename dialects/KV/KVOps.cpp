@@ -461,6 +461,30 @@ LogicalResult ComposeOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// LoadBlockOp, StoreBlockOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult LoadBlockOp::verify() {
+  return verifyCacheMatchesModel(*this, getModel().getType(),
+                                 getResult().getType(), "result type");
+}
+
+LogicalResult LoadBlockOp::verifySymbolUses(SymbolTableCollection &tables) {
+  CacheType type = getResult().getType();
+  if (failed(lookupContext(*this, type, tables)))
+    return failure();
+  if (FlatSymbolRefAttr segment = getSegmentAttr())
+    return verifySegmentUse(*this, type, segment, tables,
+                            /*requireContext=*/false);
+  return success();
+}
+
+LogicalResult StoreBlockOp::verify() {
+  return verifyCacheMatchesModel(*this, getModel().getType(),
+                                 getCache().getType(), "cache type");
+}
+
+//===----------------------------------------------------------------------===//
 // MaterializeOp
 //===----------------------------------------------------------------------===//
 
