@@ -43,7 +43,10 @@ for _ in 1 2 3 4 5 6 7 8 9 10; do
     --enable-debug-command local >/dev/null 2>&1 &
   pid=$!
   for _ in $(seq 100); do
-    if redis-cli -p "$candidate" ping >/dev/null 2>&1; then
+    # The server that answers must be ours: on a port that was taken, ours
+    # exits and another one may answer.
+    if redis-cli -p "$candidate" info server 2>/dev/null | tr -d '\r' |
+      grep -qx "process_id:$pid"; then
       port=$candidate
       break 2
     fi
