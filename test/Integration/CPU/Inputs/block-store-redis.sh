@@ -93,6 +93,16 @@ sleep 2.2
 run --kv-store-prefix "team-b:" >expired.txt 2>&1 || die "expired run failed"
 cat expired.txt
 
+echo "== timeout: the server busy for 2 s, a timeout of 300 ms"
+cli debug sleep 2 >/dev/null &
+sleeper=$!
+sleep 0.3
+run --kv-store-timeout-ms 300 --dump-logits slow.f32 >slow.txt 2>&1 ||
+  die "fallback failed"
+cat slow.txt
+same slow.f32
+wait "$sleeper"
+
 echo "== server killed"
 kill "$KVIR_REDIS_PID"
 while kill -0 "$KVIR_REDIS_PID" 2>/dev/null; do sleep 0.05; done
