@@ -18,3 +18,32 @@ func.func @main(%m: !model, %system: tensor<?xi32> {kv.name = "system"},
       : !model, (!cache), tensor<?xi32> -> !cache, tensor<?x512xf32>
   return %logits : tensor<?x512xf32>
 }
+
+// The same block twice in one process: with the in-process store the second
+// load is a hit. The first block is also stored explicitly (a second store
+// of the same key).
+func.func @twice(%m: !model, %system: tensor<?xi32> {kv.name = "system"},
+                 %skill: tensor<?xi32> {kv.name = "skill"}) -> !cache {
+  %empty = kv.empty : !cache
+  %main, %l0 = kv.prefill %m, %empty, %system last
+      : !model, (!cache), tensor<?xi32> -> !cache, tensor<1x512xf32>
+  %a = kv.load_block %m, %skill : !model, tensor<?xi32> -> !cache
+  %b = kv.load_block %m, %skill : !model, tensor<?xi32> -> !cache
+  kv.store_block %m, %a : !model, !cache
+  %w0 = kv.compose %main, %a : !cache, !cache
+  %w1 = kv.compose %w0, %b : !cache, !cache
+  return %w1 : !cache
+}
+
+// Storing a composed cache is an error: its K/V depend on more than its
+// tokens.
+func.func @store_composed(%m: !model, %system: tensor<?xi32> {kv.name = "system"},
+                          %skill: tensor<?xi32> {kv.name = "skill"}) -> !cache {
+  %empty = kv.empty : !cache
+  %main, %l0 = kv.prefill %m, %empty, %system last
+      : !model, (!cache), tensor<?xi32> -> !cache, tensor<1x512xf32>
+  %a = kv.load_block %m, %skill : !model, tensor<?xi32> -> !cache
+  %w = kv.compose %main, %a : !cache, !cache
+  kv.store_block %m, %w : !model, !cache
+  return %w : !cache
+}
