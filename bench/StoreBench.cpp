@@ -1,4 +1,5 @@
-//===- StoreBench.cpp - A block fetched from a store vs prefilled -*- C++ -*-===//
+//===- StoreBench.cpp - A block fetched from a store vs prefilled -*- C++
+//-*-===//
 //
 // Times a composed block fetched from the block store against prefilling it,
 // per block size, on stories260K and a synthetic model of dim 512. The
@@ -22,6 +23,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/BenchProgram.h"
 #include "tools/compiler/Compiler.h"
 
 #include "runtime/core/ComputeBackend.h"
@@ -63,28 +65,17 @@ cl::opt<std::string> storiesPath("stories",
 cl::opt<bool> skipSynthetic("skip-synthetic",
                             cl::desc("skip the dim-512 synthetic model"),
                             cl::init(false), cl::cat(category));
-cl::list<int> blockSizes("blocks",
-                         cl::desc("block sizes in tokens (default 64,256,1024)"),
-                         cl::CommaSeparated, cl::cat(category));
+cl::list<int>
+    blockSizes("blocks",
+               cl::desc("block sizes in tokens (default 64,256,1024)"),
+               cl::CommaSeparated, cl::cat(category));
 cl::opt<int> repeat("repeat", cl::desc("runs per figure; the median is shown"),
                     cl::init(3), cl::cat(category));
-
-std::string modelType(const kvrt_model_config &c) {
-  return "!kv.model<dim = " + std::to_string(c.dim) +
-         ", hidden = " + std::to_string(c.hidden_dim) +
-         ", layers = " + std::to_string(c.n_layers) +
-         ", heads = " + std::to_string(c.n_heads) +
-         ", kv_heads = " + std::to_string(c.n_kv_heads) +
-         ", vocab = " + std::to_string(c.vocab_size) + ">";
-}
 
 /// The system prompt, a block of `block` tokens by kv.load_block composed
 /// after it, and a question over the result.
 std::string program(const kvrt_model_config &c, int block) {
-  std::string m = modelType(c);
-  std::string cache = "!kv.cache<" + std::to_string(c.n_layers) + "x" +
-                      std::to_string(c.n_kv_heads) + "x" +
-                      std::to_string(c.dim / c.n_heads) + "xf32>";
+  std::string m = bench::modelType(c), cache = bench::cacheType(c);
   std::string v = std::to_string(c.vocab_size);
   std::string b = "tensor<" + std::to_string(block) + "xi32>";
   return "func.func @main(%m: " + m + ", %sys: tensor<64xi32>, %skill: " + b +
@@ -160,26 +151,13 @@ bool Bench::measure(int block, Row &row) {
   mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context);
   kvrt_model_config config;
   kvrt_model_get_config(model, &config);
-  mlir::OwningOpRef<mlir::ModuleOp> parsed =
-      compiler::parseProgram(context, program(config, block));
-  if (!parsed)
-    return false;
-  compiler::LowerOptions options;
-  options.target = compiler::Target::Cpu;
-  options.format = "isa";
-  options.exportModel = config;
-  auto compiled = compiler::compileProgram(std::move(parsed), "main", options);
+  std::vector<Value> args;
+  auto compiled =
+      bench::compileBenchProgram(context, program(config, block), config,
+                                 compiler::Target::Cpu, args, "kv-bench-store");
   if (mlir::failed(compiled))
     return false;
-  InputOptions inputs;
-  inputs.synthesize = true;
-  std::vector<Value> args;
   std::string error;
-  if (!bindArguments(compiled->manifest, config, inputs, args, nullptr,
-                     error)) {
-    llvm::errs() << "kv-bench-store: " << error << "\n";
-    return false;
-  }
   // The skill's tokens: the only argument of `block` ids (the system
   // prompt has 64, the question 24; a block of 64 is the second of 64).
   std::vector<int32_t> skill;
@@ -249,8 +227,8 @@ bool Bench::measure(int block, Row &row) {
     row.bytes = b[0].event.bytes;
     const Logits &got = *second.outcome.results[0].logits;
     for (size_t i = 0; i < got.data.size(); ++i)
-      row.maxDiff = std::max(
-          row.maxDiff, double(std::abs(got.data[i] - expected.data[i])));
+      row.maxDiff = std::max(row.maxDiff,
+                             double(std::abs(got.data[i] - expected.data[i])));
   }
   row.prefillMs = median(prefill);
   row.fetchMs = median(fetch);
@@ -284,12 +262,11 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
   llvm::outs() << "\n== " << description << " (dim " << c.dim << ", hidden "
                << c.hidden_dim << ", layers " << c.n_layers << ", heads "
                << c.n_heads << "/" << c.n_kv_heads << ", vocab " << c.vocab_size
-               << ", f32 K/V), backend cpu, median of " << int(repeat)
-               << "\n";
-  llvm::outs() << llvm::format(
-      "%6s %10s %10s %9s %9s %8s %11s %10s %9s %10s\n", "block", "bytes",
-      "prefill", "fetch", "store", "pf/fetch", "run nostore", "run miss",
-      "run hit", "max|diff|");
+               << ", f32 K/V), backend cpu, median of " << int(repeat) << "\n";
+  llvm::outs() << llvm::format("%6s %10s %10s %9s %9s %8s %11s %10s %9s %10s\n",
+                               "block", "bytes", "prefill", "fetch", "store",
+                               "pf/fetch", "run nostore", "run miss", "run hit",
+                               "max|diff|");
   Bench bench(model, pool.get(), *backend);
   std::vector<int> sizes(blockSizes.begin(), blockSizes.end());
   if (sizes.empty())
