@@ -16,6 +16,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,33 @@ compileBenchProgram(mlir::MLIRContext &context, const std::string &program,
     return mlir::failure();
   }
   return compiled;
+}
+
+/// A pool shaped for `model` with `capacityPages` pages; null after a
+/// message on stderr naming `tool`.
+using PoolRef = std::unique_ptr<kvrt_pool, void (*)(kvrt_pool *)>;
+inline PoolRef createPool(const kvrt_model *model, int64_t capacityPages,
+                          const char *tool) {
+  kvrt_pool_config poolConfig;
+  kvrt_pool_config_for_model(model, &poolConfig);
+  poolConfig.capacity_pages = capacityPages;
+  kvrt_pool *pool = nullptr;
+  if (kvrt_pool_create(&poolConfig, &pool)) {
+    llvm::errs() << tool << ": " << kvrt_last_error() << "\n";
+    return PoolRef(nullptr, kvrt_pool_release);
+  }
+  return PoolRef(pool, kvrt_pool_release);
+}
+
+/// `== description (dim .., hidden .., layers .., heads ../.., vocab ..`,
+/// the heading of a model's table (the caller closes the parenthesis).
+inline std::string modelHeading(const std::string &description,
+                                const kvrt_model_config &c) {
+  return "\n== " + description + " (dim " + std::to_string(c.dim) +
+         ", hidden " + std::to_string(c.hidden_dim) + ", layers " +
+         std::to_string(c.n_layers) + ", heads " + std::to_string(c.n_heads) +
+         "/" + std::to_string(c.n_kv_heads) + ", vocab " +
+         std::to_string(c.vocab_size);
 }
 
 } // namespace kvir::bench

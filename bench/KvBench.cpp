@@ -238,20 +238,11 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
   std::unique_ptr<ComputeBackend> backend = makeBackend(model);
   if (!backend)
     return false;
-  kvrt_pool_config poolConfig;
-  kvrt_pool_config_for_model(model, &poolConfig);
-  poolConfig.capacity_pages = 4096;
-  kvrt_pool *poolRaw = nullptr;
-  if (kvrt_pool_create(&poolConfig, &poolRaw)) {
-    llvm::errs() << "kv-bench: " << kvrt_last_error() << "\n";
+  bench::PoolRef pool = bench::createPool(model, 4096, "kv-bench");
+  if (!pool)
     return false;
-  }
-  std::unique_ptr<kvrt_pool, void (*)(kvrt_pool *)> pool(poolRaw,
-                                                         kvrt_pool_release);
-  llvm::outs() << "\n== " << description << " (dim " << c.dim << ", hidden "
-               << c.hidden_dim << ", layers " << c.n_layers << ", heads "
-               << c.n_heads << "/" << c.n_kv_heads << ", vocab " << c.vocab_size
-               << "), backend " << backend->name() << "\n";
+  llvm::outs() << bench::modelHeading(description, c) << "), backend "
+               << backend->name() << "\n";
   std::vector<Row> rows;
   // One untimed pass of a whole plan first: the caches warm.
   if (!measure(*backend, model, pool.get(), agentProgram(c, history, "exact"),

@@ -249,19 +249,10 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
     llvm::errs() << "kv-bench-store: " << error << "\n";
     return false;
   }
-  kvrt_pool_config poolConfig;
-  kvrt_pool_config_for_model(model, &poolConfig);
-  poolConfig.capacity_pages = 1024;
-  kvrt_pool *poolRaw = nullptr;
-  if (kvrt_pool_create(&poolConfig, &poolRaw)) {
-    llvm::errs() << "kv-bench-store: " << kvrt_last_error() << "\n";
+  bench::PoolRef pool = bench::createPool(model, 1024, "kv-bench-store");
+  if (!pool)
     return false;
-  }
-  std::unique_ptr<kvrt_pool, void (*)(kvrt_pool *)> pool(poolRaw,
-                                                         kvrt_pool_release);
-  llvm::outs() << "\n== " << description << " (dim " << c.dim << ", hidden "
-               << c.hidden_dim << ", layers " << c.n_layers << ", heads "
-               << c.n_heads << "/" << c.n_kv_heads << ", vocab " << c.vocab_size
+  llvm::outs() << bench::modelHeading(description, c)
                << ", f32 K/V), backend cpu, median of " << int(repeat) << "\n";
   llvm::outs() << llvm::format("%6s %10s %10s %9s %9s %8s %11s %10s %9s %10s\n",
                                "block", "bytes", "prefill", "fetch", "store",

@@ -368,14 +368,22 @@ LogicalResult PrefillOp::verify() {
   return success();
 }
 
-LogicalResult PrefillOp::verifySymbolUses(SymbolTableCollection &tables) {
-  CacheType type = getResult().getType();
-  if (failed(lookupContext(*this, type, tables)))
+/// Checks the context a new run's cache type names and, when the op labels
+/// the run with `segment`, that the segment is one of it.
+static LogicalResult verifyNewRunLabel(Operation *op, CacheType type,
+                                       FlatSymbolRefAttr segment,
+                                       SymbolTableCollection &tables) {
+  if (failed(lookupContext(op, type, tables)))
     return failure();
-  if (FlatSymbolRefAttr segment = getSegmentAttr())
-    return verifySegmentUse(*this, type, segment, tables,
+  if (segment)
+    return verifySegmentUse(op, type, segment, tables,
                             /*requireContext=*/false);
   return success();
+}
+
+LogicalResult PrefillOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return verifyNewRunLabel(*this, getResult().getType(), getSegmentAttr(),
+                           tables);
 }
 
 //===----------------------------------------------------------------------===//
@@ -470,13 +478,8 @@ LogicalResult LoadBlockOp::verify() {
 }
 
 LogicalResult LoadBlockOp::verifySymbolUses(SymbolTableCollection &tables) {
-  CacheType type = getResult().getType();
-  if (failed(lookupContext(*this, type, tables)))
-    return failure();
-  if (FlatSymbolRefAttr segment = getSegmentAttr())
-    return verifySegmentUse(*this, type, segment, tables,
-                            /*requireContext=*/false);
-  return success();
+  return verifyNewRunLabel(*this, getResult().getType(), getSegmentAttr(),
+                           tables);
 }
 
 LogicalResult StoreBlockOp::verify() {
