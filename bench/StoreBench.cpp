@@ -131,7 +131,7 @@ bool Bench::run(const compiler::CompiledProgram &compiled,
                 Run &out) {
   auto start = std::chrono::steady_clock::now();
   out.outcome = runEntry(compiled.entry, compiled.manifest, backend, model,
-                         pool, args, store);
+                         pool, args, /*maxContext=*/0, store);
   out.ms = std::chrono::duration<double, std::milli>(
                std::chrono::steady_clock::now() - start)
                .count();

@@ -369,21 +369,36 @@ LogicalResult PrefillOp::verify() {
 }
 
 /// Checks the context a new run's cache type names and, when the op labels
-/// the run with `segment`, that the segment is one of it.
+/// the run with `segment`, that the segment is one of it and that `tokens`
+/// (what the op `verb`s) agree with its static size.
 static LogicalResult verifyNewRunLabel(Operation *op, CacheType type,
                                        FlatSymbolRefAttr segment,
+                                       RankedTensorType tokens, StringRef verb,
                                        SymbolTableCollection &tables) {
-  if (failed(lookupContext(op, type, tables)))
+  FailureOr<ContextOp> context = lookupContext(op, type, tables);
+  if (failed(context))
     return failure();
-  if (segment)
-    return verifySegmentUse(op, type, segment, tables,
-                            /*requireContext=*/false);
-  return success();
+  if (!segment)
+    return success();
+  if (failed(verifySegmentUse(op, type, segment, tables,
+                              /*requireContext=*/false)))
+    return failure();
+  // The tokens of a segment of static size are that many.
+  if (!*context || tokens.isDynamicDim(0))
+    return success();
+  SegmentOp declared = (*context).lookupSegment(segment.getValue());
+  if (!declared || declared.isDynamic() ||
+      int64_t(*declared.getTokens()) == tokens.getDimSize(0))
+    return success();
+  return op->emitOpError() << verb << " " << tokens.getDimSize(0)
+                           << " tokens as segment " << segment
+                           << ", which context @" << (*context).getSymName()
+                           << " declares with " << *declared.getTokens();
 }
 
 LogicalResult PrefillOp::verifySymbolUses(SymbolTableCollection &tables) {
   return verifyNewRunLabel(*this, getResult().getType(), getSegmentAttr(),
-                           tables);
+                           getTokens().getType(), "prefills", tables);
 }
 
 //===----------------------------------------------------------------------===//
@@ -479,7 +494,7 @@ LogicalResult LoadBlockOp::verify() {
 
 LogicalResult LoadBlockOp::verifySymbolUses(SymbolTableCollection &tables) {
   return verifyNewRunLabel(*this, getResult().getType(), getSegmentAttr(),
-                           tables);
+                           getTokens().getType(), "loads", tables);
 }
 
 LogicalResult StoreBlockOp::verify() {

@@ -669,6 +669,22 @@ func.func @selective_shape(%m: !m, %d: !kv.cache<5x1x8xf32>, %b: index, %e: inde
 
 // -----
 
+// A static token tensor prefilled as a segment of another static size.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+!c = !kv.cache<5x4x8xf32, @ctx>
+kv.context @ctx {
+  kv.segment @system kind(system) tokens(48)
+}
+func.func @wrong_size(%m: !m, %t: tensor<40xi32>) -> !c {
+  %e = kv.empty : !c
+  // expected-error@+1 {{'kv.prefill' op prefills 40 tokens as segment @system, which context @ctx declares with 48}}
+  %c, %l = kv.prefill %m, %e, %t segment @system last
+      : !m, (!c), tensor<40xi32> -> !c, tensor<1x512xf32>
+  return %c : !c
+}
+
+// -----
+
 // A loaded block whose cache type does not match the model.
 !model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
 func.func @load_block_shape(%m: !model, %t: tensor<?xi32>) -> !kv.cache<4x4x8xf32> {
@@ -708,4 +724,17 @@ func.func @store_block_shape(%m: !model, %c: !kv.cache<5x2x8xf32>) {
   // expected-error@+1 {{'kv.store_block' op cache type does not match the model: the model computes 5 layers x 4 KV heads x head size 8, the cache holds 5 x 2 x 8}}
   kv.store_block %m, %c : !model, !kv.cache<5x2x8xf32>
   return
+}
+
+// -----
+
+// A static token tensor loaded as a segment of another static size.
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @tools kind(tool) tokens(16)
+}
+func.func @load_block_wrong_size(%m: !model, %t: tensor<12xi32>) -> !kv.cache<5x4x8xf32, @agent> {
+  // expected-error@+1 {{'kv.load_block' op loads 12 tokens as segment @tools, which context @agent declares with 16}}
+  %b = kv.load_block %m, %t segment @tools : !model, tensor<12xi32> -> !kv.cache<5x4x8xf32, @agent>
+  return %b : !kv.cache<5x4x8xf32, @agent>
 }

@@ -25,20 +25,25 @@ die() {
   echo "block-store-redis: $*" >&2
   exit 1
 }
+# A step that failed: its report, then why.
+failed() {
+  cat "$1" >&2
+  die "$2"
+}
 # The logits of `$1` equal those of the process that prefilled the block.
 same() {
   kv-aot-run compare first.f32 "$1" --tolerance 1e-6 || die "$1 differs"
 }
 
 echo "== first process: prefills the block and stores it"
-run --dump-logits first.f32 >first.txt 2>&1 || die "first run failed"
+run --dump-logits first.f32 >first.txt 2>&1 || failed first.txt "first run failed"
 cat first.txt
 key=$(keyOf first.txt)
 [ "$(cli exists "$key")" = 1 ] || die "$key is not in the store"
 echo "stored key: $key"
 
 echo "== second process: fetches the block, no prefill of it"
-run --dump-logits second.f32 >second.txt 2>&1 || die "second run failed"
+run --dump-logits second.f32 >second.txt 2>&1 || failed second.txt "second run failed"
 cat second.txt
 same second.f32
 
@@ -50,15 +55,15 @@ if run --kv-store-policy fail >corrupt-fail.txt 2>&1; then
 fi
 cat corrupt-fail.txt
 echo "-- policy fallback: prefilled, and the good blob stored again"
-run --dump-logits corrupt.f32 >corrupt.txt 2>&1 || die "fallback failed"
+run --dump-logits corrupt.f32 >corrupt.txt 2>&1 || failed corrupt.txt "fallback failed"
 cat corrupt.txt
 same corrupt.f32
-run >repaired.txt 2>&1 || die "run after the repair failed"
+run >repaired.txt 2>&1 || failed repaired.txt "run after the repair failed"
 cat repaired.txt
 
 echo "== truncated: the blob cut to 1000 bytes"
 cli eval "return redis.call('SET', KEYS[1], string.sub(redis.call('GET', KEYS[1]), 1, 1000))" 1 "$key" >/dev/null
-run --dump-logits truncated.f32 >truncated.txt 2>&1 || die "fallback failed"
+run --dump-logits truncated.f32 >truncated.txt 2>&1 || failed truncated.txt "fallback failed"
 cat truncated.txt
 same truncated.f32
 
@@ -66,21 +71,21 @@ echo "== another model: a miss under its own key"
 cli del "$key" >/dev/null
 run --dump-logits first.f32 >/dev/null 2>&1 || die "restore failed"
 run --model-seed 7 --dump-logits other-first.f32 >other.txt 2>&1 ||
-  die "other model failed"
+  failed other.txt "other model failed"
 cat other.txt
 other=$(keyOf other.txt)
 [ "$other" != "$key" ] || die "two models share the key $key"
 echo "== another model: its key holding the first model's blob"
 cli copy "$key" "$other" replace >/dev/null
 run --model-seed 7 --dump-logits other.f32 >swapped.txt 2>&1 ||
-  die "fallback failed"
+  failed swapped.txt "fallback failed"
 cat swapped.txt
 kv-aot-run compare other-first.f32 other.f32 --tolerance 1e-6 ||
   die "another model's blob changed the logits"
 
 echo "== prefix and ttl"
 run --kv-store-prefix "team-a:" --kv-store-ttl 100 >prefix.txt 2>&1 ||
-  die "prefix run failed"
+  failed prefix.txt "prefix run failed"
 cat prefix.txt
 pkey=$(keyOf prefix.txt)
 echo "prefixed key: $pkey ttl $(cli ttl "$pkey")"
@@ -88,25 +93,30 @@ ttl=$(cli ttl "$pkey")
 [ "$ttl" -gt 0 ] && [ "$ttl" -le 100 ] || die "ttl $ttl of $pkey"
 [ "$(cli ttl "$key")" = -1 ] || die "$key has a ttl without --kv-store-ttl"
 run --kv-store-prefix "team-b:" --kv-store-ttl 1 >expire.txt 2>&1 ||
-  die "ttl run failed"
+  failed expire.txt "ttl run failed"
 sleep 2.2
-run --kv-store-prefix "team-b:" >expired.txt 2>&1 || die "expired run failed"
+run --kv-store-prefix "team-b:" >expired.txt 2>&1 || failed expired.txt "expired run failed"
 cat expired.txt
 
-echo "== timeout: the server busy for 2 s, a timeout of 300 ms"
-cli debug sleep 2 >/dev/null &
+echo "== timeout: the server busy, a timeout of 300 ms"
+# DEBUG SLEEP keeps the server from answering for 20 s (it then meets the
+# kill below); kv-run runs once a ping has gone unanswered.
+cli debug sleep 20 >/dev/null 2>&1 &
 sleeper=$!
-sleep 0.3
+for _ in $(seq 100); do
+  timeout 0.2 redis-cli -p "$KVIR_REDIS_PORT" ping >/dev/null 2>&1 || break
+  sleep 0.05
+done
 run --kv-store-timeout-ms 300 --dump-logits slow.f32 >slow.txt 2>&1 ||
-  die "fallback failed"
+  failed slow.txt "fallback failed"
 cat slow.txt
 same slow.f32
-wait "$sleeper"
 
 echo "== server killed"
-kill "$KVIR_REDIS_PID"
+kill -9 "$KVIR_REDIS_PID"
+wait "$sleeper" 2>/dev/null
 while kill -0 "$KVIR_REDIS_PID" 2>/dev/null; do sleep 0.05; done
-run --dump-logits down.f32 >down.txt 2>&1 || die "fallback failed"
+run --dump-logits down.f32 >down.txt 2>&1 || failed down.txt "fallback failed"
 cat down.txt
 same down.f32
 echo "-- policy fail"
