@@ -1,10 +1,9 @@
 //===- BlockStoreOptions.h - The block store of a runner --------*- C++ -*-===//
 //
-// What a runner needs of the block store (kv-run and kv-bench-store today;
-// kv-aot-run does not take --kv-store yet): the options of
-// `--kv-store URL` (`--kv-store-prefix`, `--kv-store-ttl`,
-// `--kv-store-timeout-ms`, `--kv-store-policy`), opening the store, and the
-// report's lines about what each block op did. No MLIR.
+// What runners (kv-run, kv-aot-run, kv-bench-store) share about the block
+// store: the options of `--kv-store URL` (`--kv-store-prefix`,
+// `--kv-store-ttl`, `--kv-store-timeout-ms`, `--kv-store-policy`), opening
+// the store, and the report's lines about what each block op did. No MLIR.
 //
 //===----------------------------------------------------------------------===//
 

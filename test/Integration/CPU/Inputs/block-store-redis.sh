@@ -47,6 +47,14 @@ run --dump-logits second.f32 >second.txt 2>&1 || failed second.txt "second run f
 cat second.txt
 same second.f32
 
+echo "== ahead-of-time runner: fetches the block the JIT runner stored"
+kv-aot "$program" --target cpu -o aot >aot.txt 2>&1 || failed aot.txt "kv-aot failed"
+kv-aot-run aot/lib*.so --input system=system.txt --input skill=skill.txt \
+  --input question=question.txt --kv-store "$KVIR_REDIS_URL" \
+  --dump-logits aot.f32 >aot-run.txt 2>&1 || failed aot-run.txt "kv-aot-run failed"
+cat aot-run.txt
+same aot.f32
+
 echo "== corrupt: three bytes of the payload overwritten by hand"
 cli setrange "$key" 4000 XYZ >/dev/null
 echo "-- policy fail"
