@@ -14,12 +14,16 @@
 
 #include "bench/BenchSupport.h"
 #include "runtime/core/ForwardCall.h"
+#include "runtime/core/KVParallel.h"
 #include "runtime/core/KVRuntime.h"
 #include "runtime/cpu/CpuBackend.h"
 #include "runtime/reference/Reference.h"
 #include "tools/compiler/Compiler.h"
 
 #include "benchmark/benchmark.h"
+#ifdef KVIR_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
 
 #include <cstdint>
 #include <cstdio>
@@ -279,6 +283,70 @@ void BM_GeneratedDecodeAttentionMaterialized(benchmark::State &state) {
 BENCHMARK(BM_GeneratedDecodeAttentionMaterialized)
     ->ArgName("runs")
     ->Arg(16)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+//===----------------------------------------------------------------------===//
+// The matmul alone: generated vs OpenBLAS, and the FMA peak beside them
+//===----------------------------------------------------------------------===//
+
+/// The weight shapes (outputs x inputs) of the dim-512 synthetic model:
+/// wq/wo, wk/wv, w1/w3, w2 and the classifier.
+constexpr int64_t kShapes[][2] = {
+    {512, 512}, {256, 512}, {1376, 512}, {512, 1376}, {4096, 512}};
+
+void BM_FmaPeak(benchmark::State &state) { kvir::bench::measureFmaPeak(state); }
+BENCHMARK(BM_FmaPeak)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+/// c = a · bᵀ for 256 tokens: generated (0) or cblas_sgemm (1), on
+/// `threads` threads; reports FLOP/s.
+void BM_Matmul(benchmark::State &state) {
+  bool blas = state.range(0) == 1;
+  int64_t m = kShapes[state.range(1)][0], k = kShapes[state.range(1)][1];
+  int threads = int(state.range(2));
+  int64_t n = 256;
+  std::vector<float> a(n * k), b(m * k), c(n * m);
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = float(int(i * 7 % 13) - 6) * 0.05f;
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = float(int(i * 5 % 11) - 5) * 0.03f;
+#ifndef KVIR_HAVE_OPENBLAS
+  if (blas) {
+    state.SkipWithError("built without OpenBLAS (libopenblas-dev)");
+    return;
+  }
+#endif
+  kvir::compiler::MatmulFn fn = nullptr;
+  if (!blas)
+    check(kvir::compiler::compileMatmul(m, k, &fn));
+  kvrt_set_num_threads(threads);
+#ifdef KVIR_HAVE_OPENBLAS
+  openblas_set_num_threads(threads);
+#endif
+  kvrt_memref_f32 ma = kvir::memrefF32(a.data(), int64_t(a.size()));
+  kvrt_memref_f32 mb = kvir::memrefF32(b.data(), int64_t(b.size()));
+  kvrt_memref_f32 mc = kvir::memrefF32(c.data(), int64_t(c.size()));
+  for (auto _ : state) {
+#ifdef KVIR_HAVE_OPENBLAS
+    if (blas)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(m),
+                  int(k), 1.0f, a.data(), int(k), b.data(), int(k), 0.0f,
+                  c.data(), int(m));
+    else
+#endif
+      fn(&ma, &mb, &mc, n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  kvrt_set_num_threads(0);
+  state.counters["flops"] =
+      benchmark::Counter(double(state.iterations()) * 2.0 * double(n * m * k),
+                         benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(blas ? "openblas" : "generated") + " " +
+                 std::to_string(m) + "x" + std::to_string(k));
+}
+BENCHMARK(BM_Matmul)
+    ->ArgNames({"blas", "shape", "threads"})
+    ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

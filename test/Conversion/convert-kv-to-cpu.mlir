@@ -8,10 +8,25 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 
 // CHECK-LABEL: module {
 // CHECK-NOT:   kv.export_forwards
+// The runtime's thread pool (runtime/core/KVParallel.h).
+// CHECK:       func.func private @kvrt_parallel_for(i64, !llvm.ptr, !llvm.ptr)
 // CHECK:       func.func private @[[P:kv_fwd_[0-9a-f]+]]_rmsnorm(
 // CHECK-SAME:    llvm.linkage = #llvm.linkage<internal>
 // CHECK:         math.sqrt
+// Matmuls are parallel loops on the runtime's threads: the dot-product
+// kernel under 4 rows, else the weights packed into transposed panels and
+// register tiles of broadcast-FMAs (6 tokens x 4 vectors of 16 on AVX-512,
+// 6 x 2 of 8 on AVX2: the host decides).
 // CHECK:       func.func private @[[P]]_matmul_nt(
+// CHECK:         func.call @kvrt_parallel_for(
+// CHECK:         func.call @kvrt_parallel_for(
+// CHECK:         func.call @kvrt_parallel_for(
+// CHECK:       func.func private @[[P]]_matmul_nt_dot_task(
+// CHECK:         vector.fma
+// CHECK:       func.func private @[[P]]_matmul_nt_pack_task(
+// CHECK:         vector.shuffle
+// CHECK:       func.func private @[[P]]_matmul_nt_tile_task(
+// CHECK:         vector.broadcast
 // CHECK:         vector.fma
 // CHECK:       func.func private @[[P]]_rope_table(%{{.*}}: i64,
 // CHECK:         arith.sitofp %{{.*}} : i64 to f64
@@ -29,7 +44,13 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:         math.floor %{{.*}} : vector<16xf32>
 // CHECK:         vector.fma
 // CHECK:         arith.shli
-// CHECK:       func.func private @[[P]]_attention_kernel(%{{.*}}: memref<?xf32, strided<[1], offset: ?>>, %{{.*}}: index, %{{.*}}: i64, %[[KV:[^:]+]]: memref<?xf32>, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?x8xi64>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: memref<?xf32, strided<[1], offset: ?>>)
+// CHECK:       func.func private @[[P]]_attention_kernel(%{{.*}}: memref<?xf32, strided<[1], offset: ?>>, %{{.*}}: index, %{{.*}}: i64, %{{.*}}: memref<?xf32>, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?x8xi64>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: memref<?xf32, strided<[1], offset: ?>>)
+// Query tokens are a parallel loop: the task gets the arguments through a
+// context struct.
+// CHECK:         %[[TASK:.+]] = constant @[[P]]_attention_task
+// CHECK:         call @kvrt_parallel_for(%{{.*}}, %{{.*}}, %{{.*}})
+// CHECK:       func.func private @[[P]]_attention_task(%{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64)
+// CHECK:         %[[KV:.+]] = builtin.unrealized_conversion_cast %{{.*}} : !llvm.struct<{{.*}}> to memref<?xf32>{{$}}
 // One query rotation per run: to m - delta (column 4 of the run table).
 // CHECK:         %[[DELTA:.+]] = memref.load %{{.*}}[%{{.*}}, %c4{{[_0-9]*}}] : memref<?x8xi64>
 // CHECK:         scf.if
