@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tools/compiler/Compiler.h"
+#include "tools/compiler/ThreadsOption.h"
 
 #include "runtime/core/ComputeBackend.h"
 #include "runtime/exec/Session.h"
@@ -301,10 +302,13 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  cl::opt<int> &threads = compiler::registerThreadsOption(category);
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,
       "kv-bench: edit (cot_slice, exact) and compose vs full prefill\n");
+  if (!compiler::applyThreadsOption(threads, "kv-bench"))
+    return 1;
   bool ok = true;
   if (!skipSynthetic) {
     kvrt_model_config c;

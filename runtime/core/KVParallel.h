@@ -21,6 +21,9 @@
 extern "C" {
 #endif
 
+/// The most threads a parallel loop uses: more is a typo, not a machine.
+#define KVRT_MAX_THREADS 1024
+
 /// A task over the work items [begin, end) of a parallel loop; `context` is
 /// what the caller passed.
 typedef void (*kvrt_task_fn)(void *context, int64_t begin, int64_t end);
@@ -33,7 +36,8 @@ void kvrt_parallel_for(int64_t count, kvrt_task_fn task, void *context);
 
 /// Sets the number of threads parallel loops use (the caller included):
 /// n >= 1, or 0 for the default (KVIR_THREADS if set, else the number of
-/// cores). Takes effect with the next loop.
+/// cores), at most KVRT_MAX_THREADS (larger values are clamped). Takes
+/// effect with the next loop.
 void kvrt_set_num_threads(int32_t n);
 
 /// The number of threads parallel loops use.

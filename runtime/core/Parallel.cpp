@@ -41,7 +41,9 @@ public:
   }
 
   void setThreads(int32_t n) {
-    threads.store(n >= 1 ? n : defaultThreads(), std::memory_order_relaxed);
+    n = n >= 1 ? n : defaultThreads();
+    threads.store(n < KVRT_MAX_THREADS ? n : KVRT_MAX_THREADS,
+                  std::memory_order_relaxed);
   }
   int32_t numThreads() const { return threads.load(std::memory_order_relaxed); }
 
