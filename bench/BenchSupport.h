@@ -5,6 +5,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -18,19 +19,42 @@ namespace kvir::bench {
 /// a streaming read of a 256 MiB buffer (far beyond the last-level cache) with
 /// an integer sum, which the compiler vectorises without reassociation
 /// concerns. Reports bytes/s.
-inline void measureReadBandwidth(benchmark::State &state) {
+inline std::vector<uint64_t> readBandwidthBuffer() {
   size_t words = (size_t(256) << 20) / sizeof(uint64_t);
   std::vector<uint64_t> buffer(words);
   for (size_t i = 0; i < words; ++i)
     buffer[i] = i * 0x9e3779b97f4a7c15ULL;
-  for (auto _ : state) {
-    uint64_t sum = 0;
-    for (uint64_t word : buffer)
-      sum += word;
-    benchmark::DoNotOptimize(sum);
-  }
-  state.SetBytesProcessed(state.iterations() * int64_t(words) *
+  return buffer;
+}
+
+/// One streaming read of `buffer`.
+inline void readAll(const std::vector<uint64_t> &buffer) {
+  uint64_t sum = 0;
+  for (uint64_t word : buffer)
+    sum += word;
+  benchmark::DoNotOptimize(sum);
+}
+
+inline void measureReadBandwidth(benchmark::State &state) {
+  std::vector<uint64_t> buffer = readBandwidthBuffer();
+  for (auto _ : state)
+    readAll(buffer);
+  state.SetBytesProcessed(state.iterations() * int64_t(buffer.size()) *
                           int64_t(sizeof(uint64_t)));
+}
+
+/// The shortest wall time of `repeats` calls of `f`, in seconds: on a
+/// machine shared with other work, the least disturbed run.
+template <typename F> double bestSeconds(int repeats, F &&f) {
+  double best = 1e300;
+  for (int r = 0; r < repeats; ++r) {
+    auto start = std::chrono::steady_clock::now();
+    f();
+    std::chrono::duration<double> took =
+        std::chrono::steady_clock::now() - start;
+    best = took.count() < best ? took.count() : best;
+  }
+  return best;
 }
 
 /// One core's fp32 FMA peak: 12 independent chains of 16-lane FMAs
