@@ -3,12 +3,13 @@
  * The generated CPU forward runs its heavy stages (the packed matmuls, the
  * attention of a prefill) on several threads through one function of the
  * runtime: it outlines a stage's loop into a task over a range of work items
- * and calls kvrt_parallel_for, which cuts [0, count) into one contiguous range
- * per thread (the caller takes the first). The JIT binds the symbol
- * (tools/compiler), an ahead-of-time program resolves it from the runner that
- * links the runtime. Work is split statically, so which thread computes an
- * item never changes its result: the output is bit-identical for any thread
- * count.
+ * and calls kvrt_parallel_for, whose threads (the caller among them) claim
+ * contiguous blocks of [0, count) until none is left. The JIT binds the
+ * symbol (tools/compiler), an ahead-of-time program resolves it from the
+ * runner that links the runtime. A task must compute every item on its own,
+ * whichever thread runs it and however the range is cut (the generated
+ * tasks do: each output is one FMA chain in one item), so the output is
+ * bit-identical for any thread count.
  *
  *===----------------------------------------------------------------------===*/
 
@@ -29,7 +30,8 @@ extern "C" {
 typedef void (*kvrt_task_fn)(void *context, int64_t begin, int64_t end);
 
 /// Runs task(context, begin, end) over ranges that cover [0, count) once, on
-/// up to kvrt_get_num_threads() threads, and returns when all are done. A
+/// up to kvrt_get_num_threads() threads, and returns when all are done
+/// (count below 2^31 items; more run on the calling thread). A
 /// call from inside a task, or while another thread's call holds the pool,
 /// runs the whole range on the calling thread.
 void kvrt_parallel_for(int64_t count, kvrt_task_fn task, void *context);

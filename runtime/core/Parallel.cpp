@@ -2,10 +2,16 @@
 //
 // A fixed pool of worker threads, started at the first parallel loop that
 // needs them and kept for the life of the process. A loop publishes its task
-// under a new generation number; each worker runs its static share and counts
-// itself done. Workers spin briefly on the generation before they sleep: a
-// prefill issues a few loops per layer, each a millisecond or less, and a
-// futex wake-up per loop would cost more than the spin.
+// under a new generation; the caller and the workers then claim blocks of
+// items from one cursor until none is left, and the caller returns once
+// every item is done. Claiming is dynamic, so a core that other work keeps
+// busy (a shared machine) takes fewer items instead of holding the loop up,
+// and a causal attention's later, longer query tokens do not pile up on one
+// thread. The generated tasks compute every item on its own, whichever
+// thread runs it and however the range is cut, so results do not depend on
+// the thread count. Workers spin briefly on the generation before they
+// sleep: a prefill issues a few loops per layer, each a millisecond or less,
+// and a futex wake-up per loop would cost more than the spin.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,13 +30,19 @@ int32_t defaultThreads() {
   if (const char *env = std::getenv("KVIR_THREADS")) {
     int value = std::atoi(env);
     if (value >= 1)
-      return value;
+      return value < KVRT_MAX_THREADS ? value : KVRT_MAX_THREADS;
   }
   unsigned cores = std::thread::hardware_concurrency();
   return cores ? int32_t(cores) : 1;
 }
 
 thread_local bool insideTask = false;
+
+/// The cursor packs the loop's generation (high 32 bits) with the next
+/// unclaimed item (low 32 bits): a claim succeeds only for the loop it was
+/// meant for, and the job's fields stay valid while a claimed item is
+/// unfinished, since the caller waits for every item.
+constexpr int64_t kMaxItems = int64_t(1) << 31;
 
 class Pool {
 public:
@@ -48,58 +60,86 @@ public:
   int32_t numThreads() const { return threads.load(std::memory_order_relaxed); }
 
   void run(int64_t count, kvrt_task_fn task, void *context) {
-    int32_t n = numThreads();
     if (count <= 0)
       return;
+    int32_t n = numThreads();
     if (n > count)
       n = int32_t(count);
     std::unique_lock<std::mutex> busy(callMutex, std::try_to_lock);
-    if (n <= 1 || insideTask || !busy.owns_lock()) {
+    if (n <= 1 || insideTask || !busy.owns_lock() || count >= kMaxItems) {
       task(context, 0, count);
       return;
     }
     ensureWorkers(n - 1);
     job.task = task;
     job.context = context;
-    job.count = count;
-    job.parts = n;
-    // Every worker acknowledges every generation, so none can lag behind
-    // and read the next job while it is written.
-    pending.store(int32_t(workers.size()), std::memory_order_relaxed);
+    job.count.store(count, std::memory_order_relaxed);
+    // About four claims per thread: few enough that claiming costs
+    // nothing, enough to even out unequal items and a busy core.
+    int64_t block = count / (int64_t(n) * 4);
+    job.block.store(block > 1 ? block : 1, std::memory_order_relaxed);
+    done.store(0, std::memory_order_relaxed);
+    uint32_t gen = ++loopGeneration;
+    cursor.store(uint64_t(gen) << 32, std::memory_order_release);
     {
       std::lock_guard<std::mutex> lock(sleepMutex);
       generation.fetch_add(1, std::memory_order_release);
     }
     wake.notify_all();
     insideTask = true;
-    task(context, 0, count / n);
+    runClaims(gen);
     insideTask = false;
-    while (pending.load(std::memory_order_acquire) != 0)
-      std::this_thread::yield();
+    while (done.load(std::memory_order_acquire) != count)
+      spinPause();
   }
 
 private:
+  /// The task and its context are read only by a thread that has claimed
+  /// items of the loop; the sizes may be read by a late worker while the
+  /// next loop writes them (its claim then fails), hence atomics.
   struct Job {
     kvrt_task_fn task = nullptr;
     void *context = nullptr;
-    int64_t count = 0;
-    int32_t parts = 0;
+    std::atomic<int64_t> count{0};
+    std::atomic<int64_t> block{1};
   };
 
   Pool() { setThreads(0); }
 
+  /// Claims and runs blocks of loop `gen` until none is left.
+  void runClaims(uint32_t gen) {
+    uint64_t seen = cursor.load(std::memory_order_acquire);
+    for (;;) {
+      if (uint32_t(seen >> 32) != gen)
+        return;
+      int64_t begin = int64_t(seen & 0xffffffffu);
+      // The job's fields are those of `gen` while the cursor says `gen`.
+      int64_t count = job.count.load(std::memory_order_relaxed);
+      int64_t block = job.block.load(std::memory_order_relaxed);
+      if (begin >= count)
+        return;
+      int64_t end = begin + block < count ? begin + block : count;
+      if (!cursor.compare_exchange_weak(seen, (uint64_t(gen) << 32) | end,
+                                        std::memory_order_acq_rel,
+                                        std::memory_order_acquire))
+        continue;
+      // Claimed: the caller cannot return (nor change the job) before
+      // these items are counted done.
+      job.task(job.context, begin, end);
+      done.fetch_add(end - begin, std::memory_order_acq_rel);
+      seen = cursor.load(std::memory_order_acquire);
+    }
+  }
+
   void ensureWorkers(int32_t needed) {
     while (int32_t(workers.size()) < needed) {
-      int32_t index = int32_t(workers.size()) + 1;
-      // The generation before the job that starts the worker: it must run
-      // that job, however late it starts.
       uint64_t before = generation.load(std::memory_order_acquire);
-      workers.emplace_back([this, index, before] { work(index, before); });
+      workers.emplace_back([this, before] { work(before); });
       workers.back().detach();
     }
   }
 
-  void work(int32_t index, uint64_t seen) {
+  void work(uint64_t seen) {
     insideTask = true;
     for (;;) {
       uint64_t now = seen;
@@ -116,14 +156,7 @@ private:
         now = generation.load(std::memory_order_acquire);
       }
       seen = now;
-      Job j = job;
-      if (index < j.parts) {
-        int64_t begin = j.count * index / j.parts;
-        int64_t end = j.count * (index + 1) / j.parts;
-        if (begin < end)
-          j.task(j.context, begin, end);
-      }
-      pending.fetch_sub(1, std::memory_order_acq_rel);
+      runClaims(uint32_t(cursor.load(std::memory_order_acquire) >> 32));
     }
   }
 
@@ -137,8 +170,14 @@ private:
   std::mutex callMutex;
   std::mutex sleepMutex;
   std::condition_variable wake;
+  /// Bumped per loop: what sleeping workers wait on.
   std::atomic<uint64_t> generation{0};
-  std::atomic<int32_t> pending{0};
+  /// (loop generation << 32) | next unclaimed item.
+  std::atomic<uint64_t> cursor{0};
+  /// Items of the current loop done.
+  std::atomic<int64_t> done{0};
+  /// Written only by the caller holding callMutex.
+  uint32_t loopGeneration = 0;
   Job job;
   std::vector<std::thread> workers;
 };
