@@ -364,7 +364,7 @@ std::string decoded(const kvrt_tokenizer *tokenizer,
 bool kvir::stories::runSuite(const SuiteOptions &options, SuiteResult &out,
                              std::string &error) {
   std::string text;
-  if (!readFile(options.storiesPath, text, error))
+  if (!readFile(options.storiesPath, text, error, "story file"))
     return false;
   if (!parseStories(text, out.stories, error)) {
     error = options.storiesPath + ": " + error;

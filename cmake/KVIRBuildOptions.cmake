@@ -34,6 +34,63 @@ if(KVIR_ENABLE_ASSERTIONS)
   add_compile_options(-UNDEBUG)
 endif()
 
+# Sanitizers for KVIR's own code (docs/testing.md): e.g.
+#   cmake -G Ninja -S . -B build-asan -DKVIR_SANITIZE=address,undefined
+# Debian's libMLIR.so is not instrumented: LLVM's allocators poison memory in
+# instrumented headers that libMLIR then writes, so ASan runs with
+# allow_user_poisoning=0 (the defaults below are compiled into every
+# executable). The shared sanitizer runtime lets our shared libraries (the C
+# API, the plugin, the CUDA runtime) link with -z defs; executables find it
+# through their RPATH.
+set(KVIR_SANITIZE "" CACHE STRING
+    "Sanitizers for KVIR's code, e.g. address,undefined (or thread)")
+if(KVIR_SANITIZE)
+  add_compile_options(-fsanitize=${KVIR_SANITIZE} -fno-omit-frame-pointer
+                      -fno-sanitize-recover=all)
+  if(KVIR_SANITIZE MATCHES "undefined")
+    # libMLIR has no RTTI: its classes have no typeinfo to check against.
+    add_compile_options(-fno-sanitize=vptr)
+  endif()
+  execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-runtime-dir
+                  OUTPUT_VARIABLE KVIR_SANITIZER_RUNTIME_DIR
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  add_link_options(-fsanitize=${KVIR_SANITIZE} -shared-libsan
+                   -Wl,-rpath,${KVIR_SANITIZER_RUNTIME_DIR})
+endif()
+
+# libFuzzer targets (test/fuzz, docs/testing.md): clang's coverage
+# instrumentation on all of KVIR's code, and the fuzzers linked with
+# -fsanitize=fuzzer. Combine with KVIR_SANITIZE=address,undefined. Without
+# it the same targets build as plain programs that replay their corpora.
+option(KVIR_BUILD_FUZZERS "Build test/fuzz's targets as libFuzzer fuzzers" OFF)
+if(KVIR_BUILD_FUZZERS)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "KVIR_BUILD_FUZZERS needs clang (-fsanitize=fuzzer)")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
+
+# Gives every executable target defined so far (in this directory and those
+# below) the sanitizer runtime's default options, which must be defined in
+# the executable itself: called once, at the end of the top-level list.
+function(kvir_add_sanitizer_defaults dir)
+  if(NOT KVIR_SANITIZE)
+    return()
+  endif()
+  get_property(targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
+  foreach(target ${targets})
+    get_target_property(type ${target} TYPE)
+    if(type STREQUAL "EXECUTABLE")
+      target_sources(${target} PRIVATE
+                     ${PROJECT_SOURCE_DIR}/cmake/SanitizerDefaults.cpp)
+    endif()
+  endforeach()
+  get_property(subdirs DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)
+  foreach(subdir ${subdirs})
+    kvir_add_sanitizer_defaults(${subdir})
+  endforeach()
+endfunction()
+
 set(CMAKE_CXX_STANDARD 17)
 set(CMAKE_CXX_STANDARD_REQUIRED ON)
 set(CMAKE_EXPORT_COMPILE_COMMANDS ON)

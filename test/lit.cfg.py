@@ -8,14 +8,18 @@ from lit.llvm.subst import ToolSubst
 config.name = "KVIR"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "unit", "lib"]
+# fuzz/: the fuzzers' seed corpora (copies of tests and inputs), not tests.
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "unit", "lib",
+                   "fuzz"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.kvir_obj_root, "test")
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%kvir_src_root", config.kvir_src_root))
 
-llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
+llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP",
+                                     "ASAN_OPTIONS", "UBSAN_OPTIONS",
+                                     "LSAN_OPTIONS"])
 llvm_config.use_default_substitutions()
 
 # The stories260K checkpoint: tests that need it say `REQUIRES: stories260k` and are
@@ -25,6 +29,12 @@ if os.path.exists(config.kvir_test_model):
 config.substitutions.append(("%stories260k", config.kvir_test_model))
 config.substitutions.append(
     ("%models_dir", os.path.dirname(config.kvir_test_model)))
+
+# A sanitizer build (KVIR_SANITIZE): `UNSUPPORTED: sanitized` for tests that
+# load our instrumented code into an uninstrumented executable (mlir-opt-22
+# with the plugin), which the sanitizer runtime refuses.
+if config.kvir_sanitize:
+    config.available_features.add("sanitized")
 
 # The CUDA toolkit: `REQUIRES: cuda-toolkit` for tests that assemble PTX or
 # link libdevice; %cuda_toolkit is its root.

@@ -372,10 +372,25 @@ LogicalResult PrefillOp::verifySymbolUses(SymbolTableCollection &tables) {
   CacheType type = getResult().getType();
   if (failed(lookupContext(*this, type, tables)))
     return failure();
-  if (FlatSymbolRefAttr segment = getSegmentAttr())
-    return verifySegmentUse(*this, type, segment, tables,
-                            /*requireContext=*/false);
-  return success();
+  FlatSymbolRefAttr segment = getSegmentAttr();
+  if (!segment)
+    return success();
+  if (failed(verifySegmentUse(*this, type, segment, tables,
+                              /*requireContext=*/false)))
+    return failure();
+  // The tokens of a segment of static size are that many.
+  FailureOr<ContextOp> context = lookupContext(*this, type, tables);
+  RankedTensorType tokens = getTokens().getType();
+  if (failed(context) || !*context || tokens.isDynamicDim(0))
+    return success();
+  SegmentOp declared = (*context).lookupSegment(segment.getValue());
+  if (!declared || declared.isDynamic() ||
+      int64_t(*declared.getTokens()) == tokens.getDimSize(0))
+    return success();
+  return emitOpError() << "prefills " << tokens.getDimSize(0)
+                       << " tokens as segment " << segment
+                       << ", which context @" << (*context).getSymName()
+                       << " declares with " << *declared.getTokens();
 }
 
 //===----------------------------------------------------------------------===//

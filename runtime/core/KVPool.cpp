@@ -194,6 +194,9 @@ extern "C" kvrt_status kvrt_pool_alloc_pages(kvrt_pool *pool, int64_t count,
   std::lock_guard<std::mutex> lock(pool->mutex);
   if (count > static_cast<int64_t>(pool->freeList.size()))
     return exhausted(*pool, count);
+  if (kvrt_status s =
+          allocationFault(KVRT_FAULT_PAGES, "kvrt_pool_alloc_pages"))
+    return s;
   pool->allocate(count, pages);
   return KVRT_OK;
 }
@@ -279,6 +282,8 @@ extern "C" kvrt_status kvrt_pool_cow(kvrt_pool *pool, int32_t page,
     }
     if (pool->freeList.empty())
       return exhausted(*pool, 1);
+    if (kvrt_status s = allocationFault(KVRT_FAULT_PAGES, "kvrt_pool_cow"))
+      return s;
     int32_t copy;
     pool->allocate(1, &copy);
     std::memcpy(pool->arena + copy * pool->layout.page_stride,

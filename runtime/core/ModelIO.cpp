@@ -26,11 +26,6 @@ namespace {
 
 constexpr uint64_t kHeaderBytes = 7 * sizeof(int32_t);
 
-struct FileCloser {
-  void operator()(std::FILE *f) const { std::fclose(f); }
-};
-using File = std::unique_ptr<std::FILE, FileCloser>;
-
 /// Describes the first non-finite value of a weight buffer, or returns "".
 std::string findNonFinite(const kvrt_model_config &config,
                           const std::vector<TensorSpec> &specs,
@@ -61,18 +56,10 @@ bool writeFloats(std::FILE *f, const float *src, uint64_t count) {
 }
 
 kvrt_status loadModel(const char *path, kvrt_model **out) {
-  File file(std::fopen(path, "rb"));
-  if (!file)
-    return fail(KVRT_ERR_IO,
-                str("cannot open model '", path, "': ", std::strerror(errno)));
-  if (std::fseek(file.get(), 0, SEEK_END) != 0)
-    return fail(KVRT_ERR_IO, str("cannot seek in model '", path, "'"));
-  long endPos = std::ftell(file.get());
-  if (endPos < 0)
-    return fail(KVRT_ERR_IO, str("cannot read the size of model '", path,
-                                 "': ", std::strerror(errno)));
-  uint64_t fileBytes = static_cast<uint64_t>(endPos);
-  std::rewind(file.get());
+  File file;
+  uint64_t fileBytes = 0;
+  if (kvrt_status s = openRegularFile(path, "model", file, &fileBytes))
+    return s;
   if (fileBytes < kHeaderBytes)
     return fail(KVRT_ERR_BAD_MODEL,
                 str("truncated model '", path, "': ", fileBytes,
@@ -127,6 +114,8 @@ kvrt_status loadModel(const char *path, kvrt_model **out) {
                     " bytes, the header implies ", expected, " (",
                     fileBytes - expected, " trailing bytes)"));
 
+  if (kvrt_status s = allocationFault(KVRT_FAULT_WEIGHTS, "model weights"))
+    return s;
   std::vector<float> data(weightFloats);
   uint64_t beforeTables =
       weightFloats - (config.shared_classifier ? 0 : specs->back().count);

@@ -9,10 +9,13 @@
 #ifndef KVIR_RUNTIME_CORE_SUPPORT_H
 #define KVIR_RUNTIME_CORE_SUPPORT_H
 
+#include "runtime/core/KVFaults.h"
 #include "runtime/core/KVRuntime.h"
 
 #include <atomic>
+#include <cstdio>
 #include <exception>
+#include <memory>
 #include <new>
 #include <sstream>
 #include <string>
@@ -43,6 +46,33 @@ struct PageRefs {
 kvrt_status checkPrefillArguments(const kvrt_model_config &config,
                                   const int32_t *tokens, int64_t n, int64_t pos,
                                   const char *what);
+
+/// A FILE closed when destroyed.
+struct FileCloser {
+  void operator()(std::FILE *f) const {
+    if (f)
+      std::fclose(f);
+  }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+
+/// Opens `path` for reading without blocking on the open (a FIFO nobody
+/// writes to would wait forever): `*regular` says whether it is a regular
+/// file, whose size is then in `*bytes`. A directory is refused. Reads of
+/// what is not a regular file block as usual afterwards, and end at once
+/// when no writer is left. Fails with KVRT_ERR_IO and "cannot open <what>
+/// '<path>': <why>".
+kvrt_status openInputFile(const char *path, const char *what, File &out,
+                          uint64_t *bytes, bool *regular);
+
+/// openInputFile for a regular file only (a loader that needs the size
+/// first): a FIFO or a device is refused as well.
+kvrt_status openRegularFile(const char *path, const char *what, File &out,
+                            uint64_t *bytes);
+
+/// Counts an allocation of `kind` and fails it when the fault hook armed
+/// this one (KVFaults.h): KVRT_OK, or the kind's status with its message.
+kvrt_status allocationFault(kvrt_fault_kind kind, const char *what);
 
 /// Records `message` as this thread's last error and returns `status`.
 kvrt_status fail(kvrt_status status, const std::string &message);

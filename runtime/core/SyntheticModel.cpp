@@ -57,6 +57,9 @@ extern "C" kvrt_status kvrt_model_synthetic(const kvrt_model_config *config,
     if (overflow || total > (uint64_t(1) << 40))
       return fail(KVRT_ERR_BAD_MODEL,
                   "invalid model config: more than 2^40 weights");
+    if (kvrt_status s =
+            allocationFault(KVRT_FAULT_WEIGHTS, "synthetic model weights"))
+      return s;
     std::vector<float> data(total);
     SplitMix64 rng(seed);
     float *p = data.data();

@@ -142,11 +142,6 @@ kvrt_status buildTokenizer(const std::vector<std::string_view> &pieces,
   return KVRT_OK;
 }
 
-struct FileCloser {
-  void operator()(std::FILE *f) const { std::fclose(f); }
-};
-using File = std::unique_ptr<std::FILE, FileCloser>;
-
 int32_t readInt32(const std::vector<char> &data, uint64_t offset) {
   int32_t value;
   std::memcpy(&value, data.data() + offset, sizeof(value));
@@ -160,19 +155,10 @@ float readFloat(const std::vector<char> &data, uint64_t offset) {
 }
 
 kvrt_status loadTokenizer(const char *path, kvrt_tokenizer **out) {
-  File file(std::fopen(path, "rb"));
-  if (!file)
-    return fail(KVRT_ERR_IO, str("cannot open tokenizer '", path,
-                                 "': ", std::strerror(errno)));
-  // fopen opens directories too; fstat tells them apart and gives the size.
-  struct stat info;
-  if (fstat(fileno(file.get()), &info) != 0)
-    return fail(KVRT_ERR_IO, str("cannot read the size of tokenizer '", path,
-                                 "': ", std::strerror(errno)));
-  if (!S_ISREG(info.st_mode))
-    return fail(KVRT_ERR_IO,
-                str("cannot read tokenizer '", path, "': not a regular file"));
-  uint64_t fileBytes = static_cast<uint64_t>(info.st_size);
+  File file;
+  uint64_t fileBytes = 0;
+  if (kvrt_status s = openRegularFile(path, "tokenizer", file, &fileBytes))
+    return s;
   std::string bad = str("invalid tokenizer '", path, "': ");
   // The whole file is read at once, so its size is the one allocation a
   // file controls: bound it first.

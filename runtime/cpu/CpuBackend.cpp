@@ -239,7 +239,10 @@ private:
       return s;
     if (kvrt_status s = kvrt_model_get_weights(model, &m.weights))
       return s;
-    return checkForward(forward, m.config, entry);
+    if (kvrt_status s = checkForward(forward, m.config, entry))
+      return s;
+    // Every call then allocates its working memory (tables, activations).
+    return kvrt::allocationFault(KVRT_FAULT_SCRATCH, "cpu backend");
   }
 
   /// Runs layers 0 .. nLayers-1 of the forward of the tokens over `view`

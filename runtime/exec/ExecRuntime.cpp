@@ -61,6 +61,9 @@ struct kvrt_exec_context {
   int32_t site = KVRT_EXEC_NO_SITE;
 
   int64_t planDepth = 0, callDepth = 0;
+  /// Positions at or beyond this are refused (0: no limit); the highest
+  /// position computed, plus one.
+  int64_t maxContext = 0, contextTokens = 0;
   kvrt_exec_work plan{}, setup{};
   std::vector<kvrt_exec_repair> repairs;
 
@@ -84,6 +87,24 @@ struct kvrt_exec_context {
   }
 
   kvrt_exec_work &work() { return planDepth > 0 ? plan : setup; }
+
+  /// Whether `n` tokens from `position` on stay within the context limit;
+  /// records the failure at `at` otherwise.
+  bool withinLimit(int32_t at, const char *what, int64_t position, int64_t n) {
+    if (maxContext > 0 && n > 0 &&
+        (position < 0 || position > maxContext - n)) {
+      fail(at, KVRT_ERR_INVALID_ARGUMENT,
+           kvrt::str(what, " of ", n, " tokens at position ", position,
+                     " would reach position ", position + n - 1,
+                     ", beyond the run's context limit of ", maxContext,
+                     " tokens (the model was trained on ", config.seq_len,
+                     ")"));
+      return false;
+    }
+    if (n > 0)
+      contextTokens = std::max(contextTokens, position + n);
+    return true;
+  }
 
   kvrt_view *own(kvrt_view *view) {
     if (view)
@@ -216,14 +237,16 @@ T guarded(kvrt_exec_context *ctx, int32_t site, T neutral, Body &&body) {
 
 kvrt_exec_context *kvir::createExecContext(ComputeBackend &backend,
                                            const kvrt_model *model,
-                                           kvrt_pool *pool) {
-  if (!model || !pool)
+                                           kvrt_pool *pool,
+                                           int64_t maxContext) {
+  if (!model || !pool || maxContext < 0)
     return nullptr;
   try {
     auto ctx = std::make_unique<kvrt_exec_context>();
     ctx->backend = &backend;
     ctx->model = model;
     ctx->pool = pool;
+    ctx->maxContext = maxContext;
     if (kvrt_model_get_config(model, &ctx->config) != KVRT_OK)
       return nullptr;
     return ctx.release();
@@ -254,6 +277,10 @@ void kvrt_exec_get_work(const kvrt_exec_context *ctx, int32_t plan,
   if (ctx && out)
     *out = plan ? ctx->plan : ctx->setup;
 }
+int64_t kvrt_exec_context_tokens(const kvrt_exec_context *ctx) {
+  return ctx ? ctx->contextTokens : 0;
+}
+
 int64_t kvrt_exec_num_repairs(const kvrt_exec_context *ctx) {
   return ctx ? int64_t(ctx->repairs.size()) : 0;
 }
@@ -371,6 +398,8 @@ kvrt_exec_prefill(kvrt_exec_context *ctx, int32_t site, const char *key,
         logits->tokens = tokens;
         logits->position = has_position ? position : endPosition(context);
         logits->lastOnly = last != 0;
+        if (!ctx->withinLimit(site, "prefill", logits->position, n))
+          return nullptr;
         if (n == 0) {
           // Nothing to compute: the view unchanged, no rows.
           logits->result = context;
@@ -626,6 +655,9 @@ kvrt_exec_attention(kvrt_exec_context *ctx, int32_t site, const char *key,
                         ctx->config.n_layers, ")"));
           return nullptr;
         }
+        int64_t n = query->dims[0];
+        if (!ctx->withinLimit(site, "attention", position, n))
+          return nullptr;
         kvrt_view *context = combine(ctx, site, views, offsets, n_views);
         if (!context)
           return nullptr;
@@ -633,7 +665,6 @@ kvrt_exec_attention(kvrt_exec_context *ctx, int32_t site, const char *key,
         fwd.key = key;
         fwd.attention = forward;
         std::vector<float> out;
-        int64_t n = query->dims[0];
         if (kvrt_status s = ctx->backend->attention(
                 fwd, ctx->model, context, query->data.data(), n, position,
                 int32_t(layer), &out)) {

@@ -113,6 +113,10 @@ typedef struct kvrt_exec_repair {
   double max_relative_deviation, mean_relative_deviation;
 } kvrt_exec_repair;
 
+/// The highest position a token of the run was computed at, plus one (the
+/// length of the longest context it built; 0 before any prefill).
+int64_t kvrt_exec_context_tokens(const kvrt_exec_context *ctx);
+
 /// Selective recomputes executed: their number, and the record of each (a
 /// zeroed record for an index out of range).
 int64_t kvrt_exec_num_repairs(const kvrt_exec_context *ctx);
@@ -220,9 +224,12 @@ namespace kvir {
 class ComputeBackend;
 
 /// A context over `model` and `pool` whose math runs on `backend`, all three
-/// outliving it.
+/// outliving it. With `maxContext` > 0, a prefill or an attention that
+/// would compute a token at position `maxContext` or beyond fails at its
+/// site instead (runners bound the work a program may ask for).
 kvrt_exec_context *createExecContext(ComputeBackend &backend,
-                                     const kvrt_model *model, kvrt_pool *pool);
+                                     const kvrt_model *model, kvrt_pool *pool,
+                                     int64_t maxContext = 0);
 } // namespace kvir
 #endif
 

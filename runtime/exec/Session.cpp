@@ -396,27 +396,59 @@ bool kvir::exec::parseTokenList(const std::string &text,
 }
 
 bool kvir::exec::readFile(const std::string &path, std::string &out,
-                          std::string &error) {
-  std::FILE *file = std::fopen(path.c_str(), "rb");
-  if (!file) {
-    error = str("cannot read '", path, "': ", std::strerror(errno));
+                          std::string &error, const char *what,
+                          uint64_t maxBytes) {
+  kvrt::File file;
+  uint64_t bytes = 0;
+  bool regular = false;
+  if (kvrt::openInputFile(path.c_str(), what, file, &bytes, &regular)) {
+    error = kvrt_last_error();
     return false;
   }
+  auto tooLong = [&](uint64_t size, const char *qualifier) {
+    error = str(what, " '", path, "' has ", qualifier, size,
+                " bytes, more than the ", maxBytes, " a runner reads");
+    out.clear();
+    return false;
+  };
+  if (regular && bytes > maxBytes)
+    return tooLong(bytes, "");
+  // A pipe or a device has no size: read until its end, or past the bound.
   out.clear();
   char buffer[1 << 16];
   size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0)
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) {
+    if (out.size() + n > maxBytes)
+      return tooLong(out.size() + n, "at least ");
     out.append(buffer, n);
-  bool ok = !std::ferror(file);
-  std::fclose(file);
-  if (!ok)
-    error = str("cannot read '", path, "'");
-  return ok;
+  }
+  if (std::ferror(file.get())) {
+    error = str("cannot read ", what, " '", path, "': ", std::strerror(errno));
+    out.clear();
+    return false;
+  }
+  return true;
 }
 
 ViewRef kvir::exec::adoptView(kvrt_view *view) {
   return ViewRef(view, [](kvrt_view *v) { kvrt_view_release(v); });
 }
+
+namespace {
+
+/// Whether an input of `length` tokens (or rows) may be synthesized: a
+/// length is an allocation and then work, so it is bounded first.
+bool synthesizable(const std::string &what, int64_t length,
+                   const InputOptions &options, std::string &error) {
+  if (length >= 0 && length <= options.maxSynthesized)
+    return true;
+  error = str("cannot synthesize ", length, " tokens for ", what,
+              ": more than the ", options.maxSynthesized,
+              " the run's context may hold (--max-context)");
+  return false;
+}
+
+} // namespace
 
 bool kvir::exec::bindArguments(const EntryManifest &manifest,
                                const kvrt_model_config &config,
@@ -504,6 +536,8 @@ bool kvir::exec::bindArguments(const EntryManifest &manifest,
         int64_t length = spec.dims[0] >= 0        ? spec.dims[0]
                          : spec.sampleLength >= 0 ? spec.sampleLength
                                                   : options.dynamicLength;
+        if (!synthesizable(what, length, options, error))
+          return false;
         uint64_t state = options.seed * 0x100000001b3ULL + i;
         for (int64_t t = 0; t < length; ++t)
           value.tokens.push_back(
@@ -567,6 +601,8 @@ bool kvir::exec::bindArguments(const EntryManifest &manifest,
         int64_t rows = spec.dims[0] >= 0        ? spec.dims[0]
                        : spec.sampleLength >= 0 ? spec.sampleLength
                                                 : options.dynamicLength;
+        if (!synthesizable(what, rows, options, error))
+          return false;
         uint64_t state = options.seed * 0x100000001b3ULL + i;
         for (int64_t f = 0; f < rows * rowFloats; ++f)
           tensor->data.push_back(
@@ -642,10 +678,15 @@ using ContextPtr =
 
 } // namespace
 
+int64_t kvir::exec::defaultMaxContext(const kvrt_model_config &config) {
+  return 8 * int64_t(config.seq_len > 0 ? config.seq_len : 512);
+}
+
 RunOutcome kvir::exec::runEntry(EntryFn entry, const EntryManifest &manifest,
                                 ComputeBackend &backend,
                                 const kvrt_model *model, kvrt_pool *pool,
-                                const std::vector<Value> &args) {
+                                const std::vector<Value> &args,
+                                int64_t maxContext) {
   RunOutcome outcome;
   auto fail = [&](const std::string &message) {
     outcome.failed = true;
@@ -658,7 +699,7 @@ RunOutcome kvir::exec::runEntry(EntryFn entry, const EntryManifest &manifest,
   if (args.size() != manifest.args.size())
     return fail(str("@", manifest.entry, " takes ", manifest.args.size(),
                     " arguments, ", args.size(), " were bound"));
-  ContextPtr ctx(createExecContext(backend, model, pool),
+  ContextPtr ctx(createExecContext(backend, model, pool, maxContext),
                  kvrt_exec_context_destroy);
   if (!ctx)
     return fail("cannot create the execution context");
@@ -702,6 +743,7 @@ RunOutcome kvir::exec::runEntry(EntryFn entry, const EntryManifest &manifest,
   outcome.plan = toStats(work);
   kvrt_exec_get_work(ctx.get(), 0, &work);
   outcome.setup = toStats(work);
+  outcome.contextTokens = kvrt_exec_context_tokens(ctx.get());
   outcome.repairs.resize(kvrt_exec_num_repairs(ctx.get()));
   for (size_t i = 0; i < outcome.repairs.size(); ++i)
     kvrt_exec_get_repair(ctx.get(), int64_t(i), &outcome.repairs[i]);

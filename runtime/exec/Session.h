@@ -165,6 +165,10 @@ struct InputOptions {
   uint64_t seed = 1;
   /// Length of a synthesized dynamic input without a `kv.sample_length`.
   int64_t dynamicLength = 16;
+  /// The longest input that is synthesized (tokens, or query rows); a
+  /// longer one is an error, not an allocation (runners pass their context
+  /// limit).
+  int64_t maxSynthesized = int64_t(1) << 20;
 };
 
 /// The model a runner runs: the llama2.c checkpoint `file` when given, else
@@ -181,8 +185,16 @@ kvrt_model *loadModel(const std::string &file, const std::string &synthetic,
 bool parseTokenList(const std::string &text, const std::string &source,
                     std::vector<int32_t> &out, std::string &error);
 
-/// Reads a whole file; false with a message naming it.
-bool readFile(const std::string &path, std::string &out, std::string &error);
+/// The largest input file a runner reads (token lists, texts, manifests):
+/// 256 MiB, far beyond any context, and a bound on the memory a file costs.
+constexpr uint64_t kMaxInputFileBytes = uint64_t(256) << 20;
+
+/// Reads a whole regular file of at most `maxBytes`; false with a message
+/// naming it as `what` (e.g. "cannot open token file 'x': No such file or
+/// directory"; a FIFO, a device or a directory is refused, not read).
+bool readFile(const std::string &path, std::string &out, std::string &error,
+              const char *what = "file",
+              uint64_t maxBytes = kMaxInputFileBytes);
 
 /// One bound argument, for the report.
 struct BoundInput {
@@ -216,14 +228,26 @@ struct RunOutcome {
   std::string message;
   /// The site of the failing op (-1: none).
   int32_t site = KVRT_EXEC_NO_SITE;
+  /// The longest context the run built (the highest position computed, plus
+  /// one).
+  int64_t contextTokens = 0;
 };
 
 /// Calls `entry` on `args` over a fresh execution context of `backend`,
 /// `model` and `pool`, and reads the results back (views retained, logits
 /// and tensors copied).
+/// With `maxContext` > 0, a prefill or attention at a position at or beyond
+/// it fails at its site (createExecContext).
 RunOutcome runEntry(EntryFn entry, const EntryManifest &manifest,
                     ComputeBackend &backend, const kvrt_model *model,
-                    kvrt_pool *pool, const std::vector<Value> &args);
+                    kvrt_pool *pool, const std::vector<Value> &args,
+                    int64_t maxContext = 0);
+
+/// The context limit runners apply unless told otherwise: 8 times the
+/// context the model was trained on (its seq_len). Positions beyond the
+/// trained context were never seen in training; far beyond it the work is
+/// also quadratic in the context.
+int64_t defaultMaxContext(const kvrt_model_config &config);
 
 /// The backend called `name` (`cpu`, `cuda`, `reference`) for `model`; null
 /// with `error` set otherwise.

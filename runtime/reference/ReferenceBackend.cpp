@@ -20,6 +20,8 @@ public:
                       const kvrt_view *view, const int32_t *tokens, int64_t n,
                       int64_t pos, const char *label, bool lastOnly,
                       std::vector<float> *logits, kvrt_view **out) override {
+    if (kvrt_status s = scratchFault())
+      return s;
     return kvir::reference::prefill(model, view, tokens, n, pos, label, logits,
                                     out, lastOnly);
   }
@@ -28,6 +30,8 @@ public:
                       const kvrt_view *view, const int32_t *tokens, int64_t n,
                       int64_t pos, int32_t layer, std::vector<float> *k,
                       std::vector<float> *v) override {
+    if (kvrt_status s = scratchFault())
+      return s;
     return kvir::reference::layerKV(model, view, tokens, n, pos, layer, k, v);
   }
 
@@ -37,6 +41,8 @@ public:
                         std::vector<float> *out) override {
     if (!model || !view || (n > 0 && !q) || !out)
       return kvrt::nullArgument("reference attention");
+    if (kvrt_status s = scratchFault())
+      return s;
     return kvrt::guard([&]() -> kvrt_status {
       kvrt_model_config c;
       if (kvrt_status s = kvrt_model_get_config(model, &c))
@@ -60,7 +66,15 @@ public:
 
   kvrt_status materialize(const kvir::Forward &, const kvrt_model *model,
                           const kvrt_view *view, kvrt_view **out) override {
+    if (kvrt_status s = scratchFault())
+      return s;
     return kvir::reference::materialize(model, view, out);
+  }
+
+private:
+  /// Every call allocates its working memory first (KVFaults.h).
+  static kvrt_status scratchFault() {
+    return kvrt::allocationFault(KVRT_FAULT_SCRATCH, "reference backend");
   }
 };
 

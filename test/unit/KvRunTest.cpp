@@ -148,7 +148,15 @@ TEST(KvRunTest, ClearErrors) {
       {"--model", model, "--tokens", "1", "--tokens-file", greedyTokensPath()},
       "exactly one of");
   expectFailure({"--model", model, "--tokens-file", absent},
-                "cannot read token file");
+                "cannot open token file '" + absent +
+                    "': No such file or directory");
+  // A file that never ends is read up to the bound, not to the end.
+  expectFailure({"--model", model, "--tokens-file", "/dev/zero"},
+                "token file '/dev/zero' has at least");
+  expectFailure({"--model", model, "--tokens-file", "/dev/zero"},
+                "bytes, more than the 268435456 a runner reads");
+  expectFailure({"--model", "/dev/zero", "--tokens", "1"},
+                "cannot open model '/dev/zero': not a regular file");
   expectFailure({"--model", model, "--tokens", "1", "--backend", "gpu"},
                 "unknown backend 'gpu'");
   expectFailure({"--model", model, "--tokens", "1", "--page-tokens", "0"},

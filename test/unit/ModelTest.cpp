@@ -3,10 +3,12 @@
 #include "test/unit/TestSupport.h"
 
 #include <cmath>
+
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <sys/stat.h>
 
 using namespace kvir::test;
 
@@ -206,6 +208,25 @@ TEST_F(MalformedModelTest, MissingFile) {
             KVRT_ERR_IO);
   EXPECT_NE(std::string(kvrt_last_error()).find("cannot open model"),
             std::string::npos);
+}
+
+// A FIFO, a device or a directory is refused without blocking on its open
+// or reading forever.
+TEST_F(MalformedModelTest, NotARegularFile) {
+  std::string fifo = dir.file("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  kvrt_model *model = nullptr;
+  EXPECT_EQ(kvrt_model_load(fifo.c_str(), &model), KVRT_ERR_IO);
+  EXPECT_EQ(std::string(kvrt_last_error()),
+            "cannot open model '" + fifo +
+                "': it is a FIFO, not a regular file");
+  EXPECT_EQ(kvrt_model_load("/dev/zero", &model), KVRT_ERR_IO);
+  EXPECT_EQ(std::string(kvrt_last_error()),
+            "cannot open model '/dev/zero': not a regular file");
+  EXPECT_EQ(kvrt_model_load("/", &model), KVRT_ERR_IO);
+  EXPECT_EQ(std::string(kvrt_last_error()),
+            "cannot open model '/': it is a directory");
+  EXPECT_EQ(model, nullptr);
 }
 
 TEST_F(MalformedModelTest, TruncatedHeader) {

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 
 #include <cmath>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <sys/stat.h>
 #include <vector>
 
 namespace {
@@ -671,7 +673,23 @@ TEST_F(TokenizerFileTest, MissingFile) {
 TEST_F(TokenizerFileTest, Directory) {
   kvrt_tokenizer *tok = nullptr;
   EXPECT_EQ(kvrt_tokenizer_load(dir.c_str(), &tok), KVRT_ERR_IO);
-  EXPECT_HAS(std::string(kvrt_last_error()), "not a regular file");
+  EXPECT_EQ(std::string(kvrt_last_error()),
+            "cannot open tokenizer '" + dir.string() + "': it is a directory");
+}
+
+// A FIFO (or a device) is refused without blocking on its open.
+TEST_F(TokenizerFileTest, FifoAndDevice) {
+  std::string fifo = (dir / "fifo").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  kvrt_tokenizer *tok = nullptr;
+  EXPECT_EQ(kvrt_tokenizer_load(fifo.c_str(), &tok), KVRT_ERR_IO);
+  EXPECT_EQ(std::string(kvrt_last_error()),
+            "cannot open tokenizer '" + fifo +
+                "': it is a FIFO, not a regular file");
+  EXPECT_EQ(kvrt_tokenizer_load("/dev/zero", &tok), KVRT_ERR_IO);
+  EXPECT_EQ(std::string(kvrt_last_error()),
+            "cannot open tokenizer '/dev/zero': not a regular file");
+  EXPECT_EQ(tok, nullptr);
 }
 
 TEST_F(TokenizerFileTest, EmptyAndShortFiles) {

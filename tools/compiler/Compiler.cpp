@@ -141,14 +141,26 @@ OwningOpRef<ModuleOp> kvir::compiler::loadProgram(
     MLIRContext &context, llvm::SourceMgr &sourceMgr, StringRef path,
     llvm::function_ref<LogicalResult(ModuleOp)> beforePlanning,
     OwningOpRef<ModuleOp> *exactReference) {
-  auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
-  if (!buffer) {
-    emitError(UnknownLoc::get(&context))
-        << "cannot read program '" << path
-        << "': " << buffer.getError().message();
-    return nullptr;
+  // A file is read whole, and only a regular one of bounded size: a FIFO or
+  // a device would block or never end (exec::readFile).
+  std::unique_ptr<llvm::MemoryBuffer> buffer;
+  if (path == "-") {
+    auto in = llvm::MemoryBuffer::getSTDIN();
+    if (!in) {
+      emitError(UnknownLoc::get(&context))
+          << "cannot read the program from stdin: " << in.getError().message();
+      return nullptr;
+    }
+    buffer = std::move(*in);
+  } else {
+    std::string text, error;
+    if (!exec::readFile(path.str(), text, error, "program")) {
+      emitError(FileLineColLoc::get(&context, path, 0, 0)) << error;
+      return nullptr;
+    }
+    buffer = llvm::MemoryBuffer::getMemBufferCopy(text, path);
   }
-  sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
+  sourceMgr.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
   if (!module)
     return nullptr;
@@ -206,8 +218,15 @@ kvir::compiler::describeEntry(func::FuncOp entry) {
     spec.name = "arg" + std::to_string(i);
     if (auto attr = entry.getArgAttrOfType<StringAttr>(i, "kv.name"))
       spec.name = attr.getValue().str();
-    if (auto hint = entry.getArgAttrOfType<IntegerAttr>(i, "kv.sample_length"))
-      spec.sampleLength = hint.getInt();
+    if (Attribute hint = entry.getArgAttr(i, "kv.sample_length")) {
+      auto length = dyn_cast<IntegerAttr>(hint);
+      if (!length || length.getValue().getSignificantBits() > 64 ||
+          length.getInt() <= 0)
+        return emitError(entry.getLoc())
+               << "argument " << spec.name << " of @" << manifest.entry
+               << ": kv.sample_length must be a positive integer, got " << hint;
+      spec.sampleLength = length.getInt();
+    }
     if (auto model = dyn_cast<kv::ModelType>(type)) {
       spec.kind = exec::ValueKind::Model;
       spec.model = model.getConfig();

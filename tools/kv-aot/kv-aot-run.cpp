@@ -33,6 +33,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -79,6 +81,8 @@ const char *kUsage =
     "  --dump-logits FILE      the answer's logits as float32\n"
     "  --json                  the report as JSON\n"
     "  --page-tokens N, --pool-pages N   the KV pool\n"
+    "  --max-context N         refuse positions at or beyond N (default: 8 "
+    "times the\n                          trained context; 0: no limit)\n"
     "  --context N, --runs R, --iters K  bench-attention: keys, runs, calls\n"
     "  --tolerance T           compare: the largest |a - b| allowed (1e-3)\n";
 
@@ -89,7 +93,7 @@ struct Args {
   exec::InputOptions inputs;
   exec::TextOptions text;
   bool compareFull = false, json = false;
-  int64_t greedy = -1, pageTokens = 16, poolPages = 8192;
+  int64_t greedy = -1, pageTokens = 16, poolPages = 8192, maxContext = -1;
   int64_t context = 16384, runs = 16, iters = 5;
   double tolerance = 1e-3;
   std::vector<std::string> files;
@@ -160,7 +164,7 @@ bool parse(int argc, char **argv, Args &a, std::string &problem) {
         return false;
       }
       std::string name = text.substr(0, eq), file = text.substr(eq + 1), data;
-      if (!exec::readFile(file, data, problem))
+      if (!exec::readFile(file, data, problem, "input file"))
         return false;
       if (a.inputs.given.count(name)) {
         problem = "--input " + name + " is given twice";
@@ -181,10 +185,8 @@ bool parse(int argc, char **argv, Args &a, std::string &problem) {
           problem = "--text-file " + item.name + ": an empty file name";
           return false;
         }
-        if (!exec::readFile(file, item.text, problem)) {
-          problem = "cannot read the text file '" + file + "': " + problem;
+        if (!exec::readFile(file, item.text, problem, "text file"))
           return false;
-        }
       }
       a.text.texts.push_back(item);
     } else if (arg == "--bos") {
@@ -218,6 +220,19 @@ bool parse(int argc, char **argv, Args &a, std::string &problem) {
     } else if (arg == "--greedy") {
       if (!number(a.greedy))
         return false;
+      if (a.greedy < 0) {
+        problem =
+            "--greedy must not be negative, got " + std::to_string(a.greedy);
+        return false;
+      }
+    } else if (arg == "--max-context") {
+      if (!number(a.maxContext))
+        return false;
+      if (a.maxContext < 0) {
+        problem = "--max-context must not be negative, got " +
+                  std::to_string(a.maxContext);
+        return false;
+      }
     } else if (arg == "--dump-logits") {
       if (!value(a.dumpLogits))
         return false;
@@ -358,7 +373,7 @@ int compare(const Args &a) {
   std::vector<float> values[2];
   for (int i = 0; i < 2; ++i) {
     std::string bytes, error;
-    if (!exec::readFile(a.files[i], bytes, error))
+    if (!exec::readFile(a.files[i], bytes, error, "float32 file"))
       return usageError(error);
     if (bytes.size() % sizeof(float) != 0)
       return usageError(a.files[i] + " is not a file of float32 values");
@@ -439,14 +454,20 @@ int runProgram(Args &a) {
                            report.tokenizer, error) ||
       !exec::encodeTextInputs(a.text, tokenizer.get(), a.inputs, error))
     return usageError(error);
+  int64_t limit =
+      a.maxContext >= 0 ? a.maxContext : exec::defaultMaxContext(config);
+  a.inputs.maxSynthesized = a.poolPages * a.pageTokens;
+  if (limit > 0)
+    a.inputs.maxSynthesized = std::min(a.inputs.maxSynthesized, limit);
   std::vector<exec::Value> args;
   if (!exec::bindArguments(library.manifest, config, a.inputs, args,
                            &report.inputs, error)) {
     std::fprintf(stderr, "kv-aot-run: error: %s\n", error.c_str());
     return 1;
   }
-  exec::RunOutcome outcome = exec::runEntry(
-      library.entry, library.manifest, *backend, model.get(), pool.get(), args);
+  exec::RunOutcome outcome =
+      exec::runEntry(library.entry, library.manifest, *backend, model.get(),
+                     pool.get(), args, limit);
   if (outcome.failed) {
     std::string where = outcome.site >= 0 && size_t(outcome.site) <
                                                  library.manifest.sites.size()
@@ -466,6 +487,7 @@ int runProgram(Args &a) {
   measure.compareFull = a.compareFull;
   measure.dumpLogits = a.dumpLogits;
   measure.tokenizer = tokenizer.get();
+  measure.maxContext = limit;
   Forward forward = library.forward(config);
   if ((measure.greedy > 0 || a.compareFull) && backend->runsGeneratedCode() &&
       !forward.prefill)

@@ -16,6 +16,11 @@
 #include "mlir/Target/LLVM/NVVM/Target.h"
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/WithColor.h"
+
+/// The largest input file kv-opt reads (256 MiB).
+constexpr uint64_t kMaxInputBytes = uint64_t(256) << 20;
 
 int main(int argc, char **argv) {
   mlir::registerAllPasses();
@@ -29,7 +34,29 @@ int main(int argc, char **argv) {
   mlir::registerAllGPUToLLVMIRTranslations(registry);
   mlir::NVVM::registerNVVMTargetInterfaceExternalModels(registry);
 
-  return mlir::asMainReturnCode(mlir::MlirOptMain(
+  auto [input, output] = mlir::registerAndParseCLIOptions(
       argc, argv, "KVIR optimizer driver: the kv dialect and its passes\n",
-      registry));
+      registry);
+  // mlir-opt reads its input whole: a FIFO or a device would block or never
+  // end, and a huge file would exhaust memory. Refuse them by name.
+  if (input != "-") {
+    llvm::sys::fs::file_status status;
+    std::string why;
+    if (std::error_code ec = llvm::sys::fs::status(input, status))
+      why = ec.message();
+    else if (llvm::sys::fs::is_directory(status))
+      why = "it is a directory";
+    else if (!llvm::sys::fs::is_regular_file(status))
+      why = "not a regular file";
+    else if (status.getSize() > kMaxInputBytes)
+      why = std::to_string(status.getSize()) + " bytes, more than the " +
+            std::to_string(kMaxInputBytes) + " kv-opt reads";
+    if (!why.empty()) {
+      llvm::WithColor::error(llvm::errs(), "kv-opt")
+          << "cannot open input file '" << input << "': " << why << "\n";
+      return 1;
+    }
+  }
+  return mlir::asMainReturnCode(
+      mlir::MlirOptMain(argc, argv, input, output, registry));
 }

@@ -244,6 +244,15 @@ bool kvir::run::completeReport(Report &r, const exec::RunOutcome &outcome,
     if (!writeFloats(*dump, options.dumpLogits, error))
       return false;
   }
+  if (answer && r.greedy > 0 && options.maxContext > 0) {
+    int64_t end = answer->position + int64_t(answer->tokens.size());
+    if (end + r.greedy > options.maxContext) {
+      error = "--greedy " + std::to_string(r.greedy) + " from position " +
+              std::to_string(end) + " would go beyond the context limit of " +
+              std::to_string(options.maxContext) + " (--max-context)";
+      return false;
+    }
+  }
   if (answer && r.greedy > 0 &&
       !exec::greedyContinue(backend, forward, model, *answer, answer->result,
                             r.greedy, r.greedyPlan, error))

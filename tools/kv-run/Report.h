@@ -65,6 +65,9 @@ struct MeasureOptions {
   /// Where to write the answer's logits (float32 [rows][vocab]), or the
   /// first returned tensor when there are none ("": not).
   std::string dumpLogits;
+  /// The run's context limit (0: none): a greedy continuation that would
+  /// go beyond it is an error before it starts.
+  int64_t maxContext = 0;
   /// Decode the greedy continuations with this tokenizer (null: not).
   const kvrt_tokenizer *tokenizer = nullptr;
   /// A run of the program with every erratum edit planned `exact` (its exact

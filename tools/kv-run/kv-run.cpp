@@ -39,9 +39,11 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -162,6 +164,12 @@ cl::opt<std::string> backendName(
              "driver; needs a GPU) or reference (the C++ oracle, for "
              "comparison)"),
     cl::value_desc("name"), cl::init("cpu"), cl::cat(kvRunCategory));
+cl::opt<int64_t> maxContextOption(
+    "max-context",
+    cl::desc("refuse to compute a token at position N or beyond (default: 8 "
+             "times the context the model was trained on; 0: no limit); a "
+             "context beyond the trained one gets a warning"),
+    cl::value_desc("N"), cl::init(-1), cl::cat(kvRunCategory));
 cl::opt<int> pageTokens("page-tokens",
                         cl::desc("token slots per KV page (default 16)"),
                         cl::value_desc("n"), cl::init(16),
@@ -174,6 +182,36 @@ cl::opt<int64_t> poolPages("pool-pages",
 
 llvm::Error makeError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+/// Rejects option values that make no sense, before anything is loaded.
+llvm::Error checkOptions() {
+  if (greedyTokens.getNumOccurrences() && greedyTokens < 0)
+    return makeError("--greedy must not be negative, got " +
+                     llvm::Twine(int64_t(greedyTokens)));
+  if (maxContextOption.getNumOccurrences() && maxContextOption < 0)
+    return makeError("--max-context must not be negative, got " +
+                     llvm::Twine(int64_t(maxContextOption)));
+  if (dumpLogits.getNumOccurrences() && dumpLogits.empty())
+    return makeError("--dump-logits: an empty output file name");
+  return llvm::Error::success();
+}
+
+/// The context limit of the run (0: none): --max-context, else 8 times the
+/// model's trained context.
+int64_t maxContext(const kvrt_model_config &config) {
+  return maxContextOption >= 0 ? int64_t(maxContextOption)
+                               : exec::defaultMaxContext(config);
+}
+
+/// Warns when the run went beyond the context the model was trained on.
+void warnBeyondTraining(const kvrt_model_config &config, int64_t tokens) {
+  if (tokens > config.seq_len)
+    llvm::WithColor::warning(llvm::errs(), "kv-run")
+        << "the context reached " << tokens << " tokens, beyond the "
+        << config.seq_len
+        << " the model was trained on: positions past them were never "
+           "seen in training\n";
 }
 
 /// Turns the runtime's last error into an llvm::Error.
@@ -231,8 +269,8 @@ llvm::Expected<exec::TextOptions> readTextOptions(bool firstForm) {
     if (file.empty())
       return makeError("--text-file " + item.name + ": an empty file name");
     item.source = "'" + file + "'";
-    if (!exec::readFile(file, item.text, error))
-      return makeError("cannot read the text file '" + file + "': " + error);
+    if (!exec::readFile(file, item.text, error, "text file"))
+      return makeError(error);
     options.texts.push_back(item);
   }
   options.bos.insert(bosNames.begin(), bosNames.end());
@@ -277,8 +315,8 @@ readTokens(const exec::TextOptions &prompt, const kvrt_tokenizer *tokenizer) {
   std::string text = tokensArg, source = "--tokens";
   if (file) {
     source = "'" + tokensFile + "'";
-    if (!exec::readFile(tokensFile, text, error))
-      return makeError("cannot read token file " + source + ": " + error);
+    if (!exec::readFile(tokensFile, text, error, "token file"))
+      return makeError(error);
   }
   std::vector<int32_t> tokens;
   if (!exec::parseTokenList(text, source, tokens, error))
@@ -371,6 +409,15 @@ llvm::Error runTokens() {
     return backend.takeError();
   kvrt_model_config config;
   kvrt_model_get_config(model->get(), &config);
+  if (int64_t limit = maxContext(config);
+      limit > 0 && int64_t(tokens->size()) > limit)
+    return makeError(llvm::Twine(tokens->size()) +
+                     " tokens are more than the context limit of " +
+                     llvm::Twine(limit) +
+                     " (--max-context; the model was "
+                     "trained on " +
+                     llvm::Twine(config.seq_len) + ")");
+  warnBeyondTraining(config, int64_t(tokens->size()));
   for (size_t i = 0; i < tokens->size(); ++i)
     if ((*tokens)[i] >= config.vocab_size)
       return makeError("token " + llvm::Twine((*tokens)[i]) + " at index " +
@@ -456,8 +503,8 @@ llvm::Expected<exec::InputOptions> readInputs() {
     if (options.given.count(name.str()))
       return makeError("--input " + name + " is given twice");
     std::string text, error;
-    if (!exec::readFile(file.str(), text, error))
-      return makeError("cannot read the input file '" + file + "': " + error);
+    if (!exec::readFile(file.str(), text, error, "input file"))
+      return makeError(error);
     options.given[name.str()] = {std::move(text), "'" + file.str() + "'"};
   }
   return options;
@@ -574,6 +621,12 @@ llvm::Error runProgram() {
     return pool.takeError();
   kvrt_model_config config;
   kvrt_model_get_config(model->get(), &config);
+  // Synthesized inputs are bounded by what the run may compute and the
+  // pool may hold, before they are allocated.
+  int64_t limit = maxContext(config);
+  options->maxSynthesized = int64_t(poolPages) * pageTokens;
+  if (limit > 0)
+    options->maxSynthesized = std::min(options->maxSynthesized, limit);
 
   mlir::DialectRegistry registry;
   compiler::registerDialects(registry);
@@ -628,7 +681,8 @@ llvm::Error runProgram() {
     return failed();
   exec::RunOutcome outcome =
       exec::runEntry(program->entry, program->manifest, **backend, model->get(),
-                     pool->get(), args);
+                     pool->get(), args, limit);
+  warnBeyondTraining(config, outcome.contextTokens);
   if (outcome.failed) {
     mlir::Location loc =
         outcome.site >= 0 && size_t(outcome.site) < program->sites.size()
@@ -648,8 +702,7 @@ llvm::Error runProgram() {
   measure.compareFull = compareFull;
   measure.dumpLogits = dumpLogits;
   measure.tokenizer = tokenizer->get();
-  if (dumpLogits.getNumOccurrences() && dumpLogits.empty())
-    return makeError("--dump-logits: an empty output file name");
+  measure.maxContext = limit;
   std::optional<exec::RunOutcome> exactRun;
   if (reference && needsExactReference(outcome)) {
     llvm::Expected<exec::RunOutcome> run =
@@ -698,7 +751,13 @@ int main(int argc, char **argv) {
       "  kv-run --model M.bin --text \"Once upon a time\" --bos prompt\n");
   if (!compiler::applyThreadsOption(threads, "kv-run"))
     return 1;
-  llvm::Error error = programPath.empty() ? runTokens() : runProgram();
+  llvm::Error error = checkOptions();
+  if (!error)
+    error = programPath.empty() ? runTokens() : runProgram();
+  // The report went to stdout: a full disk or a closed pipe is a failure.
+  if (!error && (std::fflush(stdout) != 0 || std::ferror(stdout)))
+    error = makeError(llvm::Twine("cannot write the report to stdout: ") +
+                      std::strerror(errno));
   if (error) {
     llvm::WithColor::error(llvm::errs(), "kv-run")
         << llvm::toString(std::move(error)) << "\n";

@@ -666,3 +666,19 @@ func.func @selective_shape(%m: !m, %d: !kv.cache<5x1x8xf32>, %b: index, %e: inde
   %0 = kv.selective_recompute %m, %d[%b, %e] fraction 0.15 : !m, !kv.cache<5x1x8xf32>
   return
 }
+
+// -----
+
+// A static token tensor prefilled as a segment of another static size.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+!c = !kv.cache<5x4x8xf32, @ctx>
+kv.context @ctx {
+  kv.segment @system kind(system) tokens(48)
+}
+func.func @wrong_size(%m: !m, %t: tensor<40xi32>) -> !c {
+  %e = kv.empty : !c
+  // expected-error@+1 {{'kv.prefill' op prefills 40 tokens as segment @system, which context @ctx declares with 48}}
+  %c, %l = kv.prefill %m, %e, %t segment @system last
+      : !m, (!c), tensor<40xi32> -> !c, tensor<1x512xf32>
+  return %c : !c
+}

@@ -1,0 +1,23 @@
+//===- SanitizerDefaults.cpp - Options of the sanitizer runtimes -*- C++ -*-===//
+//
+// Compiled into every executable of a KVIR_SANITIZE build (the runtimes look
+// these functions up in the executable). Environment variables still add to
+// and override them.
+//
+//===----------------------------------------------------------------------===//
+
+extern "C" {
+
+/// Debian's libMLIR.so is not instrumented but writes to memory that LLVM's
+/// allocators, compiled into our instrumented code, poison: user poisoning
+/// off. Leaks are errors.
+const char *__asan_default_options() {
+  return "allow_user_poisoning=0:detect_leaks=1:strict_string_checks=1";
+}
+
+/// Undefined behaviour stops the program, with a stack.
+const char *__ubsan_default_options() {
+  return "print_stacktrace=1:halt_on_error=1";
+}
+
+} // extern "C"

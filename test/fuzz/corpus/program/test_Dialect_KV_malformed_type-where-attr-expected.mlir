@@ -1,0 +1,11 @@
+// RUN: not kv-opt %s 2>&1 | FileCheck %s
+// A type where the edit strategy should be.
+// CHECK: {{.*}}.mlir:{{[0-9]+}}:{{[0-9]+}}: error: expected '<'
+
+kv.context @agent {
+  kv.segment @city kind(fact) tokens(?)
+}
+func.func @f(%m: !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>, %c: !kv.cache<5x4x8xf32, @agent>, %t: tensor<?xi32>) {
+  %0 = kv.edit %m, %c[@city] = %t strategy !kv.cache<5x4x8xf32> : !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>, !kv.cache<5x4x8xf32, @agent>, tensor<?xi32>
+  return
+}

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Writes the generated part of the fuzzers' seed corpora (corpus/<target>/).
+
+The seeds are checked in; this script says where they came from and remakes
+them: python3 test/fuzz/make-seeds.py. Hand-written seeds (kv programs copied
+from examples/ and test/) are copied by it too. Crash inputs found later are
+added by hand as corpus/<target>/crash-<what>, never by this script.
+"""
+import os
+import shutil
+import struct
+
+here = os.path.dirname(os.path.abspath(__file__))
+root = os.path.dirname(os.path.dirname(here))
+
+
+def put(target, name, data):
+    d = os.path.join(here, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def checkpoint(dim, hidden, layers, heads, kv_heads, vocab, seq, shared=True):
+    head = dim // heads
+    kv_dim = kv_heads * head
+    header = struct.pack("<7i", dim, hidden, layers, heads, kv_heads,
+                         vocab if shared else -vocab, seq)
+    counts = [vocab * dim, layers * dim, layers * dim * dim,
+              layers * dim * kv_dim, layers * dim * kv_dim,
+              layers * dim * dim, layers * dim, layers * hidden * dim,
+              layers * dim * hidden, layers * hidden * dim, dim,
+              seq * head // 2, seq * head // 2]
+    if not shared:
+        counts.append(vocab * dim)
+    floats = []
+    for i in range(sum(counts)):
+        floats.append(((i * 37) % 17 - 8) / 16.0)
+    return header + struct.pack("<%df" % len(floats), *floats)
+
+
+def tokenizer_file(pieces, max_len=None):
+    max_len = max_len or max(len(p) for p in pieces)
+    out = struct.pack("<i", max_len)
+    for i, p in enumerate(pieces):
+        out += struct.pack("<fi", -float(i), len(p)) + p
+    return out
+
+
+# The llama2.c loader.
+good = checkpoint(8, 16, 1, 2, 2, 8, 8)
+put("model-loader", "tiny-shared", good)
+put("model-loader", "tiny-separate-classifier",
+    checkpoint(8, 16, 2, 2, 1, 8, 8, shared=False))
+put("model-loader", "truncated", good[: len(good) // 2])
+put("model-loader", "header-only", good[:28])
+put("model-loader", "zero-dims", struct.pack("<7i", 0, 0, 0, 0, 0, 0, 0))
+
+# The tokenizer: even first byte, a file; odd, a text to round-trip.
+pieces = [b"<unk>", b"\n<s>\n", b"\n</s>\n"] + \
+    [("<0x%02X>" % b).encode() for b in range(256)] + \
+    [b" ", b"e", b"t", b" t", b"he", b" the", b"a", b"n", b"an", b" a"]
+put("tokenizer", "file-bytes-and-merges", b"\x00" + tokenizer_file(pieces))
+put("tokenizer", "file-minimal", b"\x00" + tokenizer_file([b"a", b"b", b"c"]))
+put("tokenizer", "file-cut", b"\x00" + tokenizer_file(pieces)[:50])
+put("tokenizer", "text-story", b"\x01Once upon a time, there was a little girl named Lily.")
+put("tokenizer", "text-utf8", "\x01Le caf\u00e9 \u65e5\u672c \U0001F600\n\t".encode())
+put("tokenizer", "text-bytes", b"\x01 \x00\x80\xff  two  spaces")
+
+# The token-list parser.
+for name, text in [("ids", "1 403 407 261 378\n"), ("spaces", "\t 7\n\n8  9 "),
+                   ("negative", "1 -2 3"), ("words", "1 two 3"),
+                   ("overflow", "2147483648"), ("empty", ""),
+                   ("plus-hex", "+5 0x10 1e3")]:
+    put("token-list", name, text)
+
+# kv programs: the examples and the test inputs, valid and invalid.
+sources = [os.path.join(root, "examples", f)
+           for f in sorted(os.listdir(os.path.join(root, "examples")))
+           if f.endswith(".mlir")]
+for sub in ["test/Integration/CPU/Inputs", "test/Dialect", "test/Analysis",
+            "test/Transforms"]:
+    for dirpath, _, files in sorted(os.walk(os.path.join(root, sub))):
+        sources += [os.path.join(dirpath, f) for f in sorted(files)
+                    if f.endswith(".mlir") and
+                    os.path.getsize(os.path.join(dirpath, f)) < 20000]
+program_dir = os.path.join(here, "corpus", "program")
+os.makedirs(program_dir, exist_ok=True)
+for src in sources:
+    shutil.copy(src, os.path.join(
+        program_dir, os.path.relpath(src, root).replace("/", "_")))
+
+# Generated programs: choice bytes (ExecFuzzer.cpp). Byte 0 picks the RoPE
+# layout, byte 1 the seed, byte 2 compose (0 mod 4) or an edit.
+for name, choices in [
+        ("edit-exact", [0, 3, 1, 3, 1, 5, 7, 2, 0, 0, 0, 0, 0, 4, 0, 6, 9]),
+        ("edit-cot-slice", [1, 4, 2, 4, 2, 3, 1, 0, 0, 8, 0, 1, 5, 0, 1]),
+        ("edit-first-k", [0, 5, 3, 2, 0, 4, 2, 0, 0, 6, 2, 3, 1, 3]),
+        ("edit-deviation", [1, 6, 1, 4, 1, 2, 6, 1, 0, 9, 4, 1, 1, 7, 2, 5]),
+        ("edit-erratum", [0, 7, 2, 3, 0, 6, 4, 0, 3, 5, 5, 5, 2, 3, 4]),
+        ("compose-plain", [0, 8, 0, 2, 5, 3, 0, 4, 0, 3]),
+        ("compose-repair", [1, 9, 4, 2, 6, 7, 1, 3, 5, 2, 8, 3, 11, 2]),
+]:
+    put("exec", name, bytes(choices))
+print("seeds written under", os.path.join(here, "corpus"))
