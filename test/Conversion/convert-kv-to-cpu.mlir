@@ -100,7 +100,8 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 
 // Forwards for the models a program's ops use: half RoPE pairs
 // (i, i + head_size / 2) for the prefill's model, one forward per config
-// however many ops use it, and the exported one besides.
+// however many ops use it, and the exported one besides. Both forwards call
+// the runtime's thread pool through one declaration.
 !half = !kv.model<dim = 48, hidden = 96, layers = 2, heads = 4, kv_heads = 2, vocab = 64, rope = half, theta = 500000.0, eps = 1.0e-06>
 !cache = !kv.cache<2x2x12xf32>
 module attributes {kv.export_forwards = [!kv.model<dim = 32, hidden = 64, layers = 1, heads = 2, kv_heads = 2, vocab = 10>]} {
@@ -114,12 +115,15 @@ module attributes {kv.export_forwards = [!kv.model<dim = 32, hidden = 64, layers
 
 // CHECK-LABEL: module {
 // CHECK:       func.func @main(
+// CHECK:       func.func private @kvrt_parallel_for(
+// CHECK-NOT:   func.func private @kvrt_parallel_for(
 // CHECK:       func.func private @[[A:kv_fwd_[0-9a-f]+]]_rope_apply(
 // CHECK:         scf.for %[[I:.+]] = %c0 to %c6 step
 // CHECK-NEXT:      %[[HALF:.+]] = arith.constant 6 : index
 // CHECK-NEXT:      arith.addi %[[I]], %[[HALF]] : index
 // CHECK:       func.func @[[A]]_prefill(
 // CHECK-NOT:   func.func @[[A]]_prefill(
+// CHECK-NOT:   func.func private @kvrt_parallel_for(
 // CHECK:       func.func @[[B:kv_fwd_[0-9a-f]+]]_prefill(
 // CHECK-NOT:   func.func @[[A]]_prefill(
 
