@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/BenchProgram.h"
 #include "tools/compiler/Compiler.h"
 #include "tools/compiler/ThreadsOption.h"
 
@@ -34,6 +35,8 @@
 namespace cl = llvm::cl;
 using namespace kvir;
 using namespace kvir::exec;
+using kvir::bench::cacheType;
+using kvir::bench::modelType;
 
 namespace {
 
@@ -64,22 +67,6 @@ cl::opt<int> synthLayers("layers", cl::desc("synthetic model layers"),
                          cl::init(8), cl::cat(category));
 cl::opt<int> synthVocab("vocab", cl::desc("synthetic model vocabulary"),
                         cl::init(32000), cl::cat(category));
-
-std::string modelType(const kvrt_model_config &c) {
-  return "!kv.model<dim = " + std::to_string(c.dim) +
-         ", hidden = " + std::to_string(c.hidden_dim) +
-         ", layers = " + std::to_string(c.n_layers) +
-         ", heads = " + std::to_string(c.n_heads) +
-         ", kv_heads = " + std::to_string(c.n_kv_heads) +
-         ", vocab = " + std::to_string(c.vocab_size) + ">";
-}
-
-std::string cacheType(const kvrt_model_config &c, const std::string &ctx) {
-  return "!kv.cache<" + std::to_string(c.n_layers) + "x" +
-         std::to_string(c.n_kv_heads) + "x" +
-         std::to_string(c.dim / c.n_heads) + "xf32" +
-         (ctx.empty() ? "" : ", @" + ctx) + ">";
-}
 
 /// The agent context of the design brief (system 1200, history, a fact, tools
 /// 800, two 40-token thoughts from the fact, an 8-token answer) with a
@@ -196,27 +183,14 @@ bool measure(ComputeBackend &backend, const kvrt_model *model, kvrt_pool *pool,
   mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context);
   kvrt_model_config config;
   kvrt_model_get_config(model, &config);
-  mlir::OwningOpRef<mlir::ModuleOp> planned =
-      compiler::parseProgram(context, program);
-  if (!planned)
-    return false;
-  compiler::LowerOptions options;
-  options.target =
-      backendName == "cuda" ? compiler::Target::Gpu : compiler::Target::Cpu;
-  options.format = "isa";
-  options.exportModel = config;
-  auto compiled = compiler::compileProgram(std::move(planned), "main", options);
+  std::vector<Value> args;
+  auto compiled = bench::compileBenchProgram(
+      context, program, config,
+      backendName == "cuda" ? compiler::Target::Gpu : compiler::Target::Cpu,
+      args, "kv-bench");
   if (mlir::failed(compiled))
     return false;
-  InputOptions inputs;
-  inputs.synthesize = true;
-  std::vector<Value> args;
   std::string error;
-  if (!bindArguments(compiled->manifest, config, inputs, args, nullptr,
-                     error)) {
-    llvm::errs() << "kv-bench: " << error << "\n";
-    return false;
-  }
   RunOutcome outcome =
       runEntry(compiled->entry, compiled->manifest, backend, model, pool, args);
   if (outcome.failed || outcome.results.empty() ||
@@ -268,24 +242,16 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
   std::unique_ptr<ComputeBackend> backend = makeBackend(model);
   if (!backend)
     return false;
-  kvrt_pool_config poolConfig;
-  kvrt_pool_config_for_model(model, &poolConfig);
   // A scenario holds a few copies of its context at once (plan, full
   // prefill, their views).
   int64_t longest = std::max(int64_t(history) + 2200,
                              64 + int64_t(blockCount) * blockTokens + 64);
-  poolConfig.capacity_pages = std::max<int64_t>(4096, 8 * (longest / 16 + 1));
-  kvrt_pool *poolRaw = nullptr;
-  if (kvrt_pool_create(&poolConfig, &poolRaw)) {
-    llvm::errs() << "kv-bench: " << kvrt_last_error() << "\n";
+  bench::PoolRef pool = bench::createPool(
+      model, std::max<int64_t>(4096, 8 * (longest / 16 + 1)), "kv-bench");
+  if (!pool)
     return false;
-  }
-  std::unique_ptr<kvrt_pool, void (*)(kvrt_pool *)> pool(poolRaw,
-                                                         kvrt_pool_release);
-  llvm::outs() << "\n== " << description << " (dim " << c.dim << ", hidden "
-               << c.hidden_dim << ", layers " << c.n_layers << ", heads "
-               << c.n_heads << "/" << c.n_kv_heads << ", vocab " << c.vocab_size
-               << "), backend " << backend->name() << "\n";
+  llvm::outs() << bench::modelHeading(description, c) << "), backend "
+               << backend->name() << "\n";
   std::vector<Row> rows;
   // One untimed pass of a whole plan first: the caches warm.
   if (!measure(*backend, model, pool.get(), agentProgram(c, history, "exact"),
