@@ -8,6 +8,7 @@
 #include "runtime/exec/ExecRuntime.h"
 
 #include "runtime/core/ComputeBackend.h"
+#include "runtime/core/KVParallel.h"
 #include "runtime/core/ModelCost.h"
 #include "runtime/core/SelectiveRecompute.h"
 #include "runtime/core/Support.h"
@@ -1090,6 +1091,8 @@ const kvrt_exec_symbol *kvrt_exec_symbols(void) {
 #define KVRT_EXEC_FN(name, result, ...)                                        \
   {#name, reinterpret_cast<void *>(&name)},
 #include "runtime/exec/ExecABI.def"
+      // The thread pool the generated CPU forward's parallel loops run on.
+      {"kvrt_parallel_for", reinterpret_cast<void *>(&kvrt_parallel_for)},
       {nullptr, nullptr},
   };
   return symbols;

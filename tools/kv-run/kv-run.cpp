@@ -20,6 +20,7 @@
 
 #include "tools/compiler/Attribution.h"
 #include "tools/compiler/Compiler.h"
+#include "tools/compiler/ThreadsOption.h"
 #include "tools/kv-run/Report.h"
 
 #include "runtime/core/ModelConfig.h"
@@ -801,6 +802,7 @@ llvm::Error runProgram() {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  cl::opt<int> &threads = compiler::registerThreadsOption(kvRunCategory);
   cl::HideUnrelatedOptions(kvRunCategory);
   cl::ParseCommandLineOptions(
       argc, argv,
@@ -813,6 +815,8 @@ int main(int argc, char **argv) {
       "hero=\"girl named Lily.\" ... --attribute\n"
       "  kv-run --model M.bin --tokens \"1 2 3\" --dump-logits out.f32\n"
       "  kv-run --model M.bin --text \"Once upon a time\" --bos prompt\n");
+  if (!compiler::applyThreadsOption(threads, "kv-run"))
+    return 1;
   llvm::Error error = checkOptions();
   if (!error)
     error = programPath.empty() ? runTokens() : runProgram();
