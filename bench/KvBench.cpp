@@ -12,7 +12,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/BenchProgram.h"
 #include "tools/compiler/Compiler.h"
+#include "tools/compiler/ThreadsOption.h"
 
 #include "runtime/core/ComputeBackend.h"
 #include "runtime/exec/Session.h"
@@ -25,6 +27,7 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +35,8 @@
 namespace cl = llvm::cl;
 using namespace kvir;
 using namespace kvir::exec;
+using kvir::bench::cacheType;
+using kvir::bench::modelType;
 
 namespace {
 
@@ -54,28 +59,14 @@ cl::opt<int> history("history",
                      cl::init(2000), cl::cat(category));
 cl::opt<int> blockTokens("block", cl::desc("tokens per composed skill block"),
                          cl::init(512), cl::cat(category));
+cl::opt<int> blockCount("blocks", cl::desc("skill blocks composed (default 4)"),
+                        cl::init(4), cl::cat(category));
 cl::opt<int> synthDim("dim", cl::desc("synthetic model dim"), cl::init(512),
                       cl::cat(category));
 cl::opt<int> synthLayers("layers", cl::desc("synthetic model layers"),
                          cl::init(8), cl::cat(category));
 cl::opt<int> synthVocab("vocab", cl::desc("synthetic model vocabulary"),
                         cl::init(32000), cl::cat(category));
-
-std::string modelType(const kvrt_model_config &c) {
-  return "!kv.model<dim = " + std::to_string(c.dim) +
-         ", hidden = " + std::to_string(c.hidden_dim) +
-         ", layers = " + std::to_string(c.n_layers) +
-         ", heads = " + std::to_string(c.n_heads) +
-         ", kv_heads = " + std::to_string(c.n_kv_heads) +
-         ", vocab = " + std::to_string(c.vocab_size) + ">";
-}
-
-std::string cacheType(const kvrt_model_config &c, const std::string &ctx) {
-  return "!kv.cache<" + std::to_string(c.n_layers) + "x" +
-         std::to_string(c.n_kv_heads) + "x" +
-         std::to_string(c.dim / c.n_heads) + "xf32" +
-         (ctx.empty() ? "" : ", @" + ctx) + ">";
-}
 
 /// The agent context of the design brief (system 1200, history, a fact, tools
 /// 800, two 40-token thoughts from the fact, an 8-token answer) with a
@@ -130,9 +121,9 @@ std::string agentProgram(const kvrt_model_config &c, int historyTokens,
   return s;
 }
 
-/// Four skill blocks of `block` tokens prefilled alone, composed after a
+/// `blocks` skill blocks of `block` tokens prefilled alone, composed after a
 /// 64-token system prompt; a 24-token question over the result.
-std::string composeProgram(const kvrt_model_config &c, int block) {
+std::string composeProgram(const kvrt_model_config &c, int block, int blocks) {
   std::string m = modelType(c), cache = cacheType(c, "");
   std::string v = std::to_string(c.vocab_size);
   std::string b = "tensor<" + std::to_string(block) + "xi32>";
@@ -142,14 +133,14 @@ std::string composeProgram(const kvrt_model_config &c, int block) {
                   cache + "), " + b + " -> " + cache + ", tensor<1x" + v +
                   "xf32>\n  return %c : " + cache + "\n}\n";
   s += "func.func @main(%m: " + m + ", %sys: tensor<64xi32>";
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < blocks; ++i)
     s += ", %s" + std::to_string(i) + ": " + b;
   s += ", %q: tensor<24xi32>) -> tensor<?x" + v +
        "xf32> {\n  %e = kv.empty : " + cache +
        "\n  %c, %l0 = kv.prefill %m, %e, %sys last : " + m + ", (" + cache +
        "), tensor<64xi32> -> " + cache + ", tensor<1x" + v + "xf32>\n";
   std::string prev = "%c";
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < blocks; ++i) {
     std::string n = std::to_string(i);
     s += "  %b" + n + " = func.call @skill(%m, %s" + n + ") : (" + m + ", " +
          b + ") -> " + cache + "\n";
@@ -192,27 +183,14 @@ bool measure(ComputeBackend &backend, const kvrt_model *model, kvrt_pool *pool,
   mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context);
   kvrt_model_config config;
   kvrt_model_get_config(model, &config);
-  mlir::OwningOpRef<mlir::ModuleOp> planned =
-      compiler::parseProgram(context, program);
-  if (!planned)
-    return false;
-  compiler::LowerOptions options;
-  options.target =
-      backendName == "cuda" ? compiler::Target::Gpu : compiler::Target::Cpu;
-  options.format = "isa";
-  options.exportModel = config;
-  auto compiled = compiler::compileProgram(std::move(planned), "main", options);
+  std::vector<Value> args;
+  auto compiled = bench::compileBenchProgram(
+      context, program, config,
+      backendName == "cuda" ? compiler::Target::Gpu : compiler::Target::Cpu,
+      args, "kv-bench");
   if (mlir::failed(compiled))
     return false;
-  InputOptions inputs;
-  inputs.synthesize = true;
-  std::vector<Value> args;
   std::string error;
-  if (!bindArguments(compiled->manifest, config, inputs, args, nullptr,
-                     error)) {
-    llvm::errs() << "kv-bench: " << error << "\n";
-    return false;
-  }
   RunOutcome outcome =
       runEntry(compiled->entry, compiled->manifest, backend, model, pool, args);
   if (outcome.failed || outcome.results.empty() ||
@@ -264,20 +242,16 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
   std::unique_ptr<ComputeBackend> backend = makeBackend(model);
   if (!backend)
     return false;
-  kvrt_pool_config poolConfig;
-  kvrt_pool_config_for_model(model, &poolConfig);
-  poolConfig.capacity_pages = 4096;
-  kvrt_pool *poolRaw = nullptr;
-  if (kvrt_pool_create(&poolConfig, &poolRaw)) {
-    llvm::errs() << "kv-bench: " << kvrt_last_error() << "\n";
+  // A scenario holds a few copies of its context at once (plan, full
+  // prefill, their views).
+  int64_t longest = std::max(int64_t(history) + 2200,
+                             64 + int64_t(blockCount) * blockTokens + 64);
+  bench::PoolRef pool = bench::createPool(
+      model, std::max<int64_t>(4096, 8 * (longest / 16 + 1)), "kv-bench");
+  if (!pool)
     return false;
-  }
-  std::unique_ptr<kvrt_pool, void (*)(kvrt_pool *)> pool(poolRaw,
-                                                         kvrt_pool_release);
-  llvm::outs() << "\n== " << description << " (dim " << c.dim << ", hidden "
-               << c.hidden_dim << ", layers " << c.n_layers << ", heads "
-               << c.n_heads << "/" << c.n_kv_heads << ", vocab " << c.vocab_size
-               << "), backend " << backend->name() << "\n";
+  llvm::outs() << bench::modelHeading(description, c) << "), backend "
+               << backend->name() << "\n";
   std::vector<Row> rows;
   // One untimed pass of a whole plan first: the caches warm.
   if (!measure(*backend, model, pool.get(), agentProgram(c, history, "exact"),
@@ -289,9 +263,11 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
                  agentProgram(c, history, strategy), "agent edit", strategy,
                  rows))
       return false;
-  if (!measure(*backend, model, pool.get(), composeProgram(c, blockTokens),
-               "compose 4x" + std::to_string(int(blockTokens)), "compose",
-               rows))
+  if (!measure(*backend, model, pool.get(),
+               composeProgram(c, blockTokens, blockCount),
+               "compose " + std::to_string(int(blockCount)) + "x" +
+                   std::to_string(int(blockTokens)),
+               "compose", rows))
     return false;
   printRows(rows);
   return true;
@@ -301,10 +277,19 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  cl::opt<int> &threads = compiler::registerThreadsOption(category);
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,
       "kv-bench: edit (cot_slice, exact) and compose vs full prefill\n");
+  if (!compiler::applyThreadsOption(threads, "kv-bench"))
+    return 1;
+  if (history < 0 || blockTokens < 1 || blockCount < 1 ||
+      int64_t(blockTokens) * blockCount > 1 << 20) {
+    llvm::errs() << "kv-bench: --history must be >= 0, --block and --blocks "
+                    ">= 1, and blocks x block at most 2^20 tokens\n";
+    return 1;
+  }
   bool ok = true;
   if (!skipSynthetic) {
     kvrt_model_config c;
@@ -315,7 +300,9 @@ int main(int argc, char **argv) {
     c.n_heads = 8;
     c.n_kv_heads = 4;
     c.vocab_size = synthVocab;
-    c.seq_len = 4096;
+    // Room for the longest context a scenario builds.
+    c.seq_len = std::max({4096, int(history) + 2200,
+                          64 + int(blockCount) * int(blockTokens) + 64});
     kvrt_model *model = nullptr;
     if (kvrt_model_synthetic(&c, 42, &model)) {
       llvm::errs() << "kv-bench: " << kvrt_last_error() << "\n";

@@ -2,6 +2,7 @@
 //-*-===//
 
 #include "bench/StorySuite.h"
+#include "bench/BenchProgram.h"
 
 #include "runtime/core/ComputeBackend.h"
 #include "runtime/core/KVRuntime.h"
@@ -128,25 +129,8 @@ std::vector<StrategySpec> kvir::stories::calibrationStrategies() {
   return list;
 }
 
-namespace {
-
-std::string modelType(const kvrt_model_config &c) {
-  return "!kv.model<dim = " + std::to_string(c.dim) +
-         ", hidden = " + std::to_string(c.hidden_dim) +
-         ", layers = " + std::to_string(c.n_layers) +
-         ", heads = " + std::to_string(c.n_heads) +
-         ", kv_heads = " + std::to_string(c.n_kv_heads) +
-         ", vocab = " + std::to_string(c.vocab_size) + ">";
-}
-
-std::string cacheType(const kvrt_model_config &c, const std::string &ctx) {
-  return "!kv.cache<" + std::to_string(c.n_layers) + "x" +
-         std::to_string(c.n_kv_heads) + "x" +
-         std::to_string(c.dim / c.n_heads) + "xf32" +
-         (ctx.empty() ? "" : ", @" + ctx) + ">";
-}
-
-} // namespace
+using kvir::bench::cacheType;
+using kvir::bench::modelType;
 
 std::string kvir::stories::storyProgram(const kvrt_model_config &c,
                                         const StrategySpec &strategy) {

@@ -182,7 +182,10 @@ def KVDeriveCotSlicesPass : Pass<"kv-derive-cot-slices", "ModuleOp"> {
     Δ = position - start_position(block) and a `kv.concat` (with its repair
     budget, like an edit's). Each `kv.logits` becomes a prefill of the
     segment's tokens over the view before it, or, when an edit plan already
-    recomputed that segment, the logits of that prefill.
+    recomputed that segment, the logits of that prefill. A `kv.load_block`
+    is left as it is: whether its block is prefilled is decided at run time
+    (a hit in the block store fetches it, a miss prefills and stores it);
+    `emit-plan` prints both costs.
 
     Before:
     ```mlir
@@ -222,6 +225,8 @@ def KVDeriveCotSlicesPass : Pass<"kv-derive-cot-slices", "ModuleOp"> {
               "Number of later segments reused (relocated) by edit plans">,
     Statistic<"numLogitsReused", "logits-reused",
               "Number of kv.logits answered by a prefill the plan already does">,
+    Statistic<"numBlockLoads", "block-loads",
+              "Number of kv.load_block ops seen (planned at run time)">,
     Statistic<"numCorrections", "corrections",
               "Number of erratum corrections appended by edit plans">
   ];

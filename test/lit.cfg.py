@@ -8,7 +8,9 @@ from lit.llvm.subst import ToolSubst
 config.name = "KVIR"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "unit", "lib"]
+# test/fuzz/corpus holds seed inputs of the fuzzers (.mlir among them), not tests.
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "unit", "lib",
+                   "corpus"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.kvir_obj_root, "test")
 
@@ -41,9 +43,17 @@ if config.kvir_cuda_toolkit and os.path.exists(
     config.available_features.add("cuda-toolkit")
 config.substitutions.append(("%cuda_toolkit", config.kvir_cuda_toolkit or "none"))
 
+# A Redis server and client (Debian: redis-server, redis-tools): block store
+# tests start a private server through tools/with-redis.sh; where either is
+# absent they are reported as unsupported.
+import shutil
+if shutil.which("redis-server") and shutil.which("redis-cli"):
+    config.available_features.add("redis-server")
+
 tool_dirs = [config.kvir_tools_dir, config.llvm_tools_dir]
 tools = [ToolSubst("kv-opt", unresolved="fatal"), ToolSubst("kv-run", unresolved="ignore"),
          ToolSubst("kv-convert", unresolved="ignore"),
+         ToolSubst("kv-aot-run", unresolved="ignore"),
          ToolSubst("kv-bench-stories", unresolved="ignore")]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.kvir_tools_dir, append_path=True)

@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build python3 ccache git
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools clang-22 lld-22
   libgtest-dev libgmock-dev libbenchmark-dev
-  libclang-rt-22-dev
+  libclang-rt-22-dev redis-server redis-tools libhiredis-dev libopenblas-dev
 )
 
 missing=()

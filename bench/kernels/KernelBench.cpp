@@ -8,25 +8,38 @@
 //    Llama-3-8B-like layer: 32 query heads, 8 KV heads of 128, half RoPE,
 //    f32 K/V = 256 MiB) in bytes/s, next to the single-core read bandwidth;
 //  - that attention over 1 unshifted run, 16 and 256 shifted runs, and the
-//    materialized alternative (the generated key rewrite, then 1 run).
+//    materialized alternative (the generated key rewrite, then 1 run);
+//  - the generated matmul alone vs OpenBLAS's cblas_sgemm (when built with
+//    libopenblas-dev; linked into this benchmark only) and the FMA peak.
+// `kv-bench-kernels --hw [TOKENS]` prints instead, in one run, the machine's
+// single-core FMA peak and read bandwidth and, as fractions of them,
+// prefill of TOKENS (default 256) on 1 and 2 threads, the matmul vs
+// OpenBLAS on the model's shapes and decode attention (docs/cpu-backend.md).
 //
 //===----------------------------------------------------------------------===//
 
 #include "bench/BenchSupport.h"
 #include "runtime/core/ForwardCall.h"
+#include "runtime/core/KVParallel.h"
 #include "runtime/core/KVRuntime.h"
+#include "runtime/core/ModelCost.h"
 #include "runtime/cpu/CpuBackend.h"
 #include "runtime/reference/Reference.h"
 #include "tools/compiler/Compiler.h"
 
 #include "benchmark/benchmark.h"
+#ifdef KVIR_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace {
@@ -68,6 +81,61 @@ kvrt_model *benchModel(int which) {
   return model;
 }
 
+/// A prefill of `n` tokens from position 0 over an empty view of `model`,
+/// all logits rows, through the generated forward or the oracle.
+class PrefillCase {
+public:
+  PrefillCase(kvrt_model *model, int64_t n, bool generated)
+      : model(model), n(n), generated(generated), tokens(n) {
+    check(kvrt_model_get_config(model, &config));
+    kvrt_pool_config pc;
+    check(kvrt_pool_config_for_model(model, &pc));
+    pc.capacity_pages = (n + 15) / 16 + 1;
+    check(kvrt_pool_create(&pc, &pool));
+    check(kvrt_view_create(pool, &empty));
+    for (int64_t t = 0; t < n; ++t)
+      tokens[t] = int32_t((t * 7919 + 13) % config.vocab_size);
+    if (generated)
+      check(kvir::compiler::compileForward(config, kvir::compiler::Target::Cpu,
+                                           &forward));
+  }
+  ~PrefillCase() {
+    kvrt_view_release(empty);
+    kvrt_pool_release(pool);
+  }
+
+  kvrt_status run() {
+    kvrt_view *out = nullptr;
+    kvrt_status s =
+        generated ? cpu->prefill(forward, model, empty, tokens.data(), n, 0,
+                                 nullptr, false, &logits, &out)
+                  : kvir::reference::prefill(model, empty, tokens.data(), n, 0,
+                                             nullptr, &logits, &out);
+    kvrt_view_release(out);
+    benchmark::DoNotOptimize(logits.data());
+    return s;
+  }
+
+  /// Model FLOPs of one run (DESIGN's formula, every logits row).
+  double flops() const {
+    kvir::ModelCost cost = kvir::ModelCost::of(config);
+    return double(cost.rangeFlops(0, n) + cost.logitsFlops(n));
+  }
+
+  kvrt_model_config config;
+
+private:
+  kvrt_model *model;
+  int64_t n;
+  bool generated;
+  std::vector<int32_t> tokens;
+  kvrt_pool *pool = nullptr;
+  kvrt_view *empty = nullptr;
+  std::unique_ptr<kvir::ComputeBackend> cpu = kvir::cpu::createCpuBackend();
+  kvir::Forward forward;
+  std::vector<float> logits;
+};
+
 void BM_Prefill(benchmark::State &state) {
   bool generated = state.range(0) == 1;
   kvrt_model *model = benchModel(int(state.range(1)));
@@ -76,44 +144,16 @@ void BM_Prefill(benchmark::State &state) {
     state.SkipWithError("stories260K not found (KVIR_TEST_MODEL)");
     return;
   }
-  kvrt_model_config c;
-  check(kvrt_model_get_config(model, &c));
-  kvrt_pool_config pc;
-  check(kvrt_pool_config_for_model(model, &pc));
-  pc.capacity_pages = (n + 15) / 16 + 1;
-  kvrt_pool *pool = nullptr;
-  check(kvrt_pool_create(&pc, &pool));
-  kvrt_view *empty = nullptr;
-  check(kvrt_view_create(pool, &empty));
-  std::vector<int32_t> tokens(n);
-  for (int64_t t = 0; t < n; ++t)
-    tokens[t] = int32_t((t * 7919 + 13) % c.vocab_size);
-  std::unique_ptr<kvir::ComputeBackend> cpu = kvir::cpu::createCpuBackend();
-  kvir::Forward forward;
-  if (generated && kvir::compiler::compileForward(
-                       c, kvir::compiler::Target::Cpu, &forward) != KVRT_OK) {
-    state.SkipWithError(kvrt_last_error());
-    return;
-  }
-  std::vector<float> logits;
-  for (auto _ : state) {
-    kvrt_view *out = nullptr;
-    kvrt_status s =
-        generated ? cpu->prefill(forward, model, empty, tokens.data(), n, 0,
-                                 nullptr, false, &logits, &out)
-                  : kvir::reference::prefill(model, empty, tokens.data(), n, 0,
-                                             nullptr, &logits, &out);
-    if (s != KVRT_OK)
+  PrefillCase prefill(model, n, generated);
+  for (auto _ : state)
+    if (prefill.run() != KVRT_OK) {
       state.SkipWithError(kvrt_last_error());
-    kvrt_view_release(out);
-    benchmark::DoNotOptimize(logits.data());
-  }
+      break;
+    }
   state.counters["tokens_per_s"] = benchmark::Counter(
       double(state.iterations() * n), benchmark::Counter::kIsRate);
   state.SetLabel(std::string(generated ? "generated" : "oracle") +
                  (state.range(1) == 0 ? ", stories260K" : ", dim 512 x 8"));
-  kvrt_view_release(empty);
-  kvrt_pool_release(pool);
 }
 BENCHMARK(BM_Prefill)
     ->ArgNames({"generated", "model", "tokens"})
@@ -282,11 +322,260 @@ BENCHMARK(BM_GeneratedDecodeAttentionMaterialized)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+//===----------------------------------------------------------------------===//
+// The matmul alone: generated vs OpenBLAS, and the FMA peak beside them
+//===----------------------------------------------------------------------===//
+
+/// The weight shapes (outputs x inputs) of the dim-512 synthetic model:
+/// wq/wo, wk/wv, w1/w3, w2 and the classifier.
+constexpr int64_t kShapes[][2] = {
+    {512, 512}, {256, 512}, {1376, 512}, {512, 1376}, {4096, 512}};
+
+void BM_FmaPeak(benchmark::State &state) { kvir::bench::measureFmaPeak(state); }
+BENCHMARK(BM_FmaPeak)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+/// c = a · bᵀ for 256 tokens of one weight shape (m outputs x k inputs),
+/// through the generated matmul or cblas_sgemm.
+class MatmulCase {
+public:
+  static constexpr int64_t kTokens = 256;
+
+  MatmulCase(int64_t m, int64_t k)
+      : m(m), k(k), a(kTokens * k), b(m * k), c(kTokens * m) {
+    for (size_t i = 0; i < a.size(); ++i)
+      a[i] = float(int(i * 7 % 13) - 6) * 0.05f;
+    for (size_t i = 0; i < b.size(); ++i)
+      b[i] = float(int(i * 5 % 11) - 5) * 0.03f;
+    check(kvir::compiler::compileMatmul(m, k, &fn));
+    ma = kvir::memrefF32(a.data(), int64_t(a.size()));
+    mb = kvir::memrefF32(b.data(), int64_t(b.size()));
+    mc = kvir::memrefF32(c.data(), int64_t(c.size()));
+  }
+
+  /// One product; false where `blas` is asked for and OpenBLAS is absent.
+  bool run(bool blas) {
+    if (!blas) {
+      fn(&ma, &mb, &mc, kTokens);
+    } else {
+#ifdef KVIR_HAVE_OPENBLAS
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(kTokens), int(m),
+                  int(k), 1.0f, a.data(), int(k), b.data(), int(k), 0.0f,
+                  c.data(), int(m));
+#else
+      return false;
+#endif
+    }
+    benchmark::DoNotOptimize(c.data());
+    return true;
+  }
+
+  double flops() const { return 2.0 * double(kTokens * m * k); }
+
+  /// Both libraries on `threads` threads.
+  static void setThreads(int threads) {
+    kvrt_set_num_threads(threads);
+#ifdef KVIR_HAVE_OPENBLAS
+    openblas_set_num_threads(threads);
+#endif
+  }
+
+private:
+  int64_t m, k;
+  std::vector<float> a, b, c;
+  kvir::compiler::MatmulFn fn = nullptr;
+  kvrt_memref_f32 ma, mb, mc;
+};
+
+/// The matmul of shape `shape` through the generated code (0) or OpenBLAS
+/// (1) on `threads` threads; reports FLOP/s.
+void BM_Matmul(benchmark::State &state) {
+  bool blas = state.range(0) == 1;
+  int64_t m = kShapes[state.range(1)][0], k = kShapes[state.range(1)][1];
+  MatmulCase matmul(m, k);
+  MatmulCase::setThreads(int(state.range(2)));
+  for (auto _ : state)
+    if (!matmul.run(blas)) {
+      state.SkipWithError("built without OpenBLAS (libopenblas-dev)");
+      break;
+    }
+  MatmulCase::setThreads(0);
+  state.counters["flops"] = benchmark::Counter(
+      double(state.iterations()) * matmul.flops(), benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(blas ? "openblas" : "generated") + " " +
+                 std::to_string(m) + "x" + std::to_string(k));
+}
+BENCHMARK(BM_Matmul)
+    ->ArgNames({"blas", "shape", "threads"})
+    ->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 void BM_ReadBandwidth(benchmark::State &state) {
   kvir::bench::measureReadBandwidth(state);
 }
 BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+//===----------------------------------------------------------------------===//
+// --hw: every figure against the machine's limits, side by side
+//===----------------------------------------------------------------------===//
+
+constexpr int kRepeats = 5;
+
+/// Prints this machine's single-core FMA peak and read bandwidth, then
+/// prefill, the matmul alone and decode attention as fractions of them, in
+/// one run. On a machine shared with other work every figure is the best of
+/// kRepeats rounds, and what is compared is measured in alternating rounds
+/// (1 and 2 threads, generated and OpenBLAS, bandwidth and attention) so
+/// that both sides see the same disturbance; the peak is sampled between
+/// the sections and its best is the one divided by.
+int hardwareReport(int64_t prefillTokens) {
+  using kvir::bench::bestSeconds;
+  // Short samples (about 3 ms each), many of them: on a busy machine a
+  // short one is likelier to run undisturbed, as a matmul's run does.
+  constexpr int64_t kPeakIterations = int64_t(1) << 20;
+  double peak = 0;
+  auto samplePeak = [&] {
+    double flops = 0;
+    double seconds = bestSeconds(4 * kRepeats, [&] {
+      flops = kvir::bench::runFmaPeak(kPeakIterations);
+    });
+    peak = std::max(peak, flops / seconds);
+  };
+  samplePeak();
+
+  std::vector<uint64_t> buffer = kvir::bench::readBandwidthBuffer();
+  AttentionFixture &f = AttentionFixture::get();
+  kvir::RunTable &table = f.table(1);
+  std::vector<float> q(kHeads * kHeadSize, 0.01f), out(q.size());
+  kvir::bench::readAll(buffer);
+  f.attention(table, q, out);
+  double readSeconds = 1e300, attentionSeconds = 1e300;
+  for (int r = 0; r < kRepeats; ++r) {
+    readSeconds = std::min(
+        readSeconds, bestSeconds(1, [&] { kvir::bench::readAll(buffer); }));
+    attentionSeconds = std::min(
+        attentionSeconds, bestSeconds(1, [&] { f.attention(table, q, out); }));
+  }
+  double bandwidth = double(buffer.size() * sizeof(uint64_t)) / readSeconds;
+  samplePeak();
+
+  kvrt_model *model = benchModel(1);
+  PrefillCase prefill(model, prefillTokens, /*generated=*/true);
+  double prefillSeconds[3] = {1e300, 1e300, 1e300};
+  for (int threads : {1, 2}) {
+    kvrt_set_num_threads(threads);
+    check(prefill.run());
+  }
+  for (int r = 0; r < kRepeats; ++r)
+    for (int threads : {1, 2}) {
+      kvrt_set_num_threads(threads);
+      prefillSeconds[threads] =
+          std::min(prefillSeconds[threads],
+                   bestSeconds(1, [&] { check(prefill.run()); }));
+    }
+  kvrt_set_num_threads(0);
+  samplePeak();
+
+  struct MatmulRow {
+    int64_t m, k;
+    double generated, blas;
+  };
+  std::vector<MatmulRow> matmuls;
+  MatmulCase::setThreads(1);
+  for (const auto &shape : kShapes) {
+    MatmulCase matmul(shape[0], shape[1]);
+    bool haveBlas = matmul.run(true);
+    matmul.run(false);
+    double generated = 1e300, blas = 1e300;
+    for (int r = 0; r < kRepeats; ++r) {
+      generated =
+          std::min(generated, bestSeconds(1, [&] { matmul.run(false); }));
+      if (haveBlas)
+        blas = std::min(blas, bestSeconds(1, [&] { matmul.run(true); }));
+    }
+    matmuls.push_back({shape[0], shape[1], matmul.flops() / generated,
+                       haveBlas ? matmul.flops() / blas : 0.0});
+    samplePeak();
+  }
+  MatmulCase::setThreads(0);
+
+  std::printf("== machine (best of %d rounds each; a shared machine lowers "
+              "every figure)\n",
+              kRepeats);
+  std::printf("fp32 FMA peak, 1 core (%s, 12 chains)  %8.1f GFLOP/s\n",
+              __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2",
+              peak * 1e-9);
+  std::printf("read bandwidth, 1 core (256 MiB)       %8.2f GB/s\n",
+              bandwidth * 1e-9);
+
+  std::printf("\n== prefill: %lld tokens, synthetic dim %d, hidden %d, %d "
+              "layers, heads %d/%d, vocab %d (model FLOPs, all logits)\n",
+              (long long)prefillTokens, prefill.config.dim,
+              prefill.config.hidden_dim, prefill.config.n_layers,
+              prefill.config.n_heads, prefill.config.n_kv_heads,
+              prefill.config.vocab_size);
+  for (int threads : {1, 2}) {
+    double seconds = prefillSeconds[threads];
+    double rate = prefill.flops() / seconds;
+    std::printf("%d thread%s  %8.1f ms  %8.1f tokens/s  %7.1f GFLOP/s  "
+                "%5.2f of 1-core peak\n",
+                threads, threads == 1 ? " " : "s", seconds * 1e3,
+                double(prefillTokens) / seconds, rate * 1e-9, rate / peak);
+  }
+  std::printf("2 threads / 1 thread: %.2fx\n",
+              prefillSeconds[1] / prefillSeconds[2]);
+
+  std::printf("\n== matmul alone: c = a * b^T, %lld tokens, 1 thread\n",
+              (long long)MatmulCase::kTokens);
+  for (const MatmulRow &row : matmuls) {
+    std::printf("%5lld x %-5lld  generated %7.1f GFLOP/s (%4.2f of peak)",
+                (long long)row.m, (long long)row.k, row.generated * 1e-9,
+                row.generated / peak);
+    if (row.blas > 0)
+      std::printf("  OpenBLAS %7.1f GFLOP/s  generated/OpenBLAS %4.2fx\n",
+                  row.blas * 1e-9, row.generated / row.blas);
+    else
+      std::printf("  OpenBLAS: skipped, built without libopenblas-dev\n");
+  }
+
+  double bytes = double(kKVBytes) / attentionSeconds;
+  std::printf("\n== decode attention: 1 query, %lld tokens, %d/%d heads of "
+              "%d, f32 pages (K/V %lld MiB)\n",
+              (long long)kContext, kHeads, kKvHeads, kHeadSize,
+              (long long)(kKVBytes >> 20));
+  std::printf("f32 pages  %8.2f ms  %8.2f GB/s  %5.2f of read bandwidth  "
+              "%8.1f tokens/s\n",
+              attentionSeconds * 1e3, bytes * 1e-9, bytes / bandwidth,
+              1.0 / attentionSeconds);
+  std::printf("f16/bf16 pages: not implemented (f32 only)\n");
+  return 0;
+}
+
 } // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char **argv) {
+  if (argc >= 2 && std::string(argv[1]) == "--hw") {
+    int64_t tokens = 256;
+    if (argc == 3) {
+      char *end = nullptr;
+      tokens = std::strtoll(argv[2], &end, 10);
+      if (*end || tokens < 1 || tokens > 2047) {
+        std::fprintf(stderr,
+                     "kv-bench-kernels: --hw TOKENS: '%s' is not a "
+                     "token count in [1, 2047]\n",
+                     argv[2]);
+        return 1;
+      }
+    } else if (argc > 3) {
+      std::fprintf(stderr, "usage: kv-bench-kernels --hw [TOKENS]\n");
+      return 1;
+    }
+    return hardwareReport(tokens);
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv))
+    return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

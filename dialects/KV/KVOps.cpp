@@ -368,29 +368,37 @@ LogicalResult PrefillOp::verify() {
   return success();
 }
 
-LogicalResult PrefillOp::verifySymbolUses(SymbolTableCollection &tables) {
-  CacheType type = getResult().getType();
-  if (failed(lookupContext(*this, type, tables)))
+/// Checks the context a new run's cache type names and, when the op labels
+/// the run with `segment`, that the segment is one of it and that `tokens`
+/// (what the op `verb`s) agree with its static size.
+static LogicalResult verifyNewRunLabel(Operation *op, CacheType type,
+                                       FlatSymbolRefAttr segment,
+                                       RankedTensorType tokens, StringRef verb,
+                                       SymbolTableCollection &tables) {
+  FailureOr<ContextOp> context = lookupContext(op, type, tables);
+  if (failed(context))
     return failure();
-  FlatSymbolRefAttr segment = getSegmentAttr();
   if (!segment)
     return success();
-  if (failed(verifySegmentUse(*this, type, segment, tables,
+  if (failed(verifySegmentUse(op, type, segment, tables,
                               /*requireContext=*/false)))
     return failure();
   // The tokens of a segment of static size are that many.
-  FailureOr<ContextOp> context = lookupContext(*this, type, tables);
-  RankedTensorType tokens = getTokens().getType();
-  if (failed(context) || !*context || tokens.isDynamicDim(0))
+  if (!*context || tokens.isDynamicDim(0))
     return success();
   SegmentOp declared = (*context).lookupSegment(segment.getValue());
   if (!declared || declared.isDynamic() ||
       int64_t(*declared.getTokens()) == tokens.getDimSize(0))
     return success();
-  return emitOpError() << "prefills " << tokens.getDimSize(0)
-                       << " tokens as segment " << segment
-                       << ", which context @" << (*context).getSymName()
-                       << " declares with " << *declared.getTokens();
+  return op->emitOpError() << verb << " " << tokens.getDimSize(0)
+                           << " tokens as segment " << segment
+                           << ", which context @" << (*context).getSymName()
+                           << " declares with " << *declared.getTokens();
+}
+
+LogicalResult PrefillOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return verifyNewRunLabel(*this, getResult().getType(), getSegmentAttr(),
+                           getTokens().getType(), "prefills", tables);
 }
 
 //===----------------------------------------------------------------------===//
@@ -473,6 +481,25 @@ LogicalResult ComposeOp::verify() {
   if (TypedValue<ModelType> model = getModel())
     return verifyCacheMatchesModel(*this, model.getType(), cache, "cache type");
   return success();
+}
+
+//===----------------------------------------------------------------------===//
+// LoadBlockOp, StoreBlockOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult LoadBlockOp::verify() {
+  return verifyCacheMatchesModel(*this, getModel().getType(),
+                                 getResult().getType(), "result type");
+}
+
+LogicalResult LoadBlockOp::verifySymbolUses(SymbolTableCollection &tables) {
+  return verifyNewRunLabel(*this, getResult().getType(), getSegmentAttr(),
+                           getTokens().getType(), "loads", tables);
+}
+
+LogicalResult StoreBlockOp::verify() {
+  return verifyCacheMatchesModel(*this, getModel().getType(),
+                                 getCache().getType(), "cache type");
 }
 
 //===----------------------------------------------------------------------===//

@@ -39,6 +39,12 @@ template <unsigned... Groups> struct SingleValuedOperandGroups {
   };
 };
 } // namespace OpTrait
+
+/// The block store kv.load_block and kv.store_block read and write.
+struct BlockStoreResource
+    : public SideEffects::Resource::Base<BlockStoreResource> {
+  StringRef getName() final { return "<kv block store>"; }
+};
 } // namespace mlir::kv
 
 #define GET_OP_CLASSES

@@ -255,6 +255,94 @@ def KV_ComposeOp : KV_Op<"compose", [Pure, AttrSizedOperandSegments,
   let hasCanonicalizer = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Blocks shared through a block store
+//===----------------------------------------------------------------------===//
+
+// What kv.load_block and kv.store_block read and write besides their
+// operands: the block store of the run (runtime/store/KVBlockStore.h). The
+// effects keep them from being merged by CSE or erased when unused.
+def KV_BlockStoreResource : Resource<"::mlir::kv::BlockStoreResource">;
+
+def KV_LoadBlockOp : KV_Op<"load_block", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead<KV_BlockStoreResource>,
+                   MemWrite<KV_BlockStoreResource>]>]> {
+  let summary = "A prefilled block named by its tokens: fetched from the "
+                "block store, or prefilled and stored";
+  let description = [{
+    The block of `tokens` under `model`: their K/V prefilled at positions
+    `position, position + 1, ...` (default 0) over nothing, as one run
+    (labelled `segment` when given). The result is the cache `kv.prefill`
+    of the same tokens over `kv.empty` would return, and a `kv.compose`
+    consumes it like any other block.
+
+    A block is a value with a name: its key is a content hash of the model's
+    fingerprint (configuration and weights), the K/V element type, the
+    layout version of the K/V, the base position and the token ids. Where
+    the run has a block store (`kv-run --kv-store redis://...`), the block
+    is looked up by that key at run time: a hit is fetched and mapped into
+    fresh pages, no prefill; a miss is a prefill followed by a store, so the
+    next process that asks for the block fetches it. A fault of the store
+    (unreachable, a timeout, a key evicted between lookup and fetch, a blob
+    that fails its checks: corrupt, truncated, of another model) is, by the
+    run's policy, a local prefill or an error; caches already built are
+    never touched. Without a store the block is prefilled.
+
+    No logits: a block is K/V only (`kv.logits` or a prefill after it gives
+    logits).
+
+    ```mlir
+    %skill = kv.load_block %m, %tokens segment @tools
+        : !kv.model<...>, tensor<?xi32> -> !kv.cache<5x4x8xf32, @agent>
+    %doc = kv.load_block %m, %doc_tokens at %base
+        : !kv.model<...>, tensor<?xi32> -> !kv.cache<5x4x8xf32>
+    %all = kv.compose %main, %skill : !kv.cache<5x4x8xf32, @agent>, ...
+    ```
+  }];
+  let arguments = (ins KV_ModelType:$model, KV_TokensType:$tokens,
+                       Optional<Index>:$position,
+                       OptionalAttr<FlatSymbolRefAttr>:$segment);
+  let results = (outs KV_CacheType:$result);
+  let assemblyFormat = [{
+    $model `,` $tokens (`at` $position^)? (`segment` $segment^)? attr-dict
+    `:` qualified(type($model)) `,` qualified(type($tokens)) `->`
+    qualified(type($result))
+  }];
+  let hasVerifier = 1;
+}
+
+def KV_StoreBlockOp : KV_Op<"store_block", [
+    MemoryEffects<[MemWrite<KV_BlockStoreResource>]>]> {
+  let summary = "Stores a block under the key of its tokens";
+  let description = [{
+    Writes `cache` to the run's block store under the key `kv.load_block`
+    of the same model, tokens and base position (the position of its first
+    token) looks up, so that other processes fetch it instead of prefilling
+    it. The cache must be a block: its K/V computed over nothing before it,
+    at consecutive positions (a `kv.prefill` over `kv.empty`, a prefill at
+    the end of such a cache, a `kv.load_block`, or a prefix slice of one of
+    these). A composed, shifted, edited or repaired cache is not one (its
+    K/V depend on more than its tokens), and storing it is a run-time error.
+    A store fault follows the run's policy (skipped or an error); without a
+    store nothing is written.
+
+    ```mlir
+    %e = kv.empty : !kv.cache<5x4x8xf32>
+    %b, %l = kv.prefill %m, %e, %manual at %c0
+        : !kv.model<...>, (!kv.cache<5x4x8xf32>), tensor<?xi32>
+        -> !kv.cache<5x4x8xf32>, tensor<?x512xf32>
+    kv.store_block %m, %b : !kv.model<...>, !kv.cache<5x4x8xf32>
+    ```
+  }];
+  let arguments = (ins KV_ModelType:$model, KV_CacheType:$cache);
+  let assemblyFormat = [{
+    $model `,` $cache attr-dict `:` qualified(type($model)) `,`
+    qualified(type($cache))
+  }];
+  let hasVerifier = 1;
+}
+
 def KV_RopeShiftOp : KV_Op<"rope_shift", [Pure, AllTypesMatch<["cache", "result"]>]> {
   let summary = "Relocates every run of a view by a position offset";
   let description = [{

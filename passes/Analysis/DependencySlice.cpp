@@ -286,6 +286,12 @@ std::optional<int64_t> mlir::kv::getStaticLength(Value cache) {
       .Case([&](ComposeOp op) {
         return sumOf({op.getCache(), op.getBlock()});
       })
+      .Case([](LoadBlockOp op) -> std::optional<int64_t> {
+        auto tokens = op.getTokens().getType();
+        if (tokens.isDynamicDim(0))
+          return std::nullopt;
+        return tokens.getDimSize(0);
+      })
       .Case([&](ConcatOp op) { return sumOf(op.getInputs()); })
       .Case([](RopeShiftOp op) { return getStaticLength(op.getCache()); })
       .Case([](MaterializeOp op) { return getStaticLength(op.getCache()); })
@@ -310,6 +316,11 @@ std::optional<int64_t> mlir::kv::getStaticStartPosition(Value cache) {
           return getConstantIndex(op.getPosition());
         }
         return getStaticStartPosition(op.getViews().front());
+      })
+      .Case([](LoadBlockOp op) -> std::optional<int64_t> {
+        if (!op.getPosition())
+          return 0;
+        return getConstantIndex(op.getPosition());
       })
       .Case([](RopeShiftOp op) -> std::optional<int64_t> {
         std::optional<int64_t> start = getStaticStartPosition(op.getCache());
@@ -512,4 +523,39 @@ void mlir::kv::emitComposePlanRemarks(ComposeOp compose,
   compose.emitRemark() << describeCost(
       computeComposeCost(*prefix, *block, compose.getRepairAttr(),
                          CostModel::get(model.getType())));
+}
+
+void mlir::kv::emitLoadBlockPlanRemarks(LoadBlockOp load,
+                                        std::optional<int64_t> dynamicSize) {
+  std::optional<int64_t> n = getStaticLength(load.getResult());
+  if (!n)
+    n = dynamicSize;
+  std::optional<int64_t> base = getStaticStartPosition(load.getResult());
+  InFlightDiagnostic remark = load.emitRemark() << "load_block: block of ";
+  if (n)
+    remark << *n << " tokens";
+  else
+    remark << "run-time length";
+  if (base)
+    remark << " at position " << *base;
+  else
+    remark << " at a run-time position";
+  remark << ", keyed by the model's fingerprint and configuration, the K/V "
+            "element type and layout version, the base position and the "
+            "token ids; decided at run time: a hit fetches it (no prefill";
+  if (n) {
+    ModelType model = load.getModel().getType();
+    CacheType cache = load.getResult().getType();
+    int64_t elementBytes = cache.getElementType().getIntOrFloatBitWidth() / 8;
+    // The blob: a 128-byte header, the token ids and the K/V.
+    int64_t bytes = 128 + *n * 4 +
+                    int64_t(model.getLayers()) * model.getKvHeads() * 2 * *n *
+                        model.getHeadSize() * elementBytes;
+    CostModel cost = CostModel::get(model);
+    remark << ", " << bytes << " bytes moved), a miss prefills " << *n
+           << " tokens (" << cost.prefillFlops(0, *n, 1)
+           << " FLOPs) and stores them";
+  } else {
+    remark << "), a miss prefills it and stores it";
+  }
 }

@@ -170,6 +170,11 @@ LogicalResult emitEditPlanRemarks(EditOp edit,
 void emitComposePlanRemarks(ComposeOp compose,
                             std::optional<int64_t> dynamicSize);
 
+/// Emits what `load` costs on a hit (a fetch of the blob, no prefill) and on
+/// a miss (a prefill of its tokens, then a store), as a remark.
+void emitLoadBlockPlanRemarks(LoadBlockOp load,
+                              std::optional<int64_t> dynamicSize);
+
 /// The context that the cache type of `edit` names, with its graph and the
 /// index of the edited segment; a diagnostic on `edit` when it cannot be
 /// planned (no context, unknown segment, broken graph).

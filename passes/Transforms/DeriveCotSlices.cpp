@@ -136,7 +136,8 @@ private:
   /// What the pass did (see the fuse pass on why it counts by itself).
   struct {
     uint64_t edits = 0, composes = 0, segmentsRecomputed = 0,
-             segmentsReused = 0, logitsReused = 0, corrections = 0;
+             segmentsReused = 0, logitsReused = 0, corrections = 0,
+             blockLoads = 0;
   } counts;
   /// Results of erratum plans: their correction belongs to no declared
   /// segment, so an edit of one cannot be planned (it would drop it).
@@ -319,6 +320,14 @@ void KVDeriveCotSlicesPass::runOnOperation() {
     if (isa<EditOp, ComposeOp>(op))
       work.push_back(op);
   });
+  // A kv.load_block stays: whether it prefills is known at run time only
+  // (a hit fetches the block, a miss prefills and stores it). A compose of
+  // its result is planned like any other.
+  getOperation().walk([&](LoadBlockOp op) {
+    ++counts.blockLoads;
+    if (emitPlan)
+      emitLoadBlockPlanRemarks(op, std::nullopt);
+  });
   DenseMap<Value, RecomputedLogits> logitsOf;
   for (Operation *op : work) {
     if (auto edit = dyn_cast<EditOp>(op)) {
@@ -339,11 +348,13 @@ void KVDeriveCotSlicesPass::runOnOperation() {
   numSegmentsReused = counts.segmentsReused;
   numLogitsReused = counts.logitsReused;
   numCorrections = counts.corrections;
+  numBlockLoads = counts.blockLoads;
   if (emitStatistics)
     getOperation().emitRemark()
         << "kv-derive-cot-slices: " << counts.edits << " edits, "
         << counts.composes << " composes, " << counts.segmentsRecomputed
         << " segments recomputed, " << counts.segmentsReused
         << " segments reused, " << counts.logitsReused << " logits reused, "
-        << counts.corrections << " corrections";
+        << counts.corrections << " corrections, " << counts.blockLoads
+        << " block loads";
 }

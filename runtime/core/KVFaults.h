@@ -5,7 +5,7 @@
 // every allocation of an edit, a compose, a prefill or a selective
 // recompute and check that each failure is reported, that every cache that
 // existed before is bit-identical after, and that nothing leaks
-// (test/unit/FaultInjectionTest.cpp). Unarmed, a fault point costs one
+// (test/unit/cpu/FaultInjectionTest.cpp). Unarmed, a fault point costs one
 // relaxed atomic increment.
 //
 //===----------------------------------------------------------------------===//

@@ -115,6 +115,12 @@ typedef enum kvrt_rope_layout {
 /// rotary dimensions up to 512.
 #define KVRT_MAX_ROPE_PAIRS 256
 
+/// The number of RoPE layouts: they are numbered from 0 without gaps. A
+/// configuration from outside is checked against it as an integer before
+/// its rope_layout is used as the enum (a value outside the enumerators is
+/// undefined behaviour in C++).
+#define KVRT_ROPE_LAYOUT_COUNT 2
+
 /// The element type of K/V pages. Only f32 executes today; the others are
 /// named so that programs asking for them get a clear error, not a silent f32.
 typedef enum kvrt_kv_dtype {

@@ -32,14 +32,12 @@ const char *kvir::ropeLayoutLlamaCppName(kvrt_rope_layout layout) {
 
 std::optional<kvrt_rope_layout> kvir::parseRopeLayout(std::string_view name) {
   // The layouts are numbered from 0 without gaps: every one has a name.
-  for (int i = 0;; ++i) {
+  for (int i = 0; i < KVRT_ROPE_LAYOUT_COUNT; ++i) {
     auto layout = static_cast<kvrt_rope_layout>(i);
-    std::string_view known = ropeLayoutName(layout);
-    if (known == "unknown")
-      return std::nullopt;
-    if (name == known || name == ropeLayoutLlamaCppName(layout))
+    if (name == ropeLayoutName(layout) || name == ropeLayoutLlamaCppName(layout))
       return layout;
   }
+  return std::nullopt;
 }
 
 const char *kvir::kvDtypeName(kvrt_kv_dtype dtype) {
@@ -91,16 +89,17 @@ std::string kvir::describeArchitectureError(const kvrt_model_config &c) {
   if (headSize(c) % 2 != 0)
     return str("head size ", headSize(c), " (dim ", c.dim, " / n_heads ",
                c.n_heads, ") is odd: RoPE rotates pairs of dimensions");
-  if (!parseRopeLayout(ropeLayoutName(c.rope_layout))) {
+  // Read as the integer the C ABI passes: the enum may hold anything.
+  int32_t layout;
+  static_assert(sizeof(c.rope_layout) == sizeof(layout));
+  std::memcpy(&layout, &c.rope_layout, sizeof(layout));
+  if (layout < 0 || layout >= KVRT_ROPE_LAYOUT_COUNT) {
     std::string known;
-    for (int i = 0;
-         std::string_view(ropeLayoutName(static_cast<kvrt_rope_layout>(i))) !=
-         "unknown";
-         ++i)
+    for (int i = 0; i < KVRT_ROPE_LAYOUT_COUNT; ++i)
       known += str(i ? ", " : "", i, " ",
                    ropeLayoutName(static_cast<kvrt_rope_layout>(i)));
-    return str("rope_layout = ", static_cast<int>(c.rope_layout),
-               " is not a known layout (", known, ")");
+    return str("rope_layout = ", layout, " is not a known layout (", known,
+               ")");
   }
   if (!(std::isfinite(c.rope_theta) && c.rope_theta > 0))
     return str("rope_theta = ", c.rope_theta, " must be positive and finite");

@@ -8,6 +8,7 @@
 #include "runtime/exec/ExecRuntime.h"
 
 #include "runtime/core/ComputeBackend.h"
+#include "runtime/core/KVParallel.h"
 #include "runtime/core/ModelCost.h"
 #include "runtime/core/SelectiveRecompute.h"
 #include "runtime/core/Support.h"
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -66,9 +68,25 @@ struct kvrt_exec_context {
   kvrt_exec_work plan{}, setup{};
   std::vector<kvrt_exec_repair> repairs;
 
+  // The block store, its fault policy, and what kv.load_block and
+  // kv.store_block did with it (keys and messages owned here).
+  kvrt_block_store *blockStore = nullptr;
+  int32_t storePolicy = KVRT_EXEC_STORE_FALLBACK;
+  struct BlockEvent {
+    kvrt_exec_block_event event;
+    std::string key, message;
+  };
+  std::vector<std::unique_ptr<BlockEvent>> blockEvents;
+  // Views that are blocks: their K/V were computed over nothing before them
+  // at consecutive positions (an empty view, a prefill over a block at its
+  // end position, a loaded block, a prefix of a block). Only these may be
+  // stored under the key of their tokens.
+  std::unordered_set<const kvrt_view *> blocks;
+
   ~kvrt_exec_context() {
     for (kvrt_view *view : views)
       kvrt_view_release(view);
+    kvrt_block_store_release(blockStore);
   }
 
   /// Records the first error; later ones are consequences.
@@ -358,6 +376,7 @@ kvrt_view *kvrt_exec_empty(kvrt_exec_context *ctx, int32_t site) {
       ctx->failRuntime(site, s, "cannot create a view");
       return nullptr;
     }
+    ctx->blocks.insert(view);
     return ctx->own(view);
   });
 }
@@ -418,6 +437,13 @@ kvrt_exec_prefill(kvrt_exec_context *ctx, int32_t site, const char *key,
             return nullptr;
           }
           logits->result = ctx->own(out);
+          // A prefill at the end of a block extends it (the fused form of
+          // a single view has offset 0).
+          if (n_views == 1 && (!offsets || offsets[0] == 0) &&
+              ctx->blocks.count(views[0]) &&
+              (kvrt_view_num_tokens(views[0]) == 0 ||
+               logits->position == endPosition(views[0])))
+            ctx->blocks.insert(out);
           logits->rows = last ? 1 : n;
           ++work.prefill_calls;
           work.prefill_tokens += n;
@@ -449,6 +475,8 @@ kvrt_view *kvrt_exec_slice(kvrt_exec_context *ctx, int32_t site,
       ctx->failRuntime(site, s, str("slice [", begin, ", ", end, ") failed"));
       return nullptr;
     }
+    if (begin == 0 && ctx->blocks.count(view))
+      ctx->blocks.insert(out);
     return ctx->own(out);
   });
 }
@@ -813,6 +841,248 @@ const kvrt_exec_logits *kvrt_exec_logits_cast(kvrt_exec_context *ctx,
   return logits;
 }
 
+//===----------------------------------------------------------------------===//
+// Blocks and the block store
+//===----------------------------------------------------------------------===//
+
+} // extern "C"
+
+namespace {
+
+/// Records a block event; returns it for the caller to complete.
+kvrt_exec_block_event &recordBlockEvent(kvrt_exec_context *ctx, int32_t site,
+                                        int32_t op, int32_t outcome,
+                                        const kvrt_block_result *result,
+                                        int64_t tokens, int64_t base,
+                                        const std::string &message = "") {
+  auto entry = std::make_unique<kvrt_exec_context::BlockEvent>();
+  kvrt_exec_block_event &e = entry->event;
+  e = kvrt_exec_block_event{};
+  e.site = site;
+  e.op = op;
+  e.outcome = outcome;
+  e.tokens = tokens;
+  e.base = base;
+  if (result) {
+    e.fault = result->fault;
+    e.bytes = result->bytes;
+    e.seconds = result->seconds;
+    entry->key = result->key;
+  }
+  entry->message = message;
+  e.key = entry->key.c_str();
+  e.message = entry->message.c_str();
+  ctx->blockEvents.push_back(std::move(entry));
+  return ctx->blockEvents.back()->event;
+}
+
+/// Stores the block `view` (n tokens at `base`) in the context's store,
+/// recording the event; a fault fails the context under the `fail` policy.
+/// False when the context failed.
+bool saveBlock(kvrt_exec_context *ctx, int32_t site, const char *what,
+               const kvrt_view *view, int64_t n, int64_t base) {
+  kvrt_block_result result;
+  kvrt_status s =
+      kvrt_block_store_save(ctx->blockStore, ctx->model, view, &result);
+  if (s == KVRT_OK) {
+    recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_STORE, KVRT_EXEC_BLOCK_STORED,
+                     &result, n, base);
+    return true;
+  }
+  std::string message = kvrt_last_error();
+  if (s != KVRT_ERR_UNAVAILABLE) {
+    ctx->fail(site, s, str(what, ": ", message));
+    return false;
+  }
+  kvrt_exec_block_event &e =
+      recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_STORE, KVRT_EXEC_BLOCK_FAULT,
+                       &result, n, base, message);
+  if (ctx->storePolicy == KVRT_EXEC_STORE_FAIL) {
+    ctx->fail(site, s,
+              str(what, ": the block store failed (", message,
+                  "); the policy is to fail"));
+    return false;
+  }
+  e.fell_back = 1;
+  return true;
+}
+
+} // namespace
+
+extern "C" {
+
+void kvrt_exec_set_block_store(kvrt_exec_context *ctx, kvrt_block_store *store,
+                               int32_t policy) {
+  if (!ctx)
+    return;
+  kvrt_block_store_retain(store);
+  kvrt_block_store_release(ctx->blockStore);
+  ctx->blockStore = store;
+  ctx->storePolicy = policy == KVRT_EXEC_STORE_FAIL ? KVRT_EXEC_STORE_FAIL
+                                                    : KVRT_EXEC_STORE_FALLBACK;
+}
+
+int64_t kvrt_exec_num_block_events(const kvrt_exec_context *ctx) {
+  return ctx ? int64_t(ctx->blockEvents.size()) : 0;
+}
+
+void kvrt_exec_get_block_event(const kvrt_exec_context *ctx, int64_t index,
+                               kvrt_exec_block_event *out) {
+  if (!out)
+    return;
+  *out = kvrt_exec_block_event{};
+  out->key = out->message = "";
+  if (ctx && index >= 0 && index < int64_t(ctx->blockEvents.size()))
+    *out = ctx->blockEvents[index]->event;
+}
+
+kvrt_view *kvrt_exec_load_block(kvrt_exec_context *ctx, int32_t site,
+                                const char *key, kvrt_prefill_fn forward,
+                                const kvrt_model *model,
+                                const kvrt_exec_tokens *tokens,
+                                int32_t has_position, int64_t position,
+                                const char *label) {
+  return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
+    if (model != ctx->model) {
+      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                "load_block: the model is not the one the program runs on");
+      return nullptr;
+    }
+    if (!checkView(ctx, site, tokens, "load_block tokens"))
+      return nullptr;
+    const std::vector<int32_t> &ids = tokens->ids;
+    int64_t n = int64_t(ids.size());
+    int64_t base = has_position ? position : 0;
+    if (base < 0 || base > KVRT_MAX_POSITION - n) {
+      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                str("load_block: base position ", base, " of ", n,
+                    " tokens is outside [0, 2^53)"));
+      return nullptr;
+    }
+    // Fetched or prefilled, the block occupies these positions.
+    if (!ctx->withinLimit(site, "load_block", base, n))
+      return nullptr;
+    kvrt_view *empty = nullptr;
+    if (kvrt_status s = kvrt_view_create(ctx->pool, &empty)) {
+      ctx->failRuntime(site, s, "cannot create a view");
+      return nullptr;
+    }
+    ctx->own(empty);
+    ctx->blocks.insert(empty);
+    if (n == 0)
+      return empty;
+
+    bool storeDown = false;
+    if (ctx->blockStore) {
+      kvrt_view *loaded = nullptr;
+      kvrt_block_result result;
+      kvrt_status s =
+          kvrt_block_store_load(ctx->blockStore, ctx->model, ctx->pool, base,
+                                ids.data(), n, label, &loaded, &result);
+      if (s == KVRT_OK && loaded) {
+        recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_LOAD, KVRT_EXEC_BLOCK_HIT,
+                         &result, n, base);
+        ctx->own(loaded);
+        ctx->blocks.insert(loaded);
+        return loaded;
+      }
+      if (s == KVRT_OK) {
+        recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_LOAD, KVRT_EXEC_BLOCK_MISS,
+                         &result, n, base);
+      } else if (s == KVRT_ERR_UNAVAILABLE) {
+        std::string message = kvrt_last_error();
+        kvrt_exec_block_event &e =
+            recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_LOAD,
+                             KVRT_EXEC_BLOCK_FAULT, &result, n, base, message);
+        if (ctx->storePolicy == KVRT_EXEC_STORE_FAIL) {
+          ctx->fail(site, s,
+                    str("load_block: the block store failed (", message,
+                        "); the policy is to fail"));
+          return nullptr;
+        }
+        e.fell_back = 1;
+        // A store that cannot be reached is not asked again for this
+        // block's store: that would only wait for the timeout twice.
+        storeDown = result.fault == KVRT_BLOCK_UNREACHABLE ||
+                    result.fault == KVRT_BLOCK_TIMEOUT;
+      } else {
+        ctx->failRuntime(site, s, "load_block: cannot map the block");
+        return nullptr;
+      }
+    } else {
+      recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_LOAD,
+                       KVRT_EXEC_BLOCK_NO_STORE, nullptr, n, base);
+    }
+
+    // Not fetched: prefill it here.
+    kvir::Forward fwd;
+    fwd.key = key;
+    fwd.prefill = forward;
+    std::vector<float> logits;
+    kvrt_view *out = nullptr;
+    if (kvrt_status s =
+            ctx->backend->prefill(fwd, ctx->model, empty, ids.data(), n, base,
+                                  label, /*lastOnly=*/true, &logits, &out)) {
+      ctx->failRuntime(site, s,
+                       str("load_block: prefill of ", n, " tokens at position ",
+                           base, " failed"));
+      return nullptr;
+    }
+    ctx->own(out);
+    ctx->blocks.insert(out);
+    kvrt_exec_work &work = ctx->work();
+    ++work.prefill_calls;
+    work.prefill_tokens += n;
+    work.logits_rows += 1;
+    kvir::ModelCost cost = kvir::ModelCost::of(ctx->config);
+    work.flops += cost.prefillFlops(0, n, 1);
+    work.kv_bytes_written += cost.kvBytes(n);
+
+    if (ctx->blockStore) {
+      if (storeDown)
+        recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_STORE,
+                         KVRT_EXEC_BLOCK_SKIPPED, nullptr, n, base)
+            .fell_back = 1;
+      else if (!saveBlock(ctx, site, "load_block", out, n, base))
+        return nullptr;
+    }
+    return out;
+  });
+}
+
+void kvrt_exec_store_block(kvrt_exec_context *ctx, int32_t site,
+                           const kvrt_model *model, const kvrt_view *view) {
+  guarded<int>(ctx, site, 0, [&]() -> int {
+    if (model != ctx->model) {
+      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                "store_block: the model is not the one the program runs on");
+      return 0;
+    }
+    if (!checkView(ctx, site, view, "store_block"))
+      return 0;
+    if (!ctx->blocks.count(view)) {
+      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                "store_block: the cache is not a block: only a prefill over "
+                "an empty cache (kv.empty), a prefill at the end of a block, "
+                "a kv.load_block, or a prefix slice of one of these, has K/V "
+                "that its tokens and base position determine; a composed, "
+                "shifted, edited, repaired or concatenated cache has not");
+      return 0;
+    }
+    int64_t n = kvrt_view_num_tokens(view);
+    int64_t base = startPosition(view);
+    if (n == 0)
+      return 0;
+    if (!ctx->blockStore) {
+      recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_STORE,
+                       KVRT_EXEC_BLOCK_NO_STORE, nullptr, n, base);
+      return 0;
+    }
+    saveBlock(ctx, site, "store_block", view, n, base);
+    return 0;
+  });
+}
+
 void kvrt_exec_view_retain(kvrt_view *view) { kvrt_view_retain(view); }
 void kvrt_exec_view_release(kvrt_view *view) { kvrt_view_release(view); }
 
@@ -821,6 +1091,8 @@ const kvrt_exec_symbol *kvrt_exec_symbols(void) {
 #define KVRT_EXEC_FN(name, result, ...)                                        \
   {#name, reinterpret_cast<void *>(&name)},
 #include "runtime/exec/ExecABI.def"
+      // The thread pool the generated CPU forward's parallel loops run on.
+      {"kvrt_parallel_for", reinterpret_cast<void *>(&kvrt_parallel_for)},
       {nullptr, nullptr},
   };
   return symbols;

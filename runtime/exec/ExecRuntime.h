@@ -43,6 +43,7 @@
 
 #include "runtime/core/ForwardABI.h"
 #include "runtime/core/KVRuntime.h"
+#include "runtime/store/KVBlockStore.h"
 
 #include <stdint.h>
 
@@ -122,6 +123,53 @@ int64_t kvrt_exec_context_tokens(const kvrt_exec_context *ctx);
 int64_t kvrt_exec_num_repairs(const kvrt_exec_context *ctx);
 void kvrt_exec_get_repair(const kvrt_exec_context *ctx, int64_t index,
                           kvrt_exec_repair *out);
+
+/// What kv.load_block and kv.store_block do when the block store fails
+/// (unreachable, timeout, a key evicted between lookup and fetch, a blob
+/// rejected by its checks): carry on without it (a load prefills locally, a
+/// store is skipped) and record the fault, or fail the program at the op.
+#define KVRT_EXEC_STORE_FALLBACK 0
+#define KVRT_EXEC_STORE_FAIL 1
+
+/// The block store kv.load_block and kv.store_block use (NULL: none; blocks
+/// are then prefilled, and stores do nothing), retained by the context, and
+/// the policy on its faults.
+void kvrt_exec_set_block_store(kvrt_exec_context *ctx, kvrt_block_store *store,
+                               int32_t policy);
+
+/// The `op` of a block event.
+#define KVRT_EXEC_BLOCK_LOAD 0
+#define KVRT_EXEC_BLOCK_STORE 1
+/// Its `outcome`.
+#define KVRT_EXEC_BLOCK_HIT 0      /* load: fetched, no prefill */
+#define KVRT_EXEC_BLOCK_MISS 1     /* load: not in the store, prefilled */
+#define KVRT_EXEC_BLOCK_STORED 2   /* store: written */
+#define KVRT_EXEC_BLOCK_FAULT 3    /* the store failed: see fault, message */
+#define KVRT_EXEC_BLOCK_SKIPPED 4  /* store: skipped, the store is down */
+#define KVRT_EXEC_BLOCK_NO_STORE 5 /* no store: prefilled / not stored */
+
+/// One interaction of kv.load_block or kv.store_block with the store.
+typedef struct kvrt_exec_block_event {
+  int32_t site;
+  int32_t op, outcome;
+  kvrt_block_fault fault;
+  /// 1 when the program went on after a fault (policy fallback): a load
+  /// prefilled the block locally, a store was left undone.
+  int32_t fell_back;
+  int64_t tokens, base;
+  /// Blob bytes fetched or stored; wall time of the store call.
+  int64_t bytes;
+  double seconds;
+  /// The key and the fault's message ("" when none), valid while the
+  /// context is alive.
+  const char *key;
+  const char *message;
+} kvrt_exec_block_event;
+
+/// The block events of the run so far, in order.
+int64_t kvrt_exec_num_block_events(const kvrt_exec_context *ctx);
+void kvrt_exec_get_block_event(const kvrt_exec_context *ctx, int64_t index,
+                               kvrt_exec_block_event *out);
 
 /// The ids of a token handle (valid while the context is alive).
 const int32_t *kvrt_exec_tokens_data(const kvrt_exec_tokens *tokens);
@@ -208,7 +256,9 @@ void kvrt_exec_view_release(kvrt_view *view);
 #undef MATERIALIZE_FN
 
 /// The name and address of every function above that generated code calls,
-/// terminated by {NULL, NULL}: a JIT binds them with these.
+/// and of kvrt_parallel_for (runtime/core/KVParallel.h), which the generated
+/// CPU forward calls, terminated by {NULL, NULL}: a JIT binds them with
+/// these, and an ahead-of-time runner keeps them linked by taking them.
 typedef struct kvrt_exec_symbol {
   const char *name;
   void *address;

@@ -744,7 +744,8 @@ RunOutcome kvir::exec::runEntry(EntryFn entry, const EntryManifest &manifest,
                                 ComputeBackend &backend,
                                 const kvrt_model *model, kvrt_pool *pool,
                                 const std::vector<Value> &args,
-                                int64_t maxContext) {
+                                int64_t maxContext,
+                                const BlockStoreBinding *blockStore) {
   RunOutcome outcome;
   auto fail = [&](const std::string &message) {
     outcome.failed = true;
@@ -761,6 +762,8 @@ RunOutcome kvir::exec::runEntry(EntryFn entry, const EntryManifest &manifest,
                  kvrt_exec_context_destroy);
   if (!ctx)
     return fail("cannot create the execution context");
+  if (blockStore && blockStore->store)
+    kvrt_exec_set_block_store(ctx.get(), blockStore->store, blockStore->policy);
 
   std::vector<int64_t> slots;
   for (const Value &arg : args) {
@@ -805,6 +808,14 @@ RunOutcome kvir::exec::runEntry(EntryFn entry, const EntryManifest &manifest,
   outcome.repairs.resize(kvrt_exec_num_repairs(ctx.get()));
   for (size_t i = 0; i < outcome.repairs.size(); ++i)
     kvrt_exec_get_repair(ctx.get(), int64_t(i), &outcome.repairs[i]);
+  outcome.blockEvents.resize(kvrt_exec_num_block_events(ctx.get()));
+  for (size_t i = 0; i < outcome.blockEvents.size(); ++i) {
+    BlockEvent &e = outcome.blockEvents[i];
+    kvrt_exec_get_block_event(ctx.get(), int64_t(i), &e.event);
+    e.key = e.event.key;
+    e.message = e.event.message;
+    e.event.key = e.event.message = nullptr;
+  }
   if (kvrt_exec_failed(ctx.get())) {
     outcome.failed = true;
     outcome.status = kvrt_exec_error_status(ctx.get());

@@ -217,12 +217,28 @@ bool bindArguments(const EntryManifest &manifest,
                    std::vector<Value> &args, std::vector<BoundInput> *bound,
                    std::string &error);
 
+/// The block store a run's kv.load_block and kv.store_block use, and the
+/// policy on its faults (KVRT_EXEC_STORE_FALLBACK or _FAIL).
+struct BlockStoreBinding {
+  kvrt_block_store *store = nullptr;
+  int32_t policy = KVRT_EXEC_STORE_FALLBACK;
+};
+
+/// One interaction of a block op with the store (kvrt_exec_block_event with
+/// its strings copied; the event's own pointers are cleared).
+struct BlockEvent {
+  kvrt_exec_block_event event{};
+  std::string key, message;
+};
+
 /// What one run of an entry did.
 struct RunOutcome {
   std::vector<Value> results;
   WorkStats plan, setup;
   /// Selective recomputes executed, one record per op run.
   std::vector<kvrt_exec_repair> repairs;
+  /// What kv.load_block and kv.store_block did with the block store.
+  std::vector<BlockEvent> blockEvents;
   bool failed = false;
   kvrt_status status = KVRT_OK;
   std::string message;
@@ -237,11 +253,13 @@ struct RunOutcome {
 /// `model` and `pool`, and reads the results back (views retained, logits
 /// and tensors copied).
 /// With `maxContext` > 0, a prefill or attention at a position at or beyond
-/// it fails at its site (createExecContext).
+/// it fails at its site (createExecContext). kv.load_block and
+/// kv.store_block use the block store of `blockStore`, when given.
 RunOutcome runEntry(EntryFn entry, const EntryManifest &manifest,
                     ComputeBackend &backend, const kvrt_model *model,
                     kvrt_pool *pool, const std::vector<Value> &args,
-                    int64_t maxContext = 0);
+                    int64_t maxContext = 0,
+                    const BlockStoreBinding *blockStore = nullptr);
 
 /// The context limit runners apply unless told otherwise: 8 times the
 /// context the model was trained on (its seq_len). Positions beyond the

@@ -8,10 +8,25 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 
 // CHECK-LABEL: module {
 // CHECK-NOT:   kv.export_forwards
+// The runtime's thread pool (runtime/core/KVParallel.h).
+// CHECK:       func.func private @kvrt_parallel_for(i64, !llvm.ptr, !llvm.ptr)
 // CHECK:       func.func private @[[P:kv_fwd_[0-9a-f]+]]_rmsnorm(
 // CHECK-SAME:    llvm.linkage = #llvm.linkage<internal>
 // CHECK:         math.sqrt
+// Matmuls are parallel loops on the runtime's threads: the dot-product
+// kernel under 4 rows, else the weights packed into transposed panels and
+// register tiles of broadcast-FMAs (6 tokens x 4 vectors of 16 on AVX-512,
+// 6 x 2 of 8 on AVX2: the host decides).
 // CHECK:       func.func private @[[P]]_matmul_nt(
+// CHECK:         func.call @kvrt_parallel_for(
+// CHECK:         func.call @kvrt_parallel_for(
+// CHECK:         func.call @kvrt_parallel_for(
+// CHECK:       func.func private @[[P]]_matmul_nt_dot_task(
+// CHECK:         vector.fma
+// CHECK:       func.func private @[[P]]_matmul_nt_pack_task(
+// CHECK:         vector.shuffle
+// CHECK:       func.func private @[[P]]_matmul_nt_tile_task(
+// CHECK:         vector.broadcast
 // CHECK:         vector.fma
 // CHECK:       func.func private @[[P]]_rope_table(%{{.*}}: i64,
 // CHECK:         arith.sitofp %{{.*}} : i64 to f64
@@ -29,7 +44,13 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:         math.floor %{{.*}} : vector<16xf32>
 // CHECK:         vector.fma
 // CHECK:         arith.shli
-// CHECK:       func.func private @[[P]]_attention_kernel(%{{.*}}: memref<?xf32, strided<[1], offset: ?>>, %{{.*}}: index, %{{.*}}: i64, %[[KV:[^:]+]]: memref<?xf32>, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?x8xi64>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: memref<?xf32, strided<[1], offset: ?>>)
+// CHECK:       func.func private @[[P]]_attention_kernel(%{{.*}}: memref<?xf32, strided<[1], offset: ?>>, %{{.*}}: index, %{{.*}}: i64, %{{.*}}: memref<?xf32>, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?x8xi64>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: memref<?xf32, strided<[1], offset: ?>>)
+// Query tokens are a parallel loop: the task gets the arguments through a
+// context struct.
+// CHECK:         %[[TASK:.+]] = constant @[[P]]_attention_task
+// CHECK:         call @kvrt_parallel_for(%{{.*}}, %{{.*}}, %{{.*}})
+// CHECK:       func.func private @[[P]]_attention_task(%{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64)
+// CHECK:         %[[KV:.+]] = builtin.unrealized_conversion_cast %{{.*}} : !llvm.struct<{{.*}}> to memref<?xf32>{{$}}
 // One query rotation per run: to m - delta (column 4 of the run table).
 // CHECK:         %[[DELTA:.+]] = memref.load %{{.*}}[%{{.*}}, %c4{{[_0-9]*}}] : memref<?x8xi64>
 // CHECK:         scf.if
@@ -79,7 +100,8 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 
 // Forwards for the models a program's ops use: half RoPE pairs
 // (i, i + head_size / 2) for the prefill's model, one forward per config
-// however many ops use it, and the exported one besides.
+// however many ops use it, and the exported one besides. Both forwards call
+// the runtime's thread pool through one declaration.
 !half = !kv.model<dim = 48, hidden = 96, layers = 2, heads = 4, kv_heads = 2, vocab = 64, rope = half, theta = 500000.0, eps = 1.0e-06>
 !cache = !kv.cache<2x2x12xf32>
 module attributes {kv.export_forwards = [!kv.model<dim = 32, hidden = 64, layers = 1, heads = 2, kv_heads = 2, vocab = 10>]} {
@@ -93,12 +115,15 @@ module attributes {kv.export_forwards = [!kv.model<dim = 32, hidden = 64, layers
 
 // CHECK-LABEL: module {
 // CHECK:       func.func @main(
+// CHECK:       func.func private @kvrt_parallel_for(
+// CHECK-NOT:   func.func private @kvrt_parallel_for(
 // CHECK:       func.func private @[[A:kv_fwd_[0-9a-f]+]]_rope_apply(
 // CHECK:         scf.for %[[I:.+]] = %c0 to %c6 step
 // CHECK-NEXT:      %[[HALF:.+]] = arith.constant 6 : index
 // CHECK-NEXT:      arith.addi %[[I]], %[[HALF]] : index
 // CHECK:       func.func @[[A]]_prefill(
 // CHECK-NOT:   func.func @[[A]]_prefill(
+// CHECK-NOT:   func.func private @kvrt_parallel_for(
 // CHECK:       func.func @[[B:kv_fwd_[0-9a-f]+]]_prefill(
 // CHECK-NOT:   func.func @[[A]]_prefill(
 

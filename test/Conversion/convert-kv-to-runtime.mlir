@@ -234,3 +234,36 @@ func.func @negative_float(%c: !cache) -> f32 {
 // CHECK-LABEL: func.func @negative_float(
 // CHECK-SAME:    %{{.*}}: !llvm.ptr, %{{.*}}: !llvm.ptr) -> f32
 // CHECK-NOT:   @_kvrt_entry_negative_float
+
+// -----
+
+// kv.load_block becomes one runtime call with the forward's entry point and
+// config key (for a miss), the position flag and the label; kv.store_block
+// one call with the view.
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+!cache = !kv.cache<5x4x8xf32, @ctx>
+kv.context @ctx {
+  kv.segment @a kind(tool) tokens(?)
+}
+func.func private @kv_fwd_fcf7c6399ef6fcd9_prefill(!llvm.ptr)
+func.func @blocks(%m: !model, %t: tensor<?xi32> {kv.name = "t"}, %p: index) -> (!cache, !cache) {
+  %a = kv.load_block %m, %t segment @a : !model, tensor<?xi32> -> !cache
+  %b = kv.load_block %m, %t at %p : !model, tensor<?xi32> -> !cache
+  kv.store_block %m, %a : !model, !cache
+  return %a, %b : !cache, !cache
+}
+// CHECK-LABEL: func.func private @blocks(
+// CHECK-SAME:    %[[CTX:.+]]: !llvm.ptr, %[[M:.+]]: !llvm.ptr, %[[T:.+]]: !llvm.ptr, %[[P:.+]]: index)
+// CHECK:         %[[NOPOS:.+]] = arith.constant 0 : i32
+// CHECK:         %[[ZERO:.+]] = arith.constant 0 : i64
+// CHECK:         %[[LABEL:.+]] = llvm.mlir.addressof @__kvrt_str_
+// CHECK:         %[[FWD:.+]] = constant @kv_fwd_fcf7c6399ef6fcd9_prefill
+// CHECK:         %[[A:.+]] = call @kvrt_exec_load_block(%[[CTX]], %{{.+}}, %{{.+}}, %[[FWD]], %[[M]], %[[T]], %[[NOPOS]], %[[ZERO]], %[[LABEL]])
+// CHECK:         %[[HASPOS:.+]] = arith.constant 1 : i32
+// CHECK:         %[[POS:.+]] = arith.index_cast %[[P]] : index to i64
+// CHECK:         %[[NOLABEL:.+]] = llvm.mlir.zero : !llvm.ptr
+// CHECK:         %[[B:.+]] = call @kvrt_exec_load_block(%[[CTX]], %{{.+}}, %{{.+}}, %{{.+}}, %[[M]], %[[T]], %[[HASPOS]], %[[POS]], %[[NOLABEL]])
+// CHECK:         call @kvrt_exec_store_block(%[[CTX]], %{{.+}}, %[[M]], %[[A]]) : (!llvm.ptr, i32, !llvm.ptr, !llvm.ptr) -> ()
+// CHECK:         return %[[A]], %[[B]]
+// CHECK:       func.func private @kvrt_exec_load_block(!llvm.ptr, i32, !llvm.ptr, (!llvm.ptr) -> (), !llvm.ptr, !llvm.ptr, i32, i64, !llvm.ptr) -> !llvm.ptr
+// CHECK:       func.func private @kvrt_exec_store_block(!llvm.ptr, i32, !llvm.ptr, !llvm.ptr)

@@ -102,4 +102,12 @@ for name, choices in [
         ("compose-repair", [1, 9, 4, 2, 6, 7, 1, 3, 5, 2, 8, 3, 11, 2]),
 ]:
     put("exec", name, bytes(choices))
+# Blobs of a block store (BlockBlobFuzzer.cpp): odd first byte, the valid
+# blob cut to a length (2 bytes, 0xFFFF: whole) and XOR patches (offset 2
+# bytes, value); even, raw bytes.
+put("block-blob", "valid", b"\x01\xff\xff")
+put("block-blob", "cut-256", b"\x01\x00\x01")
+put("block-blob", "flip-header", b"\x01\xff\xff\x10\x00\x01")
+put("block-blob", "flip-payload", b"\x01\xff\xff\x00\x02\x80")
+put("block-blob", "raw-short", b"\x00KVBLOCK")
 print("seeds written under", os.path.join(here, "corpus"))

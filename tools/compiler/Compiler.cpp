@@ -5,6 +5,7 @@
 #include "dialects/KV/KVDialect.h"
 #include "dialects/KV/KVOps.h"
 #include "passes/Conversion/Forward/BuildForward.h"
+#include "passes/Conversion/KVToCPU/CpuTarget.h"
 #include "passes/Passes.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
@@ -524,6 +525,62 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
   cache.emplace(key, forward);
   *out = forward;
   return KVRT_OK;
+}
+
+kvrt_status kvir::compiler::compileMatmul(int64_t m, int64_t k, MatmulFn *out) {
+  if (!out)
+    return kvrt::nullArgument(__func__);
+  if (m <= 0 || k <= 0)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("compileMatmul: sizes ", m, " x ", k, " must be positive"));
+  static std::mutex mutex;
+  static auto &programs = *new std::vector<std::unique_ptr<JitProgram>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  MLIRContext &ctx = forwardContext();
+  DialectRegistry forwardDialects;
+  kv::registerForwardDialects(forwardDialects);
+  ctx.appendDialectRegistry(forwardDialects);
+  ctx.loadAllAvailableDialects();
+  CollectDiagnostics diagnostics(ctx);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&ctx));
+  // The stages of a forward whose sizes fit the product (dim k, hidden m):
+  // only the matmul is called.
+  kvrt_model_config config;
+  kvrt_model_config_init(&config);
+  config.dim = k;
+  config.hidden_dim = m;
+  config.n_layers = 1;
+  config.n_heads = 1;
+  config.n_kv_heads = 1;
+  config.vocab_size = m;
+  std::unique_ptr<kv::ForwardTarget> target = kv::createCpuTarget();
+  kv::ForwardEmitter e(*module, config, "kv_matmul");
+  target->emitKernels(e);
+  Type buffer = e.buffer(e.f32());
+  func::FuncOp f =
+      e.beginFunction("kv_matmul", {buffer, buffer, buffer, e.index()},
+                      /*isPublic=*/true);
+  f->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(), UnitAttr::get(&ctx));
+  Value zero = e.cIndex(0);
+  target->matmul(e, {f.getArgument(0), zero}, {f.getArgument(1), zero},
+                 {f.getArgument(2), zero}, f.getArgument(3), m, k,
+                 /*accumulate=*/false);
+  target->releaseTemporaries(e);
+  e.finishFunction();
+  PassManager pm(&ctx);
+  kv::buildLowerToCPUPipeline(pm, kv::LowerToCPUPipelineOptions());
+  if (failed(pm.run(*module)))
+    return fail(KVRT_ERR_INTERNAL,
+                str("cannot lower the matmul: ", diagnostics.text));
+  std::unique_ptr<JitProgram> jit =
+      JitProgram::create(*module, Target::Cpu, module->getLoc());
+  if (!jit)
+    return fail(KVRT_ERR_INTERNAL,
+                str("cannot JIT-compile the matmul: ", diagnostics.text));
+  *out = reinterpret_cast<MatmulFn>(jit->lookup("_mlir_ciface_kv_matmul"));
+  programs.push_back(std::move(jit));
+  return *out ? KVRT_OK
+              : fail(KVRT_ERR_INTERNAL, "the compiled matmul has no entry");
 }
 
 kvrt_status kvir::compiler::getForwardSource(const kvrt_model_config &config,

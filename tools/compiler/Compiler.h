@@ -123,9 +123,11 @@ public:
   /// holds; null members where it has none.
   Forward forward(const kvrt_model_config &config);
 
+  /// The address of a symbol of the compiled module, or null.
+  void *lookup(llvm::StringRef symbol);
+
 private:
   JitProgram() = default;
-  void *lookup(llvm::StringRef symbol);
   std::unique_ptr<mlir::ExecutionEngine> engine;
   /// The config keys Forward::key points to.
   std::map<std::string, std::unique_ptr<std::string>> keys;
@@ -156,6 +158,14 @@ compileProgram(mlir::OwningOpRef<mlir::ModuleOp> planned,
 /// kvrt_last_error().
 kvrt_status compileForward(const kvrt_model_config &config, Target target,
                            Forward *out);
+
+/// The generated CPU matmul alone, for benchmarks against BLAS: c = a · bᵀ
+/// with a [n][k], the weights b [m][k] and c [n][m] (contiguous buffers), as
+/// the forward computes its projections (the packed micro-kernel from 4 rows
+/// on, on the runtime's threads).
+using MatmulFn = void (*)(kvrt_memref_f32 *a, kvrt_memref_f32 *b,
+                          kvrt_memref_f32 *c, int64_t n);
+kvrt_status compileMatmul(int64_t m, int64_t k, MatmulFn *out);
 
 /// The forward of `config` as MLIR: upstream dialects, or lowered to the
 /// LLVM dialect with `lowered` (inspection and tests).

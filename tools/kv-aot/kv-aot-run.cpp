@@ -11,7 +11,7 @@
 //              [--model FILE | --synthetic NAME] [--input NAME=FILE]...
 //              [--text NAME=STRING]... [--text-file NAME=FILE]... [--bos NAME]
 //              [--tokenizer FILE] [--synthesize-inputs]
-//              [--compare-full-prefill]
+//              [--compare-full-prefill] [--kv-store URL ...]
 //              [--json] ...
 //   kv-aot-run bench-attention LIB.so [--synthetic NAME] [--context N]
 //              [--runs R] [--iters K]
@@ -27,6 +27,7 @@
 #include "runtime/core/ModelConfig.h"
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/CudaRuntime.h"
+#include "runtime/exec/BlockStoreOptions.h"
 #include "runtime/exec/Session.h"
 #include "runtime/exec/Text.h"
 #include "tools/kv-run/Report.h"
@@ -83,6 +84,14 @@ const char *kUsage =
     "  --page-tokens N, --pool-pages N   the KV pool\n"
     "  --max-context N         refuse positions at or beyond N (default: 8 "
     "times the\n                          trained context; 0: no limit)\n"
+    "  --kv-store URL          block store of kv.load_block/kv.store_block: "
+    "memory or\n                          redis://HOST[:PORT][/DB] "
+    "(docs/block-store.md)\n"
+    "  --kv-store-prefix P, --kv-store-ttl S, --kv-store-timeout-ms MS,\n"
+    "  --kv-store-policy fallback|fail   its key prefix (kvir:), expiry "
+    "(none), "
+    "timeout\n                          (2000) and what a fault does "
+    "(fallback: prefill)\n"
     "  --context N, --runs R, --iters K  bench-attention: keys, runs, calls\n"
     "  --tolerance T           compare: the largest |a - b| allowed (1e-3)\n";
 
@@ -92,6 +101,7 @@ struct Args {
   uint64_t modelSeed = 0;
   exec::InputOptions inputs;
   exec::TextOptions text;
+  exec::StoreOptions store;
   bool compareFull = false, json = false;
   int64_t greedy = -1, pageTokens = 16, poolPages = 8192, maxContext = -1;
   int64_t context = 16384, runs = 16, iters = 5;
@@ -233,6 +243,25 @@ bool parse(int argc, char **argv, Args &a, std::string &problem) {
                   std::to_string(a.maxContext);
         return false;
       }
+    } else if (arg == "--kv-store") {
+      if (!value(a.store.url))
+        return false;
+    } else if (arg == "--kv-store-prefix") {
+      if (!value(a.store.prefix))
+        return false;
+      a.store.prefixGiven = true;
+    } else if (arg == "--kv-store-ttl") {
+      if (!number(a.store.ttlSeconds))
+        return false;
+      a.store.ttlGiven = true;
+    } else if (arg == "--kv-store-timeout-ms") {
+      if (!number(a.store.timeoutMs))
+        return false;
+      a.store.timeoutGiven = true;
+    } else if (arg == "--kv-store-policy") {
+      if (!value(a.store.policy))
+        return false;
+      a.store.policyGiven = true;
     } else if (arg == "--dump-logits") {
       if (!value(a.dumpLogits))
         return false;
@@ -408,6 +437,12 @@ int info() {
 /// Runs the program and prints kv-run's report.
 int runProgram(Args &a) {
   std::string error, description;
+  // The store's options are checked before anything loads; nothing is
+  // connected until the first block op.
+  exec::BlockStoreRef store(nullptr, kvrt_block_store_release);
+  exec::BlockStoreBinding storeBinding;
+  if (!exec::openBlockStore(a.store, store, storeBinding, error))
+    return usageError(error);
   ModelPtr model(
       exec::loadModel(a.model, a.synthetic, a.modelSeed, description, error),
       kvrt_model_release);
@@ -467,13 +502,19 @@ int runProgram(Args &a) {
   }
   exec::RunOutcome outcome =
       exec::runEntry(library.entry, library.manifest, *backend, model.get(),
-                     pool.get(), args, limit);
+                     pool.get(), args, limit, &storeBinding);
+  auto siteOf = [&](int32_t site) {
+    return site >= 0 && size_t(site) < library.manifest.sites.size()
+               ? library.manifest.sites[site] + ": "
+               : std::string();
+  };
+  // Faults the policy let the run go on after: a warning naming the op.
+  for (const exec::BlockEvent &e : outcome.blockEvents)
+    if (e.event.outcome == KVRT_EXEC_BLOCK_FAULT && e.event.fell_back)
+      std::fprintf(stderr, "%swarning: %s\n", siteOf(e.event.site).c_str(),
+                   exec::describeBlockEvent(e).c_str());
   if (outcome.failed) {
-    std::string where = outcome.site >= 0 && size_t(outcome.site) <
-                                                 library.manifest.sites.size()
-                            ? library.manifest.sites[outcome.site] + ": "
-                            : "";
-    std::fprintf(stderr, "%serror: %s\n", where.c_str(),
+    std::fprintf(stderr, "%serror: %s\n", siteOf(outcome.site).c_str(),
                  outcome.message.c_str());
     return 1;
   }
@@ -501,6 +542,7 @@ int runProgram(Args &a) {
     std::fprintf(stderr, "kv-aot-run: error: %s\n", error.c_str());
     return 1;
   }
+  run::addBlockStore(report, store.get(), storeBinding.policy, outcome);
   if (a.json)
     run::printJson(report);
   else

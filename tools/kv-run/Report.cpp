@@ -419,6 +419,14 @@ void kvir::run::printText(const Report &r) {
                r.hasPlanOps ? "" : " (no edit/compose/logits: all is plan)");
   for (const kvrt_exec_repair &repair : r.repairs)
     std::fprintf(os, "%s\n", describeRepair(repair).c_str());
+  if (!r.blockStore.empty()) {
+    std::fprintf(os, "block store: %s, policy %s\n", r.blockStore.c_str(),
+                 exec::storePolicyName(r.storePolicy));
+    for (const exec::BlockEvent &e : r.blockEvents)
+      std::fprintf(os, "  %s\n", exec::describeBlockEvent(e).c_str());
+    std::fprintf(os, "  store counters: %s\n",
+                 exec::describeStoreStats(r.storeStats).c_str());
+  }
   if (!r.compared) {
     if (!r.compareNote.empty())
       std::fprintf(os, "compare: %s\n", r.compareNote.c_str());
@@ -570,6 +578,47 @@ void kvir::run::printJson(const Report &r) {
   for (const kvrt_exec_repair &repair : r.repairs)
     writeRepair(j, repair);
   j.endArray();
+  if (!r.blockStore.empty()) {
+    j.key("block_store");
+    j.beginObject();
+    j.field("store", r.blockStore);
+    j.field("policy", std::string(exec::storePolicyName(r.storePolicy)));
+    j.key("events");
+    j.beginArray();
+    for (const exec::BlockEvent &e : r.blockEvents) {
+      static const char *const outcomes[] = {"hit",   "miss",    "stored",
+                                             "fault", "skipped", "no_store"};
+      const kvrt_exec_block_event &v = e.event;
+      j.beginObject();
+      j.field("op", std::string(v.op == KVRT_EXEC_BLOCK_LOAD ? "load_block"
+                                                             : "store_block"));
+      j.field("outcome", std::string(outcomes[v.outcome]));
+      j.field("fault", std::string(kvrt_block_fault_name(v.fault)));
+      j.field("fell_back", bool(v.fell_back));
+      j.field("tokens", v.tokens);
+      j.field("base", v.base);
+      j.field("bytes", v.bytes);
+      j.field("store_ms", v.seconds * 1e3);
+      j.field("key", e.key);
+      j.field("message", e.message);
+      j.endObject();
+    }
+    j.endArray();
+    const kvrt_block_store_stats &st = r.storeStats;
+    j.key("counters");
+    j.beginObject();
+    j.field("lookups", st.lookups);
+    j.field("hits", st.hits);
+    j.field("misses", st.misses);
+    j.field("stores", st.stores);
+    j.field("bytes_fetched", st.bytes_fetched);
+    j.field("bytes_stored", st.bytes_stored);
+    j.field("rejected", st.rejected);
+    for (int f = 1; f < KVRT_BLOCK_NUM_FAULTS; ++f)
+      j.field(kvrt_block_fault_name(kvrt_block_fault(f)), st.faults[f]);
+    j.endObject();
+    j.endObject();
+  }
   if (!r.compared) {
     if (!r.compareNote.empty())
       j.field("compare_note", r.compareNote);
@@ -636,4 +685,14 @@ void kvir::run::printJson(const Report &r) {
   }
   j.endObject();
   j.finish();
+}
+
+void kvir::run::addBlockStore(Report &report, const kvrt_block_store *store,
+                              int32_t policy, const exec::RunOutcome &outcome) {
+  if (!store)
+    return;
+  report.blockStore = kvrt_block_store_describe(store);
+  report.storePolicy = policy;
+  report.blockEvents = outcome.blockEvents;
+  kvrt_block_store_get_stats(store, &report.storeStats);
 }

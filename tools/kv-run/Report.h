@@ -12,6 +12,7 @@
 #define KVIR_TOOLS_KV_RUN_REPORT_H
 
 #include "runtime/exec/Attribution.h"
+#include "runtime/exec/BlockStoreOptions.h"
 #include "runtime/exec/Session.h"
 #include "runtime/exec/Text.h"
 
@@ -54,7 +55,18 @@ struct Report {
   // --attribute (kv-run): runtime/exec/Attribution.h.
   bool attributed = false;
   exec::Attribution attribution;
+  // --kv-store: the store (its description, "" for none), the policy, what
+  // each kv.load_block and kv.store_block did, and the store's counters.
+  std::string blockStore;
+  int32_t storePolicy = KVRT_EXEC_STORE_FALLBACK;
+  std::vector<exec::BlockEvent> blockEvents;
+  kvrt_block_store_stats storeStats{};
 };
+
+/// Records the block store of a run in `report`: `store` (may be null: then
+/// nothing is reported), its policy and the events of `outcome`.
+void addBlockStore(Report &report, const kvrt_block_store *store,
+                   int32_t policy, const exec::RunOutcome &outcome);
 
 /// What to measure beyond the run itself.
 struct MeasureOptions {

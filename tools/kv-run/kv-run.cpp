@@ -21,6 +21,7 @@
 
 #include "tools/compiler/Attribution.h"
 #include "tools/compiler/Compiler.h"
+#include "tools/compiler/ThreadsOption.h"
 #include "tools/kv-run/Report.h"
 
 #include "runtime/core/ModelConfig.h"
@@ -182,6 +183,49 @@ cl::opt<int64_t> poolPages("pool-pages",
                                     "(reserved lazily; default 8192)"),
                            cl::value_desc("n"), cl::init(8192),
                            cl::cat(kvRunCategory));
+
+cl::opt<std::string> kvStore(
+    "kv-store",
+    cl::desc("block store of kv.load_block and kv.store_block: memory (this "
+             "process) or redis://HOST[:PORT][/DB] (shared by every process "
+             "pointed at it; docs/block-store.md)"),
+    cl::value_desc("url"), cl::cat(kvRunCategory));
+cl::opt<std::string>
+    kvStorePrefix("kv-store-prefix",
+                  cl::desc("prefix of the block store's keys (default kvir:)"),
+                  cl::value_desc("prefix"), cl::init("kvir:"),
+                  cl::cat(kvRunCategory));
+cl::opt<int64_t>
+    kvStoreTtl("kv-store-ttl",
+               cl::desc("expiry of stored blocks in seconds (default 0: none)"),
+               cl::value_desc("seconds"), cl::init(0), cl::cat(kvRunCategory));
+cl::opt<int64_t> kvStoreTimeout(
+    "kv-store-timeout-ms",
+    cl::desc("timeout of connecting to the block store and of each command "
+             "(default 2000)"),
+    cl::value_desc("ms"), cl::init(2000), cl::cat(kvRunCategory));
+cl::opt<std::string> kvStorePolicy(
+    "kv-store-policy",
+    cl::desc("on a block store fault (unreachable, timeout, evicted, a "
+             "rejected blob): fallback (prefill locally, the default) or fail "
+             "(an error)"),
+    cl::value_desc("fallback|fail"), cl::init("fallback"),
+    cl::cat(kvRunCategory));
+
+/// The block store options of the command line.
+exec::StoreOptions storeOptions() {
+  exec::StoreOptions options;
+  options.url = kvStore;
+  options.prefix = kvStorePrefix;
+  options.ttlSeconds = kvStoreTtl;
+  options.timeoutMs = kvStoreTimeout;
+  options.policy = kvStorePolicy;
+  options.prefixGiven = kvStorePrefix.getNumOccurrences() > 0;
+  options.ttlGiven = kvStoreTtl.getNumOccurrences() > 0;
+  options.timeoutGiven = kvStoreTimeout.getNumOccurrences() > 0;
+  options.policyGiven = kvStorePolicy.getNumOccurrences() > 0;
+  return options;
+}
 
 llvm::Error makeError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
@@ -374,6 +418,9 @@ llvm::Error runTokens() {
   if (attribute)
     return makeError("--attribute belongs to the program form (kv-run "
                      "PROGRAM.mlir --attribute)");
+  if (kvStore.getNumOccurrences())
+    return makeError("--kv-store belongs to the program form: blocks are "
+                     "loaded and stored by kv.load_block and kv.store_block");
   llvm::Expected<exec::TextOptions> text = readTextOptions(/*firstForm=*/true);
   if (!text)
     return text.takeError();
@@ -602,6 +649,15 @@ llvm::Error runProgram() {
     return text.takeError();
   if (llvm::Error error = checkBackendName())
     return error;
+  // The store's options are checked before anything loads; nothing is
+  // connected until the first block op.
+  exec::BlockStoreRef store(nullptr, kvrt_block_store_release);
+  exec::BlockStoreBinding storeBinding;
+  {
+    std::string error;
+    if (!exec::openBlockStore(storeOptions(), store, storeBinding, error))
+      return makeError(error);
+  }
   Report report;
   llvm::Expected<ModelPtr> model = loadModel(report.model);
   if (!model)
@@ -684,8 +740,18 @@ llvm::Error runProgram() {
     return failed();
   exec::RunOutcome outcome =
       exec::runEntry(program->entry, program->manifest, **backend, model->get(),
-                     pool->get(), args, limit);
+                     pool->get(), args, limit, &storeBinding);
   warnBeyondTraining(config, outcome.contextTokens);
+  // Faults the policy let the run go on after: a warning at the op.
+  for (const exec::BlockEvent &e : outcome.blockEvents)
+    if (e.event.outcome == KVRT_EXEC_BLOCK_FAULT) {
+      mlir::Location loc =
+          e.event.site >= 0 && size_t(e.event.site) < program->sites.size()
+              ? program->sites[e.event.site]
+              : mlir::Location(entry->getLoc());
+      if (e.event.fell_back)
+        mlir::emitWarning(loc) << exec::describeBlockEvent(e);
+    }
   if (outcome.failed) {
     mlir::Location loc =
         outcome.site >= 0 && size_t(outcome.site) < program->sites.size()
@@ -720,6 +786,7 @@ llvm::Error runProgram() {
                       program->forward, model->get(), pool->get(), measure,
                       error))
     return makeError(error);
+  addBlockStore(report, store.get(), storeBinding.policy, outcome);
   if (attribution) {
     mlir::Location loc = attribution->editLoc
                              ? mlir::Location(attribution->editLoc)
@@ -739,6 +806,7 @@ llvm::Error runProgram() {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  cl::opt<int> &threads = compiler::registerThreadsOption(kvRunCategory);
   cl::HideUnrelatedOptions(kvRunCategory);
   cl::ParseCommandLineOptions(
       argc, argv,
@@ -751,6 +819,8 @@ int main(int argc, char **argv) {
       "hero=\"girl named Lily.\" ... --attribute\n"
       "  kv-run --model M.bin --tokens \"1 2 3\" --dump-logits out.f32\n"
       "  kv-run --model M.bin --text \"Once upon a time\" --bos prompt\n");
+  if (!compiler::applyThreadsOption(threads, "kv-run"))
+    return 1;
   llvm::Error error = checkOptions();
   if (!error)
     error = programPath.empty() ? runTokens() : runProgram();

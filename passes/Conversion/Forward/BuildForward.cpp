@@ -360,6 +360,18 @@ LogicalResult mlir::kv::buildForward(ModuleOp module,
   emitPrefill(e, target);
   emitAttention(e, target);
   emitMaterialize(e, target);
+  // A declaration of an external function (a runtime entry the target
+  // calls, e.g. kvrt_parallel_for) may be there already, from another
+  // forward: the existing one serves, if its type is the same.
+  for (Operation &op :
+       llvm::make_early_inc_range(scratch->getBody()->getOperations()))
+    if (auto decl = dyn_cast<func::FuncOp>(op))
+      if (decl.isExternal())
+        if (auto existing =
+                module.lookupSymbol<func::FuncOp>(decl.getSymName()))
+          if (existing.isExternal() &&
+              existing.getFunctionType() == decl.getFunctionType())
+            op.erase();
   for (Operation &op : scratch->getBody()->getOperations())
     if (auto symbol = dyn_cast<SymbolOpInterface>(op))
       if (SymbolTable::lookupSymbolIn(module, symbol.getName()))
@@ -398,7 +410,8 @@ FailureOr<unsigned> mlir::kv::buildProgramForwards(ModuleOp module,
     return Float32Type::get(types.front().getContext());
   };
   module.walk([&](Operation *op) {
-    if (!isa<PrefillOp, AttentionOp, MaterializeOp, SelectiveRecomputeOp>(op))
+    if (!isa<PrefillOp, AttentionOp, MaterializeOp, SelectiveRecomputeOp,
+             LoadBlockOp>(op))
       return;
     auto model = cast<ModelType>(op->getOperand(0).getType());
     SmallVector<Type> types(op->getOperandTypes());

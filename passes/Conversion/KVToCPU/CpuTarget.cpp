@@ -13,10 +13,13 @@
 #include "runtime/core/ForwardABI.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/TargetParser/Host.h"
 
 using namespace mlir;
 using namespace mlir::kv;
@@ -27,8 +30,48 @@ namespace {
 /// narrower hosts).
 constexpr int64_t kLanes = 16;
 
+/// The runtime's parallel loop (runtime/core/KVParallel.h).
+constexpr llvm::StringLiteral kParallelFor = "kvrt_parallel_for";
+
+/// The packed matmul: a product of fewer rows than this takes the
+/// dot-product kernel instead (packing the weights would cost more than it
+/// saves), which keeps single-token decoding memory-bound on the weights.
+constexpr int64_t kPackedMinRows = 4;
+/// Rows of a work item of the packed matmul (a multiple of every tile's rows).
+constexpr int64_t kChunkRows = 96;
+/// At most this many floats of packed weights at once (16 MiB): a larger
+/// matrix (a big vocabulary's classifier) is packed and multiplied in groups
+/// of panels.
+constexpr int64_t kPackCapFloats = int64_t(4) << 20;
+
+/// The register tile of the packed matmul for the host's vector width:
+/// `rows` tokens x `vectors` vectors of `lanes` outputs, one accumulator
+/// each, plus the weight vectors and a broadcast in registers. AVX-512
+/// (32 zmm): 6 x 4 vectors of 16 = 24 accumulators; AVX2 (16 ymm): 6 x 2
+/// vectors of 8 = 12.
+struct MatmulTile {
+  int64_t lanes, rows, vectors;
+  int64_t columns() const { return lanes * vectors; }
+};
+
+MatmulTile tileFor(int64_t vectorBits) {
+  if (vectorBits >= 512)
+    return {16, 6, 4};
+  return {8, 6, 2};
+}
+
+/// 512 where the host has AVX-512F, else 256.
+int64_t hostVectorBits() {
+  llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+  auto it = features.find("avx512f");
+  return it != features.end() && it->second ? 512 : 256;
+}
+
 class CpuTarget final : public ForwardTarget {
 public:
+  explicit CpuTarget(int64_t vectorBits)
+      : tile(tileFor(vectorBits ? vectorBits : hostVectorBits())) {}
+
   StringRef name() const override { return "CPU"; }
 
   std::string checkConfig(const kvrt_model_config &config) const override {
@@ -52,7 +95,8 @@ public:
   void matmul(ForwardEmitter &e, BufferRef a, BufferRef b, BufferRef c, Value n,
               int64_t m, int64_t k, bool accumulate) override {
     call(e, accumulate ? "matmul_nt_acc" : "matmul_nt",
-         {rows(e, a, n, k), rows(e, b, e.cIndex(m), k), rows(e, c, n, m)});
+         {rows(e, a, n, k), rows(e, b, e.cIndex(m), k), rows(e, c, n, m),
+          packBuffer(e)});
   }
 
   void storeKV(ForwardEmitter &e, BufferRef k, BufferRef v, Value n, Value pos,
@@ -96,10 +140,166 @@ public:
     for (Value buffer : temporaries)
       memref::DeallocOp::create(e.b, buffer);
     temporaries.clear();
+    packBuffers.clear();
   }
 
 private:
+  MatmulTile tile;
   SmallVector<Value> temporaries;
+  /// The packed-weights buffer of each function that multiplies.
+  llvm::DenseMap<Operation *, Value> packBuffers;
+
+  /// The buffer the matmuls of the function being emitted pack weights into,
+  /// allocated once at its entry (a temporary): room for the largest weight
+  /// matrix of the forward, rows padded to whole panels, up to
+  /// kPackCapFloats (but at least one panel of the longest rows).
+  Value packBuffer(ForwardEmitter &e) {
+    Operation *function =
+        e.b.getInsertionBlock()->getParentOp()->getParentOfType<func::FuncOp>();
+    if (auto f = dyn_cast<func::FuncOp>(e.b.getInsertionBlock()->getParentOp()))
+      function = f;
+    Value &buffer = packBuffers[function];
+    if (buffer)
+      return buffer;
+    int64_t nr = tile.columns();
+    auto padded = [&](int64_t m) { return (m + nr - 1) / nr * nr; };
+    int64_t largest =
+        std::max({padded(e.dim) * e.dim, padded(e.kvDim) * e.dim,
+                  padded(e.hidden) * e.dim, padded(e.dim) * e.hidden,
+                  padded(e.vocab) * e.dim});
+    int64_t floats = std::max(std::min(largest, kPackCapFloats),
+                              nr * std::max(e.dim, e.hidden));
+    OpBuilder::InsertionGuard guard(e.b);
+    e.b.setInsertionPointToStart(
+        &cast<func::FuncOp>(function).getBody().front());
+    buffer = memref::AllocOp::create(e.b, MemRefType::get({floats}, e.f32()),
+                                     e.b.getI64IntegerAttr(64));
+    Value dynamic = memref::CastOp::create(e.b, e.buffer(e.f32()), buffer);
+    temporaries.push_back(buffer);
+    buffer = dynamic;
+    return buffer;
+  }
+
+  /// The storage of a captured value in a task's context struct: a memref
+  /// descriptor as the LLVM lowering lays it out, or i64.
+  static Type captureStorage(ForwardEmitter &e, Type type) {
+    auto memref = dyn_cast<MemRefType>(type);
+    if (!memref)
+      return e.i64();
+    MLIRContext *ctx = e.b.getContext();
+    Type ptr = LLVM::LLVMPointerType::get(ctx);
+    Type sizes = LLVM::LLVMArrayType::get(e.i64(), memref.getRank());
+    return LLVM::LLVMStructType::getLiteral(ctx,
+                                            {ptr, ptr, e.i64(), sizes, sizes});
+  }
+
+  /// A parallel loop over `count` work items: `body` becomes the task
+  /// `<prefix>_<task>(context, begin, end)`, emitted as a function of its
+  /// own, which receives `captures` (memrefs, index and i64 values) through
+  /// a context struct on the caller's stack and emits the work of items
+  /// [begin, end); the call site hands it to the runtime's
+  /// kvrt_parallel_for, which runs it on several threads.
+  void parallelFor(
+      ForwardEmitter &e, StringRef task, Value count, ValueRange captures,
+      function_ref<void(ValueRange captures, Value begin, Value end)> body) {
+    MLIRContext *ctx = e.b.getContext();
+    Type ptr = LLVM::LLVMPointerType::get(ctx);
+    SmallVector<Type> storage;
+    for (Value v : captures)
+      storage.push_back(captureStorage(e, v.getType()));
+    Type context = LLVM::LLVMStructType::getLiteral(ctx, storage);
+    std::string name = e.name(task);
+    FunctionType taskType = e.b.getFunctionType({ptr, e.i64(), e.i64()}, {});
+    {
+      OpBuilder::InsertionGuard guard(e.b);
+      func::FuncOp f = e.beginFunction(name, taskType.getInputs(), false);
+      SmallVector<Value> unpacked;
+      for (auto [i, v] : llvm::enumerate(captures)) {
+        Value address =
+            LLVM::GEPOp::create(e.b, ptr, context, f.getArgument(0),
+                                ArrayRef<LLVM::GEPArg>{0, int32_t(i)});
+        Value stored = LLVM::LoadOp::create(e.b, storage[i], address);
+        if (v.getType().isIndex())
+          stored = e.toIndex(stored);
+        else if (isa<MemRefType>(v.getType()))
+          stored = UnrealizedConversionCastOp::create(e.b, v.getType(), stored)
+                       .getResult(0);
+        unpacked.push_back(stored);
+      }
+      body(unpacked, e.toIndex(f.getArgument(1)), e.toIndex(f.getArgument(2)));
+      e.finishFunction();
+    }
+    Value buffer;
+    {
+      OpBuilder::InsertionGuard guard(e.b);
+      Operation *parent = e.b.getInsertionBlock()->getParentOp();
+      auto function = isa<func::FuncOp>(parent)
+                          ? cast<func::FuncOp>(parent)
+                          : parent->getParentOfType<func::FuncOp>();
+      e.b.setInsertionPointToStart(&function.getBody().front());
+      buffer = LLVM::AllocaOp::create(e.b, ptr, context, e.cI64(1));
+    }
+    for (auto [i, v] : llvm::enumerate(captures)) {
+      Value address = LLVM::GEPOp::create(
+          e.b, ptr, context, buffer, ArrayRef<LLVM::GEPArg>{0, int32_t(i)});
+      Value stored = v;
+      if (v.getType().isIndex())
+        stored = e.toI64(v);
+      else if (isa<MemRefType>(v.getType()))
+        stored =
+            UnrealizedConversionCastOp::create(e.b, storage[i], v).getResult(0);
+      LLVM::StoreOp::create(e.b, stored, address);
+    }
+    Value fn = func::ConstantOp::create(e.b, taskType,
+                                        FlatSymbolRefAttr::get(ctx, name));
+    Value fnPtr = UnrealizedConversionCastOp::create(e.b, ptr, fn).getResult(0);
+    Value n = count.getType().isIndex() ? e.toI64(count) : count;
+    func::CallOp::create(e.b, kParallelFor, TypeRange{},
+                         ValueRange{n, fnPtr, buffer});
+  }
+
+  /// The transpose of a 16 x 16 block given as 16 row vectors: four
+  /// stages of two-source shuffles (vector.shuffle), each swapping the
+  /// off-diagonal b x b blocks of every 2b x 2b block (b = 8, 4, 2, 1).
+  static SmallVector<Value> transpose16(ForwardEmitter &e,
+                                        SmallVector<Value> rows) {
+    for (int64_t b = 8; b >= 1; b /= 2) {
+      SmallVector<int64_t> upper, lower;
+      for (int64_t g = 0; g < 16; g += 2 * b) {
+        for (int64_t j = 0; j < b; ++j)
+          upper.push_back(g + j);
+        for (int64_t j = 0; j < b; ++j)
+          upper.push_back(16 + g + j);
+        for (int64_t j = 0; j < b; ++j)
+          lower.push_back(g + b + j);
+        for (int64_t j = 0; j < b; ++j)
+          lower.push_back(16 + g + b + j);
+      }
+      SmallVector<Value> next(rows);
+      for (int64_t r = 0; r < 16; ++r) {
+        if ((r / b) % 2)
+          continue;
+        next[r] = vector::ShuffleOp::create(e.b, rows[r], rows[r + b], upper);
+        next[r + b] =
+            vector::ShuffleOp::create(e.b, rows[r], rows[r + b], lower);
+      }
+      rows = next;
+    }
+    return rows;
+  }
+
+  /// scf.if with an else branch and no results.
+  static void ifElse(ForwardEmitter &e, Value condition,
+                     function_ref<void()> then,
+                     function_ref<void()> otherwise) {
+    auto op = scf::IfOp::create(e.b, TypeRange{}, condition,
+                                /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(e.b);
+    e.b.setInsertionPoint(op.thenBlock()->getTerminator());
+    then();
+    e.b.setInsertionPoint(op.elseBlock()->getTerminator());
+    otherwise();
+  }
 
   /// memref<?x?xf32, strided<[?, 1], offset: ?>>: rows of a matrix.
   static MemRefType matrixType(ForwardEmitter &e) {
@@ -150,16 +350,34 @@ private:
 
   void emitRmsnorm(ForwardEmitter &e);
   void emitMatmul(ForwardEmitter &e, bool accumulate);
+  void emitDotRows(ForwardEmitter &e, Value a, Value b, Value c, Value lo,
+                   Value hi, bool accumulate);
+  void emitPackPanels(ForwardEmitter &e, Value b, Value packed, Value g0,
+                      Value lo, Value hi);
+  void emitPackedTiles(ForwardEmitter &e, Value a, Value packed, Value c,
+                       Value g0, Value chunks, Value lo, Value hi,
+                       bool accumulate);
   void emitRopeTable(ForwardEmitter &e);
   void emitRopeApply(ForwardEmitter &e);
   void emitSwiglu(ForwardEmitter &e);
   void emitStoreKV(ForwardEmitter &e);
   void emitExp16(ForwardEmitter &e);
   void emitAttention(ForwardEmitter &e);
+  void emitAttentionRows(ForwardEmitter &e, Value q, Value pos, Value kv,
+                         Value pages, Value runs, Value layer, Value pt,
+                         Value out, Value lo, Value hi);
   void emitMaterialize(ForwardEmitter &e);
 };
 
 void CpuTarget::emitKernels(ForwardEmitter &e) {
+  {
+    OpBuilder::InsertionGuard guard(e.b);
+    e.b.setInsertionPointToEnd(e.module.getBody());
+    Type ptr = LLVM::LLVMPointerType::get(e.b.getContext());
+    auto parallel = func::FuncOp::create(
+        e.b, kParallelFor, e.b.getFunctionType({e.i64(), ptr, ptr}, {}));
+    parallel.setPrivate();
+  }
   emitRmsnorm(e);
   emitMatmul(e, /*accumulate=*/false);
   emitMatmul(e, /*accumulate=*/true);
@@ -197,19 +415,69 @@ void CpuTarget::emitRmsnorm(ForwardEmitter &e) {
   e.finishFunction();
 }
 
-/// c[t][o] (+)= sum_i a[t][i] * b[o][i], weights [out][in] row-major. The
-/// row of b stays in L1 while every token passes over it; the dot product
-/// runs on four independent 16-lane accumulators.
+/// c[t][o] (+)= sum_i a[t][i] * b[o][i], weights b [out][in] row-major,
+/// with a fourth argument, the buffer the weights are packed into. From
+/// kPackedMinRows rows on, the packed path: the weights are packed into
+/// panels of `tile.columns()` outputs, transposed ([panel][in][column]), then
+/// register tiles of `tile.rows` tokens x `tile.columns()` outputs
+/// accumulate over k with one FMA per (row, vector) and k, broadcasting
+/// a[t][i] and loading a panel row: every output is one sequential FMA chain
+/// over i, whichever tile or thread computes it. Both the packing and the
+/// tiles are parallel loops (panels; panels x chunks of kChunkRows tokens).
+/// Fewer rows take the dot-product kernel, parallel over outputs.
 void CpuTarget::emitMatmul(ForwardEmitter &e, bool accumulate) {
   Type m2 = matrixType(e);
-  func::FuncOp f = e.beginFunction(
-      e.name(accumulate ? "matmul_nt_acc" : "matmul_nt"), {m2, m2, m2}, false);
-  Value a = f.getArgument(0), b = f.getArgument(1), c = f.getArgument(2);
+  std::string base = accumulate ? "matmul_nt_acc" : "matmul_nt";
+  func::FuncOp f =
+      e.beginFunction(e.name(base), {m2, m2, m2, e.buffer(e.f32())}, false);
+  Value a = f.getArgument(0), b = f.getArgument(1), c = f.getArgument(2),
+        packed = f.getArgument(3);
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  Value n = memref::DimOp::create(e.b, a, c0);
+  Value k = memref::DimOp::create(e.b, a, c1);
+  Value m = memref::DimOp::create(e.b, b, c0);
+  Value nr = e.cIndex(tile.columns());
+  Value small = e.cmp(arith::CmpIPredicate::ult, n, e.cIndex(kPackedMinRows));
+  ifElse(
+      e, small,
+      [&] {
+        parallelFor(e, base + "_dot_task", m, {a, b, c},
+                    [&](ValueRange v, Value lo, Value hi) {
+                      emitDotRows(e, v[0], v[1], v[2], lo, hi, accumulate);
+                    });
+      },
+      [&] {
+        Value panels = e.divu(e.add(m, e.sub(nr, c1)), nr);
+        Value capacity = memref::DimOp::create(e.b, packed, c0);
+        Value group = e.maxu(e.divu(capacity, e.mul(k, nr)), c1);
+        Value chunkRows = e.cIndex(kChunkRows);
+        Value chunks = e.divu(e.add(n, e.sub(chunkRows, c1)), chunkRows);
+        e.forLoop(c0, panels, group, [&](Value g0) {
+          Value count = e.minu(group, e.sub(panels, g0));
+          parallelFor(e, base + "_pack_task", count, {b, packed, g0},
+                      [&](ValueRange v, Value lo, Value hi) {
+                        emitPackPanels(e, v[0], v[1], v[2], lo, hi);
+                      });
+          parallelFor(e, base + "_tile_task", e.mul(count, chunks),
+                      {a, packed, c, g0, chunks},
+                      [&](ValueRange v, Value lo, Value hi) {
+                        emitPackedTiles(e, v[0], v[1], v[2], v[3], v[4], lo, hi,
+                                        accumulate);
+                      });
+        });
+      });
+  e.finishFunction();
+}
+
+/// The dot-product kernel for outputs lo .. hi-1 of every row: the weight
+/// row stays in L1 while every token passes over it; four independent
+/// 16-lane accumulators.
+void CpuTarget::emitDotRows(ForwardEmitter &e, Value a, Value b, Value c,
+                            Value lo, Value hi, bool accumulate) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1), c16 = e.cIndex(16),
         c32 = e.cIndex(32), c48 = e.cIndex(48), c64 = e.cIndex(64);
   Value n = memref::DimOp::create(e.b, a, c0);
   Value k = memref::DimOp::create(e.b, a, c1);
-  Value m = memref::DimOp::create(e.b, b, c0);
   Value k64 = e.sub(k, e.remu(k, c64));
   Value k16 = e.sub(k, e.remu(k, c16));
   VectorType v16 = e.vec(kLanes, e.f32());
@@ -217,7 +485,7 @@ void CpuTarget::emitMatmul(ForwardEmitter &e, bool accumulate) {
   auto vload = [&](Value memref, Value row, Value col) -> Value {
     return vector::LoadOp::create(e.b, v16, memref, ValueRange{row, col});
   };
-  e.forLoop(c0, m, c1, [&](Value o) {
+  e.forLoop(lo, hi, c1, [&](Value o) {
     e.forLoop(c0, n, c1, [&](Value t) {
       SmallVector<Value> acc = e.forLoop(
           c0, k64, c64, {zero, zero, zero, zero},
@@ -259,7 +527,148 @@ void CpuTarget::emitMatmul(ForwardEmitter &e, bool accumulate) {
       e.store(total, c, {t, o});
     });
   });
-  e.finishFunction();
+}
+
+/// Packs panels lo .. hi-1 of the group starting at panel g0: panel p holds
+/// outputs (g0 + p) * NR .. + NR - 1 of b transposed, at
+/// packed[p * k * NR + i * NR + j] = b[(g0 + p) * NR + j][i], rows past m
+/// zero. 16 x 16 blocks are loaded as rows and transposed in registers
+/// (vector.transpose, lowered to shuffles); blocks at the edges of b take
+/// masked loads and store only the columns inside k.
+void CpuTarget::emitPackPanels(ForwardEmitter &e, Value b, Value packed,
+                               Value g0, Value lo, Value hi) {
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1), c16 = e.cIndex(16);
+  Value k = memref::DimOp::create(e.b, b, c1);
+  Value m = memref::DimOp::create(e.b, b, c0);
+  int64_t nrValue = tile.columns();
+  Value nr = e.cIndex(nrValue);
+  VectorType v16 = e.vec(16, e.f32());
+  VectorType m16 = e.vec(16, e.i1());
+  Value zero16 = e.splatF32(16, 0.0f);
+  Value lastRow = e.sub(m, c1);
+  auto transposeAndStore = [&](SmallVector<Value> rows, Value at, Value cols) {
+    rows = transpose16(e, rows);
+    for (int64_t r = 0; r < 16; ++r) {
+      auto store = [&] {
+        Value to = e.add(at, e.mul(e.cIndex(r), nr));
+        vector::StoreOp::create(e.b, rows[r], packed, ValueRange{to});
+      };
+      if (cols)
+        e.ifThen(e.cmp(arith::CmpIPredicate::ult, e.cIndex(r), cols), store);
+      else
+        store();
+    }
+  };
+  e.forLoop(lo, hi, c1, [&](Value p) {
+    Value panelBase = e.mul(e.mul(p, k), nr);
+    Value firstOutput = e.mul(e.add(g0, p), nr);
+    e.forLoop(c0, nr, c16, [&](Value jb) {
+      Value o0 = e.add(firstOutput, jb);
+      Value fullRows = e.cmp(arith::CmpIPredicate::ule, e.add(o0, c16), m);
+      e.forLoop(c0, k, c16, [&](Value i0) {
+        Value at = e.add(panelBase, e.add(e.mul(i0, nr), jb));
+        Value full = arith::AndIOp::create(
+            e.b, fullRows, e.cmp(arith::CmpIPredicate::ule, e.add(i0, c16), k));
+        ifElse(
+            e, full,
+            [&] {
+              SmallVector<Value> rows;
+              for (int64_t j = 0; j < 16; ++j)
+                rows.push_back(vector::LoadOp::create(
+                    e.b, v16, b, ValueRange{e.add(o0, e.cIndex(j)), i0}));
+              transposeAndStore(rows, at, Value());
+            },
+            [&] {
+              Value cols = e.minu(c16, e.sub(k, i0));
+              SmallVector<Value> rows;
+              for (int64_t j = 0; j < 16; ++j) {
+                Value o = e.add(o0, e.cIndex(j));
+                Value valid = e.cmp(arith::CmpIPredicate::ult, o, m);
+                Value count = e.select(valid, cols, c0);
+                Value mask =
+                    vector::CreateMaskOp::create(e.b, m16, ValueRange{count});
+                Value row = vector::MaskedLoadOp::create(
+                    e.b, v16, b, ValueRange{e.minu(o, lastRow), i0}, mask,
+                    zero16);
+                rows.push_back(row);
+              }
+              transposeAndStore(rows, at, cols);
+            });
+      });
+    });
+  });
+}
+
+/// Work items lo .. hi-1 of the packed product of a group: item = panel p
+/// (of the group at g0) x chunk of kChunkRows tokens. Each register tile
+/// (tile.rows tokens x tile.columns() outputs) keeps its accumulators in
+/// registers over the whole k loop; rows past n are clamped when loaded and
+/// skipped when stored, outputs past m are masked.
+void CpuTarget::emitPackedTiles(ForwardEmitter &e, Value a, Value packed,
+                                Value c, Value g0, Value chunks, Value lo,
+                                Value hi, bool accumulate) {
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  Value n = memref::DimOp::create(e.b, a, c0);
+  Value k = memref::DimOp::create(e.b, a, c1);
+  Value m = memref::DimOp::create(e.b, c, c1);
+  int64_t lanes = tile.lanes, mr = tile.rows, nv = tile.vectors;
+  Value nr = e.cIndex(tile.columns());
+  VectorType vt = e.vec(lanes, e.f32());
+  VectorType mt = e.vec(lanes, e.i1());
+  Value zero = e.splatF32(lanes, 0.0f);
+  Value lastRow = e.sub(n, c1);
+  e.forLoop(lo, hi, c1, [&](Value item) {
+    Value p = e.divu(item, chunks);
+    Value chunk = e.remu(item, chunks);
+    Value panelBase = e.mul(e.mul(p, k), nr);
+    Value firstOutput = e.mul(e.add(g0, p), nr);
+    Value t0 = e.mul(chunk, e.cIndex(kChunkRows));
+    Value t1 = e.minu(n, e.add(t0, e.cIndex(kChunkRows)));
+    e.forLoop(t0, t1, e.cIndex(mr), [&](Value t) {
+      SmallVector<Value> rowIndex;
+      for (int64_t r = 0; r < mr; ++r)
+        rowIndex.push_back(e.minu(e.add(t, e.cIndex(r)), lastRow));
+      SmallVector<Value> inits(mr * nv, zero);
+      SmallVector<Value> acc = e.forLoop(
+          c0, k, c1, inits,
+          [&](Value i, ValueRange accs) -> SmallVector<Value> {
+            Value at = e.add(panelBase, e.mul(i, nr));
+            SmallVector<Value> w;
+            for (int64_t v = 0; v < nv; ++v)
+              w.push_back(vector::LoadOp::create(
+                  e.b, vt, packed, ValueRange{e.add(at, e.cIndex(v * lanes))}));
+            SmallVector<Value> next;
+            for (int64_t r = 0; r < mr; ++r) {
+              Value x = e.load(a, {rowIndex[r], i});
+              Value xb = vector::BroadcastOp::create(e.b, vt, x);
+              for (int64_t v = 0; v < nv; ++v)
+                next.push_back(
+                    vector::FMAOp::create(e.b, xb, w[v], accs[r * nv + v]));
+            }
+            return next;
+          });
+      for (int64_t r = 0; r < mr; ++r) {
+        Value row = e.add(t, e.cIndex(r));
+        e.ifThen(e.cmp(arith::CmpIPredicate::ult, row, n), [&] {
+          for (int64_t v = 0; v < nv; ++v) {
+            Value col = e.add(firstOutput, e.cIndex(v * lanes));
+            Value inside = e.cmp(arith::CmpIPredicate::ult, col, m);
+            Value count = e.select(inside, e.sub(m, col), c0);
+            Value mask =
+                vector::CreateMaskOp::create(e.b, mt, ValueRange{count});
+            Value value = acc[r * nv + v];
+            if (accumulate) {
+              Value old = vector::MaskedLoadOp::create(
+                  e.b, vt, c, ValueRange{row, col}, mask, zero);
+              value = arith::AddFOp::create(e.b, old, value);
+            }
+            vector::MaskedStoreOp::create(e.b, c, ValueRange{row, col}, mask,
+                                          value);
+          }
+        });
+      }
+    });
+  });
 }
 
 /// The cos/sin table of position `pos` (i64): one entry per RoPE pair.
@@ -296,17 +705,26 @@ void CpuTarget::emitRopeApply(ForwardEmitter &e) {
   e.finishFunction();
 }
 
-/// h1 = silu(h1) * h3, element by element.
+/// h1 = silu(h1) * h3, element by element (libm's exp: a parallel loop over
+/// blocks of 4096 elements).
 void CpuTarget::emitSwiglu(ForwardEmitter &e) {
   Type v1 = vectorType(e);
   func::FuncOp f = e.beginFunction(e.name("swiglu"), {v1, v1}, false);
   Value a = f.getArgument(0), b = f.getArgument(1);
-  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1), block = e.cIndex(4096);
   Value count = memref::DimOp::create(e.b, a, c0);
-  e.forLoop(c0, count, c1, [&](Value i) {
-    Value h = e.load(a, {i}), g = e.load(b, {i});
-    e.store(e.swiglu(h, g), a, {i});
-  });
+  Value blocks = e.divu(e.add(count, e.sub(block, c1)), block);
+  parallelFor(e, "swiglu_task", blocks, {a, b},
+              [&](ValueRange v, Value lo, Value hi) {
+                Value c1 = e.cIndex(1), block = e.cIndex(4096);
+                Value size = memref::DimOp::create(e.b, v[0], e.cIndex(0));
+                Value begin = e.mul(lo, block);
+                Value end = e.minu(e.mul(hi, block), size);
+                e.forLoop(begin, end, c1, [&](Value i) {
+                  Value h = e.load(v[0], {i}), g = e.load(v[1], {i});
+                  e.store(e.swiglu(h, g), v[0], {i});
+                });
+              });
   e.finishFunction();
 }
 
@@ -418,17 +836,31 @@ void CpuTarget::emitExp16(ForwardEmitter &e) {
 /// the chunk's max and weights are computed 16 lanes at a time (exp16), then
 /// V is summed with FMAs. Pages are walked in order, KV heads inside a page,
 /// so a page's K/V are read as one sequential stream.
+/// Query tokens are independent: a parallel loop over them.
 void CpuTarget::emitAttention(ForwardEmitter &e) {
-  Type v1 = vectorType(e), h1 = headType(e), tab = ropeTableType(e);
+  Type v1 = vectorType(e);
   func::FuncOp f = e.beginFunction(e.name("attention_kernel"),
                                    {v1, e.index(), e.i64(), e.buffer(e.f32()),
                                     e.buffer(e.i32()), e.table(KVRT_RUN_WIDTH),
                                     e.index(), e.index(), v1},
                                    false);
-  Value q = f.getArgument(0), n = f.getArgument(1), pos = f.getArgument(2),
-        kv = f.getArgument(3), pages = f.getArgument(4),
-        runs = f.getArgument(5), layer = f.getArgument(6),
-        pt = f.getArgument(7), out = f.getArgument(8);
+  SmallVector<Value> captures(f.getArguments());
+  Value n = captures[1];
+  captures.erase(captures.begin() + 1);
+  parallelFor(e, "attention_task", n, captures,
+              [&](ValueRange v, Value lo, Value hi) {
+                emitAttentionRows(e, v[0], v[1], v[2], v[3], v[4], v[5], v[6],
+                                  v[7], lo, hi);
+              });
+  e.finishFunction();
+}
+
+/// Query tokens lo .. hi-1 of the attention (scratch on this task's stack).
+void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
+                                  Value kv, Value pages, Value runs,
+                                  Value layer, Value pt, Value out, Value lo,
+                                  Value hi) {
+  Type h1 = headType(e), tab = ropeTableType(e);
   Value c0 = e.cIndex(0), c1 = e.cIndex(1), c16 = e.cIndex(16),
         c32 = e.cIndex(32);
   Value cHS = e.cIndex(e.headSize), cD = e.cIndex(e.dim),
@@ -465,7 +897,7 @@ void CpuTarget::emitAttention(ForwardEmitter &e) {
     return vector::MaskedLoadOp::create(e.b, v16, memref, ValueRange{at}, mask,
                                         passThrough);
   };
-  e.forLoop(c0, n, c1, [&](Value t) {
+  e.forLoop(lo, hi, c1, [&](Value t) {
     Value m = arith::AddIOp::create(e.b, pos, e.toI64(t));
     Value qoff = e.mul(t, cD);
     e.forLoop(c0, cNH, c1, [&](Value h) {
@@ -607,7 +1039,6 @@ void CpuTarget::emitAttention(ForwardEmitter &e) {
       vector::StoreOp::create(e.b, o, out, ValueRange{e.add(qoff, ho)});
     });
   });
-  e.finishFunction();
 }
 
 /// Every run's K/V written to the pages `dst_pages` (parallel to `pages`,
@@ -663,6 +1094,6 @@ void CpuTarget::emitMaterialize(ForwardEmitter &e) {
 
 } // namespace
 
-std::unique_ptr<ForwardTarget> mlir::kv::createCpuTarget() {
-  return std::make_unique<CpuTarget>();
+std::unique_ptr<ForwardTarget> mlir::kv::createCpuTarget(int64_t vectorBits) {
+  return std::make_unique<CpuTarget>(vectorBits);
 }

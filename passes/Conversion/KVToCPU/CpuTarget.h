@@ -16,8 +16,9 @@
 
 namespace mlir::kv {
 
-/// A new CPU target.
-std::unique_ptr<ForwardTarget> createCpuTarget();
+/// A new CPU target for vectors of `vectorBits` (512: AVX-512, 256: AVX2;
+/// 0: the host's), which sets the register tile of the packed matmul.
+std::unique_ptr<ForwardTarget> createCpuTarget(int64_t vectorBits = 0);
 
 } // namespace mlir::kv
 

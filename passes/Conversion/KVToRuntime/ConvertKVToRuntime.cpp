@@ -72,34 +72,34 @@ int64_t staticSize(Type type, unsigned i) {
   return tensor.isDynamicDim(i) ? -1 : tensor.getDimSize(i);
 }
 
+/// The K/V element type of an op's caches: of its first cache operand, else
+/// of its first cache result (kv.load_block has no cache operand).
+Type cacheElementOf(Operation *op) {
+  for (TypeRange types :
+       {TypeRange(op->getOperandTypes()), TypeRange(op->getResultTypes())})
+    for (Type type : types)
+      if (auto cache = dyn_cast<CacheType>(type))
+        return cache.getElementType();
+  return Float32Type::get(op->getContext());
+}
+
 /// The forward entry point an op needs, for its model and the element type
 /// of its caches.
 std::string forwardEntryOf(Operation *op, ForwardEntryPoint entry) {
   auto model = cast<ModelType>(op->getOperand(0).getType());
-  Type element = Float32Type::get(op->getContext());
-  for (Type type : op->getOperandTypes())
-    if (auto cache = dyn_cast<CacheType>(type)) {
-      element = cache.getElementType();
-      break;
-    }
-  return forwardEntryName(model.getConfig(), kvDtypeOf(element), entry);
+  return forwardEntryName(model.getConfig(), kvDtypeOf(cacheElementOf(op)),
+                          entry);
 }
 
 /// The config key of the forward an op needs (what the runtime checks).
 std::string forwardKeyOf(Operation *op) {
   auto model = cast<ModelType>(op->getOperand(0).getType());
-  Type element = Float32Type::get(op->getContext());
-  for (Type type : op->getOperandTypes())
-    if (auto cache = dyn_cast<CacheType>(type)) {
-      element = cache.getElementType();
-      break;
-    }
-  return kvir::configKey(model.getConfig(), kvDtypeOf(element));
+  return kvir::configKey(model.getConfig(), kvDtypeOf(cacheElementOf(op)));
 }
 
 /// The entry point each op that needs math calls.
 std::optional<ForwardEntryPoint> forwardEntryPointOf(Operation *op) {
-  if (isa<PrefillOp, SelectiveRecomputeOp>(op))
+  if (isa<PrefillOp, SelectiveRecomputeOp, LoadBlockOp>(op))
     return ForwardEntryPoint::Prefill;
   if (isa<AttentionOp>(op))
     return ForwardEntryPoint::Attention;
@@ -333,6 +333,44 @@ struct PrefillLowering : RuntimePattern<PrefillOp> {
             .front();
     Value result = LLVM::LoadOp::create(rewriter, loc, ptrType(), resultSlot);
     rewriter.replaceOp(op, {result, logits});
+    return success();
+  }
+};
+
+/// kv.load_block: the runtime fetches the block or prefills (and stores) it;
+/// the forward is passed for the prefill.
+struct LoadBlockLowering : RuntimePattern<LoadBlockOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(LoadBlockOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Value ctx = contextOf(op, rewriter);
+    Value hasPosition = constI32(rewriter, loc, op.getPosition() ? 1 : 0);
+    Value position = op.getPosition()
+                         ? toI64(rewriter, loc, adaptor.getPosition())
+                         : constI64(rewriter, loc, 0);
+    Value label = op.getSegment() ? string(rewriter, loc, *op.getSegment())
+                                  : null(rewriter, loc);
+    rewriter.replaceOp(
+        op, call<ExecFn::kvrt_exec_load_block>(
+                rewriter, op, ctx, site(rewriter, op), forwardKey(rewriter, op),
+                forward(rewriter, op, ForwardEntryPoint::Prefill),
+                adaptor.getModel(), adaptor.getTokens(), hasPosition, position,
+                label));
+    return success();
+  }
+};
+
+struct StoreBlockLowering : RuntimePattern<StoreBlockOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(StoreBlockOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Value ctx = contextOf(op, rewriter);
+    call<ExecFn::kvrt_exec_store_block>(rewriter, op, ctx, site(rewriter, op),
+                                        adaptor.getModel(), adaptor.getCache());
+    rewriter.eraseOp(op);
     return success();
   }
 };
@@ -940,12 +978,12 @@ void ConvertKVToRuntimePass::runOnOperation() {
 
   RewritePatternSet patterns(context);
   patterns
-      .add<EmptyLowering, PrefillLowering, SliceLowering, ConcatLowering,
-           RopeShiftLowering, SegmentBoundsLowering, TokensLowering,
-           SelectiveRecomputeLowering, MaterializeLowering, AttentionLowering,
-           TokenConstantLowering, TensorEmptyLowering, TensorDimLowering,
-           TensorCastLowering, HandleSelectLowering, HostCallLowering>(
-          converter, context, state);
+      .add<EmptyLowering, PrefillLowering, LoadBlockLowering,
+           StoreBlockLowering, SliceLowering, ConcatLowering, RopeShiftLowering,
+           SegmentBoundsLowering, TokensLowering, SelectiveRecomputeLowering,
+           MaterializeLowering, AttentionLowering, TokenConstantLowering,
+           TensorEmptyLowering, TensorDimLowering, TensorCastLowering,
+           HandleSelectLowering, HostCallLowering>(converter, context, state);
   patterns
       .add<ViewQueryLowering<LengthOp, ExecFn::kvrt_exec_length>,
            ViewQueryLowering<StartPositionOp, ExecFn::kvrt_exec_start_position>,

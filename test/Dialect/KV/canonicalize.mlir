@@ -160,3 +160,21 @@ func.func @no_fold_erratum_to_same_tokens(%m: !model, %c: !cache, %fix: tensor<?
   %r = kv.edit %m, %c[@city] = %t strategy <erratum> correction(%fix) : !model, !cache, tensor<?xi32>, tensor<?xi32>
   return %r : !cache
 }
+
+// -----
+
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+!cache = !kv.cache<5x4x8xf32>
+
+// Block loads and stores touch the block store: two loads of the same tokens
+// stay two (each may store), an unused load stays, and so does a store.
+// CHECK-LABEL: func.func @no_fold_block_store_ops
+// CHECK-COUNT-3: kv.load_block
+// CHECK:         kv.store_block
+func.func @no_fold_block_store_ops(%m: !model, %t: tensor<?xi32>) -> (!cache, !cache) {
+  %a = kv.load_block %m, %t : !model, tensor<?xi32> -> !cache
+  %b = kv.load_block %m, %t : !model, tensor<?xi32> -> !cache
+  %unused = kv.load_block %m, %t : !model, tensor<?xi32> -> !cache
+  kv.store_block %m, %a : !model, !cache
+  return %a, %b : !cache, !cache
+}

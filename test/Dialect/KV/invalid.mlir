@@ -712,3 +712,59 @@ func.func @wrong_size(%m: !m, %t: tensor<40xi32>) -> !c {
       : !m, (!c), tensor<40xi32> -> !c, tensor<1x512xf32>
   return %c : !c
 }
+
+// -----
+
+// A loaded block whose cache type does not match the model.
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @load_block_shape(%m: !model, %t: tensor<?xi32>) -> !kv.cache<4x4x8xf32> {
+  // expected-error@+1 {{'kv.load_block' op result type does not match the model: the model computes 5 layers x 4 KV heads x head size 8, the cache holds 4 x 4 x 8}}
+  %b = kv.load_block %m, %t : !model, tensor<?xi32> -> !kv.cache<4x4x8xf32>
+  return %b : !kv.cache<4x4x8xf32>
+}
+
+// -----
+
+// A loaded block labelled with a segment its context does not declare.
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @tools kind(tool) tokens(16)
+}
+func.func @load_block_segment(%m: !model, %t: tensor<?xi32>) -> !kv.cache<5x4x8xf32, @agent> {
+  // expected-error@+1 {{'kv.load_block' op segment @manual is not defined in context @agent}}
+  %b = kv.load_block %m, %t segment @manual : !model, tensor<?xi32> -> !kv.cache<5x4x8xf32, @agent>
+  return %b : !kv.cache<5x4x8xf32, @agent>
+}
+
+// -----
+
+// A loaded block whose cache type names a context that is not defined.
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @load_block_context(%m: !model, %t: tensor<?xi32>) -> !kv.cache<5x4x8xf32, @nowhere> {
+  // expected-error@+1 {{'kv.load_block' op cache type names context @nowhere, which is not defined}}
+  %b = kv.load_block %m, %t : !model, tensor<?xi32> -> !kv.cache<5x4x8xf32, @nowhere>
+  return %b : !kv.cache<5x4x8xf32, @nowhere>
+}
+
+// -----
+
+// A stored cache whose type does not match the model.
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @store_block_shape(%m: !model, %c: !kv.cache<5x2x8xf32>) {
+  // expected-error@+1 {{'kv.store_block' op cache type does not match the model: the model computes 5 layers x 4 KV heads x head size 8, the cache holds 5 x 2 x 8}}
+  kv.store_block %m, %c : !model, !kv.cache<5x2x8xf32>
+  return
+}
+
+// -----
+
+// A static token tensor loaded as a segment of another static size.
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @tools kind(tool) tokens(16)
+}
+func.func @load_block_wrong_size(%m: !model, %t: tensor<12xi32>) -> !kv.cache<5x4x8xf32, @agent> {
+  // expected-error@+1 {{'kv.load_block' op loads 12 tokens as segment @tools, which context @agent declares with 16}}
+  %b = kv.load_block %m, %t segment @tools : !model, tensor<12xi32> -> !kv.cache<5x4x8xf32, @agent>
+  return %b : !kv.cache<5x4x8xf32, @agent>
+}

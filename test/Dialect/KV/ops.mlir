@@ -116,6 +116,17 @@ func.func @compose(%m: !model, %c: !kv.cache<5x4x8xf32>, %b: !kv.cache<5x4x8xf32
   return %r2 : !kv.cache<5x4x8xf32>
 }
 
+// CHECK-LABEL: func.func @blocks
+func.func @blocks(%m: !model, %t: tensor<?xi32>, %pos: index) -> (!cache, !kv.cache<5x4x8xf32>) {
+  // CHECK: %[[A:.+]] = kv.load_block %{{.+}}, %{{.+}} segment @tools : !model, tensor<?xi32> -> !kv.cache<5x4x8xf32, @agent>
+  %a = kv.load_block %m, %t segment @tools : !model, tensor<?xi32> -> !cache
+  // CHECK: %[[B:.+]] = kv.load_block %{{.+}}, %{{.+}} at %{{.+}} : !model, tensor<?xi32> -> !kv.cache<5x4x8xf32>
+  %b = kv.load_block %m, %t at %pos : !model, tensor<?xi32> -> !kv.cache<5x4x8xf32>
+  // CHECK: kv.store_block %{{.+}}, %[[B]] : !model, !kv.cache<5x4x8xf32>
+  kv.store_block %m, %b : !model, !kv.cache<5x4x8xf32>
+  return %a, %b : !cache, !kv.cache<5x4x8xf32>
+}
+
 // CHECK-LABEL: func.func @views
 func.func @views(%m: !model, %c: !cache, %d: index) -> (!cache, tensor<?xi32>, index, tensor<?x512xf32>) {
   // CHECK: %[[S:.+]] = kv.rope_shift %{{.+}} by %{{.+}} : !kv.cache<5x4x8xf32, @agent>

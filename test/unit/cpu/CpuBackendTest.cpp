@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cpu/CpuBackend.h"
+#include "runtime/core/KVParallel.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/reference/Reference.h"
 #include "test/unit/TestSupport.h"
@@ -232,6 +233,61 @@ TEST(CpuBackendTest, MatchesOracleUnderRopeVariants) {
     ModelPtr model = syntheticModel(variant.config, 13);
     checkSyntheticAgainstOracle(model.get());
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Threads: the packed matmul and parallel loops
+//===----------------------------------------------------------------------===//
+
+/// Restores the default thread count when a test ends.
+struct ThreadsGuard {
+  ~ThreadsGuard() { kvrt_set_num_threads(0); }
+};
+
+/// A prefill long enough for several chunks of tokens (96 rows each) and
+/// panels of outputs, on 1, 2 and 3 threads: the work is split statically
+/// and each output is one FMA chain, so logits and stored K/V are
+/// bit-identical for any thread count, and they match the oracle.
+void checkThreadsAgree(const kvrt_model *model) {
+  ThreadsGuard guard;
+  int32_t vocab = vocabOf(model);
+  PoolPtr pool = poolFor(model, 256, 7);
+  ViewPtr empty = emptyView(pool.get());
+  std::vector<int32_t> tokens = randomTokens(203, vocab, 77);
+  kvrt_set_num_threads(1);
+  ASSERT_EQ(kvrt_get_num_threads(), 1);
+  Prefilled one = cpuPrefill(model, empty.get(), tokens, 2);
+  Prefilled ref = refPrefill(model, empty.get(), tokens, 2);
+  EXPECT_LT(maxDiff(one.logits, ref.logits), kLogitTolerance);
+  std::vector<float> k1, v1;
+  lastRunKV(one.view.get(), 1, k1, v1);
+  for (int32_t threads : {2, 3}) {
+    kvrt_set_num_threads(threads);
+    ASSERT_EQ(kvrt_get_num_threads(), threads);
+    Prefilled many = cpuPrefill(model, empty.get(), tokens, 2);
+    ASSERT_EQ(many.logits.size(), one.logits.size());
+    EXPECT_EQ(maxDiff(many.logits, one.logits), 0.0) << threads << " threads";
+    std::vector<float> kn, vn;
+    lastRunKV(many.view.get(), 1, kn, vn);
+    EXPECT_EQ(kn, k1) << threads << " threads";
+    EXPECT_EQ(vn, v1) << threads << " threads";
+  }
+}
+
+TEST(CpuBackendTest, ThreadsGiveIdenticalResultsMqaOddSizes) {
+  checkThreadsAgree(mqaModel());
+}
+
+TEST(CpuBackendTest, ThreadsGiveIdenticalResultsGqaHalf) {
+  checkThreadsAgree(gqaHalfModel());
+}
+
+TEST(CpuBackendTest, ThreadCountIsClampedAndDefaulted) {
+  ThreadsGuard guard;
+  kvrt_set_num_threads(KVRT_MAX_THREADS + 5);
+  EXPECT_EQ(kvrt_get_num_threads(), KVRT_MAX_THREADS);
+  kvrt_set_num_threads(0);
+  EXPECT_GE(kvrt_get_num_threads(), 1);
 }
 
 //===----------------------------------------------------------------------===//

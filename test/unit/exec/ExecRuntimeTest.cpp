@@ -368,13 +368,17 @@ TEST_F(ExecRuntimeTest, GeneratedBackendsNeedTheForward) {
 
 TEST_F(ExecRuntimeTest, SymbolsListEveryEntryPoint) {
   int count = 0;
-  bool prefillListed = false;
+  bool prefillListed = false, parallelListed = false;
   for (const kvrt_exec_symbol *s = kvrt_exec_symbols(); s->name; ++s) {
     ++count;
     EXPECT_NE(s->address, nullptr) << s->name;
     prefillListed |= std::string(s->name) == "kvrt_exec_prefill";
+    parallelListed |= std::string(s->name) == "kvrt_parallel_for";
   }
   EXPECT_TRUE(prefillListed);
+  // The generated CPU forward's thread pool, bound by the JIT and kept
+  // linked in kv-aot-run.
+  EXPECT_TRUE(parallelListed);
   EXPECT_GE(count, 20);
 }
 

@@ -1,0 +1,196 @@
+//===- Parallel.cpp - The runtime's thread pool -----------------*- C++ -*-===//
+//
+// A fixed pool of worker threads, started at the first parallel loop that
+// needs them and kept for the life of the process. A loop publishes its task
+// under a new generation; the caller and the workers then claim blocks of
+// items from one cursor until none is left, and the caller returns once
+// every item is done. Claiming is dynamic, so a core that other work keeps
+// busy (a shared machine) takes fewer items instead of holding the loop up,
+// and a causal attention's later, longer query tokens do not pile up on one
+// thread. The generated tasks compute every item on its own, whichever
+// thread runs it and however the range is cut, so results do not depend on
+// the thread count. Workers spin briefly on the generation before they
+// sleep: a prefill issues a few loops per layer, each a millisecond or less,
+// and a futex wake-up per loop would cost more than the spin.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/core/KVParallel.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace {
+
+int32_t defaultThreads() {
+  if (const char *env = std::getenv("KVIR_THREADS")) {
+    int value = std::atoi(env);
+    if (value >= 1)
+      return value < KVRT_MAX_THREADS ? value : KVRT_MAX_THREADS;
+  }
+  unsigned cores = std::thread::hardware_concurrency();
+  return cores ? int32_t(cores) : 1;
+}
+
+thread_local bool insideTask = false;
+
+/// The cursor packs the loop's generation (high 32 bits) with the next
+/// unclaimed item (low 32 bits): a claim succeeds only for the loop it was
+/// meant for, and the job's fields stay valid while a claimed item is
+/// unfinished, since the caller waits for every item.
+constexpr int64_t kMaxItems = int64_t(1) << 31;
+
+class Pool {
+public:
+  static Pool &get() {
+    // Never destroyed: workers may still sleep when static destructors run.
+    static Pool *pool = new Pool();
+    return *pool;
+  }
+
+  void setThreads(int32_t n) {
+    n = n >= 1 ? n : defaultThreads();
+    threads.store(n < KVRT_MAX_THREADS ? n : KVRT_MAX_THREADS,
+                  std::memory_order_relaxed);
+  }
+  int32_t numThreads() const { return threads.load(std::memory_order_relaxed); }
+
+  void run(int64_t count, kvrt_task_fn task, void *context) {
+    if (count <= 0)
+      return;
+    int32_t n = numThreads();
+    if (n > count)
+      n = int32_t(count);
+    std::unique_lock<std::mutex> busy(callMutex, std::try_to_lock);
+    if (n <= 1 || insideTask || !busy.owns_lock() || count >= kMaxItems) {
+      task(context, 0, count);
+      return;
+    }
+    ensureWorkers(n - 1);
+    job.task = task;
+    job.context = context;
+    job.count.store(count, std::memory_order_relaxed);
+    // About four claims per thread: few enough that claiming costs
+    // nothing, enough to even out unequal items and a busy core.
+    int64_t block = count / (int64_t(n) * 4);
+    job.block.store(block > 1 ? block : 1, std::memory_order_relaxed);
+    done.store(0, std::memory_order_relaxed);
+    uint32_t gen = ++loopGeneration;
+    cursor.store(uint64_t(gen) << 32, std::memory_order_release);
+    {
+      std::lock_guard<std::mutex> lock(sleepMutex);
+      generation.fetch_add(1, std::memory_order_release);
+    }
+    wake.notify_all();
+    insideTask = true;
+    runClaims(gen);
+    insideTask = false;
+    while (done.load(std::memory_order_acquire) != count)
+      spinPause();
+  }
+
+private:
+  /// The task and its context are read only by a thread that has claimed
+  /// items of the loop; the sizes may be read by a late worker while the
+  /// next loop writes them (its claim then fails), hence atomics.
+  struct Job {
+    kvrt_task_fn task = nullptr;
+    void *context = nullptr;
+    std::atomic<int64_t> count{0};
+    std::atomic<int64_t> block{1};
+  };
+
+  Pool() { setThreads(0); }
+
+  /// Claims and runs blocks of loop `gen` until none is left.
+  void runClaims(uint32_t gen) {
+    uint64_t seen = cursor.load(std::memory_order_acquire);
+    for (;;) {
+      if (uint32_t(seen >> 32) != gen)
+        return;
+      int64_t begin = int64_t(seen & 0xffffffffu);
+      // The job's fields are those of `gen` while the cursor says `gen`.
+      int64_t count = job.count.load(std::memory_order_relaxed);
+      int64_t block = job.block.load(std::memory_order_relaxed);
+      if (begin >= count)
+        return;
+      int64_t end = begin + block < count ? begin + block : count;
+      if (!cursor.compare_exchange_weak(seen, (uint64_t(gen) << 32) | end,
+                                        std::memory_order_acq_rel,
+                                        std::memory_order_acquire))
+        continue;
+      // Claimed: the caller cannot return (nor change the job) before
+      // these items are counted done.
+      job.task(job.context, begin, end);
+      done.fetch_add(end - begin, std::memory_order_acq_rel);
+      seen = cursor.load(std::memory_order_acquire);
+    }
+  }
+
+  void ensureWorkers(int32_t needed) {
+    while (int32_t(workers.size()) < needed) {
+      uint64_t before = generation.load(std::memory_order_acquire);
+      workers.emplace_back([this, before] { work(before); });
+      workers.back().detach();
+    }
+  }
+
+  void work(uint64_t seen) {
+    insideTask = true;
+    for (;;) {
+      uint64_t now = seen;
+      for (int spin = 0; spin < 20000 && now == seen; ++spin) {
+        now = generation.load(std::memory_order_acquire);
+        if (now == seen)
+          spinPause();
+      }
+      if (now == seen) {
+        std::unique_lock<std::mutex> lock(sleepMutex);
+        wake.wait(lock, [&] {
+          return generation.load(std::memory_order_acquire) != seen;
+        });
+        now = generation.load(std::memory_order_acquire);
+      }
+      seen = now;
+      runClaims(uint32_t(cursor.load(std::memory_order_acquire) >> 32));
+    }
+  }
+
+  static void spinPause() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+
+  std::atomic<int32_t> threads{1};
+  std::mutex callMutex;
+  std::mutex sleepMutex;
+  std::condition_variable wake;
+  /// Bumped per loop: what sleeping workers wait on.
+  std::atomic<uint64_t> generation{0};
+  /// (loop generation << 32) | next unclaimed item.
+  std::atomic<uint64_t> cursor{0};
+  /// Items of the current loop done.
+  std::atomic<int64_t> done{0};
+  /// Written only by the caller holding callMutex.
+  uint32_t loopGeneration = 0;
+  Job job;
+  std::vector<std::thread> workers;
+};
+
+} // namespace
+
+extern "C" void kvrt_parallel_for(int64_t count, kvrt_task_fn task,
+                                  void *context) {
+  Pool::get().run(count, task, context);
+}
+
+extern "C" void kvrt_set_num_threads(int32_t n) { Pool::get().setThreads(n); }
+
+extern "C" int32_t kvrt_get_num_threads(void) {
+  return Pool::get().numThreads();
+}
