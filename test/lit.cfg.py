@@ -52,6 +52,7 @@ if shutil.which("redis-server") and shutil.which("redis-cli"):
 
 tool_dirs = [config.kvir_tools_dir, config.llvm_tools_dir]
 tools = [ToolSubst("kv-opt", unresolved="fatal"), ToolSubst("kv-run", unresolved="ignore"),
+         ToolSubst("kv-convert", unresolved="ignore"),
          ToolSubst("kv-aot-run", unresolved="ignore"),
          ToolSubst("kv-bench-stories", unresolved="ignore")]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

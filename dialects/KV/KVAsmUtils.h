@@ -9,12 +9,16 @@
 
 #include <charconv>
 #include <string>
+#include <type_traits>
 
 namespace mlir::kv {
 
-/// Formats a double in its shortest form that parses back to the same value,
-/// always as an MLIR float literal (with a '.'): 10000.0, 1.0e-05, 0.15.
-inline std::string formatShortestFloat(double value) {
+/// Formats a double (or a float) in its shortest form that parses back to
+/// the same value of its type, always as an MLIR float literal (with a '.'):
+/// 10000.0, 1.0e-05, 0.15 (a float 0.1 prints as 0.1, not as the double
+/// nearest to it).
+template <typename T> inline std::string formatShortestFloat(T value) {
+  static_assert(std::is_floating_point_v<T>);
   char buffer[64];
   auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
   std::string text(buffer, ec == std::errc() ? end : buffer);

@@ -20,7 +20,9 @@ def KV_RopeLayout : I32EnumAttr<"RopeLayout",
   let genSpecializedAttr = 0;
   let description = [{
     `interleaved` rotates the pairs (2i, 2i+1), as llama2.c and GGUF's llama
-    architecture do; `half` rotates (i, i + d/2), as HF/NeoX do.
+    architecture do (llama.cpp calls it `normal`); `half` rotates
+    (i, i + d/2), as HF/NeoX do (llama.cpp's `neox`). The `!kv.model` parser
+    accepts llama.cpp's names too and prints these.
   }];
 }
 

@@ -58,7 +58,9 @@ RopeLayout fromRuntime(kvrt_rope_layout layout) {
 LogicalResult ModelType::verify(function_ref<InFlightDiagnostic()> emitError,
                                 int64_t dim, int64_t hidden, int64_t layers,
                                 int64_t heads, int64_t kvHeads, int64_t vocab,
-                                RopeLayout rope, APFloat theta, APFloat eps) {
+                                RopeLayout rope, APFloat theta, APFloat eps,
+                                int64_t ropeDim, APFloat ropeScale,
+                                DenseF32ArrayAttr ropeFreqs) {
   std::pair<StringRef, int64_t> sizes[] = {
       {"dim", dim},     {"hidden", hidden},    {"layers", layers},
       {"heads", heads}, {"kv_heads", kvHeads}, {"vocab", vocab}};
@@ -78,6 +80,22 @@ LogicalResult ModelType::verify(function_ref<InFlightDiagnostic()> emitError,
   config.rope_layout = toRuntime(rope);
   config.rope_theta = theta.convertToDouble();
   config.rms_eps = eps.convertToDouble();
+  if (ropeDim < 0 || ropeDim > std::numeric_limits<int32_t>::max())
+    return emitError() << "model rope_dim must be in [0, 2^31), got "
+                       << ropeDim;
+  config.rope_dim = static_cast<int32_t>(ropeDim);
+  config.rope_scale = ropeScale.convertToDouble();
+  if (config.rope_scale <= 0)
+    return emitError() << "model rope_scale must be positive, got "
+                       << config.rope_scale;
+  if (ropeFreqs) {
+    if (ropeFreqs.size() > KVRT_MAX_ROPE_PAIRS)
+      return emitError() << "model rope_freqs has " << ropeFreqs.size()
+                         << " factors, more than the " << KVRT_MAX_ROPE_PAIRS
+                         << " a config holds";
+    config.n_rope_freq_factors = static_cast<int32_t>(ropeFreqs.size());
+    llvm::copy(ropeFreqs.asArrayRef(), config.rope_freq_factors);
+  }
   std::string problem = kvir::describeArchitectureError(config);
   if (!problem.empty())
     return emitError() << "invalid model type: " << problem;
@@ -86,10 +104,20 @@ LogicalResult ModelType::verify(function_ref<InFlightDiagnostic()> emitError,
 
 ModelType ModelType::get(MLIRContext *context,
                          const kvrt_model_config &config) {
+  // Canonical: the whole head is rope_dim 0, no scaling is 1, no factors no
+  // attribute, so that equal configs give the same type.
+  int64_t ropeDim =
+      kvir::ropeDims(config) == kvir::headSize(config) ? 0 : config.rope_dim;
+  DenseF32ArrayAttr freqs;
+  if (config.n_rope_freq_factors > 0)
+    freqs = DenseF32ArrayAttr::get(
+        context,
+        ArrayRef<float>(config.rope_freq_factors, config.n_rope_freq_factors));
   return get(context, config.dim, config.hidden_dim, config.n_layers,
              config.n_heads, config.n_kv_heads, config.vocab_size,
              fromRuntime(config.rope_layout), APFloat(config.rope_theta),
-             APFloat(config.rms_eps));
+             APFloat(config.rms_eps), ropeDim, APFloat(kvir::ropeScale(config)),
+             freqs);
 }
 
 kvrt_model_config ModelType::getConfig() const {
@@ -105,6 +133,12 @@ kvrt_model_config ModelType::getConfig() const {
   config.rope_layout = toRuntime(getRope());
   config.rope_theta = getThetaValue();
   config.rms_eps = getEpsValue();
+  config.rope_dim = static_cast<int32_t>(getRopeDim());
+  config.rope_scale = getRopeScale().convertToDouble();
+  if (DenseF32ArrayAttr freqs = getRopeFreqs()) {
+    config.n_rope_freq_factors = static_cast<int32_t>(freqs.size());
+    llvm::copy(freqs.asArrayRef(), config.rope_freq_factors);
+  }
   return config;
 }
 
@@ -112,7 +146,10 @@ Type ModelType::parse(AsmParser &parser) {
   SMLoc loc = parser.getCurrentLocation();
   llvm::StringMap<int64_t> sizes;
   RopeLayout rope = RopeLayout::Interleaved;
-  double theta = 10000.0, eps = 1e-5;
+  double theta = 10000.0, eps = 1e-5, ropeScale = 1.0;
+  int64_t ropeDim = 0;
+  SmallVector<float> ropeFreqs;
+  bool hasRopeFreqs = false;
   llvm::StringSet<> seen;
   static constexpr StringRef kSizeKeys[] = {"dim",   "hidden",   "layers",
                                             "heads", "kv_heads", "vocab"};
@@ -131,18 +168,39 @@ Type ModelType::parse(AsmParser &parser) {
       return parser.parseFloat(theta);
     if (key == "eps")
       return parser.parseFloat(eps);
+    if (key == "rope_dim")
+      return parser.parseInteger(ropeDim);
+    if (key == "rope_scale")
+      return parser.parseFloat(ropeScale);
+    if (key == "rope_freqs") {
+      hasRopeFreqs = true;
+      return parser.parseCommaSeparatedList(
+          AsmParser::Delimiter::Square, [&]() -> ParseResult {
+            APFloat value(0.0f);
+            if (parser.parseFloat(APFloat::IEEEsingle(), value))
+              return failure();
+            ropeFreqs.push_back(value.convertToFloat());
+            return success();
+          });
+    }
     if (key == "rope") {
       SMLoc valueLoc = parser.getCurrentLocation();
       StringRef value;
       if (parser.parseKeyword(&value))
         return failure();
-      std::optional<RopeLayout> layout = symbolizeRopeLayout(value);
+      // llama.cpp's names of the layouts, as the runtime spells them.
+      std::optional<kvrt_rope_layout> alias = kvir::parseRopeLayout(value);
+      std::optional<RopeLayout> layout =
+          alias ? fromRuntime(*alias) : symbolizeRopeLayout(value);
       if (!layout) {
         std::string known;
         for (unsigned i = 0; i <= getMaxEnumValForRopeLayout(); ++i)
           known +=
               (i ? (i == getMaxEnumValForRopeLayout() ? " or " : ", ") : "") +
-              stringifyRopeLayout(static_cast<RopeLayout>(i)).str();
+              stringifyRopeLayout(static_cast<RopeLayout>(i)).str() + " (" +
+              kvir::ropeLayoutLlamaCppName(
+                  toRuntime(static_cast<RopeLayout>(i))) +
+              ")";
         return parser.emitError(valueLoc) << "unknown RoPE layout '" << value
                                           << "' (expected " << known << ")";
       }
@@ -152,7 +210,7 @@ Type ModelType::parse(AsmParser &parser) {
     return parser.emitError(keyLoc)
            << "unknown model parameter '" << key
            << "' (expected dim, hidden, layers, heads, kv_heads, vocab, rope, "
-              "theta or eps)";
+              "theta, eps, rope_dim, rope_scale or rope_freqs)";
   };
   if (parser.parseCommaSeparatedList(AsmParser::Delimiter::LessGreater,
                                      parseEntry))
@@ -162,10 +220,21 @@ Type ModelType::parse(AsmParser &parser) {
       parser.emitError(loc) << "model type is missing '" << key << "'";
       return {};
     }
+  // rope_dim = head size is the whole head: the canonical form omits it.
+  if (sizes["heads"] > 0 && ropeDim == sizes["dim"] / sizes["heads"])
+    ropeDim = 0;
+  DenseF32ArrayAttr freqs;
+  if (hasRopeFreqs) {
+    if (ropeFreqs.empty()) {
+      parser.emitError(loc) << "model rope_freqs must not be empty (omit it)";
+      return {};
+    }
+    freqs = DenseF32ArrayAttr::get(parser.getContext(), ropeFreqs);
+  }
   return parser.getChecked<ModelType>(
       loc, parser.getContext(), sizes["dim"], sizes["hidden"], sizes["layers"],
       sizes["heads"], sizes["kv_heads"], sizes["vocab"], rope, APFloat(theta),
-      APFloat(eps));
+      APFloat(eps), ropeDim, APFloat(ropeScale), freqs);
 }
 
 void ModelType::print(AsmPrinter &printer) const {
@@ -176,6 +245,19 @@ void ModelType::print(AsmPrinter &printer) const {
   printShortestFloat(printer, getTheta());
   printer << ", eps = ";
   printShortestFloat(printer, getEps());
+  if (getRopeDim() != 0)
+    printer << ", rope_dim = " << getRopeDim();
+  if (getRopeScale().convertToDouble() != 1.0) {
+    printer << ", rope_scale = ";
+    printShortestFloat(printer, getRopeScale());
+  }
+  if (DenseF32ArrayAttr freqs = getRopeFreqs()) {
+    printer << ", rope_freqs = [";
+    llvm::interleaveComma(freqs.asArrayRef(), printer, [&](float value) {
+      printer << formatShortestFloat(value);
+    });
+    printer << "]";
+  }
   printer << ">";
 }
 

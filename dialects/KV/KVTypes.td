@@ -24,17 +24,43 @@ def KV_ModelType : KV_Type<"Model", "model"> {
     ```
 
     `rope`, `theta` and `eps` may be omitted when parsing; they default to
-    `interleaved`, 10000 and 1e-5.
+    `interleaved`, 10000 and 1e-5 (`rope` also takes llama.cpp's names:
+    `normal` is `interleaved`, `neox` is `half`).
+
+    RoPE frequency variants, printed only where they are in effect:
+    `rope_dim = N` (partial rotary: only the first N dimensions of a head
+    rotate, N even and below the head size), `rope_scale = F` (linear
+    scaling: every frequency divided by F) and `rope_freqs = [f0, f1, ...]`
+    (one divisor per rotary pair, as a GGUF `rope_freqs` tensor, e.g. Llama
+    3's frequency scaling):
+
+    ```mlir
+    !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4,
+              vocab = 512, rope = half, theta = 500000.0, eps = 1.0e-05,
+              rope_dim = 4, rope_scale = 2.0, rope_freqs = [1.0, 8.0]>
+    ```
   }];
   let parameters = (ins "int64_t":$dim, "int64_t":$hidden, "int64_t":$layers,
                         "int64_t":$heads, "int64_t":$kvHeads, "int64_t":$vocab,
                         EnumParameter<KV_RopeLayout>:$rope,
                         APFloatParameter<"RoPE base">:$theta,
-                        APFloatParameter<"RMSNorm epsilon">:$eps);
+                        APFloatParameter<"RMSNorm epsilon">:$eps,
+                        "int64_t":$ropeDim,
+                        APFloatParameter<"linear RoPE scaling">:$ropeScale,
+                        "::mlir::DenseF32ArrayAttr":$ropeFreqs);
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
   let builders = [
-    TypeBuilder<(ins "const ::kvrt_model_config &":$config)>
+    TypeBuilder<(ins "const ::kvrt_model_config &":$config)>,
+    // Without RoPE frequency variants.
+    TypeBuilder<(ins "int64_t":$dim, "int64_t":$hidden, "int64_t":$layers,
+                     "int64_t":$heads, "int64_t":$kvHeads, "int64_t":$vocab,
+                     "RopeLayout":$rope, "::llvm::APFloat":$theta,
+                     "::llvm::APFloat":$eps), [{
+      return $_get($_ctxt, dim, hidden, layers, heads, kvHeads, vocab, rope,
+                   theta, eps, /*ropeDim=*/0, ::llvm::APFloat(1.0),
+                   ::mlir::DenseF32ArrayAttr());
+    }]>
   ];
   let extraClassDeclaration = [{
     int64_t getHeadSize() const { return getDim() / getHeads(); }

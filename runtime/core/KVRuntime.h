@@ -101,12 +101,19 @@ const char *kvrt_status_name(kvrt_status status);
 /// How RoPE pairs the dimensions of a head. Every switch over it is
 /// exhaustive (no default), so a new layout is a compile error wherever it
 /// must be handled: runtime/core/ModelConfig.h lists those places.
+/// With partial rotary (rope_dim < head size) the pairs are taken within the
+/// first rope_dim dimensions (d = rope_dim below); the others pass unrotated.
 typedef enum kvrt_rope_layout {
-  /// Pairs (2i, 2i+1), as llama2.c and GGUF's llama architecture.
+  /// Pairs (2i, 2i+1), as llama2.c, Meta's checkpoints and GGUF's llama
+  /// architecture: llama.cpp's "normal" RoPE (LLAMA_ROPE_TYPE_NORM).
   KVRT_ROPE_INTERLEAVED = 0,
-  /// Pairs (i, i + head_size/2), as HF/NeoX.
+  /// Pairs (i, i + d/2), as HF/NeoX: llama.cpp's "neox" RoPE.
   KVRT_ROPE_HALF = 1,
 } kvrt_rope_layout;
+
+/// Most RoPE pairs that can carry a frequency factor (rope_freq_factors):
+/// rotary dimensions up to 512.
+#define KVRT_MAX_ROPE_PAIRS 256
 
 /// The number of RoPE layouts: they are numbered from 0 without gaps. A
 /// configuration from outside is checked against it as an integer before
@@ -138,10 +145,26 @@ typedef struct kvrt_model_config {
   /// 1 if the classifier is the token embedding, 0 if it has its own wcls.
   int32_t shared_classifier;
   kvrt_rope_layout rope_layout;
-  /// RoPE base: frequency of pair i is rope_theta^(-2i/head_size).
+  /// RoPE base: frequency of pair i is rope_theta^(-2i/d), d the rotary
+  /// dimensions (rope_dim), divided by the scaling below.
   double rope_theta;
   /// RMSNorm epsilon, added to the mean square.
   double rms_eps;
+  /// RoPE rotates the first rope_dim dimensions of every head (even, at most
+  /// the head size: GGUF's rope.dimension_count); the others pass through
+  /// unrotated. 0 means the whole head.
+  int32_t rope_dim;
+  /// 0, or rope_dim / 2: pair i's frequency is divided by
+  /// rope_freq_factors[i] (GGUF's rope_freqs tensor, e.g. Llama 3's
+  /// frequency scaling).
+  int32_t n_rope_freq_factors;
+  /// Linear RoPE scaling (GGUF rope.scaling.type = linear): every frequency
+  /// is divided by it, i.e. positions are compressed by this factor. 0 and 1
+  /// mean none.
+  double rope_scale;
+  /// Per-pair frequency divisors, finite and positive; the first
+  /// n_rope_freq_factors are used.
+  float rope_freq_factors[KVRT_MAX_ROPE_PAIRS];
 } kvrt_model_config;
 
 /// Pointers to a model's f32 weights, row-major [out][in], in llama2.c order.
@@ -171,8 +194,12 @@ void kvrt_model_config_init(kvrt_model_config *config);
 /// heads, an even head size, a positive finite theta and eps.
 kvrt_status kvrt_model_config_validate(const kvrt_model_config *config);
 
-/// Loads a llama2.c ("version 0") checkpoint with full validation. The model
-/// gets interleaved RoPE, rope_theta 10000 and rms_eps 1e-5.
+/// Loads a model with full validation; the format is told by the file's
+/// first bytes, not its name. A GGUF file (magic "GGUF", version 3, llama
+/// architecture: runtime/core/GGUF.h) gets the configuration its keys
+/// state and its weights dequantised to f32; any other file is read as a
+/// llama2.c ("version 0") checkpoint, which gets interleaved RoPE,
+/// rope_theta 10000 and rms_eps 1e-5.
 kvrt_status kvrt_model_load(const char *path, kvrt_model **out);
 
 /// Builds a model of any valid config whose weights come from `seed` through
@@ -184,8 +211,33 @@ kvrt_status kvrt_model_synthetic(const kvrt_model_config *config, uint64_t seed,
 
 /// Writes a model in the llama2.c format (negative vocab_size when the
 /// classifier is separate). Fails for configs the format cannot express
-/// (half RoPE, theta other than 10000, eps other than 1e-5).
+/// (half RoPE, theta other than 10000, eps other than 1e-5, partial rotary,
+/// RoPE scaling or frequency factors).
 kvrt_status kvrt_model_save(const kvrt_model *model, const char *path);
+
+/// The ggml tensor type a GGUF file's matrices are written in (their ggml
+/// type ids).
+typedef enum kvrt_gguf_type {
+  KVRT_GGUF_F32 = 0,
+  KVRT_GGUF_F16 = 1,
+  KVRT_GGUF_Q8_0 = 8,
+  KVRT_GGUF_BF16 = 30,
+} kvrt_gguf_type;
+
+/// Loads a GGUF v3 llama model from `size` bytes in memory, validated as
+/// kvrt_model_load validates a GGUF file (runtime/core/GGUF.h).
+kvrt_status kvrt_model_load_gguf_buffer(const void *data, size_t size,
+                                        kvrt_model **out);
+
+/// Writes a model as a GGUF v3 llama file: the llama.* keys of its config,
+/// matrices in `type` (vectors stay F32; Q8_0 matrices whose rows are not a
+/// multiple of 32 are written F16, as llama.cpp's converter does), a
+/// rope_freqs tensor for frequency factors, and the tokenizer's vocabulary
+/// (tokenizer.ggml.*, spaces as U+2581) when `tokenizer` is not NULL. Fails
+/// for half RoPE, which GGUF's llama architecture cannot express.
+kvrt_status kvrt_model_save_gguf(const kvrt_model *model,
+                                 const struct kvrt_tokenizer *tokenizer,
+                                 kvrt_gguf_type type, const char *path);
 
 /// The model's config.
 kvrt_status kvrt_model_get_config(const kvrt_model *model,

@@ -84,7 +84,11 @@ typedef struct kvrt_tokenizer kvrt_tokenizer;
 /// [1, KVRT_TOKENIZER_MAX_PIECE_BYTES], every score finite, every length in
 /// [1, max_token_length] and within the file, no entry cut short, at least
 /// three and at most KVRT_TOKENIZER_MAX_VOCAB pieces. Messages name the file,
-/// the entry and its byte offset.
+/// the entry and its byte offset. A file that begins with the GGUF magic is
+/// read as a GGUF model file instead (runtime/core/GGUF.h): its
+/// tokenizer.ggml.* keys (model "llama": tokens with U+2581 for spaces,
+/// scores, token types, unk/BOS/EOS ids, by default 0/1/2) give the
+/// vocabulary, checked against the file's model.
 kvrt_status kvrt_tokenizer_load(const char *path, kvrt_tokenizer **out);
 
 /// Builds a tokenizer from `n_pieces` pieces in memory: piece i is the

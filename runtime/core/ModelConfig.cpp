@@ -20,11 +20,21 @@ const char *kvir::ropeLayoutName(kvrt_rope_layout layout) {
   return "unknown";
 }
 
+const char *kvir::ropeLayoutLlamaCppName(kvrt_rope_layout layout) {
+  switch (layout) {
+  case KVRT_ROPE_INTERLEAVED:
+    return "normal";
+  case KVRT_ROPE_HALF:
+    return "neox";
+  }
+  return "unknown";
+}
+
 std::optional<kvrt_rope_layout> kvir::parseRopeLayout(std::string_view name) {
   // The layouts are numbered from 0 without gaps: every one has a name.
   for (int i = 0; i < KVRT_ROPE_LAYOUT_COUNT; ++i) {
     auto layout = static_cast<kvrt_rope_layout>(i);
-    if (name == ropeLayoutName(layout))
+    if (name == ropeLayoutName(layout) || name == ropeLayoutLlamaCppName(layout))
       return layout;
   }
   return std::nullopt;
@@ -95,7 +105,74 @@ std::string kvir::describeArchitectureError(const kvrt_model_config &c) {
     return str("rope_theta = ", c.rope_theta, " must be positive and finite");
   if (!(std::isfinite(c.rms_eps) && c.rms_eps > 0))
     return str("rms_eps = ", c.rms_eps, " must be positive and finite");
+  if (c.rope_dim < 0 || c.rope_dim % 2 != 0 || c.rope_dim > headSize(c))
+    return str("rope_dim = ", c.rope_dim,
+               " must be 0 (the whole head) or even and at most the head "
+               "size ",
+               headSize(c));
+  if (!(std::isfinite(c.rope_scale) && c.rope_scale >= 0))
+    return str("rope_scale = ", c.rope_scale,
+               " must be finite and positive (0 for none)");
+  int32_t pairs = ropeDims(c) / 2;
+  if (c.n_rope_freq_factors != 0 && c.n_rope_freq_factors != pairs)
+    return str("n_rope_freq_factors = ", c.n_rope_freq_factors,
+               " must be 0 or the number of rotary pairs ", pairs);
+  if (c.n_rope_freq_factors > KVRT_MAX_ROPE_PAIRS)
+    return str("n_rope_freq_factors = ", c.n_rope_freq_factors, " exceeds the ",
+               KVRT_MAX_ROPE_PAIRS, " a config can hold");
+  for (int32_t i = 0; i < c.n_rope_freq_factors; ++i)
+    if (!(std::isfinite(c.rope_freq_factors[i]) && c.rope_freq_factors[i] > 0))
+      return str("rope_freq_factors[", i, "] = ", c.rope_freq_factors[i],
+                 " must be positive and finite");
   return "";
+}
+
+bool kvir::ropeHasFrequencyDivisor(const kvrt_model_config &c) {
+  return ropeScale(c) != 1.0 || c.n_rope_freq_factors != 0;
+}
+
+double kvir::ropeFrequencyDivisor(const kvrt_model_config &c, int32_t i) {
+  double factor = i < c.n_rope_freq_factors
+                      ? static_cast<double>(c.rope_freq_factors[i])
+                      : 1.0;
+  return factor * ropeScale(c);
+}
+
+double kvir::ropeFrequency(const kvrt_model_config &c, int32_t i) {
+  int32_t dims = ropeDims(c);
+  if (2 * i >= dims)
+    return 0.0;
+  double frequency = std::pow(c.rope_theta, -2.0 * i / dims);
+  if (!ropeHasFrequencyDivisor(c))
+    return frequency;
+  return frequency / ropeFrequencyDivisor(c, i);
+}
+
+std::vector<float> kvir::llama3RopeFreqFactors(int32_t rotaryDims, double theta,
+                                               double factor,
+                                               double lowFreqFactor,
+                                               double highFreqFactor,
+                                               double originalContext) {
+  const double pi = 3.14159265358979323846;
+  double lowWavelength = originalContext / lowFreqFactor;
+  double highWavelength = originalContext / highFreqFactor;
+  std::vector<float> factors;
+  for (int32_t i = 0; 2 * i < rotaryDims; ++i) {
+    double frequency = std::pow(theta, -2.0 * i / rotaryDims);
+    double wavelength = 2 * pi / frequency;
+    double f;
+    if (wavelength < highWavelength) {
+      f = 1.0;
+    } else if (wavelength > lowWavelength) {
+      f = factor;
+    } else {
+      double smooth = (originalContext / wavelength - lowFreqFactor) /
+                      (highFreqFactor - lowFreqFactor);
+      f = 1.0 / ((1 - smooth) / factor + smooth);
+    }
+    factors.push_back(static_cast<float>(f));
+  }
+  return factors;
 }
 
 std::string kvir::configKey(const kvrt_model_config &c, kvrt_kv_dtype dtype) {
@@ -109,7 +186,28 @@ std::string kvir::configKey(const kvrt_model_config &c, kvrt_kv_dtype dtype) {
                 c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
                 c.vocab_size, ropeLayoutName(c.rope_layout), theta, eps,
                 kvDtypeName(dtype));
-  return buf;
+  std::string key = buf;
+  // The frequency variants only where they are in effect, so that the keys
+  // (and forward names) of plain configs stay what they were.
+  if (ropeDims(c) != headSize(c))
+    key += str(" rope_dim=", ropeDims(c));
+  if (ropeScale(c) != 1.0) {
+    double scale = ropeScale(c);
+    uint64_t bits;
+    std::memcpy(&bits, &scale, sizeof(bits));
+    std::snprintf(buf, sizeof(buf), " rope_scale=0x%016" PRIx64, bits);
+    key += buf;
+  }
+  if (c.n_rope_freq_factors) {
+    key += " rope_freqs=";
+    for (int32_t i = 0; i < c.n_rope_freq_factors; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &c.rope_freq_factors[i], sizeof(bits));
+      std::snprintf(buf, sizeof(buf), "%s%08" PRIx32, i ? "," : "", bits);
+      key += buf;
+    }
+  }
+  return key;
 }
 
 std::string kvir::forwardPrefix(const kvrt_model_config &c,

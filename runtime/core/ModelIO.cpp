@@ -7,7 +7,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/core/GGUF.h"
 #include "runtime/core/Model.h"
+#include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
 
 #include <cerrno>
@@ -137,11 +139,13 @@ kvrt_status loadModel(const char *path, kvrt_model **out) {
 kvrt_status saveModel(const kvrt_model &model, const char *path) {
   const kvrt_model_config &c = model.config;
   if (c.rope_layout != KVRT_ROPE_INTERLEAVED || c.rope_theta != 10000.0 ||
-      c.rms_eps != 1e-5)
+      c.rms_eps != 1e-5 || kvir::ropeDims(c) != kvir::headSize(c) ||
+      kvir::ropeHasFrequencyDivisor(c))
     return fail(KVRT_ERR_INVALID_ARGUMENT,
                 str("cannot save to '", path,
                     "': the llama2.c format only expresses interleaved RoPE "
-                    "with rope_theta 10000 and rms_eps 1e-5"));
+                    "over the whole head with rope_theta 10000 and rms_eps "
+                    "1e-5, without RoPE scaling"));
   File file(std::fopen(path, "wb"));
   if (!file)
     return fail(KVRT_ERR_IO,
@@ -185,7 +189,12 @@ extern "C" kvrt_status kvrt_model_load(const char *path, kvrt_model **out) {
   if (!path || !out)
     return nullArgument(__func__);
   *out = nullptr;
-  return guard([&] { return loadModel(path, out); });
+  return guard([&] {
+    if (!gguf::fileHasMagic(path))
+      return loadModel(path, out);
+    std::string error = gguf::readFile(path, out, nullptr);
+    return error.empty() ? KVRT_OK : fail(KVRT_ERR_BAD_MODEL, error);
+  });
 }
 
 extern "C" kvrt_status kvrt_model_save(const kvrt_model *model,

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/core/GGUF.h"
 #include "runtime/core/KVTokenizer.h"
 #include "runtime/core/Support.h"
 
@@ -397,7 +398,15 @@ extern "C" kvrt_status kvrt_tokenizer_load(const char *path,
   if (!path || !out)
     return nullArgument(__func__);
   *out = nullptr;
-  return guard([&] { return loadTokenizer(path, out); });
+  return guard([&] {
+    if (!kvrt::gguf::fileHasMagic(path))
+      return loadTokenizer(path, out);
+    std::string error = kvrt::gguf::readFile(path, nullptr, out);
+    if (error.empty() && !*out)
+      error = kvrt::str("GGUF file '", path,
+                        "' has no tokenizer (no tokenizer.ggml.model key)");
+    return error.empty() ? KVRT_OK : kvrt::fail(KVRT_ERR_BAD_MODEL, error);
+  });
 }
 
 extern "C" kvrt_status

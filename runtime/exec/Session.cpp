@@ -131,7 +131,61 @@ std::string modelMismatch(const kvrt_model_config &type,
                ", the model has theta = ", c.rope_theta);
   if (!close(type.rms_eps, c.rms_eps))
     return str("eps = ", type.rms_eps, ", the model has eps = ", c.rms_eps);
+  if (ropeDims(type) != ropeDims(c))
+    return str("rope_dim = ", ropeDims(type),
+               ", the model has rope_dim = ", ropeDims(c));
+  if (!close(ropeScale(type), ropeScale(c)))
+    return str("rope_scale = ", ropeScale(type),
+               ", the model has rope_scale = ", ropeScale(c));
+  if (type.n_rope_freq_factors != c.n_rope_freq_factors)
+    return str(type.n_rope_freq_factors, " rope_freqs, the model has ",
+               c.n_rope_freq_factors);
+  for (int32_t i = 0; i < c.n_rope_freq_factors; ++i)
+    if (type.rope_freq_factors[i] != c.rope_freq_factors[i])
+      return str("rope_freqs[", i, "] = ", type.rope_freq_factors[i],
+                 ", the model has rope_freqs[", i,
+                 "] = ", c.rope_freq_factors[i]);
   return "";
+}
+
+/// The RoPE frequency variants of a model argument as one manifest word
+/// (`rope-ext=DIM,SCALE[,FACTOR...]`, hexadecimal floats), "" for none.
+std::string ropeExtensionWord(const kvrt_model_config &m) {
+  if (ropeDims(m) == headSize(m) && !ropeHasFrequencyDivisor(m))
+    return "";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%d,%a", m.rope_dim, ropeScale(m));
+  std::string word = str("rope-ext=", buf);
+  for (int32_t i = 0; i < m.n_rope_freq_factors; ++i) {
+    std::snprintf(buf, sizeof(buf), ",%a", double(m.rope_freq_factors[i]));
+    word += buf;
+  }
+  return word;
+}
+
+/// Parses ropeExtensionWord's word into `m`.
+bool parseRopeExtensionWord(const std::string &word, kvrt_model_config &m) {
+  const std::string prefix = "rope-ext=";
+  if (word.compare(0, prefix.size(), prefix) != 0)
+    return false;
+  std::vector<std::string> items;
+  std::istringstream in(word.substr(prefix.size()));
+  for (std::string item; std::getline(in, item, ',');)
+    items.push_back(item);
+  int64_t dim;
+  if (items.size() < 2 || items.size() - 2 > KVRT_MAX_ROPE_PAIRS ||
+      !parseInt(items[0], dim) || dim < 0 || dim > INT32_MAX ||
+      !parseDouble(items[1], m.rope_scale))
+    return false;
+  m.rope_dim = int32_t(dim);
+  m.n_rope_freq_factors = int32_t(items.size() - 2);
+  for (size_t i = 2; i < items.size(); ++i) {
+    double factor;
+    if (!parseDouble(items[i], factor))
+      return false;
+    m.rope_freq_factors[i - 2] = float(factor);
+  }
+  return true;
 }
 
 /// Parses whitespace-separated numbers; false with a message naming the
@@ -205,6 +259,8 @@ std::string EntryManifest::serialize() const {
       os << " " << m.dim << " " << m.hidden_dim << " " << m.n_layers << " "
          << m.n_heads << " " << m.n_kv_heads << " " << m.vocab_size << " "
          << ropeLayoutName(m.rope_layout) << buf;
+      if (std::string ext = ropeExtensionWord(m); !ext.empty())
+        os << " " << ext;
     }
     os << "\n";
   }
@@ -261,7 +317,7 @@ bool EntryManifest::parse(const std::string &text, EntryManifest &out,
         return bad("bad argument");
       if (a.kind == ValueKind::Model) {
         int64_t v[6];
-        if (w.size() != 16)
+        if (w.size() != 16 && w.size() != 17)
           return bad("a model argument needs its architecture");
         for (int i = 0; i < 6; ++i)
           if (!parseInt(w[7 + i], v[i]) || v[i] <= 0 || v[i] > INT32_MAX)
@@ -280,6 +336,8 @@ bool EntryManifest::parse(const std::string &text, EntryManifest &out,
         m.rope_layout = *rope;
         m.seq_len = 0;
         m.shared_classifier = 1;
+        if (w.size() == 17 && !parseRopeExtensionWord(w[16], m))
+          return bad("bad model RoPE variants '" + w[16] + "'");
       }
       out.args.push_back(a);
     } else if (w[0] == "result" && w.size() == 2) {

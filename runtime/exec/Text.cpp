@@ -1,6 +1,7 @@
 //===- Text.cpp - Text in, text out for runners of kv programs --*- C++ -*-===//
 
 #include "runtime/exec/Text.h"
+#include "runtime/core/GGUF.h"
 
 #include <cstdio>
 #include <sys/stat.h>
@@ -44,6 +45,15 @@ std::string kvir::exec::defaultTokenizerPath(const std::string &modelFile,
                                              int32_t vocab) {
   if (modelFile.empty())
     return "";
+  // A GGUF model carries its own tokenizer.
+  if (kvrt::gguf::fileHasMagic(modelFile.c_str())) {
+    kvrt_tokenizer *inside = nullptr;
+    if (kvrt::gguf::readFile(modelFile.c_str(), nullptr, &inside).empty() &&
+        inside) {
+      kvrt_tokenizer_release(inside);
+      return modelFile;
+    }
+  }
   size_t slash = modelFile.rfind('/');
   std::string dir =
       slash == std::string::npos ? "" : modelFile.substr(0, slash + 1);

@@ -44,6 +44,7 @@ struct TextOptions {
   std::set<std::string> bos;
 };
 
+/// `modelFile` itself when it is a GGUF file with a tokenizer, else
 /// `tok<vocab>.bin` in the folder of `modelFile` where that file exists,
 /// else "" (also for a synthetic model, `modelFile` == "").
 std::string defaultTokenizerPath(const std::string &modelFile, int32_t vocab);

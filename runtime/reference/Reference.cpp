@@ -120,14 +120,13 @@ void attendSpan(const kvrt_model_config &c, const KVSpan &span, int32_t layer,
     Softmax total(headSize);
     if (mode == ShiftMode::Materialized) {
       qRot.assign(qh, qh + headSize);
-      applyRope(qRot.data(), headSize, m, c.rope_layout, c.rope_theta);
+      applyRope(qRot.data(), c, m);
     }
     for (const kvrt_run &run : span.runs) {
       if (mode == ShiftMode::Fused) {
         // (R(m) q) . (R(delta) k) = (R(m - delta) q) . k
         qRot.assign(qh, qh + headSize);
-        applyRope(qRot.data(), headSize, m - run.delta, c.rope_layout,
-                  c.rope_theta);
+        applyRope(qRot.data(), c, m - run.delta);
       }
       Softmax partial(headSize);
       for (int64_t j = 0; j < run.n_tokens; ++j) {
@@ -141,8 +140,7 @@ void attendSpan(const kvrt_model_config &c, const KVSpan &span, int32_t layer,
         }
         for (int32_t d = 0; d < headSize; ++d)
           kRot[d] = k[d];
-        applyRope(kRot.data(), headSize, run.delta, c.rope_layout,
-                  c.rope_theta);
+        applyRope(kRot.data(), c, run.delta);
         double score = 0;
         for (int32_t d = 0; d < headSize; ++d)
           score += qRot[d] * kRot[d];
@@ -203,7 +201,7 @@ void forward(const kvrt_model_config &c, const kvrt_model_weights &w,
       matvec(wv, xb.data(), kvDim, dim, v.data());
       for (int32_t g = 0; g < c.n_kv_heads; ++g) {
         double *kh = &k[g * headSize];
-        applyRope(kh, headSize, pos + t, c.rope_layout, c.rope_theta);
+        applyRope(kh, c, pos + t);
         auto *kDst = const_cast<float *>(span.vector(newRun, t, l, g, 0));
         auto *vDst = const_cast<float *>(span.vector(newRun, t, l, g, 1));
         for (int64_t d = 0; d < headSize; ++d) {
@@ -286,18 +284,30 @@ kvrt_status prefillImpl(const kvrt_model *model, const kvrt_view *view,
 
 } // namespace
 
-void kvir::reference::applyRope(double *x, int32_t headSize, int64_t pos,
-                                kvrt_rope_layout layout, double theta) {
-  int32_t half = headSize / 2;
-  for (int32_t i = 0; i < half; ++i) {
-    double angle =
-        static_cast<double>(pos) * std::pow(theta, -2.0 * i / headSize);
+void kvir::reference::applyRope(double *x, const kvrt_model_config &c,
+                                int64_t pos) {
+  int32_t headSize = kvir::headSize(c), dims = kvir::ropeDims(c);
+  // Only the rotary pairs: the others have frequency 0 (the identity).
+  for (int32_t i = 0; 2 * i < dims; ++i) {
+    double angle = static_cast<double>(pos) * kvir::ropeFrequency(c, i);
     double cs = std::cos(angle), sn = std::sin(angle);
-    auto [a, b] = ropePair(layout, headSize, i);
+    auto [a, b] = ropePair(c.rope_layout, headSize, dims, i);
     double xa = x[a], xb = x[b];
     x[a] = xa * cs - xb * sn;
     x[b] = xa * sn + xb * cs;
   }
+}
+
+void kvir::reference::applyRope(double *x, int32_t headSize, int64_t pos,
+                                kvrt_rope_layout layout, double theta) {
+  kvrt_model_config c;
+  kvrt_model_config_init(&c);
+  c.dim = headSize;
+  c.n_heads = 1;
+  c.n_kv_heads = 1;
+  c.rope_layout = layout;
+  c.rope_theta = theta;
+  applyRope(x, c, pos);
 }
 
 kvrt_status kvir::reference::attention(const kvrt_model_config &config,
@@ -430,8 +440,7 @@ kvrt_status kvir::reference::materialize(const kvrt_model *model,
                   const_cast<float *>(span.vector(fresh, j, layer, h, 1));
               for (int32_t d = 0; d < l.head_size; ++d)
                 key[d] = k[d];
-              applyRope(key.data(), l.head_size, run.delta, c.rope_layout,
-                        c.rope_theta);
+              applyRope(key.data(), c, run.delta);
               for (int32_t d = 0; d < l.head_size; ++d) {
                 kDst[d] = static_cast<float>(key[d]);
                 vDst[d] = v[d];

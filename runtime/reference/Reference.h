@@ -25,6 +25,11 @@ namespace kvir::reference {
 void applyRope(double *x, int32_t headSize, int64_t pos,
                kvrt_rope_layout layout, double theta);
 
+/// The same for a head of `config`'s shape and every RoPE setting of it:
+/// its first ropeDims(config) dimensions rotate, pair i by the angle
+/// pos * ropeFrequency(config, i) (runtime/core/ModelConfig.h).
+void applyRope(double *x, const kvrt_model_config &config, int64_t pos);
+
 /// How attention applies the position offset Δ of each run.
 enum class ShiftMode {
   /// Rotate the query to m - Δ once per run, score against the stored keys,

@@ -1,6 +1,7 @@
 //===- ReferenceTest.cpp - The oracle vs llama2.c and itself ----*- C++ -*-===//
 
 #include "runtime/reference/Reference.h"
+#include "runtime/core/ModelConfig.h"
 #include "test/unit/TestSupport.h"
 
 #include <algorithm>
@@ -81,6 +82,54 @@ TEST(ReferenceTest, RopeRotatesTheDocumentedPairs) {
   EXPECT_NEAR(y[2], std::sin(2.0), 1e-15);
   EXPECT_NEAR(y[1], std::cos(0.2), 1e-15);
   EXPECT_NEAR(y[3], std::sin(0.2), 1e-15);
+}
+
+TEST(ReferenceTest, RopeVariantsRotateTheDocumentedPairs) {
+  // Head size 8, rope_dim 4, theta 100, half layout: pairs (0, 2) and (1, 3)
+  // turn by pos and pos / 10 rad, dimensions 4..7 pass through.
+  kvrt_model_config c = makeConfig(8, 16, 1, 1, 1, 4, 16);
+  c.rope_layout = KVRT_ROPE_HALF;
+  c.rope_theta = 100.0;
+  c.rope_dim = 4;
+  double x[8] = {1, 1, 0, 0, 1, 2, 3, 4};
+  kvir::reference::applyRope(x, c, 2);
+  EXPECT_NEAR(x[0], std::cos(2.0), 1e-15);
+  EXPECT_NEAR(x[2], std::sin(2.0), 1e-15);
+  EXPECT_NEAR(x[1], std::cos(0.2), 1e-15);
+  EXPECT_NEAR(x[3], std::sin(0.2), 1e-15);
+  EXPECT_EQ(x[4], 1.0);
+  EXPECT_EQ(x[7], 4.0);
+  // Linear scale 2 and factors {1, 4}: pair 0 turns by pos / 2, pair 1 by
+  // pos / 80 (interleaved pairs (0, 1) and (2, 3)).
+  c.rope_layout = KVRT_ROPE_INTERLEAVED;
+  c.rope_scale = 2.0;
+  c.n_rope_freq_factors = 2;
+  c.rope_freq_factors[0] = 1.0f;
+  c.rope_freq_factors[1] = 4.0f;
+  double y[8] = {1, 0, 1, 0, 5, 6, 7, 8};
+  kvir::reference::applyRope(y, c, 2);
+  EXPECT_NEAR(y[0], std::cos(1.0), 1e-15);
+  EXPECT_NEAR(y[1], std::sin(1.0), 1e-15);
+  EXPECT_NEAR(y[2], std::cos(0.025), 1e-15);
+  EXPECT_NEAR(y[3], std::sin(0.025), 1e-15);
+  EXPECT_EQ(y[4], 5.0);
+  EXPECT_EQ(y[7], 8.0);
+}
+
+TEST(ReferenceTest, Llama3FactorsFollowTheirDefinition) {
+  // Head size 12 at theta 500000, original context 64, factor 8, low 1,
+  // high 4: wavelengths 2 pi, 56.6, 509, ... give 1, smoothed, then 8.
+  std::vector<float> f =
+      kvir::llama3RopeFreqFactors(12, 500000.0, 8.0, 1.0, 4.0, 64.0);
+  ASSERT_EQ(f.size(), 6u);
+  EXPECT_EQ(f[0], 1.0f);
+  double wavelength = 2 * M_PI / std::pow(500000.0, -2.0 / 12);
+  double smooth = (64.0 / wavelength - 1.0) / (4.0 - 1.0);
+  EXPECT_FLOAT_EQ(f[1], float(1.0 / ((1 - smooth) / 8.0 + smooth)));
+  EXPECT_GT(f[1], 1.0f);
+  EXPECT_LT(f[1], 8.0f);
+  for (size_t i = 2; i < f.size(); ++i)
+    EXPECT_EQ(f[i], 8.0f) << i;
 }
 
 TEST(ReferenceTest, ReproducesLlama2cLogits) {
@@ -166,6 +215,34 @@ TEST(ReferenceTest, RelocationIsExactBothLayouts) {
     ModelPtr model = syntheticModel(smallConfig(layout), 99);
     for (int64_t delta : {37, 1000})
       checkRelocation(model.get(), delta);
+  }
+}
+
+TEST(ReferenceTest, RelocationIsExactUnderRopeVariants) {
+  for (const RopeVariant &variant : ropeVariants()) {
+    SCOPED_TRACE(variant.name);
+    ModelPtr model = syntheticModel(variant.config, 99);
+    for (int64_t delta : {37, 1000})
+      checkRelocation(model.get(), delta);
+  }
+}
+
+TEST(ReferenceTest, RopeVariantsChangeTheForward) {
+  // The same weights under each variant: the tests above would not see a
+  // variant that the oracle ignored.
+  ModelPtr plain = syntheticModel(smallConfig(KVRT_ROPE_INTERLEAVED), 4);
+  std::vector<int32_t> tokens = randomTokens(30, 64, 8);
+  PoolPtr pool = poolFor(plain.get(), 16);
+  ViewPtr empty = emptyView(pool.get());
+  std::vector<float> base =
+      prefill(plain.get(), empty.get(), tokens, 40).logits;
+  for (const RopeVariant &variant : ropeVariants()) {
+    kvrt_model_config c = variant.config;
+    c.rope_layout = KVRT_ROPE_INTERLEAVED;
+    ModelPtr model = syntheticModel(c, 4);
+    std::vector<float> got =
+        prefill(model.get(), empty.get(), tokens, 40).logits;
+    EXPECT_GT(relativeError(got, base), 1e-6) << variant.name;
   }
 }
 

@@ -1,13 +1,14 @@
 //===- TestSupport.cpp - Shared unit test helpers ---------------*- C++ -*-===//
 
 #include "test/unit/TestSupport.h"
+#include "runtime/core/ModelConfig.h"
 
-#include <random>
-
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <random>
 
 using namespace kvir::test;
 
@@ -101,6 +102,33 @@ kvrt_model_config kvir::test::smallConfig(kvrt_rope_layout layout) {
   kvrt_model_config c = makeConfig(48, 96, 2, 4, 2, 64, 128);
   c.rope_layout = layout;
   return c;
+}
+
+std::vector<RopeVariant> kvir::test::ropeVariants() {
+  // Head size 12: rope_dim 8 rotates 4 of the 6 pairs.
+  auto make = [](kvrt_rope_layout layout, int32_t ropeDim, double scale,
+                 bool llama3) {
+    kvrt_model_config c = smallConfig(layout);
+    c.rope_dim = ropeDim;
+    c.rope_scale = scale;
+    if (llama3) {
+      // Original context 64: pair 0 keeps its frequency, pair 1 is smoothed,
+      // the others are divided by 8.
+      c.rope_theta = 500000.0;
+      std::vector<float> factors = kvir::llama3RopeFreqFactors(
+          kvir::ropeDims(c), c.rope_theta, 8.0, 1.0, 4.0, 64.0);
+      c.n_rope_freq_factors = static_cast<int32_t>(factors.size());
+      std::copy(factors.begin(), factors.end(), c.rope_freq_factors);
+    }
+    return c;
+  };
+  return {
+      {"partial-interleaved", make(KVRT_ROPE_INTERLEAVED, 8, 0.0, false)},
+      {"partial-half", make(KVRT_ROPE_HALF, 8, 0.0, false)},
+      {"linear-scale-4", make(KVRT_ROPE_HALF, 0, 4.0, false)},
+      {"llama3-factors", make(KVRT_ROPE_INTERLEAVED, 0, 0.0, true)},
+      {"all-together", make(KVRT_ROPE_HALF, 8, 2.0, true)},
+  };
 }
 
 PoolPtr kvir::test::poolFor(const kvrt_model *model, int64_t capacityPages,

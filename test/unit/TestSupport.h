@@ -78,6 +78,14 @@ kvrt_model_config makeConfig(int32_t dim, int32_t hidden, int32_t layers,
 /// A small GQA config (2 query heads per KV head) with the given RoPE layout.
 kvrt_model_config smallConfig(kvrt_rope_layout layout);
 
+/// A named RoPE variant of smallConfig: partial rotary under both layouts,
+/// linear scaling, Llama 3 frequency factors, and all of them together.
+struct RopeVariant {
+  std::string name;
+  kvrt_model_config config;
+};
+std::vector<RopeVariant> ropeVariants();
+
 /// A pool shaped for `model` with `capacityPages` pages of `pageTokens`.
 PoolPtr poolFor(const kvrt_model *model, int64_t capacityPages,
                 int32_t pageTokens = 16);

@@ -12,9 +12,10 @@
 //   kv-run --model FILE (--tokens "1 2 3" | --tokens-file F | --text STRING)
 //          [--dump-logits OUT]
 //     prefills a token list from position 0.
-// Without --model, a built-in synthetic model of stories260K's shape is used.
-// Text goes through the tokenizer beside the model (tok<vocab>.bin) or
-// --tokenizer, and continuations are decoded.
+// --model takes a llama2.c checkpoint or a GGUF file. Without --model, a
+// built-in synthetic model of stories260K's shape is used. Text goes through
+// the tokenizer inside a GGUF model, the one beside the model
+// (tok<vocab>.bin) or --tokenizer, and continuations are decoded.
 //
 //===----------------------------------------------------------------------===//
 
@@ -61,7 +62,9 @@ cl::opt<std::string> programPath(cl::Positional, cl::desc("[PROGRAM.mlir]"),
                                  cl::cat(kvRunCategory));
 cl::opt<std::string>
     modelPath("model",
-              cl::desc("llama2.c checkpoint to run (default: the built-in "
+              cl::desc("model to run: a llama2.c checkpoint or a GGUF v3 "
+                       "llama file (F32, F16, BF16 or Q8_0; told by its "
+                       "magic; see docs/models.md) (default: the built-in "
                        "synthetic model of stories260K's shape)"),
               cl::value_desc("file"), cl::cat(kvRunCategory));
 cl::opt<std::string> syntheticName(
@@ -127,7 +130,8 @@ cl::opt<std::string> dumpLogits(
     cl::value_desc("file"), cl::cat(kvRunCategory));
 cl::opt<std::string> tokenizerPath(
     "tokenizer",
-    cl::desc("llama2.c tokenizer file for text in and out (default: "
+    cl::desc("tokenizer for text in and out, a llama2.c tokenizer.bin or a "
+             "GGUF file (default: the tokenizer inside a GGUF --model, else "
              "tok<vocab>.bin beside the --model file when present; none for "
              "synthetic models)"),
     cl::value_desc("file"), cl::cat(kvRunCategory));

@@ -395,7 +395,7 @@ FailureOr<unsigned> mlir::kv::buildProgramForwards(ModuleOp module,
     kvrt_kv_dtype dtype;
     Location loc;
   };
-  SmallVector<Request> requests;
+  std::vector<Request> requests; // a config is over 1 KiB: no inline storage
   llvm::StringSet<> seen;
   auto request = [&](ModelType model, Type element, Location loc) {
     kvrt_kv_dtype dtype = kvDtypeOf(element);

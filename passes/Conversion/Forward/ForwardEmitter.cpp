@@ -199,24 +199,61 @@ ForwardEmitter::ifThenElse(Value condition, TypeRange types,
 //===----------------------------------------------------------------------===//
 
 std::pair<Value, Value> ForwardEmitter::ropePair(Value i) {
-  // The IR form of kvir::ropePair (runtime/core/ModelConfig.h).
+  // The IR form of kvir::ropePair (runtime/core/ModelConfig.h). With partial
+  // rotary the pairs past the rotary ones are (2i, 2i + 1), whatever the
+  // layout: their frequency is 0, they pass through.
+  int64_t rotaryPairs = kvir::ropeDims(config) / 2;
+  auto interleaved = [&]() -> std::pair<Value, Value> {
+    Value a2 = mul(i, cIndex(2));
+    return {a2, add(a2, cIndex(1))};
+  };
   switch (config.rope_layout) {
-  case KVRT_ROPE_INTERLEAVED: {
-    Value a = mul(i, cIndex(2));
-    return {a, add(a, cIndex(1))};
+  case KVRT_ROPE_INTERLEAVED:
+    return interleaved();
+  case KVRT_ROPE_HALF: {
+    std::pair<Value, Value> pair = {i, add(i, cIndex(rotaryPairs))};
+    if (rotaryPairs == half)
+      return pair;
+    std::pair<Value, Value> passThrough = interleaved();
+    Value rotary = cmp(arith::CmpIPredicate::ult, i, cIndex(rotaryPairs));
+    return {select(rotary, pair.first, passThrough.first),
+            select(rotary, pair.second, passThrough.second)};
   }
-  case KVRT_ROPE_HALF:
-    return {i, add(i, cIndex(half))};
   }
   llvm_unreachable("unknown RoPE layout");
 }
 
 std::pair<Value, Value> ForwardEmitter::ropeCosSin(Value pos, Value i) {
+  // kvir::ropeFrequency, operation for operation: pow(theta, -2i / d),
+  // divided by the pair's divisor where the config has one, 0 past the
+  // rotary pairs.
+  int64_t dims = kvir::ropeDims(config), rotaryPairs = dims / 2;
   Value p = arith::SIToFPOp::create(b, f64(), pos);
   Value fi = arith::SIToFPOp::create(b, f64(), toI64(i));
   Value e0 = arith::MulFOp::create(b, cF64(-2.0), fi);
-  Value e = arith::DivFOp::create(b, e0, cF64(double(headSize)));
+  Value e = arith::DivFOp::create(b, e0, cF64(double(dims)));
   Value freq = math::PowFOp::create(b, cF64(config.rope_theta), e);
+  if (kvir::ropeHasFrequencyDivisor(config)) {
+    Value divisor;
+    if (config.n_rope_freq_factors == 0) {
+      divisor = cF64(kvir::ropeFrequencyDivisor(config, 0));
+    } else {
+      // One divisor per pair (1 past the rotary ones), picked by i.
+      SmallVector<double> divisors;
+      for (int64_t j = 0; j < half; ++j)
+        divisors.push_back(
+            j < rotaryPairs ? kvir::ropeFrequencyDivisor(config, j) : 1.0);
+      auto type = VectorType::get({half}, f64());
+      Value table = arith::ConstantOp::create(
+          b, DenseElementsAttr::get(type, ArrayRef<double>(divisors)));
+      divisor = vector::ExtractOp::create(b, table, ArrayRef<OpFoldResult>{i});
+    }
+    freq = arith::DivFOp::create(b, freq, divisor);
+  }
+  if (rotaryPairs < half) {
+    Value rotary = cmp(arith::CmpIPredicate::ult, i, cIndex(rotaryPairs));
+    freq = select(rotary, freq, cF64(0.0));
+  }
   Value angle = arith::MulFOp::create(b, p, freq);
   return {math::CosOp::create(b, angle), math::SinOp::create(b, angle)};
 }

@@ -139,10 +139,14 @@ public:
   //===--------------------------------------------------------------------===//
 
   /// The indices (a, b) of the head dimensions RoPE pair `i` rotates
-  /// together, by the config's layout (ModelConfig.h's ropePair).
+  /// together, by the config's layout and rotary dimensions (ModelConfig.h's
+  /// ropePair): every pair 0 <= i < head_size / 2, the ones past the rotary
+  /// dimensions included (they rotate by angle 0).
   std::pair<Value, Value> ropePair(Value i);
   /// cos and sin (f64) of pair `i` (index) at position `pos` (i64): the
-  /// angle is double(pos) * theta^(-2i / head_size).
+  /// angle is double(pos) * ropeFrequency(config, i) (ModelConfig.h: theta,
+  /// partial rotary, linear scaling, per-pair factors), computed as that
+  /// function does.
   std::pair<Value, Value> ropeCosSin(Value pos, Value i);
   /// (a, b) (f32) rotated by the angle with cosine `c` and sine `s` (f64):
   /// (a c - b s, a s + b c) computed in f64, rounded to f32.

@@ -278,7 +278,7 @@ func.func private @bad_eps(!kv.model<dim = 64, hidden = 172, layers = 5, heads =
 // -----
 
 // An unknown model parameter.
-// expected-error@+1 {{unknown model parameter 'width' (expected dim, hidden, layers, heads, kv_heads, vocab, rope, theta or eps)}}
+// expected-error@+1 {{unknown model parameter 'width' (expected dim, hidden, layers, heads, kv_heads, vocab, rope, theta, eps, rope_dim, rope_scale or rope_freqs)}}
 func.func private @unknown_parameter(!kv.model<dim = 64, width = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>)
 
 // -----
@@ -295,9 +295,9 @@ func.func private @duplicate_parameter(!kv.model<dim = 64, hidden = 172, layers 
 
 // -----
 
-// An unknown RoPE layout.
-// expected-error@+1 {{unknown RoPE layout 'neox' (expected interleaved or half)}}
-func.func private @unknown_rope(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope = neox>)
+// An unknown RoPE layout (llama.cpp's names, normal and neox, are known).
+// expected-error@+1 {{unknown RoPE layout 'yarn' (expected interleaved (normal) or half (neox))}}
+func.func private @unknown_rope(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope = yarn>)
 
 // -----
 
@@ -666,6 +666,36 @@ func.func @selective_shape(%m: !m, %d: !kv.cache<5x1x8xf32>, %b: index, %e: inde
   %0 = kv.selective_recompute %m, %d[%b, %e] fraction 0.15 : !m, !kv.cache<5x1x8xf32>
   return
 }
+
+// -----
+
+// An odd number of rotary dimensions.
+// expected-error@+1 {{invalid model type: rope_dim = 3 must be 0 (the whole head) or even and at most the head size 8}}
+func.func private @odd_rope_dim(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope_dim = 3>)
+
+// -----
+
+// More rotary dimensions than a head has.
+// expected-error@+1 {{invalid model type: rope_dim = 10 must be 0 (the whole head) or even and at most the head size 8}}
+func.func private @rope_dim_beyond_head(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope_dim = 10>)
+
+// -----
+
+// A RoPE scale that is not positive.
+// expected-error@+1 {{model rope_scale must be positive, got -2}}
+func.func private @negative_rope_scale(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope_scale = -2.0>)
+
+// -----
+
+// One frequency factor per rotary pair: a head of 8 has 4 pairs.
+// expected-error@+1 {{invalid model type: n_rope_freq_factors = 2 must be 0 or the number of rotary pairs 4}}
+func.func private @rope_freqs_count(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope_freqs = [1.0, 2.0]>)
+
+// -----
+
+// A frequency factor of zero.
+// expected-error@+1 {{invalid model type: rope_freq_factors[1] = 0 must be positive and finite}}
+func.func private @zero_rope_freq(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope_dim = 4, rope_freqs = [1.0, 0.0]>)
 
 // -----
 

@@ -227,6 +227,14 @@ TEST(CpuBackendTest, MatchesOracleWithMqaAndOddSizes) {
   checkSyntheticAgainstOracle(mqaModel());
 }
 
+TEST(CpuBackendTest, MatchesOracleUnderRopeVariants) {
+  for (const RopeVariant &variant : ropeVariants()) {
+    SCOPED_TRACE(variant.name);
+    ModelPtr model = syntheticModel(variant.config, 13);
+    checkSyntheticAgainstOracle(model.get());
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Threads: the packed matmul and parallel loops
 //===----------------------------------------------------------------------===//
@@ -338,6 +346,14 @@ TEST(CpuBackendTest, ShiftedRunsMatchOracleGqaHalf) {
 TEST(CpuBackendTest, ShiftedRunsMatchOracleStories260K) {
   KVIR_REQUIRE_TEST_MODEL();
   checkShiftedRuns(storiesModel());
+}
+
+TEST(CpuBackendTest, ShiftedRunsMatchOracleUnderRopeVariants) {
+  for (const RopeVariant &variant : ropeVariants()) {
+    SCOPED_TRACE(variant.name);
+    ModelPtr model = syntheticModel(variant.config, 17);
+    checkShiftedRuns(model.get());
+  }
 }
 
 TEST(CpuBackendTest, AttentionMatchesOracleFusedAndMaterialized) {

@@ -1,0 +1,1385 @@
+//===- GGUF.cpp - Read and write GGUF v3 llama models -----------*- C++ -*-===//
+//
+// GGUF v3 (little-endian): magic "GGUF", u32 version, u64 tensor count, u64
+// metadata count; metadata entries (string key, u32 value type, value);
+// tensor infos (string name, u32 n_dims, u64 dims[n_dims] innermost first,
+// u32 ggml type, u64 offset into the data section); the data section at the
+// next multiple of general.alignment (default 32). Strings are a u64 length
+// and that many bytes.
+//
+// The reader never trusts a count: each one is checked against the bytes
+// left before anything is reserved for it, and every size goes through
+// overflow-checked arithmetic.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/core/GGUF.h"
+#include "runtime/core/Model.h"
+#include "runtime/core/ModelConfig.h"
+#include "runtime/core/Support.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the GGUF reader assumes a little-endian host");
+
+using namespace kvrt;
+using namespace kvrt::gguf;
+
+namespace {
+
+constexpr uint32_t kMagic = 0x46554747; // "GGUF" little-endian
+constexpr uint32_t kVersion = 3;
+constexpr uint32_t kDefaultAlignment = 32;
+constexpr uint64_t kMaxKeyBytes = 65535;
+constexpr uint32_t kMaxDims = 4;
+constexpr int kMaxArrayDepth = 8;
+constexpr size_t kQ8BlockBytes = 2 + kQ8Block;
+
+/// GGUF metadata value types.
+enum ValueType : uint32_t {
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
+};
+
+const char *valueTypeName(uint32_t type) {
+  static const char *names[] = {"u8",  "i8",  "u16",  "i16",    "u32",
+                                "i32", "f32", "bool", "string", "array",
+                                "u64", "i64", "f64"};
+  return type < std::size(names) ? names[type] : "unknown";
+}
+
+/// Bytes of a scalar value type, 0 for strings, arrays and unknown types.
+uint64_t scalarBytes(uint32_t type) {
+  switch (type) {
+  case kU8:
+  case kI8:
+  case kBool:
+    return 1;
+  case kU16:
+  case kI16:
+    return 2;
+  case kU32:
+  case kI32:
+  case kF32:
+    return 4;
+  case kU64:
+  case kI64:
+  case kF64:
+    return 8;
+  default:
+    return 0;
+  }
+}
+
+/// ggml tensor types this reader dequantises.
+enum TensorType : uint32_t {
+  kTF32 = 0,
+  kTF16 = 1,
+  kTQ8_0 = 8,
+  kTBF16 = 30,
+};
+
+/// The name of a ggml type id (ggml.h), "" past the known ones.
+const char *ggmlTypeName(uint32_t type) {
+  static const char *names[] = {
+      "F32",        "F16",        "Q4_0",       "Q4_1",     "Q4_2",    "Q4_3",
+      "Q5_0",       "Q5_1",       "Q8_0",       "Q8_1",     "Q2_K",    "Q3_K",
+      "Q4_K",       "Q5_K",       "Q6_K",       "Q8_K",     "IQ2_XXS", "IQ2_XS",
+      "IQ3_XXS",    "IQ1_S",      "IQ4_NL",     "IQ3_S",    "IQ2_S",   "IQ4_XS",
+      "I8",         "I16",        "I32",        "I64",      "F64",     "IQ1_M",
+      "BF16",       "Q4_0_4_4",   "Q4_0_4_8",   "Q4_0_8_8", "TQ1_0",   "TQ2_0",
+      "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
+  return type < std::size(names) ? names[type] : "";
+}
+
+bool supportedType(uint32_t type) {
+  return type == kTF32 || type == kTF16 || type == kTQ8_0 || type == kTBF16;
+}
+
+/// A metadata value: scalars decoded, strings and arrays as positions.
+struct Value {
+  uint32_t type = 0;
+  uint64_t u = 0; // unsigned integers and bool
+  int64_t i = 0;  // signed integers
+  double f = 0;   // floats
+  std::string_view s;
+  uint32_t elementType = 0; // arrays
+  uint64_t count = 0;
+  size_t elements = 0; // offset of the first element
+};
+
+struct TensorInfo {
+  std::string_view name;
+  uint32_t nDims = 0;
+  uint64_t dims[kMaxDims] = {1, 1, 1, 1};
+  uint32_t type = 0;
+  uint64_t offset = 0; // within the data section
+  uint64_t elements = 0;
+  uint64_t bytes = 0;
+};
+
+std::string shapeText(const uint64_t *dims, uint32_t n) {
+  std::string text = "[";
+  for (uint32_t i = 0; i < n; ++i)
+    text += str(i ? ", " : "", dims[i]);
+  return text + "]";
+}
+
+/// A bounds-checked cursor over the file's bytes.
+class Reader {
+public:
+  Reader(const uint8_t *data, size_t size) : data(data), size(size) {}
+
+  size_t position() const { return pos; }
+  uint64_t left() const { return size - pos; }
+  const std::string &error() const { return problem; }
+
+  bool failWith(std::string message) {
+    if (problem.empty())
+      problem = std::move(message);
+    return false;
+  }
+
+  bool need(uint64_t n, const std::string &what) {
+    if (n <= left())
+      return true;
+    return failWith(str("truncated file: ", what, " at byte ", pos, " needs ",
+                        n, " bytes, ", left(), " are left"));
+  }
+
+  template <typename T> bool scalar(T &out, const std::string &what) {
+    if (!need(sizeof(T), what))
+      return false;
+    std::memcpy(&out, data + pos, sizeof(T));
+    pos += sizeof(T);
+    return true;
+  }
+
+  bool string(std::string_view &out, const std::string &what) {
+    size_t at = pos;
+    uint64_t length;
+    if (!scalar(length, what + " length"))
+      return false;
+    if (length > left())
+      return failWith(str("string length ", length, " of ", what, " at byte ",
+                          at, " exceeds the ", left(),
+                          " bytes left in the file"));
+    out = std::string_view(reinterpret_cast<const char *>(data + pos),
+                           static_cast<size_t>(length));
+    pos += static_cast<size_t>(length);
+    return true;
+  }
+
+  /// Reads (scalars, strings) or skips over (array elements) a value.
+  bool value(uint32_t type, Value &out, const std::string &what,
+             int depth = 0) {
+    out.type = type;
+    if (uint64_t bytes = scalarBytes(type)) {
+      if (!need(bytes, what))
+        return false;
+      const uint8_t *p = data + pos;
+      auto load = [&](auto tag) {
+        decltype(tag) v;
+        std::memcpy(&v, p, sizeof(v));
+        return v;
+      };
+      switch (type) {
+      case kU8:
+      case kBool:
+        out.u = load(uint8_t());
+        break;
+      case kU16:
+        out.u = load(uint16_t());
+        break;
+      case kU32:
+        out.u = load(uint32_t());
+        break;
+      case kU64:
+        out.u = load(uint64_t());
+        break;
+      case kI8:
+        out.i = load(int8_t());
+        break;
+      case kI16:
+        out.i = load(int16_t());
+        break;
+      case kI32:
+        out.i = load(int32_t());
+        break;
+      case kI64:
+        out.i = load(int64_t());
+        break;
+      case kF32:
+        out.f = load(float());
+        break;
+      case kF64:
+        out.f = load(double());
+        break;
+      }
+      pos += static_cast<size_t>(bytes);
+      return true;
+    }
+    if (type == kString)
+      return string(out.s, what);
+    if (type != kArray)
+      return failWith(
+          str(what, " has unknown value type ", type, " at byte ", pos - 4));
+    if (depth >= kMaxArrayDepth)
+      return failWith(
+          str(what, " nests arrays more than ", kMaxArrayDepth, " deep"));
+    if (!scalar(out.elementType, what + " element type") ||
+        !scalar(out.count, what + " element count"))
+      return false;
+    out.elements = pos;
+    uint64_t elementBytes = scalarBytes(out.elementType);
+    // Strings take at least their 8-byte length, arrays 12 bytes.
+    uint64_t least = elementBytes                 ? elementBytes
+                     : out.elementType == kString ? 8
+                     : out.elementType == kArray  ? 12
+                                                  : 0;
+    if (!least)
+      return failWith(
+          str(what, " is an array of unknown value type ", out.elementType));
+    if (out.count > left() / least)
+      return failWith(str(what, " claims ", out.count, " elements of type ",
+                          valueTypeName(out.elementType), " at byte ", pos,
+                          ", more than the ", left(), " bytes left hold"));
+    if (elementBytes) {
+      pos += static_cast<size_t>(out.count * elementBytes);
+      return true;
+    }
+    Value element;
+    for (uint64_t i = 0; i < out.count; ++i)
+      if (!value(out.elementType, element, str(what, "[", i, "]"), depth + 1))
+        return false;
+    return true;
+  }
+
+  void seek(size_t to) { pos = to; }
+
+private:
+  const uint8_t *data;
+  size_t size;
+  size_t pos = 0;
+  std::string problem;
+};
+
+/// The parsed and validated structure of a file.
+struct Parsed {
+  std::map<std::string_view, Value, std::less<>> keys;
+  std::vector<TensorInfo> tensors;
+  uint64_t dataStart = 0;
+  uint32_t alignment = kDefaultAlignment;
+};
+
+/// Bytes of a tensor of `elements` elements of `type` whose rows are `row`
+/// long; nullopt (with `error`) when the type cannot hold that shape.
+std::optional<uint64_t> tensorBytes(uint32_t type, uint64_t elements,
+                                    uint64_t row, std::string &error) {
+  uint64_t bytes;
+  switch (type) {
+  case kTF32:
+    if (__builtin_mul_overflow(elements, 4, &bytes))
+      break;
+    return bytes;
+  case kTF16:
+  case kTBF16:
+    if (__builtin_mul_overflow(elements, 2, &bytes))
+      break;
+    return bytes;
+  case kTQ8_0:
+    if (row % kQ8Block != 0) {
+      error = str("has rows of ", row, " elements, not a multiple of the ",
+                  kQ8Block, " of a Q8_0 block");
+      return std::nullopt;
+    }
+    if (__builtin_mul_overflow(elements / kQ8Block, kQ8BlockBytes, &bytes))
+      break;
+    return bytes;
+  }
+  error = "has a size beyond 2^64 bytes";
+  return std::nullopt;
+}
+
+std::string parseStructure(const uint8_t *data, size_t size, Parsed &out) {
+  Reader r(data, size);
+  uint32_t magic = 0, version = 0;
+  if (size < 4)
+    return str("truncated file: ", size, " bytes, not even the 4-byte magic");
+  r.scalar(magic, "magic");
+  if (magic != kMagic)
+    return "bad magic: not a GGUF file (the first 4 bytes are not 'GGUF')";
+  if (!r.scalar(version, "version"))
+    return r.error();
+  if (version != kVersion)
+    return str("unsupported GGUF version ", version, " (only version ",
+               kVersion, " is read)");
+  uint64_t nTensors = 0, nKeys = 0;
+  if (!r.scalar(nTensors, "tensor count") || !r.scalar(nKeys, "metadata count"))
+    return r.error();
+  // A key takes at least 13 bytes (length, type, a 1-byte value), a tensor
+  // info at least 32 (name length, n_dims, one dim, type, offset).
+  if (nKeys > r.left() / 13)
+    return str("metadata count ", nKeys, " exceeds what the ", r.left(),
+               " bytes after the header can hold");
+  if (nTensors > r.left() / 32)
+    return str("tensor count ", nTensors, " exceeds what the ", r.left(),
+               " bytes after the header can hold");
+
+  for (uint64_t k = 0; k < nKeys; ++k) {
+    std::string_view key;
+    size_t at = r.position();
+    if (!r.string(key, str("metadata key ", k)))
+      return r.error();
+    if (key.empty() || key.size() > kMaxKeyBytes)
+      return str("metadata key ", k, " at byte ", at, " has length ",
+                 key.size(), " (must be 1 to ", kMaxKeyBytes, ")");
+    uint32_t type;
+    Value value;
+    std::string what = str("metadata '", key, "'");
+    if (!r.scalar(type, what + " type") || !r.value(type, value, what))
+      return r.error();
+    if (!out.keys.emplace(key, value).second)
+      return str("duplicate metadata key '", key, "'");
+  }
+
+  if (auto it = out.keys.find("general.alignment"); it != out.keys.end()) {
+    const Value &v = it->second;
+    if (v.type != kU32)
+      return str("metadata 'general.alignment' has type ",
+                 valueTypeName(v.type), ", expected u32");
+    if (v.u == 0 || (v.u & (v.u - 1)) != 0)
+      return str("general.alignment = ", v.u, " is not a power of two");
+    out.alignment = static_cast<uint32_t>(v.u);
+  }
+
+  out.tensors.reserve(static_cast<size_t>(nTensors));
+  for (uint64_t t = 0; t < nTensors; ++t) {
+    TensorInfo info;
+    std::string what = str("tensor ", t);
+    if (!r.string(info.name, what + " name"))
+      return r.error();
+    what = str("tensor '", info.name, "'");
+    if (!r.scalar(info.nDims, what + " dimension count"))
+      return r.error();
+    if (info.nDims < 1 || info.nDims > kMaxDims)
+      return str(what, " has ", info.nDims, " dimensions (1 to ", kMaxDims,
+                 " are allowed)");
+    info.elements = 1;
+    for (uint32_t d = 0; d < info.nDims; ++d) {
+      if (!r.scalar(info.dims[d], str(what, " dimension ", d)))
+        return r.error();
+      if (info.dims[d] == 0)
+        return str(what, " has an empty dimension ", d);
+      if (__builtin_mul_overflow(info.elements, info.dims[d], &info.elements))
+        return str(what, " has more than 2^64 elements");
+    }
+    if (!r.scalar(info.type, what + " type") ||
+        !r.scalar(info.offset, what + " offset"))
+      return r.error();
+    if (!supportedType(info.type)) {
+      const char *name = ggmlTypeName(info.type);
+      if (!*name)
+        return str(what, " has unknown tensor type ", info.type);
+      return str(what, " has type ", name, " (", info.type,
+                 "), which is not supported (F32, F16, BF16 and Q8_0 are)");
+    }
+    std::string problem;
+    std::optional<uint64_t> bytes =
+        tensorBytes(info.type, info.elements, info.dims[0], problem);
+    if (!bytes)
+      return str(what, " of type ", ggmlTypeName(info.type), " and shape ",
+                 shapeText(info.dims, info.nDims), " ", problem);
+    info.bytes = *bytes;
+    if (info.offset % out.alignment != 0)
+      return str(what, " offset ", info.offset,
+                 " is not aligned to general.alignment = ", out.alignment);
+    for (const TensorInfo &other : out.tensors)
+      if (other.name == info.name)
+        return str("duplicate tensor name '", info.name, "'");
+    out.tensors.push_back(info);
+  }
+
+  uint64_t end = r.position();
+  out.dataStart = (end + out.alignment - 1) / out.alignment * out.alignment;
+  if (out.dataStart > size && !out.tensors.empty())
+    return str("truncated file: the data section would start at byte ",
+               out.dataStart, ", past the end of the file (", size, " bytes)");
+  uint64_t dataBytes = out.dataStart > size ? 0 : size - out.dataStart;
+  std::vector<const TensorInfo *> byOffset;
+  for (const TensorInfo &info : out.tensors) {
+    if (info.offset > dataBytes || info.bytes > dataBytes - info.offset)
+      return str("tensor '", info.name, "' (", info.bytes,
+                 " bytes at data offset ", info.offset,
+                 ") extends beyond the end of the file: the data section "
+                 "holds ",
+                 dataBytes, " bytes");
+    byOffset.push_back(&info);
+  }
+  std::sort(byOffset.begin(), byOffset.end(),
+            [](const TensorInfo *a, const TensorInfo *b) {
+              return a->offset < b->offset;
+            });
+  for (size_t i = 1; i < byOffset.size(); ++i)
+    if (byOffset[i - 1]->offset + byOffset[i - 1]->bytes > byOffset[i]->offset)
+      return str("tensors '", byOffset[i - 1]->name, "' and '",
+                 byOffset[i]->name, "' overlap in the data section");
+  return "";
+}
+
+//===----------------------------------------------------------------------===//
+// Metadata access
+//===----------------------------------------------------------------------===//
+
+class Metadata {
+public:
+  explicit Metadata(const Parsed &parsed) : parsed(parsed) {}
+
+  const Value *find(std::string_view key) const {
+    auto it = parsed.keys.find(key);
+    return it == parsed.keys.end() ? nullptr : &it->second;
+  }
+
+  /// An integer key in [0, INT32_MAX], stored as any integer type.
+  std::optional<int32_t> count(std::string_view key, bool required,
+                               std::string &error) const {
+    const Value *v = find(key);
+    if (!v) {
+      if (required)
+        error = str("missing key '", key, "'");
+      return std::nullopt;
+    }
+    int64_t value;
+    switch (v->type) {
+    case kU8:
+    case kU16:
+    case kU32:
+    case kU64:
+      value = v->u > uint64_t(INT64_MAX) ? INT64_MAX : int64_t(v->u);
+      break;
+    case kI8:
+    case kI16:
+    case kI32:
+    case kI64:
+      value = v->i;
+      break;
+    default:
+      error = str("key '", key, "' has type ", valueTypeName(v->type),
+                  ", expected an integer (u32 or u64)");
+      return std::nullopt;
+    }
+    if (value < 0 || value > std::numeric_limits<int32_t>::max()) {
+      error = str("key '", key, "' = ", value, " is out of range [0, 2^31)");
+      return std::nullopt;
+    }
+    return static_cast<int32_t>(value);
+  }
+
+  /// A float key (f32 or f64). An f32 becomes the double of its shortest
+  /// decimal form, so that 1e-5f reads as 1e-5, as a llama2.c model has it.
+  std::optional<double> real(std::string_view key, bool required,
+                             std::string &error) const {
+    const Value *v = find(key);
+    if (!v) {
+      if (required)
+        error = str("missing key '", key, "'");
+      return std::nullopt;
+    }
+    if (v->type == kF64)
+      return v->f;
+    if (v->type != kF32) {
+      error = str("key '", key, "' has type ", valueTypeName(v->type),
+                  ", expected f32");
+      return std::nullopt;
+    }
+    return shortestDouble(static_cast<float>(v->f));
+  }
+
+  std::optional<std::string_view> text(std::string_view key, bool required,
+                                       std::string &error) const {
+    const Value *v = find(key);
+    if (!v) {
+      if (required)
+        error = str("missing key '", key, "'");
+      return std::nullopt;
+    }
+    if (v->type != kString) {
+      error = str("key '", key, "' has type ", valueTypeName(v->type),
+                  ", expected string");
+      return std::nullopt;
+    }
+    return v->s;
+  }
+
+  static double shortestDouble(float value) {
+    if (!std::isfinite(value))
+      return value;
+    char buf[64];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof(buf) - 1, value);
+    *end = '\0';
+    return std::strtod(buf, nullptr);
+  }
+
+private:
+  const Parsed &parsed;
+};
+
+//===----------------------------------------------------------------------===//
+// The model
+//===----------------------------------------------------------------------===//
+
+/// Dequantises `info` (validated) from `src` into `dst`; "" or what is
+/// wrong (a non-finite value or scale).
+std::string dequantize(const TensorInfo &info, const uint8_t *src, float *dst) {
+  auto bad = [&](uint64_t i, float v) {
+    return str("tensor '", info.name, "' element ", i, " is ", v,
+               " (weights must be finite)");
+  };
+  switch (info.type) {
+  case kTF32:
+    std::memcpy(dst, src, info.elements * sizeof(float));
+    for (uint64_t i = 0; i < info.elements; ++i)
+      if (!std::isfinite(dst[i]))
+        return bad(i, dst[i]);
+    return "";
+  case kTF16:
+  case kTBF16:
+    for (uint64_t i = 0; i < info.elements; ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, src + 2 * i, 2);
+      dst[i] = info.type == kTF16 ? halfToFloat(bits) : bfloat16ToFloat(bits);
+      if (!std::isfinite(dst[i]))
+        return bad(i, dst[i]);
+    }
+    return "";
+  case kTQ8_0:
+    for (uint64_t b = 0; b < info.elements / kQ8Block; ++b) {
+      const uint8_t *block = src + b * kQ8BlockBytes;
+      uint16_t bits;
+      std::memcpy(&bits, block, 2);
+      float scale = halfToFloat(bits);
+      if (!std::isfinite(scale))
+        return str("tensor '", info.name, "' Q8_0 block ", b,
+                   " has a non-finite scale (", scale, ")");
+      for (int j = 0; j < kQ8Block; ++j)
+        dst[b * kQ8Block + j] =
+            scale * static_cast<float>(static_cast<int8_t>(block[2 + j]));
+    }
+    return "";
+  }
+  return str("tensor '", info.name, "' has an unsupported type");
+}
+
+/// The GGUF name and expected shape (innermost first) of each tensor of
+/// tensorSpecs(config), in llama2.c order; per-layer tensors have one entry
+/// per layer. At most `limit` of them, so that a file cannot make the reader
+/// name more tensors than it holds (plus one, the first missing one).
+struct Expected {
+  std::string name;
+  uint64_t dims[2];
+  uint32_t nDims;
+};
+
+std::vector<Expected> expectedTensors(const kvrt_model_config &c,
+                                      size_t limit = SIZE_MAX) {
+  uint64_t dim = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size,
+           kvDim = kvir::kvDim(c);
+  std::vector<Expected> out;
+  out.push_back({"token_embd.weight", {dim, vocab}, 2});
+  struct PerLayer {
+    const char *name;
+    uint64_t in, out;
+  };
+  // In llama2.c order: rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3.
+  PerLayer perLayer[] = {{"attn_norm", dim, 0},     {"attn_q", dim, dim},
+                         {"attn_k", dim, kvDim},    {"attn_v", dim, kvDim},
+                         {"attn_output", dim, dim}, {"ffn_norm", dim, 0},
+                         {"ffn_gate", dim, hidden}, {"ffn_down", hidden, dim},
+                         {"ffn_up", dim, hidden}};
+  for (const PerLayer &t : perLayer)
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      if (out.size() >= limit)
+        return out;
+      out.push_back({str("blk.", l, ".", t.name, ".weight"),
+                     {t.in, t.out},
+                     t.out ? 2u : 1u});
+    }
+  out.push_back({"output_norm.weight", {dim, 0}, 1});
+  if (!c.shared_classifier)
+    out.push_back({"output.weight", {dim, vocab}, 2});
+  return out;
+}
+
+std::string readConfig(const Metadata &meta, const Parsed &parsed,
+                       kvrt_model_config &c, const TensorInfo *&ropeFreqs) {
+  std::string error;
+  std::optional<std::string_view> arch =
+      meta.text("general.architecture", true, error);
+  if (!arch)
+    return error;
+  if (*arch != "llama")
+    return str("architecture '", *arch, "' is not supported (llama is)");
+  kvrt_model_config_init(&c);
+  struct Size {
+    const char *key;
+    int32_t *field;
+  } sizes[] = {{"llama.context_length", &c.seq_len},
+               {"llama.embedding_length", &c.dim},
+               {"llama.block_count", &c.n_layers},
+               {"llama.feed_forward_length", &c.hidden_dim},
+               {"llama.attention.head_count", &c.n_heads}};
+  for (const Size &s : sizes) {
+    std::optional<int32_t> v = meta.count(s.key, true, error);
+    if (!v)
+      return error;
+    if (*v == 0)
+      return str("key '", s.key, "' = 0 must be positive");
+    *s.field = *v;
+  }
+  // Optional in the GGUF spec: head_count_kv defaults to head_count.
+  std::optional<int32_t> kvHeads =
+      meta.count("llama.attention.head_count_kv", false, error);
+  if (!error.empty())
+    return error;
+  c.n_kv_heads = kvHeads ? *kvHeads : c.n_heads;
+  std::optional<double> eps =
+      meta.real("llama.attention.layer_norm_rms_epsilon", true, error);
+  if (!eps)
+    return error;
+  c.rms_eps = *eps;
+  std::optional<double> theta = meta.real("llama.rope.freq_base", false, error);
+  if (!error.empty())
+    return error;
+  c.rope_theta = theta ? *theta : 10000.0;
+  // llama.cpp's "normal" RoPE: interleaved pairs.
+  c.rope_layout = KVRT_ROPE_INTERLEAVED;
+  if (c.n_heads == 0 || c.dim % c.n_heads != 0)
+    return str("invalid configuration: ", kvir::describeArchitectureError(c));
+  std::optional<int32_t> ropeDim =
+      meta.count("llama.rope.dimension_count", false, error);
+  if (!error.empty())
+    return error;
+  if (ropeDim)
+    c.rope_dim = *ropeDim == c.dim / c.n_heads ? 0 : *ropeDim;
+
+  std::optional<std::string_view> scaling =
+      meta.text("llama.rope.scaling.type", false, error);
+  if (!error.empty())
+    return error;
+  std::optional<double> factor =
+      meta.real("llama.rope.scaling.factor", false, error);
+  if (!error.empty())
+    return error;
+  if (scaling && *scaling != "none" && *scaling != "linear")
+    return str("RoPE scaling '", *scaling,
+               "' is not supported (none and linear are)");
+  if (factor && (!scaling || *scaling == "linear")) {
+    if (!(std::isfinite(*factor) && *factor > 0))
+      return str("key 'llama.rope.scaling.factor' = ", *factor,
+                 " must be positive and finite");
+    c.rope_scale = *factor;
+  }
+  if (scaling && *scaling == "linear" && !factor)
+    return "missing key 'llama.rope.scaling.factor' (llama.rope.scaling.type "
+           "is linear)";
+
+  // The vocabulary is the embedding's outer dimension.
+  const TensorInfo *embedding = nullptr;
+  for (const TensorInfo &info : parsed.tensors) {
+    if (info.name == "token_embd.weight")
+      embedding = &info;
+    if (info.name == "output.weight")
+      c.shared_classifier = 0;
+    if (info.name == "rope_freqs.weight")
+      ropeFreqs = &info;
+  }
+  if (!embedding)
+    return "missing tensor 'token_embd.weight'";
+  if (embedding->nDims != 2 || embedding->dims[1] > INT32_MAX)
+    return str("tensor 'token_embd.weight' has shape ",
+               shapeText(embedding->dims, embedding->nDims), ", expected [",
+               c.dim, ", vocab]");
+  c.vocab_size = static_cast<int32_t>(embedding->dims[1]);
+  std::optional<int32_t> vocab = meta.count("llama.vocab_size", false, error);
+  if (!error.empty())
+    return error;
+  if (vocab && *vocab != c.vocab_size)
+    return str("key 'llama.vocab_size' = ", *vocab,
+               " but token_embd.weight has ", c.vocab_size, " rows");
+  std::string problem = describeConfigError(c);
+  if (!problem.empty())
+    return "invalid configuration: " + problem;
+  if (ropeFreqs) {
+    int32_t pairs = kvir::ropeDims(c) / 2;
+    if (ropeFreqs->nDims != 1 || ropeFreqs->dims[0] != uint64_t(pairs))
+      return str("tensor 'rope_freqs.weight' has shape ",
+                 shapeText(ropeFreqs->dims, ropeFreqs->nDims), ", expected [",
+                 pairs, "] (one factor per rotary pair)");
+    if (pairs > KVRT_MAX_ROPE_PAIRS)
+      return str("tensor 'rope_freqs.weight' has ", pairs,
+                 " factors, more than the ", KVRT_MAX_ROPE_PAIRS,
+                 " a config holds");
+  }
+  return "";
+}
+
+std::string readModel(const uint8_t *data, const Parsed &parsed,
+                      kvrt_model **out) {
+  Metadata meta(parsed);
+  kvrt_model_config c;
+  const TensorInfo *ropeFreqs = nullptr;
+  std::string error = readConfig(meta, parsed, c, ropeFreqs);
+  if (!error.empty())
+    return error;
+  // No more names than the file has tensors, plus one: with more layers than
+  // the file holds, the first missing tensor is among them.
+  std::vector<Expected> expected =
+      expectedTensors(c, parsed.tensors.size() + 1);
+  std::map<std::string_view, const TensorInfo *> byName;
+  for (const TensorInfo &info : parsed.tensors)
+    byName[info.name] = &info;
+  // Every tensor is expected or rope_freqs, every expected one is there with
+  // its shape, and their sizes add up without overflow: all before the
+  // weights are allocated.
+  std::vector<const TensorInfo *> order;
+  uint64_t total = 0;
+  for (const Expected &e : expected) {
+    auto it = byName.find(e.name);
+    if (it == byName.end())
+      return str("missing tensor '", e.name, "'");
+    const TensorInfo &info = *it->second;
+    bool same = info.nDims == e.nDims;
+    for (uint32_t d = 0; same && d < e.nDims; ++d)
+      same = info.dims[d] == e.dims[d];
+    if (!same)
+      return str("tensor '", e.name, "' has shape ",
+                 shapeText(info.dims, info.nDims), ", expected ",
+                 shapeText(e.dims, e.nDims));
+    order.push_back(&info);
+    if (__builtin_add_overflow(total, info.elements, &total))
+      return "the tensors hold more than 2^64 elements";
+    byName.erase(it);
+  }
+  for (auto &[name, info] : byName)
+    if (info != ropeFreqs)
+      return str("unexpected tensor '", name, "' for the llama architecture");
+  if (ropeFreqs) {
+    std::vector<float> factors(ropeFreqs->elements);
+    error = dequantize(*ropeFreqs, data + parsed.dataStart + ropeFreqs->offset,
+                       factors.data());
+    if (!error.empty())
+      return error;
+    c.n_rope_freq_factors = static_cast<int32_t>(factors.size());
+    std::copy(factors.begin(), factors.end(), c.rope_freq_factors);
+    std::string problem = describeConfigError(c);
+    if (!problem.empty())
+      return "invalid configuration: " + problem;
+  }
+  if (allocationFault(KVRT_FAULT_WEIGHTS, "model weights") != KVRT_OK)
+    return kvrt_last_error();
+  std::vector<float> weights(total);
+  float *dst = weights.data();
+  for (const TensorInfo *info : order) {
+    error = dequantize(*info, data + parsed.dataStart + info->offset, dst);
+    if (!error.empty())
+      return error;
+    dst += info->elements;
+  }
+  *out = makeModel(c, std::move(weights));
+  return "";
+}
+
+//===----------------------------------------------------------------------===//
+// The tokenizer
+//===----------------------------------------------------------------------===//
+
+/// Token types of tokenizer.ggml.token_type (llama.cpp's llama_token_type).
+enum TokenType : int32_t { kNormal = 1, kByte = 6 };
+
+std::string readTokenizer(const uint8_t *data, size_t size,
+                          const Parsed &parsed, int32_t modelVocab,
+                          kvrt_tokenizer **out) {
+  Metadata meta(parsed);
+  std::string error;
+  std::optional<std::string_view> model =
+      meta.text("tokenizer.ggml.model", false, error);
+  if (!error.empty())
+    return error;
+  if (!model)
+    return "";
+  if (*model != "llama")
+    return str("tokenizer model '", *model,
+               "' is not supported (llama, SentencePiece BPE, is)");
+  const Value *tokens = meta.find("tokenizer.ggml.tokens");
+  if (!tokens)
+    return "missing key 'tokenizer.ggml.tokens'";
+  if (tokens->type != kArray || tokens->elementType != kString)
+    return "key 'tokenizer.ggml.tokens' must be an array of strings";
+  if (tokens->count == 0 || tokens->count > KVRT_TOKENIZER_MAX_VOCAB)
+    return str("tokenizer.ggml.tokens has ", tokens->count, " tokens (1 to ",
+               KVRT_TOKENIZER_MAX_VOCAB, " are allowed)");
+  int32_t n = static_cast<int32_t>(tokens->count);
+  if (modelVocab >= 0 && n != modelVocab)
+    return str("tokenizer.ggml.tokens has ", n,
+               " tokens, the model's vocabulary ", modelVocab);
+  auto array = [&](const char *key, uint32_t type,
+                   const Value *&v) -> std::string {
+    v = meta.find(key);
+    if (!v)
+      return "";
+    if (v->type != kArray || v->elementType != type)
+      return str("key '", key, "' must be an array of ", valueTypeName(type));
+    if (v->count != tokens->count)
+      return str("key '", key, "' has ", v->count, " entries, ",
+                 "tokenizer.ggml.tokens ", tokens->count);
+    return "";
+  };
+  const Value *scores = nullptr, *types = nullptr;
+  if (!(error = array("tokenizer.ggml.scores", kF32, scores)).empty() ||
+      !(error = array("tokenizer.ggml.token_type", kI32, types)).empty())
+    return error;
+  int32_t special[3] = {0, 1, 2}; // llama.cpp's SentencePiece defaults
+  const char *specialKeys[3] = {"tokenizer.ggml.unknown_token_id",
+                                "tokenizer.ggml.bos_token_id",
+                                "tokenizer.ggml.eos_token_id"};
+  for (int i = 0; i < 3; ++i) {
+    std::optional<int32_t> id = meta.count(specialKeys[i], false, error);
+    if (!error.empty())
+      return error;
+    if (id)
+      special[i] = *id;
+    if (special[i] >= n)
+      return str("key '", specialKeys[i], "' = ", special[i],
+                 " is outside the ", n, " tokens");
+  }
+
+  // Pieces with U+2581 turned into ' ', as llama2.c's tokenizer.bin has them.
+  Reader r(data, size);
+  r.seek(tokens->elements);
+  std::vector<std::string> pieces(n);
+  std::vector<const char *> pointers(n);
+  std::vector<size_t> lengths(n);
+  std::vector<float> pieceScores(n, 0.0f);
+  const std::string_view space = "\xe2\x96\x81";
+  for (int32_t i = 0; i < n; ++i) {
+    std::string_view raw;
+    if (!r.string(raw, str("token ", i)))
+      return r.error();
+    std::string &piece = pieces[i];
+    for (size_t at = 0; at < raw.size();) {
+      if (raw.substr(at, 3) == space) {
+        piece += ' ';
+        at += 3;
+      } else {
+        piece += raw[at++];
+      }
+    }
+    if (piece.empty())
+      return str("token ", i, " is empty");
+    if (scores) {
+      std::memcpy(&pieceScores[i], data + scores->elements + 4 * size_t(i), 4);
+      if (!std::isfinite(pieceScores[i]))
+        return str("token ", i, " has a non-finite score");
+    }
+    if (types) {
+      int32_t type;
+      std::memcpy(&type, data + types->elements + 4 * size_t(i), 4);
+      unsigned byte;
+      char tail;
+      if (type == kByte &&
+          (piece.size() != 6 ||
+           std::sscanf(piece.c_str(), "<0x%2X>%c", &byte, &tail) != 1))
+        return str("token ", i,
+                   " has the byte type but is not spelled "
+                   "<0xHH>");
+    }
+    pointers[i] = piece.data();
+    lengths[i] = piece.size();
+  }
+  if (kvrt_tokenizer_create(pointers.data(), lengths.data(), pieceScores.data(),
+                            n, special[0], special[1], special[2],
+                            out) != KVRT_OK)
+    return str("bad tokenizer: ", kvrt_last_error());
+  return "";
+}
+
+//===----------------------------------------------------------------------===//
+// Files
+//===----------------------------------------------------------------------===//
+
+struct Mapping {
+  const uint8_t *data = nullptr;
+  size_t size = 0;
+  ~Mapping() {
+    if (data)
+      ::munmap(const_cast<uint8_t *>(data), size);
+  }
+};
+
+/// Maps `path` read-only; "" or what went wrong.
+std::string mapFile(const char *path, Mapping &out) {
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return str("cannot open '", path, "': ", std::strerror(errno));
+  struct stat st;
+  std::string error;
+  if (::fstat(fd, &st) != 0) {
+    error = str("cannot read the size of '", path, "': ", std::strerror(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    error = str("'", path, "' is not a regular file");
+  } else if (st.st_size > 0) {
+    void *p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ,
+                     MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED)
+      error = str("cannot map '", path, "': ", std::strerror(errno));
+    else {
+      out.data = static_cast<const uint8_t *>(p);
+      out.size = static_cast<size_t>(st.st_size);
+    }
+  }
+  ::close(fd);
+  return error;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Numbers
+//===----------------------------------------------------------------------===//
+
+float kvrt::gguf::halfToFloat(uint16_t h) {
+  uint32_t sign = uint32_t(h >> 15) << 31, exponent = (h >> 10) & 0x1f,
+           mantissa = h & 0x3ff, bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000 | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {
+    // Subnormal: mantissa * 2^-24, exact in float.
+    float value = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign ? -value : value;
+  }
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
+
+uint16_t kvrt::gguf::floatToHalf(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
+  uint32_t magnitude = bits & 0x7fffffff;
+  if (magnitude > 0x7f800000) // NaN: keep it a (quiet) NaN
+    return sign | 0x7e00 | static_cast<uint16_t>((magnitude >> 13) & 0x3ff);
+  if (magnitude >= 0x47800000) // >= 65536 rounds to infinity
+    return sign | 0x7c00;
+  float a = std::fabs(value);
+  if (a < 6.103515625e-05f) {
+    // Subnormal range: a multiple of 2^-24, rounded to nearest even by the
+    // float addition (2^-24 * 2^23 has the right exponent).
+    float scaled = a * 16777216.0f; // exact: a power-of-two scale
+    float rounded = std::nearbyint(scaled);
+    return sign | static_cast<uint16_t>(rounded);
+  }
+  // Normal: drop 13 mantissa bits with round to nearest even.
+  uint32_t rounded = magnitude + 0xfff + ((magnitude >> 13) & 1);
+  uint32_t exponent = (rounded >> 23) - 112;
+  if (exponent >= 0x1f)
+    return sign | 0x7c00;
+  return sign |
+         static_cast<uint16_t>((exponent << 10) | ((rounded >> 13) & 0x3ff));
+}
+
+float kvrt::gguf::bfloat16ToFloat(uint16_t bits) {
+  uint32_t wide = uint32_t(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, 4);
+  return value;
+}
+
+uint16_t kvrt::gguf::floatToBFloat16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  if ((bits & 0x7fffffff) > 0x7f800000)
+    return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fff + ((bits >> 16) & 1);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+void kvrt::gguf::quantizeQ8Block(const float *x, uint8_t *block) {
+  float amax = 0.0f;
+  for (int j = 0; j < kQ8Block; ++j)
+    amax = std::max(amax, std::fabs(x[j]));
+  float d = amax / 127.0f;
+  float id = d != 0.0f ? 1.0f / d : 0.0f;
+  uint16_t scale = floatToHalf(d);
+  std::memcpy(block, &scale, 2);
+  for (int j = 0; j < kQ8Block; ++j)
+    block[2 + j] =
+        static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[j] * id)));
+}
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
+bool kvrt::gguf::hasMagic(const void *data, size_t size) {
+  uint32_t magic;
+  if (size < 4)
+    return false;
+  std::memcpy(&magic, data, 4);
+  return magic == kMagic;
+}
+
+bool kvrt::gguf::fileHasMagic(const char *path) {
+  // Only a regular file is peeked at: opening and reading a FIFO would block
+  // (and consume what the real loader must read, and refuse).
+  int fd = ::open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  struct stat st;
+  uint8_t head[4];
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            ::pread(fd, head, 4, 0) == 4 && hasMagic(head, 4);
+  ::close(fd);
+  return ok;
+}
+
+std::string kvrt::gguf::readBuffer(const uint8_t *data, size_t size,
+                                   kvrt_model **model,
+                                   kvrt_tokenizer **tokenizer) {
+  if (model)
+    *model = nullptr;
+  if (tokenizer)
+    *tokenizer = nullptr;
+  Parsed parsed;
+  std::string error = parseStructure(data, size, parsed);
+  if (!error.empty())
+    return error;
+  kvrt_model *m = nullptr;
+  int32_t vocab = -1;
+  if (model || tokenizer) {
+    // The tokenizer is checked against the model's vocabulary: read the
+    // model's config even when only the tokenizer is asked for.
+    if (model) {
+      error = readModel(data, parsed, &m);
+      if (!error.empty())
+        return error;
+      vocab = m->config.vocab_size;
+    } else {
+      Metadata meta(parsed);
+      kvrt_model_config c;
+      const TensorInfo *ropeFreqs = nullptr;
+      error = readConfig(meta, parsed, c, ropeFreqs);
+      if (!error.empty())
+        return error;
+      vocab = c.vocab_size;
+    }
+  }
+  kvrt_tokenizer *t = nullptr;
+  error = readTokenizer(data, size, parsed, vocab, &t);
+  if (!error.empty()) {
+    kvrt_model_release(m);
+    return error;
+  }
+  if (model)
+    *model = m;
+  else
+    kvrt_model_release(m);
+  if (tokenizer)
+    *tokenizer = t;
+  else
+    kvrt_tokenizer_release(t);
+  return "";
+}
+
+std::string kvrt::gguf::readFile(const char *path, kvrt_model **model,
+                                 kvrt_tokenizer **tokenizer) {
+  Mapping mapping;
+  std::string error = mapFile(path, mapping);
+  if (error.empty())
+    error = readBuffer(mapping.data, mapping.size, model, tokenizer);
+  if (!error.empty() && error.find(path) == std::string::npos)
+    error = str("bad GGUF file '", path, "': ", error);
+  return error;
+}
+
+extern "C" kvrt_status
+kvrt_model_load_gguf_buffer(const void *data, size_t size, kvrt_model **out) {
+  if ((!data && size) || !out)
+    return nullArgument(__func__);
+  *out = nullptr;
+  return guard([&] {
+    std::string error =
+        readBuffer(static_cast<const uint8_t *>(data), size, out, nullptr);
+    if (!error.empty())
+      return fail(KVRT_ERR_BAD_MODEL, "bad GGUF model: " + error);
+    return KVRT_OK;
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Writing
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Serialises metadata and tensor infos.
+class Writer {
+public:
+  std::string bytes;
+  uint64_t keys = 0;
+
+  template <typename T> void scalar(T value) {
+    bytes.append(reinterpret_cast<const char *>(&value), sizeof(T));
+  }
+  void string(std::string_view s) {
+    scalar<uint64_t>(s.size());
+    bytes.append(s);
+  }
+  void key(std::string_view name, ValueType type) {
+    ++keys;
+    string(name);
+    scalar<uint32_t>(type);
+  }
+  void u32(std::string_view name, uint32_t v) {
+    key(name, kU32);
+    scalar(v);
+  }
+  void f32(std::string_view name, float v) {
+    key(name, kF32);
+    scalar(v);
+  }
+  void text(std::string_view name, std::string_view v) {
+    key(name, kString);
+    string(v);
+  }
+};
+
+/// One tensor to write: its name, shape, type and f32 source.
+struct Outgoing {
+  std::string name;
+  uint64_t dims[2];
+  uint32_t nDims;
+  uint32_t type;
+  const float *src;
+  uint64_t elements;
+};
+
+std::string encodeTensor(const Outgoing &t) {
+  std::string out;
+  switch (t.type) {
+  case kTF32:
+    out.assign(reinterpret_cast<const char *>(t.src), t.elements * 4);
+    break;
+  case kTF16:
+  case kTBF16:
+    out.resize(t.elements * 2);
+    for (uint64_t i = 0; i < t.elements; ++i) {
+      uint16_t bits =
+          t.type == kTF16 ? floatToHalf(t.src[i]) : floatToBFloat16(t.src[i]);
+      std::memcpy(&out[2 * i], &bits, 2);
+    }
+    break;
+  case kTQ8_0:
+    out.resize(t.elements / kQ8Block * kQ8BlockBytes);
+    for (uint64_t b = 0; b < t.elements / kQ8Block; ++b)
+      quantizeQ8Block(t.src + b * kQ8Block,
+                      reinterpret_cast<uint8_t *>(&out[b * kQ8BlockBytes]));
+    break;
+  }
+  return out;
+}
+
+kvrt_status saveGGUF(const kvrt_model &model, const kvrt_tokenizer *tokenizer,
+                     kvrt_gguf_type type, const char *path) {
+  const kvrt_model_config &c = model.config;
+  if (type != KVRT_GGUF_F32 && type != KVRT_GGUF_F16 &&
+      type != KVRT_GGUF_BF16 && type != KVRT_GGUF_Q8_0)
+    return fail(
+        KVRT_ERR_INVALID_ARGUMENT,
+        str("cannot save '", path, "': unknown GGUF tensor type ", int(type)));
+  if (c.rope_layout != KVRT_ROPE_INTERLEAVED)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("cannot save '", path,
+                    "': GGUF's llama architecture has interleaved (normal) "
+                    "RoPE only"));
+  if (tokenizer && kvrt_tokenizer_check_vocab(tokenizer, c.vocab_size))
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("cannot save '", path, "': ", kvrt_last_error()));
+  Writer w;
+  std::vector<Outgoing> tensors;
+  std::vector<Expected> expected = expectedTensors(c);
+  const float *src = model.data.data();
+  for (const Expected &e : expected) {
+    uint64_t elements = e.dims[0] * (e.nDims == 2 ? e.dims[1] : 1);
+    // Vectors stay F32, as llama.cpp keeps them; Q8_0 needs rows that are
+    // whole blocks, else the matrix falls back to F16 (as llama.cpp's
+    // converter does).
+    uint32_t t = e.nDims == 1 ? uint32_t(kTF32) : uint32_t(type);
+    if (t == kTQ8_0 && e.dims[0] % kQ8Block != 0)
+      t = kTF16;
+    tensors.push_back(
+        {e.name, {e.dims[0], e.dims[1]}, e.nDims, t, src, elements});
+    src += elements;
+  }
+  if (c.n_rope_freq_factors)
+    tensors.push_back({"rope_freqs.weight",
+                       {uint64_t(c.n_rope_freq_factors), 0},
+                       1,
+                       kTF32,
+                       c.rope_freq_factors,
+                       uint64_t(c.n_rope_freq_factors)});
+
+  int32_t nPieces = tokenizer ? kvrt_tokenizer_vocab_size(tokenizer) : 0;
+  w.text("general.architecture", "llama");
+  w.text("general.name", "kvir");
+  w.u32("general.alignment", kDefaultAlignment);
+  w.u32("general.file_type", type == KVRT_GGUF_F32    ? 0
+                             : type == KVRT_GGUF_F16  ? 1
+                             : type == KVRT_GGUF_Q8_0 ? 7
+                                                      : 32);
+  w.u32("llama.context_length", uint32_t(c.seq_len));
+  w.u32("llama.embedding_length", uint32_t(c.dim));
+  w.u32("llama.block_count", uint32_t(c.n_layers));
+  w.u32("llama.feed_forward_length", uint32_t(c.hidden_dim));
+  w.u32("llama.attention.head_count", uint32_t(c.n_heads));
+  w.u32("llama.attention.head_count_kv", uint32_t(c.n_kv_heads));
+  w.u32("llama.rope.dimension_count", uint32_t(kvir::ropeDims(c)));
+  w.u32("llama.vocab_size", uint32_t(c.vocab_size));
+  w.f32("llama.attention.layer_norm_rms_epsilon", float(c.rms_eps));
+  w.f32("llama.rope.freq_base", float(c.rope_theta));
+  if (kvir::ropeScale(c) != 1.0) {
+    w.text("llama.rope.scaling.type", "linear");
+    w.f32("llama.rope.scaling.factor", float(kvir::ropeScale(c)));
+  }
+  if (tokenizer) {
+    w.text("tokenizer.ggml.model", "llama");
+    w.key("tokenizer.ggml.tokens", kArray);
+    w.scalar<uint32_t>(kString);
+    w.scalar<uint64_t>(nPieces);
+    std::vector<float> scores(nPieces);
+    std::vector<int32_t> types(nPieces);
+    int32_t unk = kvrt_tokenizer_unk_id(tokenizer),
+            bos = kvrt_tokenizer_bos_id(tokenizer),
+            eos = kvrt_tokenizer_eos_id(tokenizer);
+    for (int32_t i = 0; i < nPieces; ++i) {
+      const char *bytes;
+      size_t length;
+      kvrt_tokenizer_get_piece(tokenizer, i, &bytes, &length, &scores[i]);
+      std::string piece;
+      for (size_t j = 0; j < length; ++j)
+        piece += bytes[j] == ' ' ? std::string("\xe2\x96\x81")
+                                 : std::string(1, bytes[j]);
+      unsigned byte;
+      char tail;
+      bool isByte = length == 6 &&
+                    std::sscanf(piece.c_str(), "<0x%2X>%c", &byte, &tail) == 1;
+      types[i] = i == unk               ? 2
+                 : i == bos || i == eos ? 3
+                 : isByte               ? int32_t(kByte)
+                                        : int32_t(kNormal);
+      w.string(piece);
+    }
+    w.key("tokenizer.ggml.scores", kArray);
+    w.scalar<uint32_t>(kF32);
+    w.scalar<uint64_t>(nPieces);
+    w.bytes.append(reinterpret_cast<const char *>(scores.data()),
+                   scores.size() * 4);
+    w.key("tokenizer.ggml.token_type", kArray);
+    w.scalar<uint32_t>(kI32);
+    w.scalar<uint64_t>(nPieces);
+    w.bytes.append(reinterpret_cast<const char *>(types.data()),
+                   types.size() * 4);
+    // An id of -1 (none) is left out.
+    if (unk >= 0)
+      w.u32("tokenizer.ggml.unknown_token_id", uint32_t(unk));
+    if (bos >= 0)
+      w.u32("tokenizer.ggml.bos_token_id", uint32_t(bos));
+    if (eos >= 0)
+      w.u32("tokenizer.ggml.eos_token_id", uint32_t(eos));
+  }
+  uint64_t nKeys = w.keys;
+  std::vector<std::string> payloads;
+  uint64_t offset = 0;
+  for (const Outgoing &t : tensors) {
+    payloads.push_back(encodeTensor(t));
+    w.string(t.name);
+    w.scalar<uint32_t>(t.nDims);
+    for (uint32_t d = 0; d < t.nDims; ++d)
+      w.scalar<uint64_t>(t.dims[d]);
+    w.scalar<uint32_t>(t.type);
+    w.scalar<uint64_t>(offset);
+    offset += (payloads.back().size() + kDefaultAlignment - 1) /
+              kDefaultAlignment * kDefaultAlignment;
+  }
+  auto pad = [](std::string &s) {
+    s.resize((s.size() + kDefaultAlignment - 1) / kDefaultAlignment *
+             kDefaultAlignment);
+  };
+  Writer header;
+  header.scalar<uint32_t>(kMagic);
+  header.scalar<uint32_t>(kVersion);
+  header.scalar<uint64_t>(tensors.size());
+  header.scalar<uint64_t>(nKeys);
+  w.bytes.insert(0, header.bytes);
+  pad(w.bytes);
+  std::unique_ptr<std::FILE, int (*)(std::FILE *)> file(std::fopen(path, "wb"),
+                                                        std::fclose);
+  if (!file)
+    return fail(KVRT_ERR_IO,
+                str("cannot create '", path, "': ", std::strerror(errno)));
+  bool ok = std::fwrite(w.bytes.data(), 1, w.bytes.size(), file.get()) ==
+            w.bytes.size();
+  for (std::string &payload : payloads) {
+    pad(payload);
+    ok = ok && std::fwrite(payload.data(), 1, payload.size(), file.get()) ==
+                   payload.size();
+  }
+  ok = (std::fclose(file.release()) == 0) && ok;
+  if (!ok)
+    return fail(KVRT_ERR_IO,
+                str("cannot write '", path, "': ", std::strerror(errno)));
+  return KVRT_OK;
+}
+
+} // namespace
+
+extern "C" kvrt_status kvrt_model_save_gguf(const kvrt_model *model,
+                                            const kvrt_tokenizer *tokenizer,
+                                            kvrt_gguf_type type,
+                                            const char *path) {
+  if (!model || !path)
+    return nullArgument(__func__);
+  return guard([&] { return saveGGUF(*model, tokenizer, type, path); });
+}

@@ -1,0 +1,802 @@
+//===- GGUFTest.cpp - GGUF models and tokenizers ----------------*- C++ -*-===//
+//
+// stories260K converted to GGUF at test time (in the build directory) by
+// kv-convert: F32 gives llama2.c's logits to 1e-4; F16, BF16 and Q8_0 give,
+// bit for bit, the weights of the llama2.c model rounded the same way (the
+// rounding is written here independently of the runtime's) and its logits to
+// 1e-4; GGUF to llama2.c gives back the weights; the embedded tokenizer is
+// tok512.bin's. A malformed-GGUF corpus, made here from a small valid file,
+// checks each problem's message, and every prefix and seeded byte flips of a
+// valid file parse without a crash.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/core/GGUF.h"
+#include "runtime/core/KVTokenizer.h"
+#include "runtime/core/Model.h"
+#include "runtime/core/ModelConfig.h"
+#include "runtime/reference/Reference.h"
+#include "test/unit/TestSupport.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <optional>
+#include <random>
+#include <unistd.h>
+
+using namespace kvir::test;
+
+namespace {
+
+constexpr double kLogitTolerance = 1e-4;
+
+std::string tokenizerPath() {
+  return (std::filesystem::path(testModelPath()).parent_path() / "tok512.bin")
+      .string();
+}
+
+/// A file name of this test process in the working directory (ctest runs
+/// each test in its own process, in parallel), removed when it exits.
+std::string scratch(const std::string &name) {
+  struct Files {
+    std::vector<std::string> paths;
+    ~Files() {
+      for (const std::string &path : paths)
+        std::remove(path.c_str());
+    }
+  };
+  static Files files;
+  std::string path = "gguf-test-" + std::to_string(::getpid()) + "-" + name;
+  files.paths.push_back(path);
+  return path;
+}
+
+/// Runs kv-convert; its exit status.
+int convert(const std::string &args) {
+  std::string command =
+      std::string(KVIR_KV_CONVERT_PATH) + " " + args + " > /dev/null";
+  return std::system(command.c_str());
+}
+
+/// stories260K converted to GGUF with `type` and the tokenizer, once per
+/// type per test binary; the path of the file.
+std::string storiesGGUF(const std::string &type) {
+  static std::map<std::string, std::string> made;
+  auto [it, fresh] = made.try_emplace(type, "");
+  std::string &path = it->second;
+  if (fresh) {
+    path = scratch("stories260K-" + type + ".gguf");
+    EXPECT_EQ(convert(testModelPath() + " " + path + " --type " + type +
+                      " --tokenizer " + tokenizerPath()),
+              0)
+        << "kv-convert failed";
+  }
+  return path;
+}
+
+std::vector<float> weightsOf(const kvrt_model *model) { return model->data; }
+
+/// IEEE binary16 rounding through the compiler's _Float16 (an independent
+/// implementation of the runtime's).
+float roundF16(float x) { return static_cast<float>(static_cast<_Float16>(x)); }
+
+/// bfloat16 rounding: round to nearest even on the upper 16 bits.
+float roundBF16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  uint32_t lsb = (bits >> 16) & 1;
+  bits = (bits + 0x7fff + lsb) & 0xffff0000u;
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
+/// llama.cpp's quantize_row_q8_0_ref then dequantize_row_q8_0 on 32 values.
+void roundQ8Block(float *x) {
+  float amax = 0;
+  for (int j = 0; j < 32; ++j)
+    amax = std::max(amax, std::fabs(x[j]));
+  float d = amax / 127.0f;
+  float id = d != 0 ? 1.0f / d : 0.0f;
+  float dh = roundF16(d);
+  for (int j = 0; j < 32; ++j)
+    x[j] = dh * static_cast<float>(static_cast<int8_t>(roundf(x[j] * id)));
+}
+
+/// The llama2.c model's weights as the GGUF writer of `type` rounds them:
+/// vectors kept, matrices rounded, Q8_0 matrices with rows of other than a
+/// multiple of 32 as F16.
+std::vector<float> roundedWeights(const kvrt_model *model,
+                                  const std::string &type) {
+  std::vector<float> data = model->data;
+  float *p = data.data();
+  std::vector<kvrt::TensorSpec> specs = *kvrt::tensorSpecs(model->config);
+  for (const kvrt::TensorSpec &spec : specs) {
+    if (spec.kind != kvrt::TensorKind::Norm) {
+      bool q8 = type == "q8_0" && spec.fanIn % 32 == 0;
+      for (uint64_t i = 0; i < spec.count; i += q8 ? 32 : 1) {
+        if (q8)
+          roundQ8Block(p + i);
+        else
+          p[i] = type == "bf16" ? roundBF16(p[i]) : roundF16(p[i]);
+      }
+    }
+    p += spec.count;
+  }
+  return data;
+}
+
+std::vector<float> oracleLogits(const kvrt_model *model,
+                                const std::vector<int32_t> &tokens) {
+  PoolPtr pool = poolFor(model, 8);
+  ViewPtr empty = emptyView(pool.get());
+  std::vector<float> logits;
+  kvrt_view *out = nullptr;
+  EXPECT_EQ(kvir::reference::prefill(model, empty.get(), tokens.data(),
+                                     tokens.size(), 0, "t", &logits, &out),
+            KVRT_OK)
+      << kvrt_last_error();
+  kvrt_view_release(out);
+  return logits;
+}
+
+//===----------------------------------------------------------------------===//
+// stories260K through GGUF
+//===----------------------------------------------------------------------===//
+
+TEST(GGUFTest, F32GivesLlama2cLogits) {
+  KVIR_REQUIRE_TEST_MODEL();
+  ModelPtr original = loadModel(testModelPath());
+  ModelPtr gguf = loadModel(storiesGGUF("f32"));
+  kvrt_model_config a = original->config, b = gguf->config;
+  EXPECT_EQ(b.dim, a.dim);
+  EXPECT_EQ(b.hidden_dim, a.hidden_dim);
+  EXPECT_EQ(b.n_layers, a.n_layers);
+  EXPECT_EQ(b.n_heads, a.n_heads);
+  EXPECT_EQ(b.n_kv_heads, a.n_kv_heads);
+  EXPECT_EQ(b.vocab_size, a.vocab_size);
+  EXPECT_EQ(b.seq_len, a.seq_len);
+  EXPECT_EQ(b.shared_classifier, a.shared_classifier);
+  EXPECT_EQ(b.rope_layout, KVRT_ROPE_INTERLEAVED);
+  EXPECT_EQ(b.rope_dim, 0);
+  // f32 keys read back as their shortest decimal: exactly llama2.c's values.
+  EXPECT_EQ(b.rope_theta, 10000.0);
+  EXPECT_EQ(b.rms_eps, 1e-5);
+  EXPECT_EQ(weightsOf(gguf.get()), weightsOf(original.get()));
+  std::vector<int32_t> tokens = readTokenFile(greedyTokensPath());
+  std::vector<float> expected = readFloats(greedyLogitsPath());
+  std::vector<float> got = oracleLogits(gguf.get(), tokens);
+  ASSERT_EQ(got.size(), expected.size());
+  EXPECT_LT(maxAbsDiff(got.data(), expected.data(), got.size()),
+            kLogitTolerance);
+}
+
+void checkRounded(const std::string &type) {
+  ModelPtr original = loadModel(testModelPath());
+  ModelPtr gguf = loadModel(storiesGGUF(type));
+  std::vector<float> rounded = roundedWeights(original.get(), type);
+  std::vector<float> got = weightsOf(gguf.get());
+  ASSERT_EQ(got.size(), rounded.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    differ += std::memcmp(&got[i], &rounded[i], 4) != 0;
+  EXPECT_EQ(differ, 0u) << "weights that differ from the rounded llama2.c";
+  // The rounding is real: the weights are not the original ones.
+  EXPECT_NE(got, original->data);
+  ModelPtr reference(kvrt::makeModel(original->config, rounded));
+  std::vector<int32_t> tokens = readTokenFile(greedyTokensPath());
+  std::vector<float> expected = oracleLogits(reference.get(), tokens);
+  std::vector<float> logits = oracleLogits(gguf.get(), tokens);
+  ASSERT_EQ(logits.size(), expected.size());
+  EXPECT_LT(maxAbsDiff(logits.data(), expected.data(), logits.size()),
+            kLogitTolerance);
+}
+
+TEST(GGUFTest, F16GivesTheRoundedModelsLogits) {
+  KVIR_REQUIRE_TEST_MODEL();
+  checkRounded("f16");
+}
+
+TEST(GGUFTest, BF16GivesTheRoundedModelsLogits) {
+  KVIR_REQUIRE_TEST_MODEL();
+  checkRounded("bf16");
+}
+
+TEST(GGUFTest, Q8_0GivesTheRoundedModelsLogits) {
+  KVIR_REQUIRE_TEST_MODEL();
+  checkRounded("q8_0");
+}
+
+TEST(GGUFTest, ConvertsBackToLlama2c) {
+  KVIR_REQUIRE_TEST_MODEL();
+  std::string backPath = scratch("back.bin"), q8Path = scratch("q8.bin");
+  ASSERT_EQ(convert(storiesGGUF("f32") + " " + backPath), 0);
+  ModelPtr back = loadModel(backPath);
+  ModelPtr original = loadModel(testModelPath());
+  EXPECT_EQ(weightsOf(back.get()), weightsOf(original.get()));
+  EXPECT_EQ(back->config.seq_len, original->config.seq_len);
+  // A quantised GGUF converts with its dequantised weights.
+  ASSERT_EQ(convert(storiesGGUF("q8_0") + " " + q8Path), 0);
+  ModelPtr q8 = loadModel(q8Path);
+  EXPECT_EQ(weightsOf(q8.get()), roundedWeights(original.get(), "q8_0"));
+}
+
+TEST(GGUFTest, TokenizerIsTok512) {
+  KVIR_REQUIRE_TEST_MODEL();
+  std::string path = storiesGGUF("f32");
+  kvrt_tokenizer *rawA = nullptr, *rawB = nullptr;
+  ASSERT_EQ(kvrt_tokenizer_load(tokenizerPath().c_str(), &rawA), KVRT_OK)
+      << kvrt_last_error();
+  ASSERT_EQ(kvrt_tokenizer_load(path.c_str(), &rawB), KVRT_OK)
+      << kvrt_last_error();
+  std::unique_ptr<kvrt_tokenizer, void (*)(kvrt_tokenizer *)> a(
+      rawA, kvrt_tokenizer_release),
+      b(rawB, kvrt_tokenizer_release);
+  ASSERT_EQ(kvrt_tokenizer_vocab_size(b.get()), 512);
+  EXPECT_EQ(kvrt_tokenizer_unk_id(b.get()), 0);
+  EXPECT_EQ(kvrt_tokenizer_bos_id(b.get()), 1);
+  EXPECT_EQ(kvrt_tokenizer_eos_id(b.get()), 2);
+  for (int32_t id = 0; id < 512; ++id) {
+    const char *pa, *pb;
+    size_t la, lb;
+    float sa, sb;
+    ASSERT_EQ(kvrt_tokenizer_get_piece(a.get(), id, &pa, &la, &sa), KVRT_OK);
+    ASSERT_EQ(kvrt_tokenizer_get_piece(b.get(), id, &pb, &lb, &sb), KVRT_OK);
+    EXPECT_EQ(std::string(pa, la), std::string(pb, lb)) << id;
+    EXPECT_EQ(sa, sb) << id;
+  }
+  // The file holds U+2581 for spaces, not ' ' (the reader turns them back).
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(bytes.find("\xe2\x96\x81"
+                       "Once"),
+            std::string::npos);
+  for (const char *text :
+       {"Once upon a time, there was a little girl named Lily.",
+        "Zo\xc3\xab saw a \xf0\x9f\x90\x89 and said \"hi\"\nbye", ""}) {
+    std::vector<int32_t> ta, tb;
+    ASSERT_EQ(kvir::encode(a.get(), text, true, false, ta), KVRT_OK);
+    ASSERT_EQ(kvir::encode(b.get(), text, true, false, tb), KVRT_OK);
+    EXPECT_EQ(ta, tb) << text;
+    std::string da, db;
+    ASSERT_EQ(kvir::decode(b.get(), tb, db), KVRT_OK);
+    ASSERT_EQ(kvir::decode(a.get(), ta, da), KVRT_OK);
+    EXPECT_EQ(da, db);
+    EXPECT_EQ(db, text);
+  }
+}
+
+TEST(GGUFTest, RopeVariantsRoundTrip) {
+  // Linear scaling and Llama 3 factors go into keys and a rope_freqs tensor
+  // and come back; partial rotary into rope.dimension_count.
+  for (const RopeVariant &variant : ropeVariants()) {
+    if (variant.config.rope_layout != KVRT_ROPE_INTERLEAVED)
+      continue;
+    SCOPED_TRACE(variant.name);
+    ModelPtr model = syntheticModel(variant.config, 3);
+    std::string path = scratch(variant.name + ".gguf");
+    ASSERT_EQ(
+        kvrt_model_save_gguf(model.get(), nullptr, KVRT_GGUF_F32, path.c_str()),
+        KVRT_OK)
+        << kvrt_last_error();
+    ModelPtr back = loadModel(path);
+    const kvrt_model_config &a = model->config, &b = back->config;
+    EXPECT_EQ(b.rope_dim, a.rope_dim);
+    EXPECT_EQ(kvir::ropeScale(b), kvir::ropeScale(a));
+    ASSERT_EQ(b.n_rope_freq_factors, a.n_rope_freq_factors);
+    for (int32_t i = 0; i < a.n_rope_freq_factors; ++i)
+      EXPECT_EQ(b.rope_freq_factors[i], a.rope_freq_factors[i]);
+    EXPECT_EQ(b.rope_theta, a.rope_theta);
+    EXPECT_EQ(weightsOf(back.get()), weightsOf(model.get()));
+  }
+  // Half RoPE has no GGUF llama spelling: refused, not written wrong.
+  ModelPtr half = syntheticModel(smallConfig(KVRT_ROPE_HALF), 3);
+  EXPECT_EQ(kvrt_model_save_gguf(half.get(), nullptr, KVRT_GGUF_F32,
+                                 scratch("half.gguf").c_str()),
+            KVRT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvrt_last_error()).find("interleaved"),
+            std::string::npos);
+}
+
+//===----------------------------------------------------------------------===//
+// A malformed-GGUF corpus
+//===----------------------------------------------------------------------===//
+
+/// A GGUF file assembled field by field, so that each can be made wrong.
+struct Builder {
+  struct Key {
+    std::string name;
+    uint32_t type;
+    std::string value; // encoded
+  };
+  struct Tensor {
+    std::string name;
+    std::vector<uint64_t> dims;
+    uint32_t type;
+    std::string data;
+    std::optional<uint64_t> offset; // default: packed, aligned
+  };
+  uint32_t magic = 0x46554747, version = 3;
+  std::optional<uint64_t> tensorCount, keyCount;
+  std::vector<Key> keys;
+  std::vector<Tensor> tensors;
+
+  template <typename T> static std::string raw(T v) {
+    return std::string(reinterpret_cast<const char *>(&v), sizeof(T));
+  }
+  static std::string string(const std::string &s) {
+    return raw<uint64_t>(s.size()) + s;
+  }
+  void u32(const std::string &name, uint32_t v) {
+    keys.push_back({name, 4, raw(v)});
+  }
+  void f32(const std::string &name, float v) {
+    keys.push_back({name, 6, raw(v)});
+  }
+  void text(const std::string &name, const std::string &v) {
+    keys.push_back({name, 8, string(v)});
+  }
+  Key *key(const std::string &name) {
+    for (Key &k : keys)
+      if (k.name == name)
+        return &k;
+    return nullptr;
+  }
+  Tensor *tensor(const std::string &name) {
+    for (Tensor &t : tensors)
+      if (t.name == name)
+        return &t;
+    return nullptr;
+  }
+  void erase(const std::string &name) {
+    keys.erase(std::remove_if(keys.begin(), keys.end(),
+                              [&](const Key &k) { return k.name == name; }),
+               keys.end());
+    tensors.erase(
+        std::remove_if(tensors.begin(), tensors.end(),
+                       [&](const Tensor &t) { return t.name == name; }),
+        tensors.end());
+  }
+
+  std::string bytes() const {
+    std::string out = raw(magic) + raw(version) +
+                      raw<uint64_t>(tensorCount.value_or(tensors.size())) +
+                      raw<uint64_t>(keyCount.value_or(keys.size()));
+    for (const Key &k : keys)
+      out += string(k.name) + raw(k.type) + k.value;
+    std::string data;
+    for (const Tensor &t : tensors) {
+      uint64_t offset = t.offset.value_or(data.size());
+      out += string(t.name) + raw<uint32_t>(t.dims.size());
+      for (uint64_t d : t.dims)
+        out += raw(d);
+      out += raw(t.type) + raw(offset);
+      if (data.size() < offset + t.data.size())
+        data.resize(offset + t.data.size());
+      data.replace(offset, t.data.size(), t.data);
+      data.resize((data.size() + 31) / 32 * 32);
+    }
+    out.resize((out.size() + 31) / 32 * 32);
+    return out + data;
+  }
+};
+
+/// A valid model: dim 32, hidden 64, 1 layer, 2 heads on 1 KV head, vocab
+/// 16, matrices in Q8_0 (the embedding in F32), a 16-token tokenizer.
+Builder validModel() {
+  Builder b;
+  b.text("general.architecture", "llama");
+  b.u32("llama.context_length", 64);
+  b.u32("llama.embedding_length", 32);
+  b.u32("llama.block_count", 1);
+  b.u32("llama.feed_forward_length", 64);
+  b.u32("llama.attention.head_count", 2);
+  b.u32("llama.attention.head_count_kv", 1);
+  b.f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  b.f32("llama.rope.freq_base", 10000.0f);
+  b.u32("llama.rope.dimension_count", 16);
+  b.text("tokenizer.ggml.model", "llama");
+  const char *pieces[16] = {"<unk>",
+                            "<s>",
+                            "</s>",
+                            "\xe2\x96\x81",
+                            "a",
+                            "b",
+                            "c",
+                            "d",
+                            "e",
+                            "\xe2\x96\x81"
+                            "a",
+                            "\xe2\x96\x81"
+                            "b",
+                            "\xe2\x96\x81"
+                            "c",
+                            "\xe2\x96\x81"
+                            "d",
+                            "\xe2\x96\x81"
+                            "e",
+                            "ab",
+                            "<0x0A>"};
+  std::string tokens = Builder::raw<uint32_t>(8) + Builder::raw<uint64_t>(16);
+  std::string scores = Builder::raw<uint32_t>(6) + Builder::raw<uint64_t>(16);
+  std::string types = Builder::raw<uint32_t>(5) + Builder::raw<uint64_t>(16);
+  for (int i = 0; i < 16; ++i) {
+    tokens += Builder::string(pieces[i]);
+    scores += Builder::raw<float>(-float(i));
+    types += Builder::raw<int32_t>(i == 0 ? 2 : i < 3 ? 3 : i == 15 ? 6 : 1);
+  }
+  b.keys.push_back({"tokenizer.ggml.tokens", 9, tokens});
+  b.keys.push_back({"tokenizer.ggml.scores", 9, scores});
+  b.keys.push_back({"tokenizer.ggml.token_type", 9, types});
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);
+  auto f32 = [&](uint64_t n) {
+    std::string s;
+    for (uint64_t i = 0; i < n; ++i)
+      s += Builder::raw(uniform(rng) + (n <= 64 ? 1.0f : 0.0f));
+    return s;
+  };
+  auto q8 = [&](uint64_t n) {
+    std::string s;
+    for (uint64_t i = 0; i < n; i += 32) {
+      float x[32];
+      for (float &v : x)
+        v = uniform(rng);
+      uint8_t block[34];
+      kvrt::gguf::quantizeQ8Block(x, block);
+      s.append(reinterpret_cast<const char *>(block), 34);
+    }
+    return s;
+  };
+  b.tensors.push_back({"token_embd.weight", {32, 16}, 0, f32(512), {}});
+  b.tensors.push_back({"blk.0.attn_norm.weight", {32}, 0, f32(32), {}});
+  b.tensors.push_back({"blk.0.attn_q.weight", {32, 32}, 8, q8(1024), {}});
+  b.tensors.push_back({"blk.0.attn_k.weight", {32, 16}, 8, q8(512), {}});
+  b.tensors.push_back({"blk.0.attn_v.weight", {32, 16}, 8, q8(512), {}});
+  b.tensors.push_back({"blk.0.attn_output.weight", {32, 32}, 8, q8(1024), {}});
+  b.tensors.push_back({"blk.0.ffn_norm.weight", {32}, 0, f32(32), {}});
+  b.tensors.push_back({"blk.0.ffn_gate.weight", {32, 64}, 8, q8(2048), {}});
+  b.tensors.push_back({"blk.0.ffn_down.weight", {64, 32}, 8, q8(2048), {}});
+  b.tensors.push_back({"blk.0.ffn_up.weight", {32, 64}, 8, q8(2048), {}});
+  b.tensors.push_back({"output_norm.weight", {32}, 0, f32(32), {}});
+  return b;
+}
+
+/// What reading `bytes` says ("" for success).
+std::string problemOf(const std::string &bytes) {
+  kvrt_model *model = nullptr;
+  kvrt_tokenizer *tokenizer = nullptr;
+  std::string error =
+      kvrt::gguf::readBuffer(reinterpret_cast<const uint8_t *>(bytes.data()),
+                             bytes.size(), &model, &tokenizer);
+  EXPECT_EQ(error.empty(), model != nullptr) << error;
+  kvrt_model_release(model);
+  kvrt_tokenizer_release(tokenizer);
+  return error;
+}
+
+TEST(GGUFTest, TheCorpusBaseIsValid) {
+  std::string bytes = validModel().bytes();
+  kvrt_model *model = nullptr;
+  kvrt_tokenizer *tokenizer = nullptr;
+  ASSERT_EQ(
+      kvrt::gguf::readBuffer(reinterpret_cast<const uint8_t *>(bytes.data()),
+                             bytes.size(), &model, &tokenizer),
+      "");
+  ModelPtr owned(model);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(kvrt_tokenizer_vocab_size(tokenizer), 16);
+  std::vector<int32_t> ids;
+  ASSERT_EQ(kvir::encode(tokenizer, "d e", true, false, ids), KVRT_OK);
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 12, 13}));
+  std::string text;
+  ASSERT_EQ(kvir::decode(tokenizer, {1, 12, 13, 15}, text), KVRT_OK);
+  EXPECT_EQ(text, "d e\n");
+  kvrt_tokenizer_release(tokenizer);
+  EXPECT_EQ(model->config.dim, 32);
+  EXPECT_EQ(model->config.n_kv_heads, 1);
+  EXPECT_EQ(model->config.shared_classifier, 1);
+  // The C entry point on the same bytes.
+  kvrt_model *again = nullptr;
+  EXPECT_EQ(kvrt_model_load_gguf_buffer(bytes.data(), bytes.size(), &again),
+            KVRT_OK)
+      << kvrt_last_error();
+  kvrt_model_release(again);
+}
+
+struct Case {
+  const char *name;
+  std::function<void(Builder &)> edit;
+  const char *message;
+};
+
+TEST(GGUFTest, MalformedFilesAreNamed) {
+  uint64_t huge = uint64_t(1) << 63;
+  std::vector<Case> cases = {
+      {"wrong magic", [](Builder &b) { b.magic = 0x46554746; },
+       "bad magic: not a GGUF file"},
+      {"wrong version", [](Builder &b) { b.version = 2; },
+       "unsupported GGUF version 2 (only version 3 is read)"},
+      {"tensor count beyond the file",
+       [](Builder &b) { b.tensorCount = 1u << 30; },
+       "tensor count 1073741824 exceeds what the"},
+      {"metadata count beyond the file", [&](Builder &b) { b.keyCount = huge; },
+       "metadata count 9223372036854775808 exceeds what the"},
+      {"string length of 2^63",
+       [&](Builder &b) {
+         b.key("general.architecture")->value =
+             Builder::raw<uint64_t>(huge) + "llama";
+       },
+       "string length 9223372036854775808 of metadata "
+       "'general.architecture' at byte"},
+      {"array count beyond the file",
+       [&](Builder &b) {
+         std::string &v = b.key("tokenizer.ggml.scores")->value;
+         v.replace(4, 8, Builder::raw<uint64_t>(huge / 2));
+       },
+       "metadata 'tokenizer.ggml.scores' claims 4611686018427387904 "
+       "elements of type f32"},
+      {"overlapping tensors",
+       [](Builder &b) { b.tensor("blk.0.ffn_norm.weight")->offset = 64; },
+       "tensors 'token_embd.weight' and 'blk.0.ffn_norm.weight' overlap"},
+      {"unaligned tensor",
+       [](Builder &b) { b.tensor("output_norm.weight")->offset = 20004; },
+       "tensor 'output_norm.weight' offset 20004 is not aligned to "
+       "general.alignment = 32"},
+      {"tensor beyond the file",
+       [](Builder &b) { b.tensor("output_norm.weight")->dims = {1 << 20}; },
+       "tensor 'output_norm.weight' (4194304 bytes at data offset"},
+      {"more layers than tensors",
+       [](Builder &b) {
+         b.key("llama.block_count")->value = Builder::raw<uint32_t>(1 << 30);
+       },
+       "missing tensor 'blk.1.attn_norm.weight'"},
+      {"missing key", [](Builder &b) { b.erase("llama.block_count"); },
+       "missing key 'llama.block_count'"},
+      {"missing architecture",
+       [](Builder &b) { b.erase("general.architecture"); },
+       "missing key 'general.architecture'"},
+      {"other architecture",
+       [](Builder &b) {
+         b.key("general.architecture")->value = Builder::string("gpt2");
+       },
+       "architecture 'gpt2' is not supported (llama is)"},
+      {"key of the wrong type",
+       [](Builder &b) {
+         Builder::Key *k = b.key("llama.embedding_length");
+         k->type = 8;
+         k->value = Builder::string("32");
+       },
+       "key 'llama.embedding_length' has type string, expected an integer "
+       "(u32 or u64)"},
+      {"u64 key beyond int32",
+       [](Builder &b) {
+         Builder::Key *k = b.key("llama.context_length");
+         k->type = 10;
+         k->value = Builder::raw<uint64_t>(uint64_t(1) << 40);
+       },
+       "key 'llama.context_length' = 1099511627776 is out of range"},
+      {"unknown value type",
+       [](Builder &b) { b.key("llama.block_count")->type = 13; },
+       "metadata 'llama.block_count' has unknown value type 13"},
+      {"duplicate key", [](Builder &b) { b.u32("llama.block_count", 1); },
+       "duplicate metadata key 'llama.block_count'"},
+      {"alignment not a power of two",
+       [](Builder &b) { b.u32("general.alignment", 24); },
+       "general.alignment = 24 is not a power of two"},
+      {"wrong shape",
+       [](Builder &b) {
+         b.tensor("blk.0.attn_q.weight")->dims = {64, 16};
+       },
+       "tensor 'blk.0.attn_q.weight' has shape [64, 16], expected [32, 32]"},
+      {"too many dimensions",
+       [](Builder &b) {
+         b.tensor("blk.0.attn_norm.weight")->dims = {2, 2, 2, 2, 2};
+       },
+       "tensor 'blk.0.attn_norm.weight' has 5 dimensions (1 to 4 are "
+       "allowed)"},
+      {"element count overflow",
+       [](Builder &b) {
+         b.tensor("blk.0.attn_norm.weight")->dims = {1ull << 32, 1ull << 32};
+       },
+       "tensor 'blk.0.attn_norm.weight' has more than 2^64 elements"},
+      {"unknown tensor type",
+       [](Builder &b) { b.tensor("blk.0.attn_q.weight")->type = 77; },
+       "tensor 'blk.0.attn_q.weight' has unknown tensor type 77"},
+      {"unsupported tensor type",
+       [](Builder &b) { b.tensor("blk.0.attn_q.weight")->type = 2; },
+       "tensor 'blk.0.attn_q.weight' has type Q4_0 (2), which is not "
+       "supported (F32, F16, BF16 and Q8_0 are)"},
+      {"Q8_0 rows not whole blocks",
+       [](Builder &b) {
+         Builder::Tensor *t = b.tensor("output_norm.weight");
+         t->type = 8;
+         t->dims = {16};
+       },
+       "tensor 'output_norm.weight' of type Q8_0 and shape [16] has rows of "
+       "16 elements, not a multiple of the 32 of a Q8_0 block"},
+      {"NaN scale",
+       [](Builder &b) {
+         std::string &d = b.tensor("blk.0.ffn_up.weight")->data;
+         d.replace(34 * 5, 2, Builder::raw<uint16_t>(0x7e00));
+       },
+       "tensor 'blk.0.ffn_up.weight' Q8_0 block 5 has a non-finite scale "
+       "(nan)"},
+      {"NaN weight",
+       [](Builder &b) {
+         std::string &d = b.tensor("token_embd.weight")->data;
+         d.replace(4 * 7, 4,
+                   Builder::raw(std::numeric_limits<float>::quiet_NaN()));
+       },
+       "tensor 'token_embd.weight' element 7 is nan (weights must be "
+       "finite)"},
+      {"missing tensor", [](Builder &b) { b.erase("blk.0.ffn_down.weight"); },
+       "missing tensor 'blk.0.ffn_down.weight'"},
+      {"unexpected tensor",
+       [](Builder &b) {
+         b.tensors.push_back(
+             {"blk.1.attn_q.weight", {32}, 0, std::string(128, '\0'), {}});
+       },
+       "unexpected tensor 'blk.1.attn_q.weight' for the llama architecture"},
+      {"duplicate tensor",
+       [](Builder &b) { b.tensors.push_back(b.tensors[1]); },
+       "duplicate tensor name 'blk.0.attn_norm.weight'"},
+      {"invalid configuration",
+       [](Builder &b) {
+         b.key("llama.attention.head_count")->value = Builder::raw<uint32_t>(3);
+       },
+       "invalid configuration: dim 32 is not divisible by n_heads 3"},
+      {"odd rotary dimensions",
+       [](Builder &b) {
+         b.key("llama.rope.dimension_count")->value = Builder::raw<uint32_t>(7);
+       },
+       "invalid configuration: rope_dim = 7 must be 0 (the whole head) or "
+       "even"},
+      {"unsupported RoPE scaling",
+       [](Builder &b) { b.text("llama.rope.scaling.type", "yarn"); },
+       "RoPE scaling 'yarn' is not supported (none and linear are)"},
+      {"rope_freqs of the wrong length",
+       [](Builder &b) {
+         b.tensors.push_back(
+             {"rope_freqs.weight", {3}, 0, std::string(12, '\0'), {}});
+       },
+       "tensor 'rope_freqs.weight' has shape [3], expected [8] (one factor "
+       "per rotary pair)"},
+      {"tokenizer of another size",
+       [](Builder &b) {
+         std::string &v = b.key("tokenizer.ggml.tokens")->value;
+         v.replace(4, 8, Builder::raw<uint64_t>(15));
+         v.resize(v.rfind(Builder::string("<0x0A>")));
+       },
+       "tokenizer.ggml.tokens has 15 tokens, the model's vocabulary 16"},
+      {"tokenizer of another kind",
+       [](Builder &b) {
+         b.key("tokenizer.ggml.model")->value = Builder::string("gpt2");
+       },
+       "tokenizer model 'gpt2' is not supported"},
+      {"byte token not spelled <0xHH>",
+       [](Builder &b) {
+         std::string &v = b.key("tokenizer.ggml.token_type")->value;
+         v.replace(12 + 4 * 4, 4, Builder::raw<int32_t>(6));
+       },
+       "token 4 has the byte type but is not spelled <0xHH>"},
+      {"special id outside the vocabulary",
+       [](Builder &b) { b.u32("tokenizer.ggml.eos_token_id", 16); },
+       "key 'tokenizer.ggml.eos_token_id' = 16 is outside the 16 tokens"},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.name);
+    Builder b = validModel();
+    c.edit(b);
+    std::string problem = problemOf(b.bytes());
+    EXPECT_NE(problem.find(c.message), std::string::npos)
+        << "expected: " << c.message << "\n     got: " << problem;
+  }
+}
+
+TEST(GGUFTest, TensorNameLengthOf2To63) {
+  // The first tensor's name length field, found after the metadata.
+  Builder b = validModel();
+  std::string bytes = b.bytes();
+  std::string name = Builder::string("token_embd.weight");
+  size_t at = bytes.find(name);
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 8, Builder::raw<uint64_t>(uint64_t(1) << 63));
+  EXPECT_NE(problemOf(bytes).find("string length 9223372036854775808 of "
+                                  "tensor 0 name"),
+            std::string::npos)
+      << problemOf(bytes);
+}
+
+TEST(GGUFTest, TruncatedFilesAreNamedAtEveryLength) {
+  std::string bytes = validModel().bytes();
+  EXPECT_NE(problemOf(bytes.substr(0, 3)).find("truncated file: 3 bytes"),
+            std::string::npos);
+  EXPECT_NE(problemOf(bytes.substr(0, 6)).find("truncated file: version"),
+            std::string::npos);
+  EXPECT_NE(problemOf(bytes.substr(0, bytes.size() - 1))
+                .find("extends beyond the end of the file"),
+            std::string::npos);
+  // Every prefix is an error with a message, never a crash or a model.
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    std::string problem = problemOf(bytes.substr(0, n));
+    ASSERT_FALSE(problem.empty()) << "a prefix of " << n << " bytes";
+  }
+}
+
+TEST(GGUFTest, ByteFlipsNeverCrash) {
+  std::string base = validModel().bytes();
+  std::mt19937 rng(7);
+  size_t failed = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string bytes = base;
+    int flips = 1 + round % 4;
+    for (int f = 0; f < flips; ++f) {
+      size_t at = rng() % bytes.size();
+      // Most flips in the header, metadata and tensor infos.
+      if (round % 2 == 0)
+        at %= std::min<size_t>(bytes.size(), 2048);
+      bytes[at] = static_cast<char>(rng());
+    }
+    failed += !problemOf(bytes).empty();
+  }
+  EXPECT_GT(failed, 0u);
+}
+
+TEST(GGUFTest, FileMessagesNameTheFile) {
+  Builder b = validModel();
+  b.version = 1;
+  std::string bytes = b.bytes();
+  std::string path = scratch("bad-version.gguf");
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  kvrt_model *model = nullptr;
+  EXPECT_EQ(kvrt_model_load(path.c_str(), &model), KVRT_ERR_BAD_MODEL);
+  EXPECT_EQ(model, nullptr);
+  EXPECT_EQ(std::string(kvrt_last_error()),
+            "bad GGUF file '" + path +
+                "': unsupported GGUF version 1 (only version 3 is read)");
+  kvrt_tokenizer *tokenizer = nullptr;
+  EXPECT_EQ(kvrt_tokenizer_load(path.c_str(), &tokenizer), KVRT_ERR_BAD_MODEL);
+}
+
+TEST(GGUFTest, HalfAndBFloat16Conversions) {
+  using namespace kvrt::gguf;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t b = bits(rng);
+    float x;
+    std::memcpy(&x, &b, 4);
+    if (std::isnan(x))
+      continue;
+    float viaRuntime = halfToFloat(floatToHalf(x));
+    float viaCompiler = roundF16(x);
+    ASSERT_EQ(std::memcmp(&viaRuntime, &viaCompiler, 4), 0) << x;
+    float bf = bfloat16ToFloat(floatToBFloat16(x));
+    float expected = roundBF16(x);
+    if (std::isinf(expected) != std::isinf(bf) || !std::isinf(bf))
+      ASSERT_EQ(std::memcmp(&bf, &expected, 4), 0) << x;
+  }
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    float x = halfToFloat(uint16_t(h));
+    if (!std::isnan(x))
+      ASSERT_EQ(floatToHalf(x), h);
+    uint16_t half = uint16_t(h);
+    _Float16 f16;
+    std::memcpy(&f16, &half, 2);
+    float y = static_cast<float>(f16);
+    if (!std::isnan(x))
+      ASSERT_EQ(std::memcmp(&x, &y, 4), 0) << h;
+  }
+}
+
+} // namespace

@@ -1,0 +1,158 @@
+//===- kv-convert.cpp - Convert models between llama2.c and GGUF -*- C++
+//-*-===//
+//
+//   kv-convert IN OUT [--to gguf|llama2c] [--type f32|f16|bf16|q8_0]
+//              [--tokenizer FILE]
+//
+// IN is a llama2.c checkpoint or a GGUF file (told by its magic, as
+// kv-run --model does). OUT is written as GGUF when --to gguf or OUT ends in
+// .gguf, else as a llama2.c checkpoint. GGUF output takes --type for its
+// matrices (default f32) and the tokenizer of --tokenizer (a llama2.c
+// tokenizer.bin, or a GGUF file's), else the one inside a GGUF IN, else
+// none. Exit status: 0 success, 1 a failed conversion, 2 a usage error.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/core/GGUF.h"
+#include "runtime/core/KVRuntime.h"
+#include "runtime/core/KVTokenizer.h"
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+namespace {
+
+const char *kUsage =
+    "usage: kv-convert IN OUT [--to gguf|llama2c] [--type f32|f16|bf16|q8_0]\n"
+    "                  [--tokenizer FILE]\n"
+    "\n"
+    "Converts a model between llama2.c checkpoints and GGUF v3 (llama\n"
+    "architecture). IN's format is told by its first bytes.\n"
+    "\n"
+    "options:\n"
+    "  --to FORMAT      gguf or llama2c (default: gguf when OUT ends in\n"
+    "                   .gguf, else llama2c)\n"
+    "  --type TYPE      GGUF only: f32 (default), f16, bf16 or q8_0 for the\n"
+    "                   matrices; norms stay f32, and q8_0 matrices whose\n"
+    "                   rows are not a multiple of 32 are written f16\n"
+    "  --tokenizer FILE GGUF only: the vocabulary to embed (a llama2.c\n"
+    "                   tokenizer.bin or a GGUF file); by default a GGUF\n"
+    "                   IN's own, else none\n"
+    "  --help           this text\n"
+    "\n"
+    "A GGUF model converts to llama2.c only where that format can hold it:\n"
+    "interleaved RoPE over the whole head, theta 10000, eps 1e-5, no RoPE\n"
+    "scaling. Every weight is read as f32, so a quantised GGUF converts\n"
+    "with its dequantised values.\n";
+
+int usageError(const std::string &message) {
+  std::fprintf(stderr, "kv-convert: error: %s\n%s", message.c_str(), kUsage);
+  return 2;
+}
+
+int failure(const std::string &message) {
+  std::fprintf(stderr, "kv-convert: error: %s\n", message.c_str());
+  return 1;
+}
+
+bool endsWith(const std::string &s, const char *suffix) {
+  size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string in, out, to, type = "f32", tokenizerPath;
+  bool typeGiven = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](std::string &dst) {
+      if (i + 1 >= argc)
+        return false;
+      dst = argv[++i];
+      return true;
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (arg == "--to") {
+      if (!value(to))
+        return usageError("--to needs a value");
+    } else if (arg == "--type") {
+      if (!value(type))
+        return usageError("--type needs a value");
+      typeGiven = true;
+    } else if (arg == "--tokenizer") {
+      if (!value(tokenizerPath) || tokenizerPath.empty())
+        return usageError("--tokenizer needs a file name");
+    } else if (!arg.empty() && arg[0] == '-') {
+      return usageError("unknown option '" + arg + "'");
+    } else if (in.empty()) {
+      in = arg;
+    } else if (out.empty()) {
+      out = arg;
+    } else {
+      return usageError("unexpected argument '" + arg + "'");
+    }
+  }
+  if (in.empty() || out.empty())
+    return usageError("expected IN and OUT files");
+  if (to.empty())
+    to = endsWith(out, ".gguf") ? "gguf" : "llama2c";
+  if (to != "gguf" && to != "llama2c")
+    return usageError("--to must be gguf or llama2c, got '" + to + "'");
+  kvrt_gguf_type ggufType;
+  if (type == "f32")
+    ggufType = KVRT_GGUF_F32;
+  else if (type == "f16")
+    ggufType = KVRT_GGUF_F16;
+  else if (type == "bf16")
+    ggufType = KVRT_GGUF_BF16;
+  else if (type == "q8_0")
+    ggufType = KVRT_GGUF_Q8_0;
+  else
+    return usageError("--type must be f32, f16, bf16 or q8_0, got '" + type +
+                      "'");
+  if (to == "llama2c" && (typeGiven || !tokenizerPath.empty()))
+    return usageError("--type and --tokenizer apply to GGUF output only");
+
+  kvrt_model *rawModel = nullptr;
+  if (kvrt_model_load(in.c_str(), &rawModel))
+    return failure(kvrt_last_error());
+  std::unique_ptr<kvrt_model, void (*)(kvrt_model *)> model(rawModel,
+                                                            kvrt_model_release);
+
+  if (to == "llama2c") {
+    if (kvrt_model_save(model.get(), out.c_str()))
+      return failure(kvrt_last_error());
+    std::printf("wrote %s (llama2.c)\n", out.c_str());
+    return 0;
+  }
+  std::unique_ptr<kvrt_tokenizer, void (*)(kvrt_tokenizer *)> tokenizer(
+      nullptr, kvrt_tokenizer_release);
+  std::string source = tokenizerPath;
+  if (source.empty() && kvrt::gguf::fileHasMagic(in.c_str())) {
+    kvrt_tokenizer *raw = nullptr;
+    std::string error = kvrt::gguf::readFile(in.c_str(), nullptr, &raw);
+    if (!error.empty())
+      return failure(error);
+    tokenizer.reset(raw);
+    if (raw)
+      source = in;
+  } else if (!source.empty()) {
+    kvrt_tokenizer *raw = nullptr;
+    if (kvrt_tokenizer_load(source.c_str(), &raw))
+      return failure(kvrt_last_error());
+    tokenizer.reset(raw);
+  }
+  if (kvrt_model_save_gguf(model.get(), tokenizer.get(), ggufType, out.c_str()))
+    return failure(kvrt_last_error());
+  std::printf("wrote %s (GGUF, %s matrices, %s)\n", out.c_str(), type.c_str(),
+              tokenizer ? ("tokenizer from " + source).c_str()
+                        : "no tokenizer");
+  return 0;
+}
