@@ -4,7 +4,10 @@
 The seeds are checked in; this script says where they came from and remakes
 them: python3 test/fuzz/make-seeds.py. Hand-written seeds (kv programs copied
 from examples/ and test/) are copied by it too. Crash inputs found later are
-added by hand as corpus/<target>/crash-<what>, never by this script.
+added by hand as corpus/<target>/crash-<what>, never by this script. The
+GGUF seeds (*.gguf in corpus/model-loader and corpus/gguf) were made from the
+tiny checkpoints below with kv-convert (F32 tied; Q8_0 with a separate
+classifier) and are not remade here.
 """
 import os
 import shutil
