@@ -224,7 +224,7 @@ public:
                  std::vector<float> &out) {
     kvrt_attention_args args{};
     args.q = kvir::memrefF32(q.data(), int64_t(q.size()));
-    args.kv = kvir::memrefF32(layout.base,
+    args.kv = kvir::memrefF32(static_cast<float *>(layout.base),
                               layout.capacity_pages * layout.page_stride);
     args.pages = table.pagesRef();
     args.runs = table.rowsRef();
@@ -243,8 +243,12 @@ private:
   AttentionFixture() {
     check(kvir::compiler::compileForward(
         layerConfig(), kvir::compiler::Target::Cpu, &forward));
-    kvrt_pool_config config{1, kKvHeads, kHeadSize, kPageTokens,
-                            2 * kContext / kPageTokens};
+    kvrt_pool_config config{1,
+                            kKvHeads,
+                            kHeadSize,
+                            kPageTokens,
+                            2 * kContext / kPageTokens,
+                            KVRT_KV_F32};
     check(kvrt_pool_create(&config, &pool));
     check(kvrt_pool_get_layout(pool, &layout));
     pages.resize(kContext / kPageTokens);
@@ -303,7 +307,7 @@ void BM_GeneratedDecodeAttentionMaterialized(benchmark::State &state) {
   std::vector<float> q(kHeads * kHeadSize, 0.01f), out(q.size());
   for (auto _ : state) {
     kvrt_materialize_args args{};
-    args.kv = kvir::memrefF32(f.layout.base,
+    args.kv = kvir::memrefF32(static_cast<float *>(f.layout.base),
                               f.layout.capacity_pages * f.layout.page_stride);
     args.pages = table.pagesRef();
     args.runs = table.rowsRef();

@@ -34,6 +34,10 @@ kvrt_status checkLayout(const kvrt_model_config &c,
                     layout.n_kv_heads, " kv heads x head size ",
                     layout.head_size, ", the model needs ", c.n_layers, " x ",
                     c.n_kv_heads, " x ", headSize(c)));
+  if (layout.dtype != KVRT_KV_F32)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("the view's pool holds ", kvir::kvDtypeName(layout.dtype),
+                    " pages; the generated cpu forward takes f32 pages"));
   return KVRT_OK;
 }
 
@@ -138,8 +142,8 @@ public:
         return KVRT_OK;
       kvrt_attention_args args{};
       args.q = memrefF32(queries.data(), int64_t(queries.size()));
-      args.kv =
-          memrefF32(layout.base, layout.capacity_pages * layout.page_stride);
+      args.kv = memrefF32(static_cast<float *>(layout.base),
+                          layout.capacity_pages * layout.page_stride);
       args.pages = table.pagesRef();
       args.runs = table.rowsRef();
       args.tiles = memrefTable(nullptr, 0, KVRT_TILE_WIDTH);
@@ -196,8 +200,8 @@ public:
       kvrt::PageRefs held{pool, dst};
       if (!dst.empty()) {
         kvrt_materialize_args args{};
-        args.kv =
-            memrefF32(layout.base, layout.capacity_pages * layout.page_stride);
+        args.kv = memrefF32(static_cast<float *>(layout.base),
+                            layout.capacity_pages * layout.page_stride);
         args.pages = shifted.pagesRef();
         args.runs = shifted.rowsRef();
         args.dst_pages = memrefI32(dst.data(), int64_t(dst.size()));
@@ -284,8 +288,8 @@ private:
     for (size_t i = 0; i < weights.size(); ++i)
       *fields[i] =
           memrefF32(const_cast<float *>(weights[i].data), weights[i].size);
-    args.kv =
-        memrefF32(layout.base, layout.capacity_pages * layout.page_stride);
+    args.kv = memrefF32(static_cast<float *>(layout.base),
+                        layout.capacity_pages * layout.page_stride);
     args.pages = table.pagesRef();
     args.runs = table.rowsRef();
     args.tiles = memrefTable(nullptr, 0, KVRT_TILE_WIDTH);

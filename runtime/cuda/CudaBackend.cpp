@@ -448,6 +448,11 @@ private:
                       " kv heads x head size ", dp.layout.head_size,
                       ", the model needs ", c.n_layers, " x ", c.n_kv_heads,
                       " x ", headSize(c)));
+    if (dp.layout.dtype != KVRT_KV_F32)
+      return fail(KVRT_ERR_INVALID_ARGUMENT,
+                  str("the view's pool holds ",
+                      kvir::kvDtypeName(dp.layout.dtype),
+                      " pages; the generated cuda forward takes f32 pages"));
     dp.sweep();
     if (kvrt_status s = table->appendView(view))
       return s;

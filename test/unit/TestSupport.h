@@ -78,9 +78,10 @@ kvrt_model_config makeConfig(int32_t dim, int32_t hidden, int32_t layers,
 /// A small GQA config (2 query heads per KV head) with the given RoPE layout.
 kvrt_model_config smallConfig(kvrt_rope_layout layout);
 
-/// A pool shaped for `model` with `capacityPages` pages of `pageTokens`.
+/// A pool shaped for `model` with `capacityPages` pages of `pageTokens`
+/// elements of `dtype`.
 PoolPtr poolFor(const kvrt_model *model, int64_t capacityPages,
-                int32_t pageTokens = 16);
+                int32_t pageTokens = 16, kvrt_kv_dtype dtype = KVRT_KV_F32);
 
 /// An empty view over `pool`.
 ViewPtr emptyView(kvrt_pool *pool);

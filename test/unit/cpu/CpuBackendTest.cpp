@@ -124,9 +124,10 @@ void lastRunKV(const kvrt_view *view, int32_t layer, std::vector<float> &k,
   v.clear();
   for (int64_t j = 0; j < run.n_tokens; ++j) {
     int64_t slot = run.slot_begin + j;
-    const float *base =
-        l.base + run.pages[slot / l.page_tokens] * l.page_stride +
-        layer * l.layer_stride + (slot % l.page_tokens) * l.token_stride;
+    const float *base = static_cast<const float *>(l.base) +
+                        run.pages[slot / l.page_tokens] * l.page_stride +
+                        layer * l.layer_stride +
+                        (slot % l.page_tokens) * l.token_stride;
     for (int32_t h = 0; h < l.n_kv_heads; ++h) {
       const float *kh = base + h * l.head_stride;
       k.insert(k.end(), kh, kh + l.head_size);
