@@ -224,8 +224,8 @@ public:
                  std::vector<float> &out) {
     kvrt_attention_args args{};
     args.q = kvir::memrefF32(q.data(), int64_t(q.size()));
-    args.kv = kvir::memrefF32(static_cast<float *>(layout.base),
-                              layout.capacity_pages * layout.page_stride);
+    args.kv =
+        kvir::memrefKV(layout.base, layout.capacity_pages * layout.page_stride);
     args.pages = table.pagesRef();
     args.runs = table.rowsRef();
     args.tiles = kvir::memrefTable(nullptr, 0, KVRT_TILE_WIDTH);
@@ -307,8 +307,8 @@ void BM_GeneratedDecodeAttentionMaterialized(benchmark::State &state) {
   std::vector<float> q(kHeads * kHeadSize, 0.01f), out(q.size());
   for (auto _ : state) {
     kvrt_materialize_args args{};
-    args.kv = kvir::memrefF32(static_cast<float *>(f.layout.base),
-                              f.layout.capacity_pages * f.layout.page_stride);
+    args.kv = kvir::memrefKV(f.layout.base,
+                             f.layout.capacity_pages * f.layout.page_stride);
     args.pages = table.pagesRef();
     args.runs = table.rowsRef();
     args.dst_pages =

@@ -98,6 +98,16 @@ std::string kvir::describeArchitectureError(const kvrt_model_config &c) {
   return "";
 }
 
+std::optional<kvrt_kv_dtype> kvir::kvDtypeOfKey(const char *key) {
+  if (!key)
+    return KVRT_KV_F32;
+  std::string_view k(key);
+  size_t at = k.rfind(" kv=");
+  if (at == std::string_view::npos)
+    return KVRT_KV_F32;
+  return parseKvDtype(k.substr(at + 4));
+}
+
 std::string kvir::configKey(const kvrt_model_config &c, kvrt_kv_dtype dtype) {
   uint64_t theta, eps;
   std::memcpy(&theta, &c.rope_theta, sizeof(theta));
