@@ -70,8 +70,9 @@ public:
 
 private:
   Fixture() {
-    kvrt_pool_config config{1, kKvHeads, kHeadSize, kPageTokens,
-                            kContext / kPageTokens};
+    kvrt_pool_config config{
+        1,          kKvHeads, kHeadSize, kPageTokens, kContext / kPageTokens,
+        KVRT_KV_F32};
     check(kvrt_pool_create(&config, &pool));
     pages.resize(config.capacity_pages);
     check(kvrt_pool_alloc_pages(pool, pages.size(), pages.data()));

@@ -6,7 +6,8 @@
 //    (tokens/s), on stories260K and on a synthetic model of realistic shape;
 //  - generated decode attention (one query over 32768 tokens of a
 //    Llama-3-8B-like layer: 32 query heads, 8 KV heads of 128, half RoPE,
-//    f32 K/V = 256 MiB) in bytes/s, next to the single-core read bandwidth;
+//    f32 K/V = 256 MiB) in bytes/s, next to the single-core read bandwidth
+//    (with --hw also on f16 and bf16 pages, 128 MiB, in tokens/s against f32);
 //  - that attention over 1 unshifted run, 16 and 256 shifted runs, and the
 //    materialized alternative (the generated key rewrite, then 1 run);
 //  - the generated matmul alone vs OpenBLAS's cblas_sgemm (when built with
@@ -20,8 +21,10 @@
 
 #include "bench/BenchSupport.h"
 #include "runtime/core/ForwardCall.h"
+#include "runtime/core/KVElement.h"
 #include "runtime/core/KVParallel.h"
 #include "runtime/core/KVRuntime.h"
+#include "runtime/core/ModelConfig.h"
 #include "runtime/core/ModelCost.h"
 #include "runtime/cpu/CpuBackend.h"
 #include "runtime/reference/Reference.h"
@@ -171,6 +174,10 @@ BENCHMARK(BM_Prefill)
 constexpr int32_t kHeads = 32, kKvHeads = 8, kHeadSize = 128;
 constexpr int64_t kContext = 32768;
 constexpr int32_t kPageTokens = 16;
+/// The K/V bytes of the context on pages of `dtype`.
+int64_t kvBytes(kvrt_kv_dtype dtype) {
+  return kContext * kKvHeads * kHeadSize * 2 * kvir::kvDtypeBytes(dtype);
+}
 constexpr int64_t kKVBytes =
     kContext * kKvHeads * kHeadSize * 2 * int64_t(sizeof(float));
 
@@ -188,15 +195,19 @@ kvrt_model_config layerConfig() {
   return c;
 }
 
-/// kContext tokens of pseudo-random K/V (as bench/AttentionBench.cpp), the
-/// generated forward of the layer config, and run tables cutting the context
-/// into runs with different offsets. The pool has room for a second copy,
-/// the pages a materialized rewrite writes.
+/// kContext tokens of pseudo-random K/V (as bench/AttentionBench.cpp) on
+/// pages of one element type, the generated forward of the layer config for
+/// them, and run tables cutting the context into runs with different
+/// offsets. The pool has room for a second copy, the pages a materialized
+/// rewrite writes.
 class AttentionFixture {
 public:
-  static AttentionFixture &get() {
-    static AttentionFixture fixture;
-    return fixture;
+  static AttentionFixture &get(kvrt_kv_dtype dtype = KVRT_KV_F32) {
+    static std::map<kvrt_kv_dtype, std::unique_ptr<AttentionFixture>> fixtures;
+    std::unique_ptr<AttentionFixture> &fixture = fixtures[dtype];
+    if (!fixture)
+      fixture.reset(new AttentionFixture(dtype));
+    return *fixture;
   }
 
   kvir::Forward forward;
@@ -224,8 +235,8 @@ public:
                  std::vector<float> &out) {
     kvrt_attention_args args{};
     args.q = kvir::memrefF32(q.data(), int64_t(q.size()));
-    args.kv = kvir::memrefF32(layout.base,
-                              layout.capacity_pages * layout.page_stride);
+    args.kv =
+        kvir::memrefKV(layout.base, layout.capacity_pages * layout.page_stride);
     args.pages = table.pagesRef();
     args.runs = table.rowsRef();
     args.tiles = kvir::memrefTable(nullptr, 0, KVRT_TILE_WIDTH);
@@ -240,11 +251,11 @@ public:
   }
 
 private:
-  AttentionFixture() {
+  explicit AttentionFixture(kvrt_kv_dtype dtype) {
     check(kvir::compiler::compileForward(
-        layerConfig(), kvir::compiler::Target::Cpu, &forward));
-    kvrt_pool_config config{1, kKvHeads, kHeadSize, kPageTokens,
-                            2 * kContext / kPageTokens};
+        layerConfig(), kvir::compiler::Target::Cpu, &forward, dtype));
+    kvrt_pool_config config{
+        1, kKvHeads, kHeadSize, kPageTokens, 2 * kContext / kPageTokens, dtype};
     check(kvrt_pool_create(&config, &pool));
     check(kvrt_pool_get_layout(pool, &layout));
     pages.resize(kContext / kPageTokens);
@@ -252,21 +263,18 @@ private:
     check(kvrt_pool_alloc_pages(pool, pages.size(), pages.data()));
     check(kvrt_pool_alloc_pages(pool, targetPages.size(), targetPages.data()));
     uint64_t state = 1;
-    for (int32_t page : pages) {
-      float *data = nullptr;
-      check(kvrt_pool_page_data(pool, page, &data));
+    for (int32_t page : pages)
       for (int64_t i = 0; i < layout.page_stride; ++i) {
         state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-        data[i] =
-            static_cast<float>(int32_t(state >> 40) - (1 << 23)) * 0x1.0p-23f;
+        kvrt::storeElement(
+            layout.base, page * layout.page_stride + i, dtype,
+            static_cast<float>(int32_t(state >> 40) - (1 << 23)) * 0x1.0p-23f);
       }
-    }
     // Touch the target pages so that page faults stay out of the timings.
-    for (int32_t page : targetPages) {
-      float *data = nullptr;
-      check(kvrt_pool_page_data(pool, page, &data));
-      data[0] = 1.0f;
-    }
+    for (int32_t page : targetPages)
+      for (int64_t i = 0; i < layout.page_stride; i += 1024)
+        kvrt::storeElement(layout.base, page * layout.page_stride + i, dtype,
+                           1.0f);
   }
 
   std::map<int64_t, kvir::RunTable> tables;
@@ -303,8 +311,8 @@ void BM_GeneratedDecodeAttentionMaterialized(benchmark::State &state) {
   std::vector<float> q(kHeads * kHeadSize, 0.01f), out(q.size());
   for (auto _ : state) {
     kvrt_materialize_args args{};
-    args.kv = kvir::memrefF32(f.layout.base,
-                              f.layout.capacity_pages * f.layout.page_stride);
+    args.kv = kvir::memrefKV(f.layout.base,
+                             f.layout.capacity_pages * f.layout.page_stride);
     args.pages = table.pagesRef();
     args.runs = table.rowsRef();
     args.dst_pages =
@@ -449,12 +457,26 @@ int hardwareReport(int64_t prefillTokens) {
   std::vector<float> q(kHeads * kHeadSize, 0.01f), out(q.size());
   kvir::bench::readAll(buffer);
   f.attention(table, q, out);
+  // f16 and bf16 pages beside f32, in the same rounds.
+  const kvrt_kv_dtype narrow[2] = {KVRT_KV_F16, KVRT_KV_BF16};
+  AttentionFixture *narrowFixtures[2] = {&AttentionFixture::get(narrow[0]),
+                                         &AttentionFixture::get(narrow[1])};
+  kvir::RunTable *narrowTables[2] = {&narrowFixtures[0]->table(1),
+                                     &narrowFixtures[1]->table(1)};
+  for (int i = 0; i < 2; ++i)
+    narrowFixtures[i]->attention(*narrowTables[i], q, out);
   double readSeconds = 1e300, attentionSeconds = 1e300;
+  double narrowSeconds[2] = {1e300, 1e300};
   for (int r = 0; r < kRepeats; ++r) {
     readSeconds = std::min(
         readSeconds, bestSeconds(1, [&] { kvir::bench::readAll(buffer); }));
     attentionSeconds = std::min(
         attentionSeconds, bestSeconds(1, [&] { f.attention(table, q, out); }));
+    for (int i = 0; i < 2; ++i)
+      narrowSeconds[i] =
+          std::min(narrowSeconds[i], bestSeconds(1, [&] {
+                     narrowFixtures[i]->attention(*narrowTables[i], q, out);
+                   }));
   }
   double bandwidth = double(buffer.size() * sizeof(uint64_t)) / readSeconds;
   samplePeak();
@@ -540,14 +562,22 @@ int hardwareReport(int64_t prefillTokens) {
 
   double bytes = double(kKVBytes) / attentionSeconds;
   std::printf("\n== decode attention: 1 query, %lld tokens, %d/%d heads of "
-              "%d, f32 pages (K/V %lld MiB)\n",
+              "%d (K/V %lld MiB on f32 pages, %lld MiB on f16/bf16)\n",
               (long long)kContext, kHeads, kKvHeads, kHeadSize,
-              (long long)(kKVBytes >> 20));
-  std::printf("f32 pages  %8.2f ms  %8.2f GB/s  %5.2f of read bandwidth  "
+              (long long)(kKVBytes >> 20),
+              (long long)(kvBytes(KVRT_KV_F16) >> 20));
+  std::printf("f32   pages %8.2f ms  %8.2f GB/s  %5.2f of read bandwidth  "
               "%8.1f tokens/s\n",
               attentionSeconds * 1e3, bytes * 1e-9, bytes / bandwidth,
               1.0 / attentionSeconds);
-  std::printf("f16/bf16 pages: not implemented (f32 only)\n");
+  for (int i = 0; i < 2; ++i) {
+    double narrowBytes = double(kvBytes(narrow[i])) / narrowSeconds[i];
+    std::printf("%-5s pages %8.2f ms  %8.2f GB/s  %5.2f of read bandwidth  "
+                "%8.1f tokens/s  %4.2fx the tokens/s of f32 pages\n",
+                kvir::kvDtypeName(narrow[i]), narrowSeconds[i] * 1e3,
+                narrowBytes * 1e-9, narrowBytes / bandwidth,
+                1.0 / narrowSeconds[i], attentionSeconds / narrowSeconds[i]);
+  }
   return 0;
 }
 

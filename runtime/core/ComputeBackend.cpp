@@ -9,7 +9,10 @@
 kvrt_status kvir::checkForward(const Forward &forward,
                                const kvrt_model_config &config,
                                ForwardEntry entry) {
-  std::string key = configKey(config, KVRT_KV_F32);
+  // The page element type is the pool's to match (the backends check it
+  // against the view's layout); the model's fields must be the same.
+  std::string key =
+      configKey(config, kvDtypeOfKey(forward.key).value_or(KVRT_KV_F32));
   if (!forward.key)
     return kvrt::fail(
         KVRT_ERR_INVALID_ARGUMENT,

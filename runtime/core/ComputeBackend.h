@@ -85,7 +85,8 @@ public:
 /// Which entry point of a Forward a call needs.
 enum class ForwardEntry { Prefill, Attention, Materialize };
 
-/// Checks that `forward` was compiled for `config` (f32 K/V pages) and has
+/// Checks that `forward` was compiled for `config` (K/V pages of the element
+/// type its key names: the backend checks the pool's against it) and has
 /// `entry`; the message names the two configs or the missing entry.
 kvrt_status checkForward(const Forward &forward,
                          const kvrt_model_config &config, ForwardEntry entry);

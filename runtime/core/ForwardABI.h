@@ -48,7 +48,18 @@ typedef struct kvrt_memref_i64x2 {
   int64_t strides[2];
 } kvrt_memref_i64x2;
 
+/// A 1-D buffer of K/V page elements (f32, f16 or bf16: the layout of the
+/// descriptor is the same, only the element the forward reads differs).
+typedef struct kvrt_memref_kv {
+  void *allocated;
+  void *aligned;
+  int64_t offset;
+  int64_t sizes[1];
+  int64_t strides[1];
+} kvrt_memref_kv;
+
 typedef kvrt_memref_f32 kvrt_field_F32;
+typedef kvrt_memref_kv kvrt_field_KV;
 typedef kvrt_memref_i32 kvrt_field_I32;
 typedef kvrt_memref_i64x2 kvrt_field_RUNS;
 typedef kvrt_memref_i64x2 kvrt_field_TILES;
@@ -121,6 +132,10 @@ struct Forward {
 /// Descriptors of contiguous buffers.
 inline kvrt_memref_f32 memrefF32(float *data, int64_t size) {
   return {data, data, 0, {size}, {1}};
+}
+/// The arena of `elements` K/V elements at `data`.
+inline kvrt_memref_kv memrefKV(void *data, int64_t elements) {
+  return {data, data, 0, {elements}, {1}};
 }
 inline kvrt_memref_i32 memrefI32(int32_t *data, int64_t size) {
   return {data, data, 0, {size}, {1}};

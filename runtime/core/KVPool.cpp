@@ -1,7 +1,9 @@
 //===- KVPool.cpp - The paged KV pool ---------------------------*- C++ -*-===//
 
 #include "runtime/core/KVPool.h"
+#include "runtime/core/KVElement.h"
 #include "runtime/core/Model.h"
+#include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
 
 #include <cstdlib>
@@ -39,9 +41,20 @@ kvrt_status exhausted(const kvrt_pool &pool, int64_t count) {
                   " free (", pool.layout.page_bytes, " bytes per page)"));
 }
 
+/// Fails unless the pages of `pool` are f32: `function` hands out float
+/// pointers.
+kvrt_status requireF32(const kvrt_pool &pool, const char *function) {
+  if (pool.layout.dtype == KVRT_KV_F32)
+    return KVRT_OK;
+  return fail(KVRT_ERR_INVALID_ARGUMENT,
+              str(function, ": the pool's pages are ",
+                  kvir::kvDtypeName(pool.layout.dtype),
+                  ", not f32; address them through kvrt_pool_get_layout"));
+}
+
 } // namespace
 
-kvrt_pool::kvrt_pool(const kvrt_pool_config &config, float *arena)
+kvrt_pool::kvrt_pool(const kvrt_pool_config &config, unsigned char *arena)
     : config(config), arena(arena) {
   layout.base = arena;
   layout.n_layers = config.n_layers;
@@ -54,7 +67,9 @@ kvrt_pool::kvrt_pool(const kvrt_pool_config &config, float *arena)
   layout.head_stride = 2 * layout.kv_stride;
   layout.layer_stride = config.n_kv_heads * layout.head_stride;
   layout.page_stride = config.n_layers * layout.layer_stride;
-  layout.page_bytes = layout.page_stride * int64_t(sizeof(float));
+  layout.dtype = config.dtype;
+  layout.element_bytes = int32_t(kvir::kvDtypeBytes(config.dtype));
+  layout.page_bytes = layout.page_stride * layout.element_bytes;
   refcount.assign(config.capacity_pages, 0);
   sealed.assign(config.capacity_pages, 0);
   freeList.reserve(config.capacity_pages);
@@ -94,7 +109,7 @@ void kvrt_pool::allocate(int64_t count, int32_t *pages) {
     freeList.pop_back();
     refcount[page] = 1;
     sealed[page] = 0;
-    std::memset(arena + page * layout.page_stride, 0, layout.page_bytes);
+    std::memset(pageAddress(page), 0, layout.page_bytes);
     pages[i] = page;
   }
   pagesInUse += count;
@@ -112,6 +127,7 @@ extern "C" kvrt_status kvrt_pool_config_for_model(const kvrt_model *model,
   out->head_size = c.dim / c.n_heads;
   out->page_tokens = 16;
   out->capacity_pages = 4 * ((int64_t(c.seq_len) + 15) / 16);
+  out->dtype = KVRT_KV_F32;
   return KVRT_OK;
 }
 
@@ -137,7 +153,11 @@ extern "C" kvrt_status kvrt_pool_create(const kvrt_pool_config *config,
     return fail(KVRT_ERR_INVALID_ARGUMENT,
                 str("invalid pool config: capacity_pages = ", c.capacity_pages,
                     " exceeds INT32_MAX"));
-  uint64_t bytes = sizeof(float);
+  if (int(c.dtype) < KVRT_KV_F32 || int(c.dtype) > KVRT_KV_BF16)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("invalid pool config: dtype = ", int(c.dtype),
+                    " is not f32 (0), f16 (1) or bf16 (2)"));
+  uint64_t bytes = uint64_t(kvir::kvDtypeBytes(c.dtype));
   bool overflow = false;
   for (uint64_t factor : {uint64_t(c.n_layers), uint64_t(c.n_kv_heads),
                           uint64_t(2), uint64_t(c.page_tokens),
@@ -149,8 +169,8 @@ extern "C" kvrt_status kvrt_pool_create(const kvrt_pool_config *config,
   return guard([&] {
     size_t rounded =
         (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-    auto *arena =
-        static_cast<float *>(std::aligned_alloc(kArenaAlignment, rounded));
+    auto *arena = static_cast<unsigned char *>(
+        std::aligned_alloc(kArenaAlignment, rounded));
     if (!arena)
       return fail(KVRT_ERR_OUT_OF_MEMORY,
                   str("cannot reserve a kv pool arena of ", bytes, " bytes"));
@@ -225,11 +245,13 @@ extern "C" kvrt_status kvrt_pool_seal_page(kvrt_pool *pool, int32_t page) {
 extern "C" kvrt_status kvrt_pool_page_data(kvrt_pool *pool, int32_t page,
                                            float **out) {
   return onPage(pool, page, out != nullptr, __func__, [&] {
+    if (kvrt_status s = requireF32(*pool, "kvrt_pool_page_data"))
+      return s;
     if (pool->sealed[page])
       return fail(KVRT_ERR_STATE,
                   str("kvrt_pool_page_data: page ", page,
                       " is sealed (immutable); use kvrt_pool_cow for a copy"));
-    *out = pool->arena + page * pool->layout.page_stride;
+    *out = reinterpret_cast<float *>(pool->pageAddress(page));
     return KVRT_OK;
   });
 }
@@ -237,7 +259,9 @@ extern "C" kvrt_status kvrt_pool_page_data(kvrt_pool *pool, int32_t page,
 extern "C" kvrt_status kvrt_pool_page_cdata(const kvrt_pool *pool, int32_t page,
                                             const float **out) {
   return onPage(pool, page, out != nullptr, __func__, [&] {
-    *out = pool->arena + page * pool->layout.page_stride;
+    if (kvrt_status s = requireF32(*pool, "kvrt_pool_page_cdata"))
+      return s;
+    *out = reinterpret_cast<const float *>(pool->pageAddress(page));
     return KVRT_OK;
   });
 }
@@ -254,20 +278,25 @@ extern "C" kvrt_status kvrt_pool_read_kv(const kvrt_pool *pool,
                 str("kvrt_pool_read_kv: layer ", layer, " of ", layout.n_layers,
                     ", ", n, " slots from ", slot_begin));
   int64_t headSize = layout.head_size;
+  std::lock_guard<std::mutex> lock(pool->mutex);
   for (int64_t j = 0; j < n; ++j) {
     int64_t slot = slot_begin + j;
     int32_t page = pages[slot / layout.page_tokens];
-    const float *data;
-    if (kvrt_status s = kvrt_pool_page_cdata(pool, page, &data))
-      return s;
+    if (!pool->inUse(page))
+      return fail(KVRT_ERR_INVALID_ARGUMENT,
+                  str("kvrt_pool_read_kv: page ", page,
+                      " is not an allocated page (pool of ",
+                      pool->config.capacity_pages, " pages)"));
+    const unsigned char *data = pool->pageAddress(page);
     for (int32_t g = 0; g < layout.n_kv_heads; ++g) {
-      const float *head = data + layer * layout.layer_stride +
-                          g * layout.head_stride +
-                          (slot % layout.page_tokens) * headSize;
+      int64_t head = layer * layout.layer_stride + g * layout.head_stride +
+                     (slot % layout.page_tokens) * headSize;
       float *kDst = k + (j * layout.n_kv_heads + g) * headSize;
       float *vDst = v + (j * layout.n_kv_heads + g) * headSize;
-      std::memcpy(kDst, head, sizeof(float) * headSize);
-      std::memcpy(vDst, head + layout.kv_stride, sizeof(float) * headSize);
+      for (int64_t d = 0; d < headSize; ++d) {
+        kDst[d] = loadElement(data, head + d, layout.dtype);
+        vDst[d] = loadElement(data, head + layout.kv_stride + d, layout.dtype);
+      }
     }
   }
   return KVRT_OK;
@@ -286,8 +315,7 @@ extern "C" kvrt_status kvrt_pool_cow(kvrt_pool *pool, int32_t page,
       return s;
     int32_t copy;
     pool->allocate(1, &copy);
-    std::memcpy(pool->arena + copy * pool->layout.page_stride,
-                pool->arena + page * pool->layout.page_stride,
+    std::memcpy(pool->pageAddress(copy), pool->pageAddress(page),
                 pool->layout.page_bytes);
     pool->releasePage(page);
     *out = copy;

@@ -37,7 +37,7 @@ struct Run {
 } // namespace kvrt
 
 struct kvrt_pool {
-  kvrt_pool(const kvrt_pool_config &config, float *arena);
+  kvrt_pool(const kvrt_pool_config &config, unsigned char *arena);
   ~kvrt_pool();
 
   /// True if `page` is a valid id of a page in use. Needs `mutex`.
@@ -51,11 +51,15 @@ struct kvrt_pool {
   /// Pops `count` free pages, zero-filled, refcount 1; the caller checked
   /// there are enough. Needs `mutex`.
   void allocate(int64_t count, int32_t *pages);
+  /// The first byte of page `page`.
+  unsigned char *pageAddress(int32_t page) const {
+    return arena + page * layout.page_bytes;
+  }
 
   std::atomic<int64_t> refs{1};
   kvrt_pool_config config;
   kvrt_page_layout layout;
-  float *arena;
+  unsigned char *arena;
   mutable std::mutex mutex;
   std::vector<uint32_t> refcount;
   std::vector<uint8_t> sealed;

@@ -15,7 +15,7 @@
 //  - Views are values: every view operation returns a new view and leaves its
 //    inputs unchanged.
 //
-// Page memory layout (f32):
+// Page memory layout (elements of the pool's kvrt_kv_dtype):
 //
 //   A pool owns one contiguous arena of `capacity_pages` pages. A page holds
 //   `page_tokens` consecutive token slots of K and V for every layer and every
@@ -30,7 +30,9 @@
 //
 //   with kv_stride = page_tokens * head_size, head_stride = 2 * kv_stride,
 //   layer_stride = n_kv_heads * head_stride, page_stride = n_layers *
-//   layer_stride (all in floats; kvrt_pool_get_layout returns them). K is
+//   layer_stride (all in elements; kvrt_pool_get_layout returns them, and
+//   page_bytes = page_stride * the element's bytes). f16 and bf16 pages hold
+//   the f32 K/V rounded to nearest even (runtime/core/KVElement.h). K is
 //   stored already rotated by RoPE at the position it was computed at (the
 //   run's base_pos plus its index in the run); V is stored as computed.
 //
@@ -121,8 +123,8 @@ typedef enum kvrt_rope_layout {
 /// undefined behaviour in C++).
 #define KVRT_ROPE_LAYOUT_COUNT 2
 
-/// The element type of K/V pages. Only f32 executes today; the others are
-/// named so that programs asking for them get a clear error, not a silent f32.
+/// The element type of K/V pages: f32, IEEE half or bfloat16. Everything but
+/// the pages computes in f32; stores round to nearest even.
 typedef enum kvrt_kv_dtype {
   KVRT_KV_F32 = 0,
   KVRT_KV_F16 = 1,
@@ -264,12 +266,14 @@ typedef struct kvrt_pool_config {
   /// Maximum number of pages (at most INT32_MAX). The arena is reserved up
   /// front; the operating system backs it lazily.
   int64_t capacity_pages;
+  /// Element type of the pages (KVRT_KV_F32 when zero-initialised).
+  kvrt_kv_dtype dtype;
 } kvrt_pool_config;
 
 /// Addressing of the pool's arena; see the layout at the top of this file.
-/// Strides are in floats.
+/// Strides are in elements of `dtype`, `element_bytes` each.
 typedef struct kvrt_page_layout {
-  float *base;
+  void *base;
   int32_t n_layers;
   int32_t n_kv_heads;
   int32_t head_size;
@@ -281,6 +285,8 @@ typedef struct kvrt_page_layout {
   int64_t kv_stride;
   int64_t token_stride;
   int64_t page_bytes;
+  kvrt_kv_dtype dtype;
+  int32_t element_bytes;
 } kvrt_page_layout;
 
 /// Memory accounting: pages referenced by anyone.
@@ -296,7 +302,7 @@ typedef struct kvrt_pool_stats {
 typedef struct kvrt_pool kvrt_pool;
 
 /// The pool config matching a model: its layers, KV heads and head size,
-/// page_tokens 16, and room for four full contexts of seq_len tokens.
+/// page_tokens 16, room for four full contexts of seq_len tokens, f32 pages.
 kvrt_status kvrt_pool_config_for_model(const kvrt_model *model,
                                        kvrt_pool_config *out);
 
@@ -321,16 +327,18 @@ kvrt_status kvrt_pool_release_page(kvrt_pool *pool, int32_t page);
 /// Makes a page immutable. Sealing a sealed page is allowed.
 kvrt_status kvrt_pool_seal_page(kvrt_pool *pool, int32_t page);
 
-/// A writable pointer to an open page (fails for sealed pages).
+/// A writable pointer to an open page (fails for sealed pages and for pools
+/// of f16/bf16 pages: use the layout's base and runtime/core/KVElement.h).
 kvrt_status kvrt_pool_page_data(kvrt_pool *pool, int32_t page, float **out);
 
-/// A read-only pointer to any page in use.
+/// A read-only pointer to any page in use of a pool of f32 pages.
 kvrt_status kvrt_pool_page_cdata(const kvrt_pool *pool, int32_t page,
                                  const float **out);
 
 /// Copies the K and V of layer `layer` of `n` token slots starting at slot
 /// `slot_begin` of the page list `pages` (as a run lays them out) into `k` and
-/// `v`, [n][kv_heads][head_size] floats each. Works on open and sealed pages.
+/// `v`, [n][kv_heads][head_size] floats each (converted from the pool's
+/// element type). Works on open and sealed pages.
 kvrt_status kvrt_pool_read_kv(const kvrt_pool *pool, const int32_t *pages,
                               int64_t slot_begin, int64_t n, int32_t layer,
                               float *k, float *v);

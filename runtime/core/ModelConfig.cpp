@@ -175,6 +175,18 @@ std::vector<float> kvir::llama3RopeFreqFactors(int32_t rotaryDims, double theta,
   return factors;
 }
 
+std::optional<kvrt_kv_dtype> kvir::kvDtypeOfKey(const char *key) {
+  if (!key)
+    return KVRT_KV_F32;
+  std::string_view k(key);
+  size_t at = k.rfind(" kv=");
+  if (at == std::string_view::npos)
+    return KVRT_KV_F32;
+  // The RoPE frequency variants follow it, separated by spaces.
+  std::string_view value = k.substr(at + 4);
+  return parseKvDtype(value.substr(0, value.find(' ')));
+}
+
 std::string kvir::configKey(const kvrt_model_config &c, kvrt_kv_dtype dtype) {
   uint64_t theta, eps;
   std::memcpy(&theta, &c.rope_theta, sizeof(theta));

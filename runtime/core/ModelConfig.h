@@ -46,6 +46,9 @@ const char *kvDtypeName(kvrt_kv_dtype dtype);
 std::optional<kvrt_kv_dtype> parseKvDtype(std::string_view name);
 /// Bytes of one element.
 int64_t kvDtypeBytes(kvrt_kv_dtype dtype);
+/// The K/V element type a config key (configKey) names; f32 for a null key
+/// or one without "kv=".
+std::optional<kvrt_kv_dtype> kvDtypeOfKey(const char *key);
 
 /// The dimensions of a head that RoPE pair `i` (0 <= i < headSize / 2)
 /// rotates together, when the first `rotaryDims` dimensions rotate (even,

@@ -25,7 +25,7 @@ struct Scratch {
   std::unique_ptr<kvrt::PageRefs> pages;
 };
 
-kvrt_status checkLayout(const kvrt_model_config &c,
+kvrt_status checkLayout(const Forward &forward, const kvrt_model_config &c,
                         const kvrt_page_layout &layout) {
   if (layout.n_layers != c.n_layers || layout.n_kv_heads != c.n_kv_heads ||
       layout.head_size != headSize(c))
@@ -34,6 +34,12 @@ kvrt_status checkLayout(const kvrt_model_config &c,
                     layout.n_kv_heads, " kv heads x head size ",
                     layout.head_size, ", the model needs ", c.n_layers, " x ",
                     c.n_kv_heads, " x ", headSize(c)));
+  std::optional<kvrt_kv_dtype> dtype = kvir::kvDtypeOfKey(forward.key);
+  if (!dtype || *dtype != layout.dtype)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("the view's pool holds ", kvir::kvDtypeName(layout.dtype),
+                    " pages; the forward was compiled for ",
+                    dtype ? kvir::kvDtypeName(*dtype) : "unknown", " pages"));
   return KVRT_OK;
 }
 
@@ -127,7 +133,7 @@ public:
       kvrt_page_layout layout;
       if (kvrt_status s = kvrt_pool_get_layout(kvrt_view_pool(view), &layout))
         return s;
-      if (kvrt_status s = checkLayout(c, layout))
+      if (kvrt_status s = checkLayout(forward, c, layout))
         return s;
       RunTable table;
       if (kvrt_status s = table.appendView(view))
@@ -139,7 +145,7 @@ public:
       kvrt_attention_args args{};
       args.q = memrefF32(queries.data(), int64_t(queries.size()));
       args.kv =
-          memrefF32(layout.base, layout.capacity_pages * layout.page_stride);
+          memrefKV(layout.base, layout.capacity_pages * layout.page_stride);
       args.pages = table.pagesRef();
       args.runs = table.rowsRef();
       args.tiles = memrefTable(nullptr, 0, KVRT_TILE_WIDTH);
@@ -167,7 +173,7 @@ public:
       kvrt_page_layout layout;
       if (kvrt_status s = kvrt_pool_get_layout(pool, &layout))
         return s;
-      if (kvrt_status s = checkLayout(m.config, layout))
+      if (kvrt_status s = checkLayout(forward, m.config, layout))
         return s;
       // The shifted runs go through the kernel, into destination pages
       // parallel to their page lists; the others are shared as they are.
@@ -197,7 +203,7 @@ public:
       if (!dst.empty()) {
         kvrt_materialize_args args{};
         args.kv =
-            memrefF32(layout.base, layout.capacity_pages * layout.page_stride);
+            memrefKV(layout.base, layout.capacity_pages * layout.page_stride);
         args.pages = shifted.pagesRef();
         args.runs = shifted.rowsRef();
         args.dst_pages = memrefI32(dst.data(), int64_t(dst.size()));
@@ -258,7 +264,7 @@ private:
     kvrt_page_layout layout;
     if (kvrt_status s = kvrt_pool_get_layout(pool, &layout))
       return s;
-    if (kvrt_status s = checkLayout(c, layout))
+    if (kvrt_status s = checkLayout(forward, c, layout))
       return s;
     RunTable table;
     if (kvrt_status s = table.appendView(view))
@@ -284,8 +290,7 @@ private:
     for (size_t i = 0; i < weights.size(); ++i)
       *fields[i] =
           memrefF32(const_cast<float *>(weights[i].data), weights[i].size);
-    args.kv =
-        memrefF32(layout.base, layout.capacity_pages * layout.page_stride);
+    args.kv = memrefKV(layout.base, layout.capacity_pages * layout.page_stride);
     args.pages = table.pagesRef();
     args.runs = table.rowsRef();
     args.tiles = memrefTable(nullptr, 0, KVRT_TILE_WIDTH);

@@ -56,6 +56,7 @@ struct DeviceBuffer {
   kvrt_memref_f32 f32(int64_t size) const {
     return memrefF32(static_cast<float *>(ptr), size);
   }
+  kvrt_memref_kv kv(int64_t size) const { return memrefKV(ptr, size); }
   kvrt_memref_i32 i32(int64_t size) const {
     return memrefI32(static_cast<int32_t *>(ptr), size);
   }
@@ -299,7 +300,7 @@ public:
         if (kvrt_status s = dstBuf.upload(dst))
           return s;
         kvrt_materialize_args args{};
-        args.kv = dp->arena.f32(dp->pages * dp->layout.page_stride);
+        args.kv = dp->arena.kv(dp->pages * dp->layout.page_stride);
         args.pages = pagesBuf.i32(int64_t(shifted.pages.size()));
         args.runs = runsBuf.table(shifted.numRuns(), KVRT_RUN_WIDTH);
         args.dst_pages = dstBuf.i32(int64_t(dst.size()));
@@ -448,6 +449,11 @@ private:
                       " kv heads x head size ", dp.layout.head_size,
                       ", the model needs ", c.n_layers, " x ", c.n_kv_heads,
                       " x ", headSize(c)));
+    if (dp.layout.dtype != KVRT_KV_F32)
+      return fail(KVRT_ERR_INVALID_ARGUMENT,
+                  str("the view's pool holds ",
+                      kvir::kvDtypeName(dp.layout.dtype),
+                      " pages; the generated cuda forward takes f32 pages"));
     dp.sweep();
     if (kvrt_status s = table->appendView(view))
       return s;
@@ -481,7 +487,7 @@ private:
     if (kvrt_status s = outBuf.reserve(size_t(n) * c.dim * sizeof(float)))
       return s;
     args.q = qBuf.f32(n * c.dim);
-    args.kv = (*dp)->arena.f32((*dp)->pages * (*dp)->layout.page_stride);
+    args.kv = (*dp)->arena.kv((*dp)->pages * (*dp)->layout.page_stride);
     args.pages = pagesBuf.i32(int64_t(table.pages.size()));
     args.runs = runsBuf.table(table.numRuns(), KVRT_RUN_WIDTH);
     args.tiles = tilesBuf.table(*nTiles, KVRT_TILE_WIDTH);
@@ -579,7 +585,7 @@ private:
     for (size_t i = 0; i < fields.size(); ++i)
       *fields[i] = memrefF32(static_cast<float *>(dm.weights.ptr) + dm.off[i],
                              dm.size[i]);
-    args.kv = dp->arena.f32(dp->pages * layout.page_stride);
+    args.kv = dp->arena.kv(dp->pages * layout.page_stride);
     args.pages = pagesBuf.i32(int64_t(table.pages.size()));
     args.runs = runsBuf.table(table.numRuns(), KVRT_RUN_WIDTH);
     args.tiles = tilesBuf.table(nTiles, KVRT_TILE_WIDTH);

@@ -1,6 +1,7 @@
 //===- Reference.cpp - The reference forward (test oracle) ------*- C++ -*-===//
 
 #include "runtime/reference/Reference.h"
+#include "runtime/core/KVElement.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
 
@@ -19,15 +20,34 @@ struct KVSpan {
   kvrt_page_layout layout;
   std::vector<kvrt_run> runs;
 
-  /// The K (kind 0) or V (kind 1) vector of token `j` of run `r`.
-  const float *vector(const kvrt_run &run, int64_t j, int32_t layer,
-                      int32_t kvHead, int kind) const {
+  /// The arena index of the K (kind 0) or V (kind 1) vector of token `j` of
+  /// `run`.
+  int64_t index(const kvrt_run &run, int64_t j, int32_t layer, int32_t kvHead,
+                int kind) const {
     int64_t slot = run.slot_begin + j;
     int64_t page = run.pages[slot / layout.page_tokens];
-    return layout.base + page * layout.page_stride +
-           layer * layout.layer_stride + kvHead * layout.head_stride +
-           kind * layout.kv_stride +
+    return page * layout.page_stride + layer * layout.layer_stride +
+           kvHead * layout.head_stride + kind * layout.kv_stride +
            (slot % layout.page_tokens) * layout.token_stride;
+  }
+
+  /// Reads that vector into `out` (head_size values), converted to f32.
+  void load(const kvrt_run &run, int64_t j, int32_t layer, int32_t kvHead,
+            int kind, float *out) const {
+    int64_t at = index(run, j, layer, kvHead, kind);
+    for (int32_t d = 0; d < layout.head_size; ++d)
+      out[d] = kvrt::loadElement(layout.base, at + d, layout.dtype);
+  }
+
+  /// Writes `in` (head_size values) as that vector, rounded to f32 and then
+  /// to the pages' element type (as the generated forward stores them).
+  template <typename T>
+  void store(const kvrt_run &run, int64_t j, int32_t layer, int32_t kvHead,
+             int kind, const T *in) const {
+    int64_t at = index(run, j, layer, kvHead, kind);
+    for (int32_t d = 0; d < layout.head_size; ++d)
+      kvrt::storeElement(layout.base, at + d, layout.dtype,
+                         static_cast<float>(in[d]));
   }
 };
 
@@ -114,6 +134,8 @@ void attendSpan(const kvrt_model_config &c, const KVSpan &span, int32_t layer,
   int32_t group = c.n_heads / c.n_kv_heads;
   double invSqrt = 1.0 / std::sqrt(static_cast<double>(headSize));
   std::vector<double> qRot(headSize), kRot(headSize);
+  std::vector<float> kBuf(headSize), vBuf(headSize);
+  float *k = kBuf.data(), *v = vBuf.data();
   for (int32_t h = 0; h < c.n_heads; ++h) {
     int32_t kvHead = h / group;
     const double *qh = q + int64_t(h) * headSize;
@@ -132,8 +154,8 @@ void attendSpan(const kvrt_model_config &c, const KVSpan &span, int32_t layer,
       for (int64_t j = 0; j < run.n_tokens; ++j) {
         if (run.base_pos + j + run.delta > m)
           continue;
-        const float *k = span.vector(run, j, layer, kvHead, 0);
-        const float *v = span.vector(run, j, layer, kvHead, 1);
+        span.load(run, j, layer, kvHead, 0, k);
+        span.load(run, j, layer, kvHead, 1, v);
         if (mode == ShiftMode::Fused) {
           partial.add(dot(qRot.data(), k, headSize) * invSqrt, v);
           continue;
@@ -202,12 +224,8 @@ void forward(const kvrt_model_config &c, const kvrt_model_weights &w,
       for (int32_t g = 0; g < c.n_kv_heads; ++g) {
         double *kh = &k[g * headSize];
         applyRope(kh, c, pos + t);
-        auto *kDst = const_cast<float *>(span.vector(newRun, t, l, g, 0));
-        auto *vDst = const_cast<float *>(span.vector(newRun, t, l, g, 1));
-        for (int64_t d = 0; d < headSize; ++d) {
-          kDst[d] = static_cast<float>(kh[d]);
-          vDst[d] = static_cast<float>(v[g * headSize + d]);
-        }
+        span.store(newRun, t, l, g, 0, kh);
+        span.store(newRun, t, l, g, 1, &v[g * headSize]);
       }
     }
     // Attention and FFN of every new token.
@@ -421,6 +439,7 @@ kvrt_status kvir::reference::materialize(const kvrt_model *model,
       return s;
     int64_t nextPage = 0;
     std::vector<double> key(l.head_size);
+    std::vector<float> k(l.head_size), v(l.head_size);
     for (const kvrt_run &run : span.runs) {
       kvrt_run copy = run;
       if (run.delta != 0) {
@@ -432,19 +451,13 @@ kvrt_status kvir::reference::materialize(const kvrt_model *model,
         for (int64_t j = 0; j < run.n_tokens; ++j)
           for (int32_t layer = 0; layer < l.n_layers; ++layer)
             for (int32_t h = 0; h < l.n_kv_heads; ++h) {
-              const float *k = span.vector(run, j, layer, h, 0);
-              const float *v = span.vector(run, j, layer, h, 1);
-              auto *kDst =
-                  const_cast<float *>(span.vector(fresh, j, layer, h, 0));
-              auto *vDst =
-                  const_cast<float *>(span.vector(fresh, j, layer, h, 1));
+              span.load(run, j, layer, h, 0, k.data());
+              span.load(run, j, layer, h, 1, v.data());
               for (int32_t d = 0; d < l.head_size; ++d)
                 key[d] = k[d];
               applyRope(key.data(), c, run.delta);
-              for (int32_t d = 0; d < l.head_size; ++d) {
-                kDst[d] = static_cast<float>(key[d]);
-                vDst[d] = v[d];
-              }
+              span.store(fresh, j, layer, h, 0, key.data());
+              span.store(fresh, j, layer, h, 1, v.data());
             }
         for (int64_t p = 0; p < nPages; ++p)
           if (kvrt_status s = kvrt_pool_seal_page(pool, fresh.pages[p])) {

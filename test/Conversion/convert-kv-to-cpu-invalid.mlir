@@ -32,13 +32,7 @@ module attributes {kv.export_forwards = [!kv.model<dim = 2048, hidden = 64, laye
 
 // -----
 
-// f16 K/V pages pass the verifier but cannot execute yet: the op that needs
-// them is the diagnostic.
-!m = !kv.model<dim = 32, hidden = 64, layers = 1, heads = 2, kv_heads = 2, vocab = 10>
-!cache = !kv.cache<1x2x16xf16>
-func.func @f16_cache(%m: !m, %t: tensor<?xi32>) -> !cache {
-  %c0 = kv.empty : !cache
-  // expected-error @+1 {{K/V pages of f16 cannot execute yet: the generated forward and the page pool are f32 only}}
-  %c1, %l = kv.prefill %m, %c0, %t : !m, (!cache), tensor<?xi32> -> !cache, tensor<?x10xf32>
-  return %c1 : !cache
+// An exported forward with pages of another type is [!kv.model, f16 | bf16 | f32].
+// expected-error @+1 {{, i16] must be [!kv.model, f32 | f16 | bf16]}}
+module attributes {kv.export_forwards = [[!kv.model<dim = 32, hidden = 64, layers = 1, heads = 2, kv_heads = 2, vocab = 10>, i16]]} {
 }

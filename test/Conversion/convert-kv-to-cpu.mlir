@@ -129,6 +129,67 @@ module attributes {kv.export_forwards = [!kv.model<dim = 32, hidden = 64, layers
 
 // -----
 
+// A program over f16 pages: the forward's arena is memref<?xf16>; K and V are
+// computed in f32 and rounded once when stored (arith.truncf), keys and
+// values widened when attention reads them (arith.extf); materialize rotates
+// keys in f32 and copies values as stored. The exported forward of f32
+// pages is a second forward, its kernels untouched.
+!m16 = !kv.model<dim = 48, hidden = 96, layers = 2, heads = 4, kv_heads = 2, vocab = 64>
+!c16 = !kv.cache<2x2x12xf16>
+module attributes {kv.export_forwards = [!kv.model<dim = 48, hidden = 96, layers = 2, heads = 4, kv_heads = 2, vocab = 64>]} {
+  func.func @f16_cache(%m: !m16, %t: tensor<?xi32>) -> tensor<?x64xf32> {
+    %c0 = kv.empty : !c16
+    %c1, %l = kv.prefill %m, %c0, %t : !m16, (!c16), tensor<?xi32> -> !c16, tensor<?x64xf32>
+    %c2 = kv.materialize %m, %c1 : !m16, !c16
+    %c3, %l2 = kv.prefill %m, %c2, %t : !m16, (!c16), tensor<?xi32> -> !c16, tensor<?x64xf32>
+    return %l2 : tensor<?x64xf32>
+  }
+}
+
+// CHECK-LABEL: func.func @f16_cache(
+// CHECK:       func.func private @[[H:kv_fwd_[0-9a-f]+]]_store_kv(%{{.*}}, %{{.*}}, %{{.*}}: i64, %{{.*}}: memref<?xf16>,
+// CHECK:         %[[K:.+]] = arith.truncf %{{.*}} : vector<12xf32> to vector<12xf16>
+// CHECK:         vector.store %[[K]], %{{.*}} : memref<?xf16>, vector<12xf16>
+// CHECK:         %[[V:.+]] = arith.truncf %{{.*}} : vector<12xf32> to vector<12xf16>
+// CHECK:         vector.store %[[V]], %{{.*}} : memref<?xf16>, vector<12xf16>
+// CHECK:       func.func private @[[H]]_attention_kernel(%{{.*}}, %{{.*}}: index, %{{.*}}: i64, %{{.*}}: memref<?xf16>,
+// CHECK:       func.func private @[[H]]_attention_task(
+// CHECK:         %[[KR:.+]] = vector.maskedload %{{.*}} : memref<?xf16>, vector<16xi1>, vector<16xf16> into vector<16xf16>
+// CHECK-NEXT:    arith.extf %[[KR]] : vector<16xf16> to vector<16xf32>
+// CHECK:         %[[VR:.+]] = vector.load %{{.*}} : memref<?xf16>, vector<12xf16>
+// CHECK-NEXT:    arith.extf %[[VR]] : vector<12xf16> to vector<12xf32>
+// CHECK:       func.func private @[[H]]_materialize_kernel(%{{.*}}: memref<?xf16>,
+// CHECK:         arith.extf %{{.*}} : vector<12xf16> to vector<12xf32>
+// CHECK:         call @[[H]]_rope_apply(
+// CHECK:         arith.truncf %{{.*}} : vector<12xf32> to vector<12xf16>
+// CHECK:         %[[VC:.+]] = vector.load %{{.*}} : memref<?xf16>, vector<12xf16>
+// CHECK:         vector.store %[[VC]], %{{.*}} : memref<?xf16>, vector<12xf16>
+// CHECK:       func.func @[[H]]_prefill(
+// CHECK:         builtin.unrealized_conversion_cast %{{.*}} to memref<?xf16>
+// CHECK:       func.func private @[[F:kv_fwd_[0-9a-f]+]]_store_kv(%{{.*}}, %{{.*}}, %{{.*}}: i64, %{{.*}}: memref<?xf32>,
+// CHECK-NOT:     arith.truncf
+// CHECK:       func.func private @[[F]]_attention_kernel(
+
+// -----
+
+// An exported forward of bf16 pages: rounding to nearest even on the bits
+// (no library call), widening by a shift.
+module attributes {kv.export_forwards = [[!kv.model<dim = 32, hidden = 64, layers = 1, heads = 2, kv_heads = 2, vocab = 10>, bf16]]} {
+}
+
+// CHECK-LABEL: module {
+// CHECK:       func.func private @[[B:kv_fwd_[0-9a-f]+]]_store_kv(%{{.*}}, %{{.*}}, %{{.*}}: i64, %{{.*}}: memref<?xbf16>,
+// CHECK:         arith.bitcast %{{.*}} : vector<16xf32> to vector<16xi32>
+// CHECK:         arith.cmpf uno
+// CHECK:         arith.trunci %{{.*}} : vector<16xi32> to vector<16xi16>
+// CHECK:         arith.bitcast %{{.*}} : vector<16xi16> to vector<16xbf16>
+// CHECK:       func.func private @[[B]]_attention_task(
+// CHECK:         arith.bitcast %{{.*}} : vector<16xbf16> to vector<16xi16>
+// CHECK-NEXT:    arith.extui %{{.*}} : vector<16xi16> to vector<16xi32>
+// CHECK:         arith.shli
+
+// -----
+
 // A module without kv ops or the attribute is left as it is.
 // CHECK-LABEL: func.func @negative_untouched
 // CHECK-NOT:   func.func

@@ -12,7 +12,7 @@ namespace {
 class KVPoolTest : public ::testing::Test {
 protected:
   void SetUp() override {
-    kvrt_pool_config config{2, 2, 4, 4, 8};
+    kvrt_pool_config config{2, 2, 4, 4, 8, KVRT_KV_F32};
     kvrt_pool *raw = nullptr;
     ASSERT_EQ(kvrt_pool_create(&config, &raw), KVRT_OK) << kvrt_last_error();
     pool.reset(raw);
@@ -80,7 +80,8 @@ TEST_F(KVPoolTest, LayoutFollowsTheHeader) {
   float *data = nullptr;
   ASSERT_EQ(kvrt_pool_page_data(pool.get(), pages[1], &data), KVRT_OK);
   // (layer 1, kv head 0, V, slot 2, dim 3) through the header's formula.
-  EXPECT_EQ(data, layout.base + pages[1] * layout.page_stride);
+  EXPECT_EQ(data,
+            static_cast<float *>(layout.base) + pages[1] * layout.page_stride);
   data[1 * layout.layer_stride + 0 * layout.head_stride + layout.kv_stride +
        2 * layout.token_stride + 3] = 7.5f;
   const float *read = nullptr;
@@ -284,12 +285,12 @@ TEST_F(KVPoolTest, AppendValidatesRuns) {
 }
 
 TEST(KVPoolConfigTest, RejectsBadConfigs) {
-  kvrt_pool_config config{2, 2, 4, 0, 8};
+  kvrt_pool_config config{2, 2, 4, 0, 8, KVRT_KV_F32};
   kvrt_pool *pool = nullptr;
   EXPECT_EQ(kvrt_pool_create(&config, &pool), KVRT_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kvrt_last_error()).find("page_tokens = 0"),
             std::string::npos);
-  config = {2, 2, 4, 16, int64_t(1) << 40};
+  config = {2, 2, 4, 16, int64_t(1) << 40, KVRT_KV_F32};
   EXPECT_EQ(kvrt_pool_create(&config, &pool), KVRT_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(pool, nullptr);
 }

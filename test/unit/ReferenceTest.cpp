@@ -315,9 +315,9 @@ TEST(ReferenceTest, AttentionEdgeCases) {
   for (ShiftMode mode : {ShiftMode::Fused, ShiftMode::Materialized}) {
     std::vector<double> out = attend(c, one.view.get(), 1, q, 10, mode);
     for (int32_t h = 0; h < c.n_heads; ++h) {
-      const float *v = layout.base + run.pages[0] * layout.page_stride +
-                       layout.layer_stride + (h / 2) * layout.head_stride +
-                       layout.kv_stride;
+      const float *v = static_cast<const float *>(layout.base) +
+                       run.pages[0] * layout.page_stride + layout.layer_stride +
+                       (h / 2) * layout.head_stride + layout.kv_stride;
       for (int32_t d = 0; d < headSize; ++d)
         EXPECT_EQ(out[h * headSize + d], double(v[d]));
     }

@@ -132,11 +132,12 @@ std::vector<RopeVariant> kvir::test::ropeVariants() {
 }
 
 PoolPtr kvir::test::poolFor(const kvrt_model *model, int64_t capacityPages,
-                            int32_t pageTokens) {
+                            int32_t pageTokens, kvrt_kv_dtype dtype) {
   kvrt_pool_config config;
   EXPECT_EQ(kvrt_pool_config_for_model(model, &config), KVRT_OK);
   config.capacity_pages = capacityPages;
   config.page_tokens = pageTokens;
+  config.dtype = dtype;
   kvrt_pool *pool = nullptr;
   EXPECT_EQ(kvrt_pool_create(&config, &pool), KVRT_OK) << kvrt_last_error();
   return PoolPtr(pool);

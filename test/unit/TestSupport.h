@@ -86,9 +86,10 @@ struct RopeVariant {
 };
 std::vector<RopeVariant> ropeVariants();
 
-/// A pool shaped for `model` with `capacityPages` pages of `pageTokens`.
+/// A pool shaped for `model` with `capacityPages` pages of `pageTokens`
+/// elements of `dtype`.
 PoolPtr poolFor(const kvrt_model *model, int64_t capacityPages,
-                int32_t pageTokens = 16);
+                int32_t pageTokens = 16, kvrt_kv_dtype dtype = KVRT_KV_F32);
 
 /// An empty view over `pool`.
 ViewPtr emptyView(kvrt_pool *pool);

@@ -188,6 +188,41 @@ OwningOpRef<ModuleOp> kvir::compiler::parseProgram(
   return module;
 }
 
+FailureOr<kvrt_kv_dtype> kvir::compiler::programKvDtype(ModuleOp module) {
+  std::optional<std::pair<Type, Location>> first;
+  auto check = [&](Type type, Location loc) -> WalkResult {
+    auto cache = dyn_cast<kv::CacheType>(type);
+    if (!cache)
+      return WalkResult::advance();
+    if (!first) {
+      first.emplace(cache.getElementType(), loc);
+      return WalkResult::advance();
+    }
+    if (first->first == cache.getElementType())
+      return WalkResult::advance();
+    InFlightDiagnostic diag =
+        emitError(loc) << "a !kv.cache of " << cache.getElementType()
+                       << " pages in a program with caches of " << first->first
+                       << " pages: one run keeps one element type";
+    diag.attachNote(first->second) << "the first cache of " << first->first;
+    return WalkResult::interrupt();
+  };
+  WalkResult result = module.walk([&](Operation *op) -> WalkResult {
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        for (BlockArgument arg : block.getArguments())
+          if (check(arg.getType(), arg.getLoc()).wasInterrupted())
+            return WalkResult::interrupt();
+    for (Type type : op->getResultTypes())
+      if (check(type, op->getLoc()).wasInterrupted())
+        return WalkResult::interrupt();
+    return WalkResult::advance();
+  });
+  if (result.wasInterrupted())
+    return failure();
+  return first ? kv::kvDtypeOf(first->first) : KVRT_KV_F32;
+}
+
 FailureOr<func::FuncOp> kvir::compiler::lookupEntry(ModuleOp module,
                                                     StringRef name) {
   auto entry = module.lookupSymbol<func::FuncOp>(name);
@@ -296,8 +331,9 @@ kvir::compiler::lowerProgram(ModuleOp module, const LowerOptions &options,
   if (options.exportModel)
     (*lowered)->setAttr(
         kv::kExportForwardsAttrName,
-        ArrayAttr::get(context, {TypeAttr::get(kv::ModelType::get(
-                                    context, *options.exportModel))}));
+        ArrayAttr::get(context,
+                       {kv::exportForwardEntry(context, *options.exportModel,
+                                               options.exportDtype)}));
   PassManager pm(context);
   if (options.target == Target::Cpu) {
     kv::buildLowerToCPUPipeline(pm, kv::LowerToCPUPipelineOptions());
@@ -402,15 +438,16 @@ exec::EntryFn JitProgram::entry(StringRef name) {
   return reinterpret_cast<exec::EntryFn>(lookup(exec::entrySymbol(name.str())));
 }
 
-Forward JitProgram::forward(const kvrt_model_config &config) {
+Forward JitProgram::forward(const kvrt_model_config &config,
+                            kvrt_kv_dtype dtype) {
   Forward f;
-  std::string key = configKey(config, KVRT_KV_F32);
+  std::string key = configKey(config, dtype);
   std::unique_ptr<std::string> &stored = keys[key];
   if (!stored)
     stored = std::make_unique<std::string>(key);
   f.key = stored->c_str();
   auto entry = [&](kv::ForwardEntryPoint point) {
-    return lookup(kv::forwardEntryName(config, KVRT_KV_F32, point));
+    return lookup(kv::forwardEntryName(config, dtype, point));
   };
   f.prefill =
       reinterpret_cast<kvrt_prefill_fn>(entry(kv::ForwardEntryPoint::Prefill));
@@ -449,7 +486,8 @@ kvir::compiler::compileProgram(OwningOpRef<ModuleOp> planned,
     return emitError(entry->getLoc()) << "the compiled program has no "
                                       << exec::entrySymbol(entryName.str());
   if (options.exportModel)
-    program.forward = program.jit->forward(*options.exportModel);
+    program.forward =
+        program.jit->forward(*options.exportModel, options.exportDtype);
   return program;
 }
 
@@ -473,26 +511,28 @@ MLIRContext &forwardContext() {
 
 /// A module asking for the forward of `config`.
 OwningOpRef<ModuleOp> forwardModule(MLIRContext &ctx,
-                                    const kvrt_model_config &config) {
+                                    const kvrt_model_config &config,
+                                    kvrt_kv_dtype dtype) {
   OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&ctx));
   (*module)->setAttr(
       kv::kExportForwardsAttrName,
-      ArrayAttr::get(&ctx, {TypeAttr::get(kv::ModelType::get(&ctx, config))}));
+      ArrayAttr::get(&ctx, {kv::exportForwardEntry(&ctx, config, dtype)}));
   return module;
 }
 
 } // namespace
 
 kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
-                                           Target target, Forward *out) {
+                                           Target target, Forward *out,
+                                           kvrt_kv_dtype dtype) {
   if (!out)
     return kvrt::nullArgument(__func__);
   static std::mutex mutex;
   static auto &cache = *new std::map<std::string, Forward>();
   static auto &programs = *new std::vector<std::unique_ptr<JitProgram>>();
   std::lock_guard<std::mutex> lock(mutex);
-  std::string key = configKey(config, KVRT_KV_F32) +
-                    (target == Target::Gpu ? " gpu" : " cpu");
+  std::string key =
+      configKey(config, dtype) + (target == Target::Gpu ? " gpu" : " cpu");
   auto it = cache.find(key);
   if (it != cache.end()) {
     *out = it->second;
@@ -504,7 +544,7 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
                 str("unsupported model config: ", problem));
   MLIRContext &ctx = forwardContext();
   CollectDiagnostics diagnostics(ctx);
-  OwningOpRef<ModuleOp> module = forwardModule(ctx, config);
+  OwningOpRef<ModuleOp> module = forwardModule(ctx, config, dtype);
   std::vector<Location> sites;
   LowerOptions options;
   options.target = target;
@@ -518,7 +558,7 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
   if (!jit)
     return fail(KVRT_ERR_INTERNAL,
                 str("cannot JIT-compile the forward: ", diagnostics.text));
-  Forward forward = jit->forward(config);
+  Forward forward = jit->forward(config, dtype);
   if (!forward.prefill || !forward.attention || !forward.materialize)
     return fail(KVRT_ERR_INTERNAL, "the compiled forward lacks entry points");
   programs.push_back(std::move(jit));
@@ -590,7 +630,7 @@ kvrt_status kvir::compiler::getForwardSource(const kvrt_model_config &config,
     return kvrt::nullArgument(__func__);
   MLIRContext &ctx = forwardContext();
   CollectDiagnostics diagnostics(ctx);
-  OwningOpRef<ModuleOp> module = forwardModule(ctx, config);
+  OwningOpRef<ModuleOp> module = forwardModule(ctx, config, KVRT_KV_F32);
   PassManager pm(&ctx);
   if (!lowered)
     pm.addPass(target == Target::Cpu ? kv::createConvertKVToCPUPass()

@@ -76,6 +76,11 @@ mlir::OwningOpRef<mlir::ModuleOp> exactReferenceOf(mlir::ModuleOp module);
 /// what it derives from them counts as plan work, then runs kv-optimize.
 mlir::LogicalResult planProgram(mlir::ModuleOp module);
 
+/// The element type of the K/V pages of the program's `!kv.cache` values (f32
+/// when it has none), or a diagnostic where two caches disagree: one pool
+/// holds one element type.
+mlir::FailureOr<kvrt_kv_dtype> programKvDtype(mlir::ModuleOp module);
+
 /// The public function `name` with a body, or a diagnostic listing them.
 mlir::FailureOr<mlir::func::FuncOp> lookupEntry(mlir::ModuleOp module,
                                                 llvm::StringRef name);
@@ -93,9 +98,11 @@ std::string siteText(mlir::Location loc);
 /// How to lower a program.
 struct LowerOptions {
   Target target = Target::Cpu;
-  /// Also emit the forward of this model (f32 pages), even if the program
-  /// does not use it: runners compare against a full prefill with it.
+  /// Also emit the forward of this model (pages of exportDtype), even if
+  /// the program does not use it: runners compare against a full prefill
+  /// with it.
   std::optional<kvrt_model_config> exportModel;
+  kvrt_kv_dtype exportDtype = KVRT_KV_F32;
   /// GPU only: kv-lower-to-nvvm's chip, PTX features and what the kernels
   /// become (`bin`: cubin; `isa`: PTX, JIT-compiled by the driver).
   std::string chip = "sm_90", features = "+ptx80", format = "bin";
@@ -119,9 +126,9 @@ public:
 
   /// `_kvrt_entry_<name>`, or null.
   exec::EntryFn entry(llvm::StringRef name);
-  /// The entry points of the forward of `config` (f32 pages) the module
-  /// holds; null members where it has none.
-  Forward forward(const kvrt_model_config &config);
+  /// The entry points of the forward of `config` for pages of `dtype` the
+  /// module holds; null members where it has none.
+  Forward forward(const kvrt_model_config &config, kvrt_kv_dtype dtype);
 
   /// The address of a symbol of the compiled module, or null.
   void *lookup(llvm::StringRef symbol);
@@ -150,14 +157,15 @@ mlir::FailureOr<CompiledProgram>
 compileProgram(mlir::OwningOpRef<mlir::ModuleOp> planned,
                llvm::StringRef entryName, const LowerOptions &options);
 
-/// The forward of one config alone, JIT-compiled for `target` (benchmarks
+/// The forward of one config alone, for K/V pages of `dtype`,
+/// JIT-compiled for `target` (benchmarks
 /// and tests; cached per config for the life of the process, never
 /// destroyed: an ExecutionEngine destroyed by an exit handler runs the JIT's
 /// deinitializers after LLVM's statics are gone). KVRT_ERR_INVALID_ARGUMENT
 /// for a config the target cannot compile, with the message in
 /// kvrt_last_error().
 kvrt_status compileForward(const kvrt_model_config &config, Target target,
-                           Forward *out);
+                           Forward *out, kvrt_kv_dtype dtype = KVRT_KV_F32);
 
 /// The generated CPU matmul alone, for benchmarks against BLAS: c = a · bᵀ
 /// with a [n][k], the weights b [m][k] and c [n][m] (contiguous buffers), as

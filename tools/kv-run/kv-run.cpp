@@ -178,6 +178,13 @@ cl::opt<int> pageTokens("page-tokens",
                         cl::desc("token slots per KV page (default 16)"),
                         cl::value_desc("n"), cl::init(16),
                         cl::cat(kvRunCategory));
+cl::opt<std::string> kvDtypeOption(
+    "kv-dtype",
+    cl::desc("element type of the KV pages: f32, f16 or bf16 (default: the "
+             "element type of the program's !kv.cache values; f32 for a token "
+             "list). With a program it must agree with the program's caches: "
+             "the program names the pages its forward reads"),
+    cl::value_desc("type"), cl::cat(kvRunCategory));
 cl::opt<int64_t> poolPages("pool-pages",
                            cl::desc("capacity of the KV pool in pages "
                                     "(reserved lazily; default 8192)"),
@@ -384,7 +391,26 @@ llvm::Expected<ModelPtr> loadModel(std::string &description) {
   return ModelPtr(model, kvrt_model_release);
 }
 
-llvm::Expected<PoolPtr> makePool(const kvrt_model *model) {
+/// The K/V element type of --kv-dtype; `program` is the program's (f32 for a
+/// token list), which the option must agree with.
+llvm::Expected<kvrt_kv_dtype> kvDtype(kvrt_kv_dtype program, bool fromProgram) {
+  if (!kvDtypeOption.getNumOccurrences())
+    return program;
+  std::optional<kvrt_kv_dtype> dtype = kvir::parseKvDtype(kvDtypeOption);
+  if (!dtype)
+    return makeError("--kv-dtype must be f32, f16 or bf16, got '" +
+                     kvDtypeOption + "'");
+  if (fromProgram && *dtype != program)
+    return makeError(llvm::Twine("--kv-dtype ") + kvDtypeOption +
+                     " disagrees with the program, whose !kv.cache values "
+                     "hold " +
+                     kvir::kvDtypeName(program) +
+                     " pages (change the element type of its caches, or drop "
+                     "the option)");
+  return *dtype;
+}
+
+llvm::Expected<PoolPtr> makePool(const kvrt_model *model, kvrt_kv_dtype dtype) {
   if (pageTokens <= 0)
     return makeError("--page-tokens must be positive, got " +
                      llvm::Twine(int(pageTokens)));
@@ -396,6 +422,7 @@ llvm::Expected<PoolPtr> makePool(const kvrt_model *model) {
     return runtimeError("cannot size the kv pool");
   poolConfig.page_tokens = pageTokens;
   poolConfig.capacity_pages = poolPages;
+  poolConfig.dtype = dtype;
   kvrt_pool *pool = nullptr;
   if (kvrt_pool_create(&poolConfig, &pool))
     return runtimeError("cannot create the kv pool");
@@ -404,11 +431,12 @@ llvm::Expected<PoolPtr> makePool(const kvrt_model *model) {
 
 /// The forward of `config` for the first form (no program).
 llvm::Expected<Forward> forwardFor(const ComputeBackend &backend,
-                                   const kvrt_model_config &config) {
+                                   const kvrt_model_config &config,
+                                   kvrt_kv_dtype dtype) {
   Forward forward;
   if (!backend.runsGeneratedCode())
     return forward;
-  if (compiler::compileForward(config, target(), &forward))
+  if (compiler::compileForward(config, target(), &forward, dtype))
     return runtimeError("cannot compile the forward of the model");
   return forward;
 }
@@ -473,10 +501,13 @@ llvm::Error runTokens() {
       return makeError("token " + llvm::Twine((*tokens)[i]) + " at index " +
                        llvm::Twine(i) + " is outside the vocabulary [0, " +
                        llvm::Twine(config.vocab_size) + ")");
-  llvm::Expected<PoolPtr> pool = makePool(model->get());
+  llvm::Expected<kvrt_kv_dtype> dtype = kvDtype(KVRT_KV_F32, false);
+  if (!dtype)
+    return dtype.takeError();
+  llvm::Expected<PoolPtr> pool = makePool(model->get(), *dtype);
   if (!pool)
     return pool.takeError();
-  llvm::Expected<Forward> forward = forwardFor(**backend, config);
+  llvm::Expected<Forward> forward = forwardFor(**backend, config, *dtype);
   if (!forward)
     return forward.takeError();
 
@@ -675,9 +706,6 @@ llvm::Error runProgram() {
       makeBackend(model->get());
   if (!backend)
     return backend.takeError();
-  llvm::Expected<PoolPtr> pool = makePool(model->get());
-  if (!pool)
-    return pool.takeError();
   kvrt_model_config config;
   kvrt_model_get_config(model->get(), &config);
   // Synthesized inputs are bounded by what the run may compute and the
@@ -720,6 +748,16 @@ llvm::Error runProgram() {
       compiler::lookupEntry(*planned, entryName);
   if (mlir::failed(entry))
     return failed();
+  mlir::FailureOr<kvrt_kv_dtype> programDtype =
+      compiler::programKvDtype(*planned);
+  if (mlir::failed(programDtype))
+    return failed();
+  llvm::Expected<kvrt_kv_dtype> dtype = kvDtype(*programDtype, true);
+  if (!dtype)
+    return dtype.takeError();
+  llvm::Expected<PoolPtr> pool = makePool(model->get(), *dtype);
+  if (!pool)
+    return pool.takeError();
   mlir::FailureOr<exec::EntryManifest> manifest =
       compiler::describeEntry(*entry);
   if (mlir::failed(manifest))
@@ -734,6 +772,7 @@ llvm::Error runProgram() {
   lowering.target = target();
   lowering.format = "isa";
   lowering.exportModel = config;
+  lowering.exportDtype = *dtype;
   mlir::FailureOr<compiler::CompiledProgram> program =
       compiler::compileProgram(std::move(planned), entryName, lowering);
   if (mlir::failed(program))

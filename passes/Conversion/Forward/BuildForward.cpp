@@ -24,7 +24,7 @@ namespace {
 // The argument structs of runtime/core/ForwardABI.def
 //===----------------------------------------------------------------------===//
 
-enum class FieldKind { F32, I32, RUNS, TILES, I64 };
+enum class FieldKind { F32, KV, I32, RUNS, TILES, I64 };
 
 struct Field {
   const char *name;
@@ -90,6 +90,7 @@ enum MaterializeField {
 constexpr size_t fieldBytes(FieldKind kind) {
   switch (kind) {
   case FieldKind::F32:
+  case FieldKind::KV:
   case FieldKind::I32:
     return 2 * sizeof(void *) + 3 * sizeof(int64_t);
   case FieldKind::RUNS:
@@ -118,6 +119,8 @@ Type fieldType(ForwardEmitter &e, FieldKind kind) {
   switch (kind) {
   case FieldKind::F32:
     return e.buffer(e.f32());
+  case FieldKind::KV:
+    return e.buffer(e.kvElement());
   case FieldKind::I32:
     return e.buffer(e.i32());
   case FieldKind::RUNS:
@@ -142,6 +145,7 @@ Type fieldStorageType(ForwardEmitter &e, FieldKind kind) {
   };
   switch (kind) {
   case FieldKind::F32:
+  case FieldKind::KV:
   case FieldKind::I32:
     return descriptor(1);
   case FieldKind::RUNS:
@@ -323,15 +327,9 @@ std::string mlir::kv::checkForward(const kvrt_model_config &config,
   std::string problem = kvir::describeArchitectureError(config);
   if (!problem.empty())
     return problem;
-  switch (dtype) {
-  case KVRT_KV_F32:
-    break;
-  case KVRT_KV_F16:
-  case KVRT_KV_BF16:
-    return std::string("K/V pages of ") + kvir::kvDtypeName(dtype) +
-           " cannot execute yet: the generated forward and the page pool are "
-           "f32 only";
-  }
+  problem = target.checkDtype(dtype);
+  if (!problem.empty())
+    return problem;
   return target.checkConfig(config);
 }
 
@@ -354,7 +352,7 @@ LogicalResult mlir::kv::buildForward(ModuleOp module,
   // Emitted into a scratch module first: a clash with an existing symbol is
   // a diagnostic, not a renamed or broken function.
   OwningOpRef<ModuleOp> scratch = ModuleOp::create(loc);
-  ForwardEmitter e(*scratch, config, prefix);
+  ForwardEmitter e(*scratch, config, prefix, dtype);
   e.b.setLoc(loc);
   target.emitKernels(e);
   emitPrefill(e, target);
@@ -421,6 +419,19 @@ FailureOr<unsigned> mlir::kv::buildProgramForwards(ModuleOp module,
   if (Attribute attr = module->getAttr(kExportForwardsAttrName)) {
     auto array = dyn_cast<ArrayAttr>(attr);
     for (Attribute entry : array ? array.getValue() : ArrayRef<Attribute>()) {
+      // !kv.model (f32 pages) or [!kv.model, f16 | bf16 | f32].
+      Type element = Float32Type::get(module.getContext());
+      if (auto pair = dyn_cast<ArrayAttr>(entry)) {
+        auto elementAttr =
+            pair.size() == 2 ? dyn_cast<TypeAttr>(pair[1]) : TypeAttr();
+        if (!elementAttr || !isa<Float32Type, Float16Type, BFloat16Type>(
+                                elementAttr.getValue()))
+          return module.emitError()
+                 << "'" << kExportForwardsAttrName << "' entry " << entry
+                 << " must be [!kv.model, f32 | f16 | bf16]";
+        element = elementAttr.getValue();
+        entry = pair[0];
+      }
       auto typeAttr = dyn_cast<TypeAttr>(entry);
       auto model =
           typeAttr ? dyn_cast<ModelType>(typeAttr.getValue()) : ModelType();
@@ -428,7 +439,7 @@ FailureOr<unsigned> mlir::kv::buildProgramForwards(ModuleOp module,
         return module.emitError()
                << "'" << kExportForwardsAttrName
                << "' must be an array of !kv.model types, got " << attr;
-      request(model, Float32Type::get(module.getContext()), module.getLoc());
+      request(model, element, module.getLoc());
     }
     if (!array)
       return module.emitError()
@@ -447,6 +458,24 @@ FailureOr<unsigned> mlir::kv::buildProgramForwards(ModuleOp module,
       ++built;
   }
   return built;
+}
+
+Attribute mlir::kv::exportForwardEntry(MLIRContext *ctx,
+                                       const kvrt_model_config &config,
+                                       kvrt_kv_dtype dtype) {
+  auto model = TypeAttr::get(ModelType::get(ctx, config));
+  Type element;
+  switch (dtype) {
+  case KVRT_KV_F32:
+    return model;
+  case KVRT_KV_F16:
+    element = Float16Type::get(ctx);
+    break;
+  case KVRT_KV_BF16:
+    element = BFloat16Type::get(ctx);
+    break;
+  }
+  return ArrayAttr::get(ctx, {model, TypeAttr::get(element)});
 }
 
 void mlir::kv::registerForwardDialects(DialectRegistry &registry) {

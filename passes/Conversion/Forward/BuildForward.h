@@ -52,14 +52,19 @@ LogicalResult buildForward(ModuleOp module, const kvrt_model_config &config,
                            Location loc);
 
 /// The module attribute naming forwards to emit even when no op of the
-/// module uses them: an array of `!kv.model` types (runners use it for the
-/// model they bind, to compare against a full prefill).
+/// module uses them: an array whose entries are a `!kv.model` type (f32
+/// pages) or `[!kv.model, f16 | bf16 | f32]` (runners use it for the model
+/// they bind, to compare against a full prefill).
 constexpr llvm::StringLiteral kExportForwardsAttrName = "kv.export_forwards";
+
+/// The kv.export_forwards entry of `config` with pages of `dtype`.
+Attribute exportForwardEntry(MLIRContext *ctx, const kvrt_model_config &config,
+                             kvrt_kv_dtype dtype);
 
 /// Emits, for `target`, the forward of every (model config, K/V element
 /// type) the module's kv ops use (the model operand of kv.prefill,
 /// kv.attention, kv.materialize, kv.selective_recompute and the element type
-/// of their caches) and of every model in `kv.export_forwards` (f32 pages),
+/// of their caches) and of every entry of `kv.export_forwards`,
 /// then removes that attribute. Returns how many forwards were emitted, or
 /// failure with a diagnostic at the op that needs an unsupported one.
 FailureOr<unsigned> buildProgramForwards(ModuleOp module,

@@ -19,9 +19,9 @@ using namespace mlir;
 using namespace mlir::kv;
 
 ForwardEmitter::ForwardEmitter(ModuleOp module, const kvrt_model_config &config,
-                               StringRef prefix)
+                               StringRef prefix, kvrt_kv_dtype dtype)
     : b(module.getLoc(), module.getContext()), module(module), config(config),
-      prefix(prefix.str()) {
+      prefix(prefix.str()), kvDtype(dtype) {
   b.setInsertionPointToEnd(module.getBody());
   dim = config.dim;
   hidden = config.hidden_dim;
@@ -73,6 +73,84 @@ Value ForwardEmitter::splatF32(int64_t lanes, float value) {
   return arith::ConstantOp::create(
       b, DenseElementsAttr::get(vec(lanes, f32()), b.getF32FloatAttr(value)));
 }
+Type ForwardEmitter::kvElement() {
+  switch (kvDtype) {
+  case KVRT_KV_F16:
+    return b.getF16Type();
+  case KVRT_KV_BF16:
+    return b.getBF16Type();
+  case KVRT_KV_F32:
+    break;
+  }
+  return f32();
+}
+
+namespace {
+
+/// `type` (a scalar or a vector) with `element` as its element type.
+Type withElement(Type type, Type element) {
+  if (auto vector = dyn_cast<VectorType>(type))
+    return vector.clone(element);
+  return element;
+}
+
+/// A constant of integer `type` (scalar or vector): `value` in every lane.
+Value intConstant(ImplicitLocOpBuilder &b, Type type, int64_t value) {
+  Type element = getElementTypeOrSelf(type);
+  auto attr = b.getIntegerAttr(element, value);
+  if (auto vector = dyn_cast<VectorType>(type))
+    return arith::ConstantOp::create(b, DenseElementsAttr::get(vector, attr));
+  return arith::ConstantOp::create(b, attr);
+}
+
+} // namespace
+
+Value ForwardEmitter::toKV(Value value) {
+  Type target = withElement(value.getType(), kvElement());
+  switch (kvDtype) {
+  case KVRT_KV_F32:
+    return value;
+  case KVRT_KV_F16:
+    return arith::TruncFOp::create(b, target, value);
+  case KVRT_KV_BF16:
+    break;
+  }
+  // bits + 0x7fff + (bit 16 of bits), the top half: round to nearest even.
+  Type wide = withElement(value.getType(), i32());
+  Type narrow = withElement(value.getType(), b.getI16Type());
+  Value bits = arith::BitcastOp::create(b, wide, value);
+  Value top = arith::ShRUIOp::create(b, bits, intConstant(b, wide, 16));
+  Value lsb = arith::AndIOp::create(b, top, intConstant(b, wide, 1));
+  Value bias = arith::AddIOp::create(b, lsb, intConstant(b, wide, 0x7fff));
+  Value rounded = arith::ShRUIOp::create(
+      b, arith::AddIOp::create(b, bits, bias), intConstant(b, wide, 16));
+  Value quiet = arith::OrIOp::create(b, top, intConstant(b, wide, 0x40));
+  Value isNaN =
+      arith::CmpFOp::create(b, arith::CmpFPredicate::UNO, value, value);
+  Value chosen = arith::SelectOp::create(b, isNaN, quiet, rounded);
+  return arith::BitcastOp::create(b, target,
+                                  arith::TruncIOp::create(b, narrow, chosen));
+}
+
+Value ForwardEmitter::fromKV(Value value) {
+  Type target = withElement(value.getType(), f32());
+  switch (kvDtype) {
+  case KVRT_KV_F32:
+    return value;
+  case KVRT_KV_F16:
+    return arith::ExtFOp::create(b, target, value);
+  case KVRT_KV_BF16:
+    break;
+  }
+  // A bfloat16 is the top half of the f32 with the same value.
+  Type wide = withElement(value.getType(), i32());
+  Type narrow = withElement(value.getType(), b.getI16Type());
+  Value bits = arith::ExtUIOp::create(
+      b, wide, arith::BitcastOp::create(b, narrow, value));
+  return arith::BitcastOp::create(
+      b, target, arith::ShLIOp::create(b, bits, intConstant(b, wide, 16)));
+}
+
 Value ForwardEmitter::splatI32(int64_t lanes, int32_t value) {
   return arith::ConstantOp::create(
       b, DenseElementsAttr::get(vec(lanes, i32()), b.getI32IntegerAttr(value)));

@@ -43,15 +43,18 @@ struct PageStrides {
 
 class ForwardEmitter {
 public:
-  /// Emits at the end of `module`, with the config's sizes as constants;
-  /// the functions are named `prefix` + `_` + what they are.
+  /// Emits at the end of `module`, with the config's sizes as constants,
+  /// for K/V pages of `dtype`; the functions are named `prefix` + `_` +
+  /// what they are.
   ForwardEmitter(ModuleOp module, const kvrt_model_config &config,
-                 StringRef prefix);
+                 StringRef prefix, kvrt_kv_dtype dtype = KVRT_KV_F32);
 
   ImplicitLocOpBuilder b;
   ModuleOp module;
   kvrt_model_config config;
   std::string prefix;
+  /// The element type of the K/V pages; everything else is f32.
+  kvrt_kv_dtype kvDtype;
 
   /// Sizes of the config.
   int64_t dim, hidden, layers, heads, kvHeads, group, vocab, headSize, half,
@@ -73,6 +76,8 @@ public:
   VectorType vec(int64_t lanes, Type element) {
     return VectorType::get({lanes}, element);
   }
+  /// The element type of the K/V pages: f32, f16 or bf16.
+  Type kvElement();
   /// memref<?xT>.
   MemRefType buffer(Type element);
   /// memref<?xNxi64> (the run table: N = 8; attention tiles: N = 4).
@@ -88,6 +93,14 @@ public:
   /// A splat of `value` (f32, i32) over `lanes` lanes.
   Value splatF32(int64_t lanes, float value);
   Value splatI32(int64_t lanes, int32_t value);
+
+  /// An f32 value (scalar or vector) rounded to the K/V element type, to
+  /// nearest even (the runtime's KVElement.h rounds the same way): f16 by
+  /// arith.truncf, bf16 by integer arithmetic on the bits (NaN kept quiet),
+  /// which lowers without a library call on every host.
+  Value toKV(Value value);
+  /// A K/V element value (scalar or vector) widened to f32, exactly.
+  Value fromKV(Value value);
 
   Value add(Value a, Value c);
   Value sub(Value a, Value c);

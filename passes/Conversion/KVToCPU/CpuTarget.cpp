@@ -732,11 +732,11 @@ void CpuTarget::emitSwiglu(ForwardEmitter &e) {
 /// V into the pages of the last run of the table (the run being prefilled).
 void CpuTarget::emitStoreKV(ForwardEmitter &e) {
   Type m2 = matrixType(e), tab = ropeTableType(e), h1 = headType(e);
-  func::FuncOp f =
-      e.beginFunction(e.name("store_kv"),
-                      {m2, m2, e.i64(), e.buffer(e.f32()), e.buffer(e.i32()),
-                       e.table(KVRT_RUN_WIDTH), e.index(), e.index()},
-                      false);
+  func::FuncOp f = e.beginFunction(e.name("store_kv"),
+                                   {m2, m2, e.i64(), e.buffer(e.kvElement()),
+                                    e.buffer(e.i32()), e.table(KVRT_RUN_WIDTH),
+                                    e.index(), e.index()},
+                                   false);
   Value k = f.getArgument(0), v = f.getArgument(1), pos = f.getArgument(2),
         kv = f.getArgument(3), pages = f.getArgument(4),
         runs = f.getArgument(5), layer = f.getArgument(6),
@@ -769,8 +769,9 @@ void CpuTarget::emitStoreKV(ForwardEmitter &e) {
       Value vo = e.add(ko, strides.kv);
       Value kvec = vector::LoadOp::create(e.b, head, k, ValueRange{t, go});
       Value vvec = vector::LoadOp::create(e.b, head, v, ValueRange{t, go});
-      vector::StoreOp::create(e.b, kvec, kv, ValueRange{ko});
-      vector::StoreOp::create(e.b, vvec, kv, ValueRange{vo});
+      // Rotated in f32, then rounded once to the pages' element type.
+      vector::StoreOp::create(e.b, e.toKV(kvec), kv, ValueRange{ko});
+      vector::StoreOp::create(e.b, e.toKV(vvec), kv, ValueRange{vo});
     });
   });
   e.finishFunction();
@@ -839,11 +840,11 @@ void CpuTarget::emitExp16(ForwardEmitter &e) {
 /// Query tokens are independent: a parallel loop over them.
 void CpuTarget::emitAttention(ForwardEmitter &e) {
   Type v1 = vectorType(e);
-  func::FuncOp f = e.beginFunction(e.name("attention_kernel"),
-                                   {v1, e.index(), e.i64(), e.buffer(e.f32()),
-                                    e.buffer(e.i32()), e.table(KVRT_RUN_WIDTH),
-                                    e.index(), e.index(), v1},
-                                   false);
+  func::FuncOp f = e.beginFunction(
+      e.name("attention_kernel"),
+      {v1, e.index(), e.i64(), e.buffer(e.kvElement()), e.buffer(e.i32()),
+       e.table(KVRT_RUN_WIDTH), e.index(), e.index(), v1},
+      false);
   SmallVector<Value> captures(f.getArguments());
   Value n = captures[1];
   captures.erase(captures.begin() + 1);
@@ -876,6 +877,10 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
       e.b, DenseElementsAttr::get(
                v16, e.b.getF32FloatAttr(llvm::bit_cast<float>(0xFF800000u))));
   Value z16 = e.splatF32(kLanes, 0.0f);
+  // Keys are read in the pages' element type and widened to f32.
+  VectorType k16 = v16.clone(e.kvElement());
+  Value zk16 = arith::ConstantOp::create(
+      e.b, DenseElementsAttr::get(k16, e.b.getFloatAttr(e.kvElement(), 0.0)));
   PageStrides strides = e.pageStrides(pt);
   Value nruns = memref::DimOp::create(e.b, runs, c0);
   auto stackBuffer = [&](int64_t size, Type element) -> Value {
@@ -956,7 +961,9 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                         Value mask = vector::CreateMaskOp::create(
                             e.b, m16, ValueRange{e.sub(cHS, dd)});
                         Value qv = maskedLoad(qrot, e.add(ho, dd), mask, z16);
-                        Value kvv = maskedLoad(kv, e.add(ko, dd), mask, z16);
+                        Value kvv = e.fromKV(vector::MaskedLoadOp::create(
+                            e.b, k16, kv, ValueRange{e.add(ko, dd)}, mask,
+                            zk16));
                         next.push_back(
                             vector::FMAOp::create(e.b, qv, kvv, pa[half]));
                       }
@@ -1016,8 +1023,8 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                   [&](Value s, ValueRange aa) -> SmallVector<Value> {
                     Value p = e.load(sc, {e.add(row, s)});
                     Value vo = e.add(vb, e.mul(s, cHS));
-                    Value vvec =
-                        vector::LoadOp::create(e.b, vHS, kv, ValueRange{vo});
+                    Value vvec = e.fromKV(vector::LoadOp::create(
+                        e.b, vHS.clone(e.kvElement()), kv, ValueRange{vo}));
                     Value pb = vector::BroadcastOp::create(e.b, vHS, p);
                     return {vector::FMAOp::create(e.b, pb, vvec, aa[0])};
                   })[0];
@@ -1048,7 +1055,7 @@ void CpuTarget::emitMaterialize(ForwardEmitter &e) {
   Type tab = ropeTableType(e), h1 = headType(e);
   func::FuncOp f =
       e.beginFunction(e.name("materialize_kernel"),
-                      {e.buffer(e.f32()), e.buffer(e.i32()),
+                      {e.buffer(e.kvElement()), e.buffer(e.i32()),
                        e.table(KVRT_RUN_WIDTH), e.buffer(e.i32()), e.index()},
                       false);
   Value kv = f.getArgument(0), pages = f.getArgument(1),
@@ -1057,8 +1064,17 @@ void CpuTarget::emitMaterialize(ForwardEmitter &e) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   PageStrides strides = e.pageStrides(pt);
   VectorType head = e.vec(e.headSize, e.f32());
+  VectorType kvHead = head.clone(e.kvElement());
   Value cs = memref::AllocaOp::create(e.b, cast<MemRefType>(tab));
   Value sn = memref::AllocaOp::create(e.b, cast<MemRefType>(tab));
+  // Keys of f16/bf16 pages are rotated in f32 in this buffer: widened,
+  // rotated, rounded once.
+  bool narrow = e.kvDtype != KVRT_KV_F32;
+  Value key = narrow ? memref::AllocaOp::create(
+                           e.b, MemRefType::get({e.headSize}, e.f32()))
+                     : Value();
+  Value keyView =
+      narrow ? memref::CastOp::create(e.b, cast<MemRefType>(h1), key) : Value();
   auto headView = [&](Value at) -> Value {
     return memref::SubViewOp::create(
         e.b, cast<MemRefType>(h1), kv, ArrayRef<OpFoldResult>{at},
@@ -1080,9 +1096,20 @@ void CpuTarget::emitMaterialize(ForwardEmitter &e) {
         e.forLoop(c0, e.cIndex(e.kvHeads), c1, [&](Value g) {
           Value ko = e.add(e.headBase(strides, src, l, g), slotOffset);
           Value kd = e.add(e.headBase(strides, dst, l, g), slotOffset);
-          call(e, "rope_apply", {headView(ko), headView(kd), cs, sn});
+          if (narrow) {
+            Value kvec =
+                vector::LoadOp::create(e.b, kvHead, kv, ValueRange{ko});
+            vector::StoreOp::create(e.b, e.fromKV(kvec), key, ValueRange{c0});
+            call(e, "rope_apply", {keyView, keyView, cs, sn});
+            Value rotated =
+                vector::LoadOp::create(e.b, head, key, ValueRange{c0});
+            vector::StoreOp::create(e.b, e.toKV(rotated), kv, ValueRange{kd});
+          } else {
+            call(e, "rope_apply", {headView(ko), headView(kd), cs, sn});
+          }
+          // Values are copied as they are stored.
           Value vvec = vector::LoadOp::create(
-              e.b, head, kv, ValueRange{e.add(ko, strides.kv)});
+              e.b, kvHead, kv, ValueRange{e.add(ko, strides.kv)});
           vector::StoreOp::create(e.b, vvec, kv,
                                   ValueRange{e.add(kd, strides.kv)});
         });

@@ -20,6 +20,7 @@
 
 #include "passes/Conversion/KVToNVVM/GpuTarget.h"
 #include "runtime/core/ForwardABI.h"
+#include "runtime/core/ModelConfig.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -76,6 +77,14 @@ public:
              " is not a multiple of the " + std::to_string(epl) +
              " elements each lane of a warp holds";
     return "";
+  }
+
+  std::string checkDtype(kvrt_kv_dtype dtype) const override {
+    if (dtype == KVRT_KV_F32)
+      return "";
+    return std::string("K/V pages of ") + kvir::kvDtypeName(dtype) +
+           " are not supported by the GPU target yet: its kernels read and "
+           "write f32 pages (the CPU target takes f16 and bf16)";
   }
 
   void emitKernels(ForwardEmitter &e) override;

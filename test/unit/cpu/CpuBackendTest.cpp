@@ -13,7 +13,7 @@
 #include "runtime/core/KVParallel.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/reference/Reference.h"
-#include "test/unit/TestSupport.h"
+#include "test/unit/cpu/CpuTestSupport.h"
 #include "tools/compiler/Compiler.h"
 
 #include <algorithm>
@@ -47,34 +47,6 @@ kvir::Forward forwardOf(const kvrt_model *model) {
   return forward;
 }
 
-/// A GQA model (2 query heads per KV head, head size 12) with half RoPE.
-const kvrt_model *gqaHalfModel() {
-  static ModelPtr model = syntheticModel(smallConfig(KVRT_ROPE_HALF), 7);
-  return model.get();
-}
-
-/// Multi-query attention (4 query heads on 1 KV head, head size 16),
-/// interleaved RoPE with theta 500000, sizes that are not multiples of 16.
-const kvrt_model *mqaModel() {
-  static ModelPtr model = [] {
-    kvrt_model_config c = makeConfig(64, 100, 2, 4, 1, 97, 256);
-    c.rope_theta = 500000.0;
-    c.rms_eps = 1e-6;
-    return syntheticModel(c, 11);
-  }();
-  return model.get();
-}
-
-const kvrt_model *storiesModel() {
-  static ModelPtr model = loadModel(testModelPath());
-  return model.get();
-}
-
-struct Prefilled {
-  std::vector<float> logits;
-  ViewPtr view;
-};
-
 Prefilled cpuPrefill(const kvrt_model *model, const kvrt_view *view,
                      const std::vector<int32_t> &tokens, int64_t pos,
                      bool lastOnly = false) {
@@ -87,23 +59,6 @@ Prefilled cpuPrefill(const kvrt_model *model, const kvrt_view *view,
       << kvrt_last_error();
   result.view.reset(out);
   return result;
-}
-
-Prefilled refPrefill(const kvrt_model *model, const kvrt_view *view,
-                     const std::vector<int32_t> &tokens, int64_t pos) {
-  Prefilled result;
-  kvrt_view *out = nullptr;
-  EXPECT_EQ(kvir::reference::prefill(model, view, tokens.data(), tokens.size(),
-                                     pos, "ref", &result.logits, &out),
-            KVRT_OK)
-      << kvrt_last_error();
-  result.view.reset(out);
-  return result;
-}
-
-double maxDiff(const std::vector<float> &a, const std::vector<float> &b) {
-  EXPECT_EQ(a.size(), b.size());
-  return maxAbsDiff(a.data(), b.data(), std::min(a.size(), b.size()));
 }
 
 int32_t vocabOf(const kvrt_model *model) {
@@ -124,9 +79,10 @@ void lastRunKV(const kvrt_view *view, int32_t layer, std::vector<float> &k,
   v.clear();
   for (int64_t j = 0; j < run.n_tokens; ++j) {
     int64_t slot = run.slot_begin + j;
-    const float *base =
-        l.base + run.pages[slot / l.page_tokens] * l.page_stride +
-        layer * l.layer_stride + (slot % l.page_tokens) * l.token_stride;
+    const float *base = static_cast<const float *>(l.base) +
+                        run.pages[slot / l.page_tokens] * l.page_stride +
+                        layer * l.layer_stride +
+                        (slot % l.page_tokens) * l.token_stride;
     for (int32_t h = 0; h < l.n_kv_heads; ++h) {
       const float *kh = base + h * l.head_stride;
       k.insert(k.end(), kh, kh + l.head_size);
