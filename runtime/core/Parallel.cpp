@@ -43,6 +43,8 @@ thread_local bool insideTask = false;
 /// meant for, and the job's fields stay valid while a claimed item is
 /// unfinished, since the caller waits for every item.
 constexpr int64_t kMaxItems = int64_t(1) << 31;
+/// The low half of a cursor no claim can take (beyond every count).
+constexpr uint64_t kClosed = 0xffffffffu;
 
 class Pool {
 public:
@@ -71,15 +73,23 @@ public:
       return;
     }
     ensureWorkers(n - 1);
+    uint32_t gen = ++loopGeneration;
+    // Close the cursor under the new generation before the job changes. A
+    // worker late from the previous loop may still hold that loop's cursor
+    // and read this loop's count: its claim must fail, or it would run items
+    // that do not exist and count them into this loop's `done` (which then
+    // never equals `count`). The exchange, the job's sizes and the claims
+    // are sequentially consistent, so a claim that read a new size comes
+    // after the exchange and fails.
+    cursor.exchange((uint64_t(gen) << 32) | kClosed, std::memory_order_seq_cst);
     job.task = task;
     job.context = context;
-    job.count.store(count, std::memory_order_relaxed);
+    job.count.store(count, std::memory_order_seq_cst);
     // About four claims per thread: few enough that claiming costs
     // nothing, enough to even out unequal items and a busy core.
     int64_t block = count / (int64_t(n) * 4);
-    job.block.store(block > 1 ? block : 1, std::memory_order_relaxed);
+    job.block.store(block > 1 ? block : 1, std::memory_order_seq_cst);
     done.store(0, std::memory_order_relaxed);
-    uint32_t gen = ++loopGeneration;
     cursor.store(uint64_t(gen) << 32, std::memory_order_release);
     {
       std::lock_guard<std::mutex> lock(sleepMutex);
@@ -114,13 +124,14 @@ private:
         return;
       int64_t begin = int64_t(seen & 0xffffffffu);
       // The job's fields are those of `gen` while the cursor says `gen`.
-      int64_t count = job.count.load(std::memory_order_relaxed);
-      int64_t block = job.block.load(std::memory_order_relaxed);
+      // (Or of a later loop, read by a late worker: see run().)
+      int64_t count = job.count.load(std::memory_order_seq_cst);
+      int64_t block = job.block.load(std::memory_order_seq_cst);
       if (begin >= count)
         return;
       int64_t end = begin + block < count ? begin + block : count;
       if (!cursor.compare_exchange_weak(seen, (uint64_t(gen) << 32) | end,
-                                        std::memory_order_acq_rel,
+                                        std::memory_order_seq_cst,
                                         std::memory_order_acquire))
         continue;
       // Claimed: the caller cannot return (nor change the job) before
