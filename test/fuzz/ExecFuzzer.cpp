@@ -14,10 +14,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tools/compiler/Compiler.h"
 #include "runtime/exec/Session.h"
 #include "runtime/reference/Reference.h"
 #include "test/fuzz/FuzzSupport.h"
+#include "tools/compiler/Compiler.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -71,7 +71,8 @@ std::string real(double value) {
   return text;
 }
 
-[[noreturn]] void failWith(const std::string &what, const std::string &program) {
+[[noreturn]] void failWith(const std::string &what,
+                           const std::string &program) {
   kvir::fuzz::fail(what + "\n--- program ---\n" + program);
 }
 
@@ -114,7 +115,8 @@ std::string generate(Choices &choices, const kvrt_model_config &config) {
         p << " repair <fraction = " << real(0.25 * choices.range(0, 4)) << ">";
         break;
       default:
-        p << " repair <deviation = " << real(0.01 * choices.range(1, 20)) << ">";
+        p << " repair <deviation = " << real(0.01 * choices.range(1, 20))
+          << ">";
       }
       p << " using %m : !cache, !cache, !model\n";
     }
@@ -132,10 +134,10 @@ std::string generate(Choices &choices, const kvrt_model_config &config) {
   p << "!cache = !kv.cache<2x2x8xf32, @ctx>\nkv.context @ctx {\n";
   for (int s = 0; s < segments; ++s) {
     sizes[s] = s == fact ? -1 : choices.range(1, 12);
-    const char *kind = s == fact              ? "fact"
-                       : s == segments - 1    ? "answer"
-                       : s > fact             ? "thought"
-                                              : "history";
+    const char *kind = s == fact           ? "fact"
+                       : s == segments - 1 ? "answer"
+                       : s > fact          ? "thought"
+                                           : "history";
     p << "  kv.segment @s" << s << " kind(" << kind << ") tokens("
       << (sizes[s] < 0 ? std::string("?") : std::to_string(sizes[s])) << ")";
     std::vector<int> deps;
@@ -213,9 +215,8 @@ exec::RunOutcome run(const compiler::CompiledProgram &program,
   kvrt_pool *pool = nullptr;
   if (kvrt_pool_create(&poolConfig, &pool) != KVRT_OK)
     kvir::fuzz::fail(std::string("pool: ") + kvrt_last_error());
-  exec::RunOutcome outcome =
-      exec::runEntry(program.entry, program.manifest, backend, model.model,
-                     pool, args);
+  exec::RunOutcome outcome = exec::runEntry(program.entry, program.manifest,
+                                            backend, model.model, pool, args);
   kvrt_pool_release(pool);
   return outcome;
 }
@@ -255,8 +256,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!planned)
     failWith("a generated program was rejected:\n" + diagnostics, program);
   compiler::LowerOptions options;
-  auto compiled =
-      compiler::compileProgram(std::move(planned), "main", options);
+  auto compiled = compiler::compileProgram(std::move(planned), "main", options);
   if (mlir::failed(compiled))
     failWith("a generated program did not compile:\n" + diagnostics, program);
 

@@ -38,8 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       kvrt_model_config_validate(&config) != KVRT_OK)
     fail(std::string("an accepted model does not validate: ") +
          kvrt_last_error());
-  if (tokenizer && kvrt_tokenizer_check_vocab(tokenizer, config.vocab_size) !=
-                       KVRT_OK)
+  if (tokenizer &&
+      kvrt_tokenizer_check_vocab(tokenizer, config.vocab_size) != KVRT_OK)
     fail("an accepted tokenizer does not match the model's vocabulary");
   kvrt_tokenizer_release(tokenizer);
   kvrt_model_release(model);

@@ -17,8 +17,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tools/compiler/Compiler.h"
 #include "test/fuzz/FuzzSupport.h"
+#include "tools/compiler/Compiler.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
@@ -41,9 +41,8 @@ using namespace mlir;
 using kvir::fuzz::fail;
 
 // Defined by libFuzzer; the replay driver never calls the mutator.
-extern "C" __attribute__((weak)) size_t LLVMFuzzerMutate(uint8_t *data,
-                                                        size_t size,
-                                   size_t maxSize);
+extern "C" __attribute__((weak)) size_t
+LLVMFuzzerMutate(uint8_t *data, size_t size, size_t maxSize);
 
 namespace {
 
@@ -147,7 +146,8 @@ Attribute mutateAttr(Attribute attr, Rng &rng,
                          : integer.getType().getIntOrFloatBitWidth();
     int64_t current = width == 1 ? integer.getValue().getZExtValue()
                                  : integer.getValue().getSExtValue();
-    llvm::APInt value(width, static_cast<uint64_t>(interestingInt(rng, current)),
+    llvm::APInt value(width,
+                      static_cast<uint64_t>(interestingInt(rng, current)),
                       /*isSigned=*/true, /*implicitTrunc=*/true);
     return IntegerAttr::get(integer.getType(), value);
   }
@@ -192,8 +192,8 @@ bool mutateModule(ModuleOp module, Rng &rng) {
     if (op == module.getOperation())
       return;
     ops.push_back(op);
-    if (auto name = op->getAttrOfType<StringAttr>(
-            SymbolTable::getSymbolAttrName()))
+    if (auto name =
+            op->getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName()))
       symbols.push_back(name.str());
   });
   if (ops.empty())
@@ -206,8 +206,7 @@ bool mutateModule(ModuleOp module, Rng &rng) {
     if (attrs.empty())
       return false;
     NamedAttribute chosen = attrs[rng() % attrs.size()];
-    op->setAttr(chosen.getName(),
-                mutateAttr(chosen.getValue(), rng, symbols));
+    op->setAttr(chosen.getName(), mutateAttr(chosen.getValue(), rng, symbols));
     return true;
   }
   case 2: { // swap two operands of one type, or replace one

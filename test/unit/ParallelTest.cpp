@@ -44,8 +44,9 @@ public:
           std::unique_lock<std::mutex> lock(mutex);
           if (!cv.wait_for(lock, std::chrono::seconds(seconds),
                            [this] { return finished; })) {
-            std::fprintf(stderr, "ParallelTest: kvrt_parallel_for did not "
-                                 "return within %d s\n",
+            std::fprintf(stderr,
+                         "ParallelTest: kvrt_parallel_for did not "
+                         "return within %d s\n",
                          seconds);
             std::_Exit(1);
           }
