@@ -34,7 +34,8 @@ std::optional<kvrt_rope_layout> kvir::parseRopeLayout(std::string_view name) {
   // The layouts are numbered from 0 without gaps: every one has a name.
   for (int i = 0; i < KVRT_ROPE_LAYOUT_COUNT; ++i) {
     auto layout = static_cast<kvrt_rope_layout>(i);
-    if (name == ropeLayoutName(layout) || name == ropeLayoutLlamaCppName(layout))
+    if (name == ropeLayoutName(layout) ||
+        name == ropeLayoutLlamaCppName(layout))
       return layout;
   }
   return std::nullopt;
