@@ -17,6 +17,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "dialects/KV/ParserGuard.h"
 #include "test/fuzz/FuzzSupport.h"
 #include "tools/compiler/Compiler.h"
 
@@ -302,8 +303,9 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size,
   if (rng() % 4 == 0)
     return LLVMFuzzerMutate(data, size, maxSize);
   std::string text(reinterpret_cast<const char *>(data), size);
-  OwningOpRef<ModuleOp> module =
-      parseSourceString<ModuleOp>(text, &fuzzContext.get());
+  OwningOpRef<ModuleOp> module;
+  if (!kv::findParserHazard(text))
+    module = parseSourceString<ModuleOp>(text, &fuzzContext.get());
   bool changed = false;
   if (module && rng() % 3 != 0) {
     for (int tries = 0; tries < 4 && !changed; ++tries)

@@ -49,7 +49,18 @@ for name in "${targets[@]}"; do
   else
     result="FAILED (exit $rc, $found inputs kept in $artifacts; log $log)"
     status=1
-    tail -30 "$log" >&2
+    # The report's head (what and where) and each kept input, so a CI log
+    # alone is enough to reproduce: base64 -d > FILE; kv-fuzz-NAME FILE.
+    first=$(grep -n -m1 -E '^==[0-9]+==ERROR|^SUMMARY:|^ERROR:|runtime error:' "$log" | cut -d: -f1)
+    if [ -n "$first" ]; then
+      sed -n "${first},$((first + 40))p" "$log" >&2
+    else
+      tail -30 "$log" >&2
+    fi
+    for input in $(find "$artifacts" -type f -size -16k | head -3); do
+      echo "--- kept input $input (base64):" >&2
+      base64 "$input" >&2
+    done
   fi
   printf '%-14s %12s %10s %8s  %s\n' "$name" "${execs:-?}" "${rate:-?}" "$size" "$result"
 done

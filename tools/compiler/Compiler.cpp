@@ -4,6 +4,7 @@
 
 #include "dialects/KV/KVDialect.h"
 #include "dialects/KV/KVOps.h"
+#include "dialects/KV/ParserGuard.h"
 #include "passes/Conversion/Forward/BuildForward.h"
 #include "passes/Conversion/KVToCPU/CpuTarget.h"
 #include "passes/Passes.h"
@@ -160,7 +161,11 @@ OwningOpRef<ModuleOp> kvir::compiler::loadProgram(
     }
     buffer = llvm::MemoryBuffer::getMemBufferCopy(text, path);
   }
+  StringRef text = buffer->getBuffer();
+  StringRef bufferName = buffer->getBufferIdentifier();
   sourceMgr.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
+  if (failed(kv::checkParserHazards(text, bufferName, &context)))
+    return nullptr;
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
   if (!module)
     return nullptr;
@@ -181,6 +186,8 @@ OwningOpRef<ModuleOp> kvir::compiler::loadProgram(
 OwningOpRef<ModuleOp> kvir::compiler::parseProgram(
     MLIRContext &context, StringRef text,
     llvm::function_ref<LogicalResult(ModuleOp)> beforePlanning) {
+  if (failed(kv::checkParserHazards(text, /*bufferName=*/"", &context)))
+    return nullptr;
   OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &context);
   if (!module || (beforePlanning && failed(beforePlanning(*module))) ||
       failed(planProgram(*module)))

@@ -4,6 +4,8 @@
 // CHECK: !model = !kv.model<dim = 128, hidden = 256, layers = 2, heads = 4, kv_heads = 1, vocab = 100, rope = half, theta = 5.0e+05, eps = 1.0e-06>
 // CHECK: !model1 = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope = interleaved, theta = 10000.0, eps = 1.0e-05>
 // CHECK: !model2 = !kv.model<dim = 16, hidden = 32, layers = 1, heads = 1, kv_heads = 1, vocab = 8, rope = interleaved, theta = 1234.5, eps = 1.0e-05>
+// CHECK: !model3 = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope = half, theta = 5.0e+05, eps = 1.0e-05, rope_dim = 4, rope_scale = 2.0, rope_freqs = [1.0, 8.5]>
+// CHECK: !model4 = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope = interleaved, theta = 10000.0, eps = 1.0e-05, rope_scale = 0.25>
 
 // CHECK-LABEL: func.func @models
 // CHECK-SAME: !model, %{{.+}}: !model1, %{{.+}}: !model2
@@ -12,6 +14,17 @@ func.func @models(
     // Parameters may come in any order.
     %b: !kv.model<vocab = 512, dim = 64, layers = 5, hidden = 172, kv_heads = 4, heads = 8, eps = 1.0e-05>,
     %c: !kv.model<dim = 16, hidden = 32, layers = 1, heads = 1, kv_heads = 1, vocab = 8, theta = 1234.5>) {
+  return
+}
+
+// RoPE variants print where they are in effect; llama.cpp's layout names
+// parse; rope_dim equal to the head size is the whole head (omitted).
+// CHECK-LABEL: func.func @rope_variants
+// CHECK-SAME: !model3, %{{.+}}: !model4, %{{.+}}: !model1)
+func.func @rope_variants(
+    %a: !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope = neox, theta = 500000.0, rope_dim = 4, rope_scale = 2.0, rope_freqs = [1.0, 8.5]>,
+    %b: !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope = normal, rope_scale = 0.25>,
+    %c: !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope_dim = 8, rope_scale = 1.0>) {
   return
 }
 
