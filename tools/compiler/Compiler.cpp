@@ -188,7 +188,13 @@ OwningOpRef<ModuleOp> kvir::compiler::parseProgram(
     llvm::function_ref<LogicalResult(ModuleOp)> beforePlanning) {
   if (failed(kv::checkParserHazards(text, /*bufferName=*/"", &context)))
     return nullptr;
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &context);
+  // MLIR's lexer reads past the end of a buffer that is not NUL-terminated
+  // (an ASan report from the program fuzzer): parse a terminated copy.
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(
+      llvm::MemoryBuffer::getMemBufferCopy(text, /*BufferName=*/""),
+      llvm::SMLoc());
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
   if (!module || (beforePlanning && failed(beforePlanning(*module))) ||
       failed(planProgram(*module)))
     return nullptr;
