@@ -58,20 +58,28 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:           call @[[P]]_rope_table(%[[QPOS]],
 // CHECK:           call @[[P]]_rope_apply(
 // Keys are read as stored from the arena, never rotated: no RoPE call after
-// the query's; the dot products are FMAs over 16-lane slices.
+// the query's. A 16-lane key slice (head size 8: masked by a constant mask) is
+// loaded once and dotted with both query heads of the group.
 // CHECK-NOT:       call @[[P]]_rope
-// CHECK:           vector.maskedload %[[KV]][%{{.*}}], %{{.*}}, %{{.*}} : memref<?xf32>, vector<16xi1>, vector<16xf32> into vector<16xf32>
-// CHECK-NEXT:      vector.fma
+// CHECK:           %[[KS:.+]] = vector.maskedload %[[KV]][%{{.*}}], %[[TAIL:cst[_0-9]*]], %{{.*}} : memref<?xf32>, vector<16xi1>, vector<16xf32> into vector<16xf32>
+// CHECK:           vector.fma %{{.*}}, %[[KS]], %{{.*}} : vector<16xf32>
+// CHECK-NOT:       vector.maskedload %[[KV]]
+// CHECK:           vector.fma %{{.*}}, %[[KS]], %{{.*}} : vector<16xf32>
 // CHECK:           vector.reduction <add>, %{{.*}} : vector<16xf32> into f32
 // Online softmax merge per chunk: chunk max, new running max, rescale factor
-// of the old sum and accumulator, the weights, then V summed with FMAs.
+// of the old sum and accumulator, the weights, then V summed with FMAs into
+// accumulators carried by the loop over the chunk's keys, one V slice for
+// both heads.
 // CHECK:           vector.reduction <maxnumf>
 // CHECK:           %[[MNEW:.+]] = arith.maxnumf %{{.*}}, %{{.*}} : f32
 // CHECK:           %[[DM:.+]] = arith.subf %{{.*}}, %[[MNEW]] : f32
 // CHECK:           math.exp %[[DM]] : f32
 // CHECK:           call @[[P]]_exp16(
-// CHECK:           vector.load %[[KV]][%{{.*}}] : memref<?xf32>, vector<8xf32>
-// CHECK:           vector.fma %{{.*}} : vector<8xf32>
+// CHECK:           scf.for {{.*}} iter_args(%[[A0:.+]] = %{{.*}}, %[[A1:.+]] = %{{.*}}) -> (vector<16xf32>, vector<16xf32>)
+// CHECK:             %[[VS:.+]] = vector.maskedload %[[KV]][%{{.*}}], %[[TAIL]], %{{.*}} : memref<?xf32>, vector<16xi1>, vector<16xf32> into vector<16xf32>
+// CHECK:             vector.fma %{{.*}}, %[[VS]], %[[A0]] : vector<16xf32>
+// CHECK:             vector.fma %{{.*}}, %[[VS]], %[[A1]] : vector<16xf32>
+// CHECK:           vector.maskedstore
 // CHECK-NOT:       call @[[P]]_rope
 // CHECK:       func.func private @[[P]]_materialize_kernel(
 // The layer sequence, once: the loop runs to the layer count it is given
@@ -156,8 +164,8 @@ module attributes {kv.export_forwards = [!kv.model<dim = 48, hidden = 96, layers
 // CHECK:       func.func private @[[H]]_attention_task(
 // CHECK:         %[[KR:.+]] = vector.maskedload %{{.*}} : memref<?xf16>, vector<16xi1>, vector<16xf16> into vector<16xf16>
 // CHECK-NEXT:    arith.extf %[[KR]] : vector<16xf16> to vector<16xf32>
-// CHECK:         %[[VR:.+]] = vector.load %{{.*}} : memref<?xf16>, vector<12xf16>
-// CHECK-NEXT:    arith.extf %[[VR]] : vector<12xf16> to vector<12xf32>
+// CHECK:         %[[VR:.+]] = vector.maskedload %{{.*}} : memref<?xf16>, vector<16xi1>, vector<16xf16> into vector<16xf16>
+// CHECK-NEXT:    arith.extf %[[VR]] : vector<16xf16> to vector<16xf32>
 // CHECK:       func.func private @[[H]]_materialize_kernel(%{{.*}}: memref<?xf16>,
 // CHECK:         arith.extf %{{.*}} : vector<12xf16> to vector<12xf32>
 // CHECK:         call @[[H]]_rope_apply(
