@@ -31,6 +31,8 @@ namespace {
 constexpr int64_t kLanes = 16;
 /// Query heads of a group whose scores one pass over a key computes.
 constexpr int64_t kScoreHeads = 8;
+/// How many KV heads ahead attention prefetches K/V.
+constexpr int64_t kPrefetchHeads = 4;
 
 /// The runtime's parallel loop (runtime/core/KVParallel.h).
 constexpr llvm::StringLiteral kParallelFor = "kvrt_parallel_for";
@@ -941,12 +943,14 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
   // K and V are read in the pool's order (a head's K, its V, the next
   // head's K...), but in bursts between which the softmax computes, and the
   // hardware prefetcher does not run far enough ahead to keep the memory
-  // busy through them: as each slice is read, the same slot two heads on
+  // busy through them: as each slice is read, the same slot four heads on
   // is prefetched into L2 (not L1, which the current head's K/V and scores
-  // fill). Measured on decode attention over 256 MiB: 0.7 of the read
-  // bandwidth instead of 0.6; into L1 it was slower than no prefetch.
+  // fill). Measured on decode attention over 256 MiB of f32 pages
+  // (bench/results/decode-attention-hw.txt): 0.82 of the read bandwidth
+  // (0.6 without prefetch, 0.75 two heads on); into L1 it was slower than no
+  // prefetch.
   PageStrides strides = e.pageStrides(pt);
-  Value prefetchDistance = e.add(strides.head, strides.head);
+  Value prefetchDistance = e.mul(strides.head, e.cIndex(kPrefetchHeads));
   auto prefetchNextHead = [&](Value at) {
     memref::PrefetchOp::create(e.b, kv, ValueRange{e.add(at, prefetchDistance)},
                                /*isWrite=*/false, /*localityHint=*/1,
