@@ -115,3 +115,24 @@ std::array<kvrt_memref_f32 *, 11> kvir::weightFields(kvrt_prefill_args &a) {
   return {&a.rms_att, &a.wq, &a.wk, &a.wv,        &a.wo,  &a.rms_ffn,
           &a.w1,      &a.w2, &a.w3, &a.rms_final, &a.wcls};
 }
+
+kvrt_status kvir::checkForwardLayout(const Forward &forward,
+                                     const kvrt_model_config &c,
+                                     const kvrt_page_layout &layout) {
+  if (layout.n_layers != c.n_layers || layout.n_kv_heads != c.n_kv_heads ||
+      layout.head_size != headSize(c))
+    return kvrt::fail(KVRT_ERR_INVALID_ARGUMENT,
+                      kvrt::str("the view's pool holds ", layout.n_layers,
+                                " layers x ", layout.n_kv_heads,
+                                " kv heads x head size ", layout.head_size,
+                                ", the model needs ", c.n_layers, " x ",
+                                c.n_kv_heads, " x ", headSize(c)));
+  std::optional<kvrt_kv_dtype> dtype = kvir::kvDtypeOfKey(forward.key);
+  if (!dtype || *dtype != layout.dtype)
+    return kvrt::fail(
+        KVRT_ERR_INVALID_ARGUMENT,
+        kvrt::str("the view's pool holds ", kvir::kvDtypeName(layout.dtype),
+                  " pages; the forward was compiled for ",
+                  dtype ? kvir::kvDtypeName(*dtype) : "unknown", " pages"));
+  return KVRT_OK;
+}

@@ -71,6 +71,13 @@ std::array<WeightTensor, 11> forwardWeights(const kvrt_model_config &config,
 /// The 11 weight fields of `args`, in the same order.
 std::array<kvrt_memref_f32 *, 11> weightFields(kvrt_prefill_args &args);
 
+/// Fails unless a view's pool `layout` is the shape of model `c` (layers,
+/// KV heads, head size) and has the K/V element type `forward` was compiled
+/// for, with a message that names both.
+kvrt_status checkForwardLayout(const Forward &forward,
+                               const kvrt_model_config &c,
+                               const kvrt_page_layout &layout);
+
 } // namespace kvir
 
 #endif // KVIR_RUNTIME_CORE_FORWARDCALL_H

@@ -25,24 +25,6 @@ struct Scratch {
   std::unique_ptr<kvrt::PageRefs> pages;
 };
 
-kvrt_status checkLayout(const Forward &forward, const kvrt_model_config &c,
-                        const kvrt_page_layout &layout) {
-  if (layout.n_layers != c.n_layers || layout.n_kv_heads != c.n_kv_heads ||
-      layout.head_size != headSize(c))
-    return fail(KVRT_ERR_INVALID_ARGUMENT,
-                str("the view's pool holds ", layout.n_layers, " layers x ",
-                    layout.n_kv_heads, " kv heads x head size ",
-                    layout.head_size, ", the model needs ", c.n_layers, " x ",
-                    c.n_kv_heads, " x ", headSize(c)));
-  std::optional<kvrt_kv_dtype> dtype = kvir::kvDtypeOfKey(forward.key);
-  if (!dtype || *dtype != layout.dtype)
-    return fail(KVRT_ERR_INVALID_ARGUMENT,
-                str("the view's pool holds ", kvir::kvDtypeName(layout.dtype),
-                    " pages; the forward was compiled for ",
-                    dtype ? kvir::kvDtypeName(*dtype) : "unknown", " pages"));
-  return KVRT_OK;
-}
-
 class CpuBackend final : public ComputeBackend {
 public:
   const char *name() const override { return "cpu"; }
@@ -133,7 +115,7 @@ public:
       kvrt_page_layout layout;
       if (kvrt_status s = kvrt_pool_get_layout(kvrt_view_pool(view), &layout))
         return s;
-      if (kvrt_status s = checkLayout(forward, c, layout))
+      if (kvrt_status s = checkForwardLayout(forward, c, layout))
         return s;
       RunTable table;
       if (kvrt_status s = table.appendView(view))
@@ -173,7 +155,7 @@ public:
       kvrt_page_layout layout;
       if (kvrt_status s = kvrt_pool_get_layout(pool, &layout))
         return s;
-      if (kvrt_status s = checkLayout(forward, m.config, layout))
+      if (kvrt_status s = checkForwardLayout(forward, m.config, layout))
         return s;
       // The shifted runs go through the kernel, into destination pages
       // parallel to their page lists; the others are shared as they are.
@@ -264,7 +246,7 @@ private:
     kvrt_page_layout layout;
     if (kvrt_status s = kvrt_pool_get_layout(pool, &layout))
       return s;
-    if (kvrt_status s = checkLayout(forward, c, layout))
+    if (kvrt_status s = checkForwardLayout(forward, c, layout))
       return s;
     RunTable table;
     if (kvrt_status s = table.appendView(view))

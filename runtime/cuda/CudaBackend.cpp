@@ -233,8 +233,8 @@ public:
       kvrt_attention_args args{};
       DevicePool *dp;
       int64_t nTiles = 0;
-      if (kvrt_status s =
-              attentionArgs(view, c, q, n, pos, layer, &dp, &nTiles, args))
+      if (kvrt_status s = attentionArgs(forward, view, c, q, n, pos, layer, &dp,
+                                        &nTiles, args))
         return s;
       // No key at all (an empty view): zeros, as on the CPU; an empty grid
       // would be a launch error.
@@ -263,7 +263,7 @@ public:
       kvrt_pool *pool = kvrt_view_pool(view);
       DevicePool *dp;
       RunTable all;
-      if (kvrt_status s = residentTable(view, dm->config, &dp, &all))
+      if (kvrt_status s = residentTable(forward, view, dm->config, &dp, &all))
         return s;
       // The shifted runs go through the kernel, into destination pages
       // parallel to their page lists; the others are shared as they are.
@@ -357,8 +357,8 @@ public:
       kvrt_attention_args args{};
       DevicePool *dp;
       int64_t nTiles = 0;
-      if (kvrt_status s = attentionArgs(view, c, q.data(), 1, pos, layer, &dp,
-                                        &nTiles, args))
+      if (kvrt_status s = attentionArgs(forward, view, c, q.data(), 1, pos,
+                                        layer, &dp, &nTiles, args))
         return s;
       forward.attention(&args);
       if (kvrt_status s = kvrt_cuda_synchronize())
@@ -428,8 +428,9 @@ private:
 
   /// The device pool of `view` with every page of its runs resident, and
   /// the view's run table.
-  kvrt_status residentTable(const kvrt_view *view, const kvrt_model_config &c,
-                            DevicePool **out, RunTable *table) {
+  kvrt_status residentTable(const Forward &forward, const kvrt_view *view,
+                            const kvrt_model_config &c, DevicePool **out,
+                            RunTable *table) {
     kvrt_pool *pool = kvrt_view_pool(view);
     auto &slot = pools[pool];
     if (!slot) {
@@ -440,20 +441,8 @@ private:
       slot->pool = pool;
     }
     DevicePool &dp = *slot;
-    if (dp.layout.n_layers != c.n_layers ||
-        dp.layout.n_kv_heads != c.n_kv_heads ||
-        dp.layout.head_size != headSize(c))
-      return fail(KVRT_ERR_INVALID_ARGUMENT,
-                  str("the view's pool holds ", dp.layout.n_layers,
-                      " layers x ", dp.layout.n_kv_heads,
-                      " kv heads x head size ", dp.layout.head_size,
-                      ", the model needs ", c.n_layers, " x ", c.n_kv_heads,
-                      " x ", headSize(c)));
-    if (dp.layout.dtype != KVRT_KV_F32)
-      return fail(KVRT_ERR_INVALID_ARGUMENT,
-                  str("the view's pool holds ",
-                      kvir::kvDtypeName(dp.layout.dtype),
-                      " pages; the generated cuda forward takes f32 pages"));
+    if (kvrt_status s = checkForwardLayout(forward, c, dp.layout))
+      return s;
     dp.sweep();
     if (kvrt_status s = table->appendView(view))
       return s;
@@ -466,12 +455,13 @@ private:
 
   /// The arguments of one attention call of `n` queries over `view`, with
   /// the queries, tables and tiles uploaded.
-  kvrt_status attentionArgs(const kvrt_view *view, const kvrt_model_config &c,
-                            const float *q, int64_t n, int64_t pos,
-                            int32_t layer, DevicePool **dp, int64_t *nTiles,
+  kvrt_status attentionArgs(const Forward &forward, const kvrt_view *view,
+                            const kvrt_model_config &c, const float *q,
+                            int64_t n, int64_t pos, int32_t layer,
+                            DevicePool **dp, int64_t *nTiles,
                             kvrt_attention_args &args) {
     RunTable table;
-    if (kvrt_status s = residentTable(view, c, dp, &table))
+    if (kvrt_status s = residentTable(forward, view, c, dp, &table))
       return s;
     std::vector<int64_t> tiles =
         attentionTiles(table, n, c.n_heads, headSize(c));
@@ -544,7 +534,7 @@ private:
     const kvrt_model_config &c = dm.config;
     DevicePool *dp;
     RunTable table;
-    if (kvrt_status s = residentTable(view, c, &dp, &table))
+    if (kvrt_status s = residentTable(forward, view, c, &dp, &table))
       return s;
     const kvrt_page_layout &layout = dp->layout;
     int64_t nPages = (n + layout.page_tokens - 1) / layout.page_tokens;

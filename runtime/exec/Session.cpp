@@ -247,6 +247,7 @@ std::string EntryManifest::serialize() const {
   os << "kvir-manifest 1\n";
   os << "entry " << escape(entry) << "\n";
   os << "target " << escape(target) << "\n";
+  os << "kv-dtype " << kvDtypeName(kvDtype) << "\n";
   os << "plan-ops " << (hasPlanOps ? 1 : 0) << "\n";
   for (const ArgSpec &a : args) {
     os << "arg " << valueKindName(a.kind) << " " << escape(a.name) << " "
@@ -307,6 +308,11 @@ bool EntryManifest::parse(const std::string &text, EntryManifest &out,
       if (!unescape(w[1], out.target) ||
           (out.target != "cpu" && out.target != "gpu"))
         return bad("unknown target '" + w[1] + "'");
+    } else if (w[0] == "kv-dtype" && w.size() == 2) {
+      std::optional<kvrt_kv_dtype> dtype = parseKvDtype(w[1]);
+      if (!dtype)
+        return bad("unknown kv-dtype '" + w[1] + "'");
+      out.kvDtype = *dtype;
     } else if (w[0] == "plan-ops" && w.size() == 2) {
       out.hasPlanOps = w[1] == "1";
     } else if (w[0] == "arg" && w.size() >= 7) {

@@ -54,6 +54,9 @@ struct EntryManifest {
   std::string entry;
   /// Where the program's generated code runs: "cpu" or "gpu".
   std::string target = "cpu";
+  /// The element type of the program's K/V pages (its !kv.cache values);
+  /// a runner creates its pool with it. A manifest without the line is f32.
+  kvrt_kv_dtype kvDtype = KVRT_KV_F32;
   std::vector<ArgSpec> args;
   std::vector<ValueKind> results;
   /// The location of every site (the `site` of the exec ABI), as text.

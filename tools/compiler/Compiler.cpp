@@ -260,6 +260,10 @@ kvir::compiler::describeEntry(func::FuncOp entry) {
     if (kv::isPlanLocation(op->getLoc()))
       manifest.hasPlanOps = true;
   });
+  FailureOr<kvrt_kv_dtype> dtype = programKvDtype(module);
+  if (failed(dtype))
+    return failure();
+  manifest.kvDtype = *dtype;
   for (unsigned i = 0, e = entry.getNumArguments(); i < e; ++i) {
     Type type = entry.getArgument(i).getType();
     exec::ArgSpec spec;

@@ -87,8 +87,8 @@ mlir::FailureOr<mlir::func::FuncOp> lookupEntry(mlir::ModuleOp module,
 
 /// The signature of `entry` for a runner: every argument must be bindable
 /// (a !kv.model, tensor<?xi32>/tensor<Nxi32> tokens, a rank-3 f32 query
-/// tensor) and every result reportable, else a diagnostic. The sites are
-/// filled by lowerProgram.
+/// tensor) and every result reportable, else a diagnostic; the pages' type
+/// is the program's (programKvDtype). The sites are filled by lowerProgram.
 mlir::FailureOr<exec::EntryManifest> describeEntry(mlir::func::FuncOp entry);
 
 /// A location as a runner prints it: `file:line:col` of the first file

@@ -24,6 +24,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/core/ForwardCall.h"
+#include "runtime/core/KVElement.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/CudaRuntime.h"
@@ -321,11 +322,12 @@ struct Library {
   exec::EntryFn entry = nullptr;
 
   /// The forward of `config` the library holds (null members if none).
+  /// The library's forward of `config` on pages of the manifest's type.
   Forward forward(const kvrt_model_config &config) {
     Forward f;
-    key = configKey(config, KVRT_KV_F32);
+    key = configKey(config, manifest.kvDtype);
     f.key = key.c_str();
-    std::string prefix = forwardPrefix(config, KVRT_KV_F32);
+    std::string prefix = forwardPrefix(config, manifest.kvDtype);
     f.prefill = reinterpret_cast<kvrt_prefill_fn>(
         dlsym(handle, (prefix + "_prefill").c_str()));
     f.attention = reinterpret_cast<kvrt_attention_fn>(
@@ -475,6 +477,7 @@ int runProgram(Args &a) {
     return usageError("--page-tokens and --pool-pages must be positive");
   kvrt_pool_config pc;
   kvrt_pool_config_for_model(model.get(), &pc);
+  pc.dtype = library.manifest.kvDtype;
   pc.page_tokens = int32_t(a.pageTokens);
   pc.capacity_pages = a.poolPages;
   kvrt_pool *rawPool = nullptr;
@@ -552,11 +555,13 @@ int runProgram(Args &a) {
 
 /// A view of `tokens` slots of K/V filled with a pattern (contents do not
 /// matter to bandwidth), as one run or `runs` runs with offsets.
-kvrt_status patternView(const kvrt_model *model, int64_t tokens, int64_t runs,
-                        kvrt_pool **poolOut, kvrt_view **out) {
+kvrt_status patternView(const kvrt_model *model, kvrt_kv_dtype dtype,
+                        int64_t tokens, int64_t runs, kvrt_pool **poolOut,
+                        kvrt_view **out) {
   kvrt_pool_config pc;
   if (kvrt_status s = kvrt_pool_config_for_model(model, &pc))
     return s;
+  pc.dtype = dtype;
   int64_t nPages = (tokens + pc.page_tokens - 1) / pc.page_tokens;
   pc.capacity_pages = 2 * nPages + 4096;
   if (kvrt_status s = kvrt_pool_create(&pc, poolOut))
@@ -570,7 +575,8 @@ kvrt_status patternView(const kvrt_model *model, int64_t tokens, int64_t runs,
     float *data = nullptr;
     kvrt_pool_page_data(*poolOut, pages[p], &data);
     for (int64_t i = 0; i < layout.page_stride; ++i)
-      data[i] = float((i * 13 + p * 7) % 23) * 0.01f - 0.1f;
+      kvrt::storeElement(data, i, dtype,
+                         float((i * 13 + p * 7) % 23) * 0.01f - 0.1f);
     kvrt_pool_seal_page(*poolOut, pages[p]);
   }
   std::vector<int32_t> ids(tokens);
@@ -628,7 +634,7 @@ int benchAttention(Args &a) {
   Forward forward = library.forward(c);
   if (!forward.attention)
     return usageError("the library has no forward for [" +
-                      configKey(c, KVRT_KV_F32) + "]");
+                      configKey(c, library.manifest.kvDtype) + "]");
   if (a.context <= 0 || a.runs <= 0 || a.iters <= 0)
     return usageError("--context, --runs and --iters must be positive");
   std::printf("device: %s\nmodel: %s\n", kvrt_cuda_device_name(),
@@ -638,7 +644,8 @@ int benchAttention(Args &a) {
   for (int k = 0; k < 2; ++k) {
     kvrt_pool *pool = nullptr;
     kvrt_view *view = nullptr;
-    if (patternView(model.get(), a.context, runCounts[k], &pool, &view))
+    if (patternView(model.get(), library.manifest.kvDtype, a.context,
+                    runCounts[k], &pool, &view))
       return usageError(kvrt_last_error());
     double total = 0;
     for (int32_t layer = 0; layer < c.n_layers; ++layer) {

@@ -79,14 +79,6 @@ public:
     return "";
   }
 
-  std::string checkDtype(kvrt_kv_dtype dtype) const override {
-    if (dtype == KVRT_KV_F32)
-      return "";
-    return std::string("K/V pages of ") + kvir::kvDtypeName(dtype) +
-           " are not supported by the GPU target yet: its kernels read and "
-           "write f32 pages (the CPU target takes f16 and bf16)";
-  }
-
   void emitKernels(ForwardEmitter &e) override;
 
   void rmsnorm(ForwardEmitter &e, BufferRef x, BufferRef w, BufferRef out,
@@ -466,16 +458,26 @@ void GpuTarget::emitSwiglu(ForwardEmitter &e) {
 void storeRotatedPair(ForwardEmitter &e, func::FuncOp rotate, Value kSrc,
                       Value kFrom, Value vSrc, Value vFrom, Value kv, Value kTo,
                       Value vTo, Value ia, Value ib, func::CallOp cs) {
-  Value xa = e.load(kSrc, {e.add(kFrom, ia)});
-  Value xb = e.load(kSrc, {e.add(kFrom, ib)});
+  // A source is f32 (a new token's K/V) or the pages (materialize); the
+  // pages hold the K/V element type: widened on load, rounded on store.
+  auto loadF32 = [&](Value src, Value at) {
+    Value x = e.load(src, {at});
+    return x.getType().isF32() ? x : e.fromKV(x);
+  };
+  auto storeKV = [&](Value x, Value at) { e.store(e.toKV(x), kv, {at}); };
+  Value xa = loadF32(kSrc, e.add(kFrom, ia));
+  Value xb = loadF32(kSrc, e.add(kFrom, ib));
   auto rot = func::CallOp::create(
       e.b, rotate, ValueRange{xa, xb, cs.getResult(0), cs.getResult(1)});
-  e.store(rot.getResult(0), kv, {e.add(kTo, ia)});
-  e.store(rot.getResult(1), kv, {e.add(kTo, ib)});
-  Value va = e.load(vSrc, {e.add(vFrom, ia)});
-  Value vb = e.load(vSrc, {e.add(vFrom, ib)});
-  e.store(va, kv, {e.add(vTo, ia)});
-  e.store(vb, kv, {e.add(vTo, ib)});
+  storeKV(rot.getResult(0), e.add(kTo, ia));
+  storeKV(rot.getResult(1), e.add(kTo, ib));
+  // V is copied: from the pages as stored, bit for bit.
+  auto copyV = [&](Value at, Value to) {
+    Value x = e.load(vSrc, {at});
+    e.store(x.getType() == e.kvElement() ? x : e.toKV(x), kv, {to});
+  };
+  copyV(e.add(vFrom, ia), e.add(vTo, ia));
+  copyV(e.add(vFrom, ib), e.add(vTo, ib));
 }
 
 /// The new K of token t (grid x), KV head g (grid y) rotated to position
@@ -483,9 +485,10 @@ void storeRotatedPair(ForwardEmitter &e, func::FuncOp rotate, Value kSrc,
 /// one thread per RoPE pair (head_size / 2 threads).
 void GpuTarget::emitStoreKV(ForwardEmitter &e) {
   Type f = e.buffer(e.f32()), ix = e.index();
-  kernels.storeKV = beginKernel(e, "store_kv",
-                                {f, ix, f, ix, e.i64(), f, e.buffer(e.i32()),
-                                 e.table(KVRT_RUN_WIDTH), ix, ix});
+  kernels.storeKV =
+      beginKernel(e, "store_kv",
+                  {f, ix, f, ix, e.i64(), e.buffer(e.kvElement()),
+                   e.buffer(e.i32()), e.table(KVRT_RUN_WIDTH), ix, ix});
   ArrayRef<BlockArgument> arg = kernels.storeKV.getArguments();
   Value kin = arg[0], koff = arg[1], vin = arg[2], voff = arg[3], pos = arg[4],
         kv = arg[5], pages = arg[6], runs = arg[7], layer = arg[8], pt = arg[9];
@@ -528,8 +531,8 @@ void GpuTarget::emitAttnTile(ForwardEmitter &e) {
   MemRefType warpType = workgroupBuffer(e, kAttnWarps, e.f32());
   MemRefType accType = workgroupBuffer(e, kAttnWarps * e.headSize, e.f32());
   kernels.attnTile = beginKernel(e, "attn_tile",
-                                 {f, ix, e.i64(), f, e.buffer(e.i32()),
-                                  e.table(KVRT_RUN_WIDTH),
+                                 {f, ix, e.i64(), e.buffer(e.kvElement()),
+                                  e.buffer(e.i32()), e.table(KVRT_RUN_WIDTH),
                                   e.table(KVRT_TILE_WIDTH), ix, ix, ix, f},
                                  {qType, warpType, warpType, accType});
   ArrayRef<BlockArgument> arg = kernels.attnTile.getArguments();
@@ -600,8 +603,11 @@ void GpuTarget::emitAttnTile(ForwardEmitter &e) {
         SmallVector<Value> kvv = e.ifThenElse(
             active, {vEPL, vEPL},
             [&]() -> SmallVector<Value> {
-              return {vector::LoadOp::create(e.b, vEPL, kv, ValueRange{ka}),
-                      vector::LoadOp::create(e.b, vEPL, kv, ValueRange{va})};
+              VectorType stored = vEPL.clone(e.kvElement());
+              return {e.fromKV(vector::LoadOp::create(e.b, stored, kv,
+                                                      ValueRange{ka})),
+                      e.fromKV(vector::LoadOp::create(e.b, stored, kv,
+                                                      ValueRange{va}))};
             },
             [&]() -> SmallVector<Value> {
               return {zv, zv};
@@ -726,7 +732,7 @@ void GpuTarget::emitMaterialize(ForwardEmitter &e) {
   Type ix = e.index();
   kernels.materialize =
       beginKernel(e, "materialize",
-                  {e.buffer(e.f32()), e.buffer(e.i32()),
+                  {e.buffer(e.kvElement()), e.buffer(e.i32()),
                    e.table(KVRT_RUN_WIDTH), e.buffer(e.i32()), ix});
   ArrayRef<BlockArgument> arg = kernels.materialize.getArguments();
   Value kv = arg[0], pages = arg[1], runs = arg[2], dstPages = arg[3],

@@ -175,9 +175,24 @@ func.func @negative_op_head_size(%m: !big, %t: tensor<?xi32>) -> !bcache {
 
 // -----
 
-// @negative_f16_pages: the GPU kernels read and write f32 pages only.
-// expected-error @below {{K/V pages of f16 are not supported by the GPU target yet: its kernels read and write f32 pages (the CPU target takes f16 and bf16)}}
+// f16 pages: the kernels that touch pages take memref<?xf16>, round what
+// they store and widen what they read; everything else stays f32.
 module attributes {kv.export_forwards = [[!kv.model<dim = 32, hidden = 64, layers = 1, heads = 2, kv_heads = 2, vocab = 10>, f16]]} {}
+// CHECK:       gpu.module @kv_fwd_{{[0-9a-f]+}}_kernels
+// CHECK:       gpu.func @store_kv(%{{.*}}: memref<?xf32>, %{{.*}}: index, %{{.*}}: memref<?xf32>, %{{.*}}: index, %{{.*}}: i64, %[[KV:.*]]: memref<?xf16>,
+// CHECK:         %[[K:.*]] = arith.truncf %{{.*}} : f32 to f16
+// CHECK-NEXT:    memref.store %[[K]], %[[KV]][%{{.*}}] : memref<?xf16>
+// CHECK:       gpu.func @attn_tile(%{{.*}}: memref<?xf32>, %{{.*}}: index, %{{.*}}: i64, %[[KVA:.*]]: memref<?xf16>,
+// CHECK:         %[[L:.*]] = vector.load %[[KVA]][%{{.*}}] : memref<?xf16>, vector<1xf16>
+// CHECK-NEXT:    arith.extf %[[L]] : vector<1xf16> to vector<1xf32>
+// CHECK:       gpu.func @materialize(%[[KVM:.*]]: memref<?xf16>,
+// CHECK:         %[[S:.*]] = memref.load %[[KVM]][%{{.*}}] : memref<?xf16>
+// CHECK-NEXT:    arith.extf %[[S]] : f16 to f32
+// CHECK:         arith.truncf %{{.*}} : f32 to f16
+// CHECK:         arith.truncf %{{.*}} : f32 to f16
+// V is copied as stored.
+// CHECK:         %[[V:.*]] = memref.load %[[KVM]][%{{.*}}] : memref<?xf16>
+// CHECK-NEXT:    memref.store %[[V]], %[[KVM]][%{{.*}}] : memref<?xf16>
 
 // -----
 

@@ -66,6 +66,24 @@ module attributes {kv.export_forwards = [!kv.model<dim = 1024, hidden = 2816, la
 // CHECK:       gpu.binary @kv_fwd_{{[0-9a-f]+}}_kernels
 // CHECK-SAME:    .entry attn_tile
 
+// -----
+
+// f16 and bf16 pages, head size 128: the kernels that touch pages read and
+// write 16-bit elements (f16 through cvt, bf16 through integer bit
+// arithmetic), ptxas takes both.
+module attributes {kv.export_forwards = [[!kv.model<dim = 1024, hidden = 2816, layers = 2, heads = 8, kv_heads = 4, vocab = 1024>, f16], [!kv.model<dim = 1024, hidden = 2816, layers = 2, heads = 8, kv_heads = 4, vocab = 1024>, bf16]]} {}
+
+// CHECK:       gpu.binary @kv_fwd_{{[0-9a-f]+}}_kernels
+// CHECK-SAME:    .entry store_kv
+// CHECK-SAME:    cvt.rn.f16.f32
+// CHECK-SAME:    .entry attn_tile
+// CHECK-SAME:    cvt.f32.f16
+// CHECK:       gpu.binary @kv_fwd_{{[0-9a-f]+}}_kernels
+// CHECK-SAME:    .entry store_kv
+// CHECK-SAME:    st.global.b16
+// CHECK-SAME:    .entry attn_tile
+// CHECK-SAME:    ld.global.b16
+
 // The agent example: its prefills call the runtime with the GPU forward's
 // entry point; the kernels are one cubin.
 // AGENT:       llvm.func @_kvrt_entry_main(

@@ -48,6 +48,12 @@ fi
 for entry in edit compose attend; do
   check checks-synthetic-test "$entry" --synthetic synthetic-test
 done
+# f16 and bf16 pages (the pool takes the type from the program's manifest).
+for dtype in f16 bf16; do
+  for entry in edit compose attend; do
+    check "checks-synthetic-test-$dtype" "$entry" --synthetic synthetic-test
+  done
+done
 if [ -f "$model" ] && [ -f "$programs/libchecks-stories260k.so" ]; then
   for entry in edit compose attend; do
     check checks-stories260k "$entry" --model "$model"
