@@ -13,6 +13,7 @@
 #define KVIR_RUNTIME_CORE_MODELCOST_H
 
 #include "runtime/core/KVRuntime.h"
+#include "runtime/core/ModelConfig.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -21,9 +22,13 @@ namespace kvir {
 
 struct ModelCost {
   int64_t dim = 0, hidden = 0, layers = 0, kvDim = 0, vocab = 0;
+  /// Bytes of one stored K/V element (4, or 2 on f16/bf16 pages).
+  int64_t kvElementBytes = 4;
 
-  static ModelCost of(const kvrt_model_config &c) {
+  static ModelCost of(const kvrt_model_config &c,
+                      kvrt_kv_dtype dtype = KVRT_KV_F32) {
     ModelCost cost;
+    cost.kvElementBytes = kvDtypeBytes(dtype);
     cost.dim = c.dim;
     cost.hidden = c.hidden_dim;
     cost.layers = c.n_layers;
@@ -69,11 +74,19 @@ struct ModelCost {
     return rangeFlops(context, context + n) + logitsFlops(rows);
   }
 
-  /// Bytes of f32 K/V `tokens` tokens write, over all layers.
+  /// Bytes of K/V `tokens` tokens write, over all layers.
   int64_t kvBytes(int64_t tokens) const {
-    return tokens * layers * 2 * kvDim * int64_t(sizeof(float));
+    return tokens * layers * 2 * kvDim * kvElementBytes;
   }
 };
+
+/// The cost of model `c` on the pages of `pool` (f32 if it has none).
+inline ModelCost costOnPool(const kvrt_model_config &c, const kvrt_pool *pool) {
+  kvrt_page_layout layout{};
+  if (!pool || kvrt_pool_get_layout(pool, &layout) != KVRT_OK)
+    return ModelCost::of(c);
+  return ModelCost::of(c, layout.dtype);
+}
 
 } // namespace kvir
 

@@ -211,7 +211,7 @@ bool kvir::exec::attribute(ComputeBackend &backend, const Forward &forward,
 
   kvrt_model_config config;
   kvrt_model_get_config(model, &config);
-  ModelCost cost = ModelCost::of(config);
+  ModelCost cost = costOnPool(config, pool);
   // The answer recomputed over `view`, at its position in the edited context.
   auto answerOver = [&](const ViewRef &view, std::vector<float> &logits) {
     auto start = std::chrono::steady_clock::now();

@@ -448,7 +448,7 @@ kvrt_exec_prefill(kvrt_exec_context *ctx, int32_t site, const char *key,
           ++work.prefill_calls;
           work.prefill_tokens += n;
           work.logits_rows += logits->rows;
-          kvir::ModelCost cost = kvir::ModelCost::of(ctx->config);
+          kvir::ModelCost cost = kvir::costOnPool(ctx->config, ctx->pool);
           work.flops += cost.prefillFlops(contextTokens, n, logits->rows);
           work.kv_bytes_written += cost.kvBytes(n);
         }
@@ -592,7 +592,7 @@ kvrt_view *kvrt_exec_selective_recompute(
           str("selective recompute of [", begin, ", ", end, ") failed"));
       return nullptr;
     }
-    kvir::ModelCost cost = kvir::ModelCost::of(ctx->config);
+    kvir::ModelCost cost = kvir::costOnPool(ctx->config, ctx->pool);
     kvrt_exec_work &work = ctx->work();
     for (const kvir::SelectiveRecomputeStats::Call &call : stats.calls) {
       if (call.scan) {
@@ -1034,7 +1034,7 @@ kvrt_view *kvrt_exec_load_block(kvrt_exec_context *ctx, int32_t site,
     ++work.prefill_calls;
     work.prefill_tokens += n;
     work.logits_rows += 1;
-    kvir::ModelCost cost = kvir::ModelCost::of(ctx->config);
+    kvir::ModelCost cost = kvir::costOnPool(ctx->config, ctx->pool);
     work.flops += cost.prefillFlops(0, n, 1);
     work.kv_bytes_written += cost.kvBytes(n);
 

@@ -932,7 +932,7 @@ bool kvir::exec::fullPrefill(ComputeBackend &backend, const Forward &forward,
   }
   kvrt_model_config config;
   kvrt_model_get_config(model, &config);
-  ModelCost cost = ModelCost::of(config);
+  ModelCost cost = costOnPool(config, pool);
   auto start = std::chrono::steady_clock::now();
   kvrt_view *empty = nullptr;
   if (kvrt_view_create(pool, &empty)) {
