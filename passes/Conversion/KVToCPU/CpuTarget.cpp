@@ -29,8 +29,10 @@ namespace {
 /// Lanes of the f32 vectors the kernels use (AVX-512; LLVM splits them on
 /// narrower hosts).
 constexpr int64_t kLanes = 16;
-/// Query heads of a group whose scores one pass over a key computes.
-constexpr int64_t kScoreHeads = 8;
+/// Query rows (token x head) whose scores one pass over a key computes.
+constexpr int64_t kScoreRows = 8;
+/// Query tokens that share a pass of attention over the keys.
+constexpr int64_t kQueryTokens = 4;
 /// How many KV heads ahead attention prefetches K/V.
 constexpr int64_t kPrefetchHeads = 4;
 
@@ -866,7 +868,8 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                                   Value layer, Value pt, Value out, Value lo,
                                   Value hi) {
   Type h1 = headType(e), tab = ropeTableType(e);
-  Value c0 = e.cIndex(0), c1 = e.cIndex(1), c16 = e.cIndex(16);
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1), c2 = e.cIndex(2),
+        c16 = e.cIndex(16);
   Value cHS = e.cIndex(e.headSize), cD = e.cIndex(e.dim),
         cNH = e.cIndex(e.heads), cKVH = e.cIndex(e.kvHeads),
         cG = e.cIndex(e.group);
@@ -888,15 +891,18 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
   auto stackBuffer = [&](int64_t size, Type element) -> Value {
     return memref::AllocaOp::create(e.b, MemRefType::get({size}, element));
   };
-  Value qrot = stackBuffer(e.dim, e.f32());
-  Value mx = stackBuffer(e.heads, e.f32());
-  Value lsum = stackBuffer(e.heads, e.f32());
-  Value acc = stackBuffer(e.dim, e.f32());
-  // Scores of a chunk, [G][page_tokens + 16]: a row has room for the last
-  // 16-lane block of the weights.
+  // Per token of a block: its rotated query, and per query head the
+  // running max, sum and accumulator.
+  Value qrot = stackBuffer(kQueryTokens * e.dim, e.f32());
+  Value mx = stackBuffer(kQueryTokens * e.heads, e.f32());
+  Value lsum = stackBuffer(kQueryTokens * e.heads, e.f32());
+  Value acc = stackBuffer(kQueryTokens * e.dim, e.f32());
+  // Scores of a chunk, [token x G][page_tokens + 16]: a row has room for the
+  // last 16-lane block of the weights.
   Value scw = e.add(pt, c16);
-  Value sc = memref::AllocaOp::create(e.b, e.buffer(e.f32()),
-                                      ValueRange{e.mul(scw, cG)});
+  Value sc = memref::AllocaOp::create(
+      e.b, e.buffer(e.f32()),
+      ValueRange{e.mul(scw, e.cIndex(kQueryTokens * e.group))});
   Value cs = memref::AllocaOp::create(e.b, cast<MemRefType>(tab));
   Value sn = memref::AllocaOp::create(e.b, cast<MemRefType>(tab));
   auto maskedLoad = [&](Value memref, Value at, Value mask,
@@ -956,38 +962,60 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                                /*isWrite=*/false, /*localityHint=*/1,
                                /*isDataCache=*/true);
   };
-  // The correction factor of each query head of the group for this chunk.
-  Value cr = stackBuffer(e.group, e.f32());
-  e.forLoop(lo, hi, c1, [&](Value t) {
-    Value m = arith::AddIOp::create(e.b, pos, e.toI64(t));
-    Value qoff = e.mul(t, cD);
-    e.forLoop(c0, cNH, c1, [&](Value h) {
-      e.store(ninf, mx, {h});
-      e.store(zf, lsum, {h});
-      vector::StoreOp::create(e.b, zv, acc, ValueRange{e.mul(h, cHS)});
+  // The correction factor of each row for this chunk.
+  Value cr = stackBuffer(kQueryTokens * e.group, e.f32());
+  // Query tokens go in blocks of kQueryTokens (the rest one by one): a
+  // block's rows (token x query head of a group) share each pass over the
+  // keys. A token's keys end at its own causal limit; in a block the pass
+  // runs to the last token's, and the keys past a token's limit score -inf:
+  // weight 0, and a chunk without a key of its own leaves its sums exactly
+  // as they were, so a token's result does not depend on its block.
+  auto tokenBlock = [&](int64_t tb, Value t0) {
+    const int64_t rows = tb * e.group;
+    SmallVector<Value> tok, m;
+    for (int64_t tt = 0; tt < tb; ++tt) {
+      tok.push_back(e.add(t0, e.cIndex(tt)));
+      m.push_back(arith::AddIOp::create(e.b, pos, e.toI64(tok.back())));
+    }
+    // Row r = tt * G + i: token tt, query head g * G + i of KV head g.
+    auto stateAt = [&](Value tt, Value h) { return e.add(e.mul(tt, cNH), h); };
+    e.forLoop(c0, e.cIndex(tb * e.heads), c1, [&](Value th) {
+      e.store(ninf, mx, {th});
+      e.store(zf, lsum, {th});
+      vector::StoreOp::create(e.b, zv, acc, ValueRange{e.mul(th, cHS)});
     });
     e.forLoop(c0, nruns, c1, [&](Value r) {
       RunRow run = e.loadRun(runs, r);
-      Value visible = e.visibleKeys(m, run);
-      e.ifThen(e.cmp(arith::CmpIPredicate::sgt, visible, e.cI64(0)), [&] {
-        // (R(m) q) . (R(Δ) k) = (R(m - Δ) q) . k: one rotation per run.
-        Value qp = arith::SubIOp::create(e.b, m, run.delta);
-        call(e, "rope_table", {qp, cs, sn});
-        e.forLoop(c0, cNH, c1, [&](Value h) {
-          Value ho = e.mul(h, cHS);
-          auto head = [&](Value memref, Value offset) -> Value {
-            return memref::SubViewOp::create(
-                e.b, cast<MemRefType>(h1), memref,
-                ArrayRef<OpFoldResult>{offset},
-                ArrayRef<OpFoldResult>{e.b.getIndexAttr(e.headSize)},
-                ArrayRef<OpFoldResult>{e.b.getIndexAttr(1)});
-          };
-          call(e, "rope_apply",
-               {head(q, e.add(qoff, ho)), head(qrot, ho), cs, sn});
-        });
+      SmallVector<Value> visible;
+      for (int64_t tt = 0; tt < tb; ++tt)
+        visible.push_back(e.visibleKeys(m[tt], run));
+      // Positions grow with the token: the last one sees the most keys.
+      Value most = visible.back();
+      e.ifThen(e.cmp(arith::CmpIPredicate::sgt, most, e.cI64(0)), [&] {
+        // (R(m) q) . (R(Δ) k) = (R(m - Δ) q) . k: one rotation per run and
+        // token.
+        for (int64_t tt = 0; tt < tb; ++tt) {
+          Value qp = arith::SubIOp::create(e.b, m[tt], run.delta);
+          call(e, "rope_table", {qp, cs, sn});
+          Value qoff = e.mul(tok[tt], cD);
+          Value roff = e.cIndex(tt * e.dim);
+          e.forLoop(c0, cNH, c1, [&](Value h) {
+            Value ho = e.mul(h, cHS);
+            auto head = [&](Value memref, Value offset) -> Value {
+              return memref::SubViewOp::create(
+                  e.b, cast<MemRefType>(h1), memref,
+                  ArrayRef<OpFoldResult>{offset},
+                  ArrayRef<OpFoldResult>{e.b.getIndexAttr(e.headSize)},
+                  ArrayRef<OpFoldResult>{e.b.getIndexAttr(1)});
+            };
+            call(e, "rope_apply",
+                 {head(q, e.add(qoff, ho)), head(qrot, e.add(roff, ho)), cs,
+                  sn});
+          });
+        }
         Value pageOffset = e.toIndex(run.pageOffset);
         Value slotBegin = e.toIndex(run.slotBegin);
-        Value send = e.add(slotBegin, e.toIndex(visible));
+        Value send = e.add(slotBegin, e.toIndex(most));
         Value pfirst = e.divu(slotBegin, pt);
         Value pend = e.add(e.divu(e.sub(send, c1), pt), c1);
         e.forLoop(pfirst, pend, c1, [&](Value pi) {
@@ -996,47 +1024,82 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
           Value hi = e.minu(e.add(lo0, pt), send);
           Value page = e.pageId(pages, pageOffset, pi);
           Value s0 = e.sub(lo, lo0), s1 = e.sub(hi, lo0);
+          // Key s of this page is key s + keyShift of the run.
+          Value keyShift = e.toI64(e.sub(lo0, slotBegin));
           e.forLoop(c0, cKVH, c1, [&](Value g) {
             Value kb = e.headBase(strides, page, layer, g);
             Value vb = e.add(kb, strides.kv);
             Value gq = e.mul(g, cG);
             Value qbase = e.mul(gq, cHS);
+            // The offset in qrot and acc of row r's head.
+            auto rowOffset = [&](int64_t r) {
+              return e.add(qbase, e.cIndex((r / e.group) * e.dim +
+                                           (r % e.group) * e.headSize));
+            };
             // Scores: each 16-lane slice of a key is loaded (and widened)
-            // once and dotted with the same slice of every query head of the
-            // group, one accumulator per head; then one 16-lane reduction per
-            // key and query head.
-            e.forLoop(s0, s1, c1, [&](Value s) {
-              Value ko = e.add(kb, e.mul(s, cHS));
-              for (int64_t q0 = 0; q0 < e.group; q0 += kScoreHeads) {
-                int64_t qn = std::min(kScoreHeads, e.group - q0);
-                SmallVector<Value> dots(qn, z16);
+            // once and dotted with the same slice of every row, one
+            // accumulator per row; then one 16-lane reduction per key and
+            // row. Keys go in pairs, so a query slice loaded once serves
+            // two keys.
+            auto scoreKeys = [&](ArrayRef<Value> keys) {
+              SmallVector<Value> kos;
+              for (Value s : keys)
+                kos.push_back(e.add(kb, e.mul(s, cHS)));
+              for (int64_t r0 = 0; r0 < rows; r0 += kScoreRows) {
+                int64_t rn = std::min(kScoreRows, rows - r0);
+                // dots[j * rn + i]: key j, row r0 + i.
+                SmallVector<Value> dots(keys.size() * rn, z16);
                 for (int64_t c = 0; c < slices; ++c) {
-                  if (q0 == 0)
-                    prefetchNextHead(e.add(ko, e.cIndex(c * kLanes)));
-                  Value kvv = loadKV(e.add(ko, e.cIndex(c * kLanes)), c);
-                  for (int64_t i = 0; i < qn; ++i) {
-                    Value qv =
-                        loadF32(qrot,
-                                e.add(qbase, e.cIndex((q0 + i) * e.headSize +
-                                                      c * kLanes)),
-                                c);
-                    dots[i] = vector::FMAOp::create(e.b, qv, kvv, dots[i]);
+                  SmallVector<Value> ks;
+                  for (Value ko : kos) {
+                    Value at = e.add(ko, e.cIndex(c * kLanes));
+                    if (r0 == 0)
+                      prefetchNextHead(at);
+                    ks.push_back(loadKV(at, c));
+                  }
+                  for (int64_t i = 0; i < rn; ++i) {
+                    Value qv = loadF32(
+                        qrot, e.add(rowOffset(r0 + i), e.cIndex(c * kLanes)),
+                        c);
+                    for (size_t j = 0; j < keys.size(); ++j)
+                      dots[j * rn + i] = vector::FMAOp::create(
+                          e.b, qv, ks[j], dots[j * rn + i]);
                   }
                 }
-                for (int64_t i = 0; i < qn; ++i) {
-                  Value dot = vector::ReductionOp::create(
-                      e.b, vector::CombiningKind::ADD, dots[i]);
-                  Value score = arith::MulFOp::create(e.b, dot, scale);
-                  e.store(score, sc, {e.add(e.mul(e.cIndex(q0 + i), scw), s)});
+                for (size_t j = 0; j < keys.size(); ++j) {
+                  Value key =
+                      arith::AddIOp::create(e.b, keyShift, e.toI64(keys[j]));
+                  for (int64_t i = 0; i < rn; ++i) {
+                    Value dot = vector::ReductionOp::create(
+                        e.b, vector::CombiningKind::ADD, dots[j * rn + i]);
+                    Value score = arith::MulFOp::create(e.b, dot, scale);
+                    if (tb > 1) {
+                      Value seen = e.cmp(arith::CmpIPredicate::slt, key,
+                                         visible[(r0 + i) / e.group]);
+                      score = e.select(seen, score, ninf);
+                    }
+                    e.store(score, sc,
+                            {e.add(e.mul(e.cIndex(r0 + i), scw), keys[j])});
+                  }
                 }
               }
+            };
+            Value pairs = e.add(s0, e.mul(e.divu(e.sub(s1, s0), c2), c2));
+            e.forLoop(s0, pairs, c2, [&](Value s) {
+              scoreKeys({s, e.add(s, c1)});
             });
-            // Per query head: the chunk's max, the rescale of what came
-            // before, and the weights exp(score - max) over the scores.
-            e.forLoop(c0, cG, c1, [&](Value qh) {
-              Value h = e.add(gq, qh);
+            e.ifThen(e.cmp(arith::CmpIPredicate::ult, pairs, s1),
+                     [&] { scoreKeys({pairs}); });
+            // Per row: the chunk's max, the rescale of what came before, and
+            // the weights exp(score - max) over the scores. A row whose max
+            // is still -inf (no key seen yet) takes 0 in its place: its
+            // weights are exp(-inf) = 0 and its factor exp(-inf) = 0 scales
+            // sums that are 0.
+            e.forLoop(c0, e.cIndex(rows), c1, [&](Value row) {
+              Value tt = e.divu(row, cG);
+              Value state = stateAt(tt, e.add(gq, e.remu(row, cG)));
               auto scoreAt = [&](Value bl) {
-                return e.add(e.mul(qh, scw), bl);
+                return e.add(e.mul(row, scw), bl);
               };
               // The chunk's max, 16 scores at a time (lanes past the chunk
               // read as -inf).
@@ -1051,10 +1114,16 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                             })[0];
               Value chunkMax = vector::ReductionOp::create(
                   e.b, vector::CombiningKind::MAXNUMF, maxv);
-              Value oldMax = e.load(mx, {h});
-              auto [newMax, corr] = e.softmaxRescale(oldMax, chunkMax);
-              Value l1 = arith::MulFOp::create(e.b, e.load(lsum, {h}), corr);
-              Value mb = vector::BroadcastOp::create(e.b, v16, newMax);
+              Value oldMax = e.load(mx, {state});
+              Value newMax = arith::MaxNumFOp::create(e.b, oldMax, chunkMax);
+              Value unseen = arith::CmpFOp::create(
+                  e.b, arith::CmpFPredicate::OEQ, newMax, ninf);
+              Value base = e.select(unseen, zf, newMax);
+              Value corr = math::ExpOp::create(
+                  e.b, arith::SubFOp::create(e.b, oldMax, base));
+              Value l1 =
+                  arith::MulFOp::create(e.b, e.load(lsum, {state}), corr);
+              Value mb = vector::BroadcastOp::create(e.b, v16, base);
               Value weights = e.forLoop(
                   s0, s1, c16, {z16},
                   [&](Value bl, ValueRange ps) -> SmallVector<Value> {
@@ -1069,25 +1138,24 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                   })[0];
               Value wsum = vector::ReductionOp::create(
                   e.b, vector::CombiningKind::ADD, weights);
-              e.store(newMax, mx, {h});
-              e.store(arith::AddFOp::create(e.b, l1, wsum), lsum, {h});
-              e.store(corr, cr, {qh});
+              e.store(newMax, mx, {state});
+              e.store(arith::AddFOp::create(e.b, l1, wsum), lsum, {state});
+              e.store(corr, cr, {row});
             });
-            // V: per block of query heads and of head slices, the
-            // accumulators stay in registers over the chunk's keys; each V
-            // slice is loaded (and widened) once per block of heads.
-            for (int64_t q0 = 0; q0 < e.group; q0 += valueHeads) {
-              int64_t qn = std::min(valueHeads, e.group - q0);
+            // V: per block of rows and of head slices, the accumulators
+            // stay in registers over the chunk's keys; each V slice is
+            // loaded (and widened) once per block of rows.
+            for (int64_t r0 = 0; r0 < rows; r0 += valueHeads) {
+              int64_t rn = std::min(valueHeads, rows - r0);
               for (int64_t c0s = 0; c0s < slices; c0s += valueSlices) {
                 int64_t cn = std::min(valueSlices, slices - c0s);
                 auto accAt = [&](int64_t i, int64_t c) {
-                  return e.add(qbase, e.cIndex((q0 + i) * e.headSize +
-                                               (c0s + c) * kLanes));
+                  return e.add(rowOffset(r0 + i), e.cIndex((c0s + c) * kLanes));
                 };
                 SmallVector<Value> inits;
-                for (int64_t i = 0; i < qn; ++i) {
+                for (int64_t i = 0; i < rn; ++i) {
                   Value corr = vector::BroadcastOp::create(
-                      e.b, v16, e.load(cr, {e.cIndex(q0 + i)}));
+                      e.b, v16, e.load(cr, {e.cIndex(r0 + i)}));
                   for (int64_t c = 0; c < cn; ++c)
                     inits.push_back(arith::MulFOp::create(
                         e.b, loadF32(acc, accAt(i, c), c0s + c), corr));
@@ -1098,25 +1166,24 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                       Value vo = e.add(vb, e.mul(s, cHS));
                       SmallVector<Value> vs;
                       for (int64_t c = 0; c < cn; ++c) {
-                        if (q0 == 0)
-                          prefetchNextHead(
-                              e.add(vo, e.cIndex((c0s + c) * kLanes)));
-                        vs.push_back(loadKV(
-                            e.add(vo, e.cIndex((c0s + c) * kLanes)), c0s + c));
+                        Value at = e.add(vo, e.cIndex((c0s + c) * kLanes));
+                        if (r0 == 0)
+                          prefetchNextHead(at);
+                        vs.push_back(loadKV(at, c0s + c));
                       }
                       SmallVector<Value> next;
-                      for (int64_t i = 0; i < qn; ++i) {
+                      for (int64_t i = 0; i < rn; ++i) {
                         Value p = vector::BroadcastOp::create(
                             e.b, v16,
                             e.load(sc,
-                                   {e.add(e.mul(e.cIndex(q0 + i), scw), s)}));
+                                   {e.add(e.mul(e.cIndex(r0 + i), scw), s)}));
                         for (int64_t c = 0; c < cn; ++c)
                           next.push_back(vector::FMAOp::create(e.b, p, vs[c],
                                                                aa[i * cn + c]));
                       }
                       return next;
                     });
-                for (int64_t i = 0; i < qn; ++i)
+                for (int64_t i = 0; i < rn; ++i)
                   for (int64_t c = 0; c < cn; ++c)
                     storeF32(sums[i * cn + c], acc, accAt(i, c), c0s + c);
               }
@@ -1126,15 +1193,24 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
       });
     });
     // A head that saw no key has sum 0 and accumulator 0: it gets zeros.
-    e.forLoop(c0, cNH, c1, [&](Value h) {
-      Value inv = e.softmaxNormalizer(e.load(lsum, {h}));
-      Value ho = e.mul(h, cHS);
-      Value a = vector::LoadOp::create(e.b, vHS, acc, ValueRange{ho});
-      Value o = arith::MulFOp::create(
-          e.b, a, vector::BroadcastOp::create(e.b, vHS, inv));
-      vector::StoreOp::create(e.b, o, out, ValueRange{e.add(qoff, ho)});
-    });
-  });
+    for (int64_t tt = 0; tt < tb; ++tt) {
+      Value qoff = e.mul(tok[tt], cD);
+      e.forLoop(c0, cNH, c1, [&](Value h) {
+        Value state = stateAt(e.cIndex(tt), h);
+        Value inv = e.softmaxNormalizer(e.load(lsum, {state}));
+        Value a = vector::LoadOp::create(e.b, vHS, acc,
+                                         ValueRange{e.mul(state, cHS)});
+        Value o = arith::MulFOp::create(
+            e.b, a, vector::BroadcastOp::create(e.b, vHS, inv));
+        vector::StoreOp::create(e.b, o, out,
+                                ValueRange{e.add(qoff, e.mul(h, cHS))});
+      });
+    }
+  };
+  Value cTB = e.cIndex(kQueryTokens);
+  Value blocked = e.add(lo, e.mul(e.divu(e.sub(hi, lo), cTB), cTB));
+  e.forLoop(lo, blocked, cTB, [&](Value t0) { tokenBlock(kQueryTokens, t0); });
+  e.forLoop(blocked, hi, c1, [&](Value t) { tokenBlock(1, t); });
 }
 
 /// Every run's K/V written to the pages `dst_pages` (parallel to `pages`,
