@@ -51,35 +51,51 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:         call @kvrt_parallel_for(%{{.*}}, %{{.*}}, %{{.*}})
 // CHECK:       func.func private @[[P]]_attention_task(%{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64)
 // CHECK:         %[[KV:.+]] = builtin.unrealized_conversion_cast %{{.*}} : !llvm.struct<{{.*}}> to memref<?xf32>{{$}}
-// One query rotation per run: to m - delta (column 4 of the run table).
+// Query tokens in blocks of four share each pass over the keys. One query
+// rotation per run and token: to m - delta (column 4 of the run table).
 // CHECK:         %[[DELTA:.+]] = memref.load %{{.*}}[%{{.*}}, %c4{{[_0-9]*}}] : memref<?x8xi64>
 // CHECK:         scf.if
 // CHECK:           %[[QPOS:.+]] = arith.subi %{{.*}}, %[[DELTA]] : i64
 // CHECK:           call @[[P]]_rope_table(%[[QPOS]],
 // CHECK:           call @[[P]]_rope_apply(
+// CHECK-COUNT-3:   call @[[P]]_rope_table(
+// CHECK:           call @[[P]]_rope_apply(
 // Keys are read as stored from the arena, never rotated: no RoPE call after
-// the query's. A 16-lane key slice (head size 8: masked by a constant mask) is
-// loaded once and dotted with both query heads of the group.
+// the queries'. A 16-lane key slice (head size 8: masked by a constant mask) is
+// loaded once and dotted with every row (4 tokens x 2 query heads); a key past
+// a token's causal limit scores -inf.
 // CHECK-NOT:       call @[[P]]_rope
 // CHECK:           %[[KS:.+]] = vector.maskedload %[[KV]][%{{.*}}], %[[TAIL:cst[_0-9]*]], %{{.*}} : memref<?xf32>, vector<16xi1>, vector<16xf32> into vector<16xf32>
 // CHECK:           vector.fma %{{.*}}, %[[KS]], %{{.*}} : vector<16xf32>
 // CHECK-NOT:       vector.maskedload %[[KV]]
 // CHECK:           vector.fma %{{.*}}, %[[KS]], %{{.*}} : vector<16xf32>
 // CHECK:           vector.reduction <add>, %{{.*}} : vector<16xf32> into f32
-// Online softmax merge per chunk: chunk max, new running max, rescale factor
-// of the old sum and accumulator, the weights, then V summed with FMAs into
-// accumulators carried by the loop over the chunk's keys, one V slice for
-// both heads.
+// CHECK:           %[[SEEN:.+]] = arith.cmpi slt, %{{.*}}, %{{.*}} : i64
+// CHECK-NEXT:      arith.select %[[SEEN]], %{{.*}}, %{{.*}} : f32
+// Online softmax merge per chunk: chunk max, new running max (0 in its place
+// while it is -inf), rescale factor of the old sum and accumulator, the
+// weights, then V summed with FMAs into accumulators carried by the loop over
+// the chunk's keys, one V slice for a block of four rows.
 // CHECK:           vector.reduction <maxnumf>
 // CHECK:           %[[MNEW:.+]] = arith.maxnumf %{{.*}}, %{{.*}} : f32
-// CHECK:           %[[DM:.+]] = arith.subf %{{.*}}, %[[MNEW]] : f32
+// CHECK:           %[[UNSEEN:.+]] = arith.cmpf oeq, %[[MNEW]], %{{.*}} : f32
+// CHECK:           %[[BASE:.+]] = arith.select %[[UNSEEN]], %{{.*}}, %[[MNEW]] : f32
+// CHECK:           %[[DM:.+]] = arith.subf %{{.*}}, %[[BASE]] : f32
 // CHECK:           math.exp %[[DM]] : f32
 // CHECK:           call @[[P]]_exp16(
-// CHECK:           scf.for {{.*}} iter_args(%[[A0:.+]] = %{{.*}}, %[[A1:.+]] = %{{.*}}) -> (vector<16xf32>, vector<16xf32>)
+// CHECK:           scf.for {{.*}} iter_args(%[[A0:[^ ]+]] = %{{.*}}, %[[A1:[^ ]+]] = %{{.*}}, %[[A2:[^ ]+]] = %{{.*}}, %[[A3:[^ ]+]] = %{{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
 // CHECK:             %[[VS:.+]] = vector.maskedload %[[KV]][%{{.*}}], %[[TAIL]], %{{.*}} : memref<?xf32>, vector<16xi1>, vector<16xf32> into vector<16xf32>
 // CHECK:             vector.fma %{{.*}}, %[[VS]], %[[A0]] : vector<16xf32>
 // CHECK:             vector.fma %{{.*}}, %[[VS]], %[[A1]] : vector<16xf32>
+// CHECK:             vector.fma %{{.*}}, %[[VS]], %[[A2]] : vector<16xf32>
+// CHECK:             vector.fma %{{.*}}, %[[VS]], %[[A3]] : vector<16xf32>
 // CHECK:           vector.maskedstore
+// The tokens left over go one at a time: one rotation per run, no masking.
+// CHECK:           call @[[P]]_rope_table(
+// CHECK:           call @[[P]]_rope_apply(
+// CHECK-NOT:       call @[[P]]_rope
+// CHECK-NOT:       arith.cmpi slt
+// CHECK:           scf.for {{.*}} iter_args(%{{[^ ]+}} = %{{.*}}, %{{[^ ]+}} = %{{.*}}) -> (vector<16xf32>, vector<16xf32>)
 // CHECK-NOT:       call @[[P]]_rope
 // CHECK:       func.func private @[[P]]_materialize_kernel(
 // The layer sequence, once: the loop runs to the layer count it is given
