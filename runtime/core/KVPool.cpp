@@ -266,6 +266,26 @@ extern "C" kvrt_status kvrt_pool_page_cdata(const kvrt_pool *pool, int32_t page,
   });
 }
 
+extern "C" kvrt_status kvrt_pool_page_bytes(kvrt_pool *pool, int32_t page,
+                                            void **out) {
+  return onPage(pool, page, out != nullptr, __func__, [&] {
+    if (pool->sealed[page])
+      return fail(KVRT_ERR_STATE,
+                  str("kvrt_pool_page_bytes: page ", page,
+                      " is sealed (immutable); use kvrt_pool_cow for a copy"));
+    *out = pool->pageAddress(page);
+    return KVRT_OK;
+  });
+}
+
+extern "C" kvrt_status kvrt_pool_page_cbytes(const kvrt_pool *pool,
+                                             int32_t page, const void **out) {
+  return onPage(pool, page, out != nullptr, __func__, [&] {
+    *out = pool->pageAddress(page);
+    return KVRT_OK;
+  });
+}
+
 extern "C" kvrt_status kvrt_pool_read_kv(const kvrt_pool *pool,
                                          const int32_t *pages,
                                          int64_t slot_begin, int64_t n,

@@ -335,6 +335,13 @@ kvrt_status kvrt_pool_page_data(kvrt_pool *pool, int32_t page, float **out);
 kvrt_status kvrt_pool_page_cdata(const kvrt_pool *pool, int32_t page,
                                  const float **out);
 
+/// The same for pages of any element type: the page's page_stride elements
+/// of the layout's dtype (runtime/core/KVElement.h reads and writes them).
+/// Writable only while the page is open.
+kvrt_status kvrt_pool_page_bytes(kvrt_pool *pool, int32_t page, void **out);
+kvrt_status kvrt_pool_page_cbytes(const kvrt_pool *pool, int32_t page,
+                                  const void **out);
+
 /// Copies the K and V of layer `layer` of `n` token slots starting at slot
 /// `slot_begin` of the page list `pages` (as a run lays them out) into `k` and
 /// `v`, [n][kv_heads][head_size] floats each (converted from the pool's

@@ -80,31 +80,36 @@ HeaderFields readHeader(const uint8_t *h) {
 std::string shortHex(const uint8_t *digest) { return toHex(digest, 8) + "..."; }
 
 /// Copies the K/V of `n` tokens between pages and a blob, in either
-/// direction: the pages (their data in `pageData`) hold them from slot
+/// direction: the pages (their bytes in `pageData`) hold them from slot
 /// `slotBegin` of the first; the blob's K/V is [layers][kv_heads][2][total]
-/// [head_size] floats, of which these are tokens [first, first + n).
+/// [head_size] elements of the pool's type, of which these are tokens
+/// [first, first + n). Elements are copied as stored, bit for bit.
 template <bool ToBlob>
 void copyRun(const kvrt_page_layout &layout, int64_t slotBegin, int64_t n,
-             int64_t first, int64_t total, float *blob,
-             float *const *pageData) {
+             int64_t first, int64_t total, unsigned char *blob,
+             unsigned char *const *pageData) {
+  int64_t bytes = kvir::kvDtypeBytes(layout.dtype);
   int64_t head = layout.head_size, pt = layout.page_tokens;
   for (int64_t done = 0; done < n;) {
     int64_t slot = slotBegin + done;
     int64_t page = slot / pt, inPage = slot % pt;
     int64_t count = std::min(n - done, pt - inPage);
-    float *base = pageData[page];
+    unsigned char *base = pageData[page];
     for (int64_t l = 0; l < layout.n_layers; ++l)
       for (int64_t h = 0; h < layout.n_kv_heads; ++h)
         for (int64_t c = 0; c < 2; ++c) {
-          float *p = base + l * layout.layer_stride + h * layout.head_stride +
-                     c * layout.kv_stride + inPage * head;
-          float *b = blob +
-                     ((l * layout.n_kv_heads + h) * 2 + c) * total * head +
-                     (first + done) * head;
+          unsigned char *p =
+              base + (l * layout.layer_stride + h * layout.head_stride +
+                      c * layout.kv_stride + inPage * head) *
+                         bytes;
+          unsigned char *b =
+              blob + (((l * layout.n_kv_heads + h) * 2 + c) * total * head +
+                      (first + done) * head) *
+                         bytes;
           if (ToBlob)
-            std::memcpy(b, p, count * head * sizeof(float));
+            std::memcpy(b, p, count * head * bytes);
           else
-            std::memcpy(p, b, count * head * sizeof(float));
+            std::memcpy(p, b, count * head * bytes);
         }
     done += count;
   }
@@ -182,16 +187,8 @@ std::string kvir::store::keyString(const std::string &prefix,
   return prefix + "blk:v1:" + toHex(id.key);
 }
 
-/// Pools hold f32 K/V today (KVRuntime.h); a block of another element type
-/// has a key and a blob format, but no pages to come from or go to yet.
-static bool isPoolElement(const BlockId &id) { return id.dtype == KVRT_KV_F32; }
-
 bool kvir::store::encodeBlob(const kvrt_view *view, const BlockId &id,
                              std::string &out, std::string &error) {
-  if (!isPoolElement(id)) {
-    error = "pools hold f32 K/V only";
-    return false;
-  }
   kvrt_page_layout layout;
   kvrt_pool *pool = kvrt_view_pool(view);
   if (!pool || kvrt_pool_get_layout(pool, &layout) != KVRT_OK) {
@@ -199,10 +196,12 @@ bool kvir::store::encodeBlob(const kvrt_view *view, const BlockId &id,
     return false;
   }
   if (layout.n_layers != id.layers || layout.n_kv_heads != id.kvHeads ||
-      layout.head_size != id.headSize) {
-    error = str("the pool holds ", layout.n_layers, " x ", layout.n_kv_heads,
-                " x ", layout.head_size, " K/V, the model ", id.layers, " x ",
-                id.kvHeads, " x ", id.headSize);
+      layout.head_size != id.headSize || layout.dtype != id.dtype) {
+    error =
+        str("the pool holds ", layout.n_layers, " x ", layout.n_kv_heads, " x ",
+            layout.head_size, " K/V of ", kvir::kvDtypeName(layout.dtype),
+            ", the block ", id.layers, " x ", id.kvHeads, " x ", id.headSize,
+            " of ", kvir::kvDtypeName(id.dtype));
     return false;
   }
   int64_t n = int64_t(id.tokens.size());
@@ -215,7 +214,7 @@ bool kvir::store::encodeBlob(const kvrt_view *view, const BlockId &id,
   out.assign(bytes, '\0');
   uint8_t *blob = reinterpret_cast<uint8_t *>(out.data());
   int32_t *tokens = reinterpret_cast<int32_t *>(blob + kBlobHeaderBytes);
-  float *kv = reinterpret_cast<float *>(tokens + n);
+  unsigned char *kv = reinterpret_cast<unsigned char *>(tokens + n);
   int64_t done = 0;
   for (int64_t r = 0, e = kvrt_view_num_runs(view); r < e; ++r) {
     kvrt_run run;
@@ -238,14 +237,14 @@ bool kvir::store::encodeBlob(const kvrt_view *view, const BlockId &id,
       error = str("run ", r, " holds other tokens than the block's");
       return false;
     }
-    std::vector<float *> data(run.n_pages);
+    std::vector<unsigned char *> data(run.n_pages);
     for (int64_t p = 0; p < run.n_pages; ++p) {
-      const float *page = nullptr;
-      if (kvrt_pool_page_cdata(pool, run.pages[p], &page) != KVRT_OK) {
+      const void *page = nullptr;
+      if (kvrt_pool_page_cbytes(pool, run.pages[p], &page) != KVRT_OK) {
         error = kvrt_last_error();
         return false;
       }
-      data[p] = const_cast<float *>(page);
+      data[p] = static_cast<unsigned char *>(const_cast<void *>(page));
     }
     copyRun<true>(layout, run.slot_begin, run.n_tokens, done, n, kv,
                   data.data());
@@ -352,31 +351,34 @@ kvrt_status kvir::store::mapBlob(std::string_view blob, const BlockId &id,
                                  kvrt_pool *pool, const char *label,
                                  kvrt_view **out) {
   *out = nullptr;
-  if (!isPoolElement(id))
-    return kvrt::fail(KVRT_ERR_INVALID_ARGUMENT, "pools hold f32 K/V only");
   kvrt_page_layout layout;
   if (kvrt_status s = kvrt_pool_get_layout(pool, &layout))
     return s;
   if (layout.n_layers != id.layers || layout.n_kv_heads != id.kvHeads ||
-      layout.head_size != id.headSize)
+      layout.head_size != id.headSize || layout.dtype != id.dtype)
     return kvrt::fail(KVRT_ERR_INVALID_ARGUMENT,
                       str("the pool holds ", layout.n_layers, " x ",
                           layout.n_kv_heads, " x ", layout.head_size,
-                          " K/V, the block ", id.layers, " x ", id.kvHeads,
-                          " x ", id.headSize));
+                          " K/V of ", kvir::kvDtypeName(layout.dtype),
+                          ", the block ", id.layers, " x ", id.kvHeads, " x ",
+                          id.headSize, " of ", kvir::kvDtypeName(id.dtype)));
   int64_t n = int64_t(id.tokens.size());
   int64_t nPages = (n + layout.page_tokens - 1) / layout.page_tokens;
   std::vector<int32_t> pages(nPages);
   if (kvrt_status s = kvrt_pool_alloc_pages(pool, nPages, pages.data()))
     return s;
   kvrt::PageRefs held{pool, pages};
-  std::vector<float *> data(nPages);
-  for (int64_t p = 0; p < nPages; ++p)
-    if (kvrt_status s = kvrt_pool_page_data(pool, pages[p], &data[p]))
+  std::vector<unsigned char *> data(nPages);
+  for (int64_t p = 0; p < nPages; ++p) {
+    void *page = nullptr;
+    if (kvrt_status s = kvrt_pool_page_bytes(pool, pages[p], &page))
       return s;
-  const float *kv = reinterpret_cast<const float *>(
+    data[p] = static_cast<unsigned char *>(page);
+  }
+  const unsigned char *kv = reinterpret_cast<const unsigned char *>(
       blob.data() + kBlobHeaderBytes + n * sizeof(int32_t));
-  copyRun<false>(layout, 0, n, 0, n, const_cast<float *>(kv), data.data());
+  copyRun<false>(layout, 0, n, 0, n, const_cast<unsigned char *>(kv),
+                 data.data());
   for (int32_t page : pages)
     if (kvrt_status s = kvrt_pool_seal_page(pool, page))
       return s;

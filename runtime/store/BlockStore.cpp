@@ -282,15 +282,19 @@ const char *kvrt_block_fault_name(kvrt_block_fault fault) {
 }
 
 kvrt_status kvrt_block_store_key(kvrt_block_store *store,
-                                 const kvrt_model *model, int64_t base,
-                                 const int32_t *tokens, int64_t n,
+                                 const kvrt_model *model, kvrt_kv_dtype dtype,
+                                 int64_t base, const int32_t *tokens, int64_t n,
                                  char out[KVRT_BLOCK_KEY_MAX]) {
   if (!store || !model || !out || (n > 0 && !tokens) || n < 0)
     return kvrt::nullArgument("kvrt_block_store_key");
+  if (int(dtype) < KVRT_KV_F32 || int(dtype) > KVRT_KV_BF16)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("kvrt_block_store_key: dtype ", int(dtype),
+                    " is not f32 (0), f16 (1) or bf16 (2)"));
   return kvrt::guard([&]() -> kvrt_status {
     std::lock_guard<std::mutex> lock(store->mutex);
-    BlockId id = makeBlockId(model, store->fingerprint(model), KVRT_KV_F32,
-                             base, std::vector<int32_t>(tokens, tokens + n));
+    BlockId id = makeBlockId(model, store->fingerprint(model), dtype, base,
+                             std::vector<int32_t>(tokens, tokens + n));
     std::snprintf(out, KVRT_BLOCK_KEY_MAX, "%s",
                   keyString(store->prefix, id).c_str());
     return KVRT_OK;
@@ -316,8 +320,11 @@ kvrt_status kvrt_block_store_load(kvrt_block_store *store,
       return fail(KVRT_ERR_INVALID_ARGUMENT,
                   str("block store: base position ", base, " of ", n,
                       " tokens is outside [0, 2^53)"));
+    kvrt_page_layout layout;
+    if (kvrt_status s = kvrt_pool_get_layout(pool, &layout))
+      return s;
     std::lock_guard<std::mutex> lock(store->mutex);
-    BlockId id = makeBlockId(model, store->fingerprint(model), KVRT_KV_F32,
+    BlockId id = makeBlockId(model, store->fingerprint(model), layout.dtype,
                              base, std::vector<int32_t>(tokens, tokens + n));
     std::string key = keyString(store->prefix, id);
     setKey(result, key);
@@ -385,8 +392,11 @@ kvrt_status kvrt_block_store_save(kvrt_block_store *store,
         base = run.base_pos;
       tokens.insert(tokens.end(), run.tokens, run.tokens + run.n_tokens);
     }
+    kvrt_page_layout layout;
+    if (kvrt_status s = kvrt_pool_get_layout(kvrt_view_pool(block), &layout))
+      return s;
     std::lock_guard<std::mutex> lock(store->mutex);
-    BlockId id = makeBlockId(model, store->fingerprint(model), KVRT_KV_F32,
+    BlockId id = makeBlockId(model, store->fingerprint(model), layout.dtype,
                              base, std::move(tokens));
     std::string key = keyString(store->prefix, id);
     setKey(result, key);

@@ -125,11 +125,12 @@ typedef struct kvrt_block_result {
   char key[KVRT_BLOCK_KEY_MAX];
 } kvrt_block_result;
 
-/// The key of the block of `n` tokens at `base` under `model` (K/V element
-/// type f32, the only one pools hold today), with the store's prefix.
+/// The key of the block of `n` tokens at `base` under `model` on pages of
+/// `dtype`, with the store's prefix. Load and save take the type from the
+/// pool.
 kvrt_status kvrt_block_store_key(kvrt_block_store *store,
-                                 const kvrt_model *model, int64_t base,
-                                 const int32_t *tokens, int64_t n,
+                                 const kvrt_model *model, kvrt_kv_dtype dtype,
+                                 int64_t base, const int32_t *tokens, int64_t n,
                                  char out[KVRT_BLOCK_KEY_MAX]);
 
 /// Fetches the block of `n` tokens at `base` under `model` into fresh sealed

@@ -572,8 +572,8 @@ kvrt_status patternView(const kvrt_model *model, kvrt_kv_dtype dtype,
   if (kvrt_status s = kvrt_pool_alloc_pages(*poolOut, nPages, pages.data()))
     return s;
   for (int64_t p = 0; p < nPages; ++p) {
-    float *data = nullptr;
-    kvrt_pool_page_data(*poolOut, pages[p], &data);
+    void *data = nullptr;
+    kvrt_pool_page_bytes(*poolOut, pages[p], &data);
     for (int64_t i = 0; i < layout.page_stride; ++i)
       kvrt::storeElement(data, i, dtype,
                          float((i * 13 + p * 7) % 23) * 0.01f - 0.1f);

@@ -281,8 +281,8 @@ TEST_F(BlockStoreTest, EveryBadBlobIsRejectedCountedAndNeverMapped) {
   ASSERT_TRUE(store);
   BlockStore *raw = unwrapBlockStore(store.get());
   char key[KVRT_BLOCK_KEY_MAX];
-  ASSERT_EQ(kvrt_block_store_key(store.get(), model.get(), 0, tokens.data(),
-                                 int64_t(tokens.size()), key),
+  ASSERT_EQ(kvrt_block_store_key(store.get(), model.get(), KVRT_KV_F32, 0,
+                                 tokens.data(), int64_t(tokens.size()), key),
             KVRT_OK);
   int64_t pages = pagesInUse(pool.get());
   int64_t expectedRejected = 0;
@@ -425,8 +425,8 @@ TEST_F(BlockStoreTest, TheKeyChangesWithEveryKeyedField) {
   options.key_prefix = "team-a:";
   StorePtr store(wrapBlockStore(createMemoryStore(), &options));
   char cKey[KVRT_BLOCK_KEY_MAX];
-  ASSERT_EQ(kvrt_block_store_key(store.get(), model.get(), 0, tokens.data(),
-                                 int64_t(tokens.size()), cKey),
+  ASSERT_EQ(kvrt_block_store_key(store.get(), model.get(), KVRT_KV_F32, 0,
+                                 tokens.data(), int64_t(tokens.size()), cKey),
             KVRT_OK);
   EXPECT_EQ(std::string(cKey), "team-a:" + reference);
   char hex[65];
@@ -670,8 +670,8 @@ TEST_F(BlockFaultTest, FaultsFollowThePolicyAndLeaveCachesIntact) {
       {"corrupt",
        [&](FaultyStore &s) {
          char key[KVRT_BLOCK_KEY_MAX];
-         ASSERT_EQ(kvrt_block_store_key(store.get(), model.get(), 0,
-                                        tokens.data(), 6, key),
+         ASSERT_EQ(kvrt_block_store_key(store.get(), model.get(), KVRT_KV_F32,
+                                        0, tokens.data(), 6, key),
                    KVRT_OK);
          std::string blob;
          ASSERT_TRUE(s.inner->fetch(key, 1 << 30, blob).ok());

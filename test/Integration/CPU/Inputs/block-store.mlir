@@ -35,6 +35,24 @@ func.func @twice(%m: !model, %system: tensor<?xi32> {kv.name = "system"},
   return %w1 : !cache
 }
 
+// The block loaded twice, the question asked after the second load (a hit
+// with the in-process store): its logits equal those of a run without a store
+// (both loads prefilled) bit for bit.
+func.func @hit_then_ask(%m: !model, %system: tensor<?xi32> {kv.name = "system"},
+                        %skill: tensor<?xi32> {kv.name = "skill"},
+                        %question: tensor<?xi32> {kv.name = "question"})
+    -> tensor<?x512xf32> {
+  %empty = kv.empty : !cache
+  %main, %l0 = kv.prefill %m, %empty, %system last
+      : !model, (!cache), tensor<?xi32> -> !cache, tensor<1x512xf32>
+  %a = kv.load_block %m, %skill : !model, tensor<?xi32> -> !cache
+  %b = kv.load_block %m, %skill : !model, tensor<?xi32> -> !cache
+  %with = kv.compose %main, %b : !cache, !cache
+  %final, %logits = kv.prefill %m, %with, %question
+      : !model, (!cache), tensor<?xi32> -> !cache, tensor<?x512xf32>
+  return %logits : tensor<?x512xf32>
+}
+
 // Storing a composed cache is an error: its K/V depend on more than its
 // tokens.
 func.func @store_composed(%m: !model, %system: tensor<?xi32> {kv.name = "system"},
