@@ -384,11 +384,14 @@ Value ForwardEmitter::visibleKeys(Value m, const RunRow &run) {
   return mins(maxs(count, cI64(0)), run.nTokens);
 }
 
-std::pair<Value, Value> ForwardEmitter::softmaxRescale(Value oldMax,
-                                                       Value candidate) {
+ForwardEmitter::SoftmaxStep ForwardEmitter::softmaxRescale(Value oldMax,
+                                                           Value candidate) {
   Value newMax = arith::MaxNumFOp::create(b, oldMax, candidate);
-  Value diff = arith::SubFOp::create(b, oldMax, newMax);
-  return {newMax, math::ExpOp::create(b, diff)};
+  Value unseen = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, newMax,
+                                       cF32Bits(0xFF800000u));
+  Value shift = select(unseen, cF32(0.0f), newMax);
+  Value diff = arith::SubFOp::create(b, oldMax, shift);
+  return {newMax, shift, math::ExpOp::create(b, diff)};
 }
 
 Value ForwardEmitter::softmaxNormalizer(Value sum) {

@@ -182,10 +182,15 @@ public:
   /// visible keys are the first clamp(m - base_pos - Δ + 1, 0, n_tokens).
   Value visibleKeys(Value m, const RunRow &run);
 
-  /// The running max of an online softmax raised to include `candidate`:
-  /// returns the new max and the factor exp(old - new) that rescales what
-  /// was accumulated under the old one.
-  std::pair<Value, Value> softmaxRescale(Value oldMax, Value candidate);
+  /// One step of an online softmax: the running max raised to include
+  /// `candidate` (`newMax`), what scores are shifted by before their exp
+  /// (`shift`: the new max, or 0 while it is still -inf because no key has
+  /// been seen, so that exp(-inf - shift) is 0 and not NaN), and the factor
+  /// exp(old - shift) that rescales what was accumulated under the old max.
+  struct SoftmaxStep {
+    Value newMax, shift, factor;
+  };
+  SoftmaxStep softmaxRescale(Value oldMax, Value candidate);
   /// 1 / sum, or 0 for a head that saw no key (sum 0).
   Value softmaxNormalizer(Value sum);
 

@@ -838,11 +838,12 @@ void CpuTarget::emitExp16(ForwardEmitter &e) {
 /// offset Δ the query is rotated once to m - Δ and scored against the stored
 /// keys; the keys of a run that count are a prefix of the run (visibleKeys).
 /// Runs and pages are merged by online softmax (running max and sum), one
-/// page chunk at a time. Per chunk and KV head: each key is read once and
-/// scored against the G query heads of the group into a score buffer, then
-/// the chunk's max and weights are computed 16 lanes at a time (exp16), then
-/// V is summed with FMAs. Pages are walked in order, KV heads inside a page,
-/// so a page's K/V are read as one sequential stream.
+/// page chunk at a time. Per chunk and KV head: each key slice is read once
+/// and scored against every row (a block of up to kQueryTokens tokens x the
+/// G query heads of the group) into a score buffer, then the chunk's max and
+/// weights are computed 16 lanes at a time (exp16), then V is summed with
+/// FMAs in registers. Pages are walked in order, KV heads inside a page, so a
+/// page's K/V are read as one sequential stream (emitAttentionRows).
 /// Query tokens are independent: a parallel loop over them.
 void CpuTarget::emitAttention(ForwardEmitter &e) {
   Type v1 = vectorType(e);
@@ -862,7 +863,8 @@ void CpuTarget::emitAttention(ForwardEmitter &e) {
   e.finishFunction();
 }
 
-/// Query tokens lo .. hi-1 of the attention (scratch on this task's stack).
+/// Query tokens lo .. hi-1 of the attention (scratch on this task's stack),
+/// in blocks of kQueryTokens, the rest one at a time.
 void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                                   Value kv, Value pages, Value runs,
                                   Value layer, Value pt, Value out, Value lo,
@@ -952,9 +954,9 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
   // busy through them: as each slice is read, the same slot four heads on
   // is prefetched into L2 (not L1, which the current head's K/V and scores
   // fill). Measured on decode attention over 256 MiB of f32 pages
-  // (bench/results/decode-attention-hw.txt): 0.82 of the read bandwidth
-  // (0.6 without prefetch, 0.75 two heads on); into L1 it was slower than no
-  // prefetch.
+  // (bench/results/decode-attention-hw.txt): 0.75-0.84 of the read
+  // bandwidth on a quiet machine (0.51 without prefetch, 0.75-0.79 two heads
+  // on); into L1 it was slower than no prefetch.
   PageStrides strides = e.pageStrides(pt);
   Value prefetchDistance = e.mul(strides.head, e.cIndex(kPrefetchHeads));
   auto prefetchNextHead = [&](Value at) {
@@ -1091,10 +1093,8 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
             e.ifThen(e.cmp(arith::CmpIPredicate::ult, pairs, s1),
                      [&] { scoreKeys({pairs}); });
             // Per row: the chunk's max, the rescale of what came before, and
-            // the weights exp(score - max) over the scores. A row whose max
-            // is still -inf (no key seen yet) takes 0 in its place: its
-            // weights are exp(-inf) = 0 and its factor exp(-inf) = 0 scales
-            // sums that are 0.
+            // the weights exp(score - max) over the scores (a row that has
+            // seen no key yet gets weights 0: softmaxRescale's shift).
             e.forLoop(c0, e.cIndex(rows), c1, [&](Value row) {
               Value tt = e.divu(row, cG);
               Value state = stateAt(tt, e.add(gq, e.remu(row, cG)));
@@ -1115,15 +1115,10 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
               Value chunkMax = vector::ReductionOp::create(
                   e.b, vector::CombiningKind::MAXNUMF, maxv);
               Value oldMax = e.load(mx, {state});
-              Value newMax = arith::MaxNumFOp::create(e.b, oldMax, chunkMax);
-              Value unseen = arith::CmpFOp::create(
-                  e.b, arith::CmpFPredicate::OEQ, newMax, ninf);
-              Value base = e.select(unseen, zf, newMax);
-              Value corr = math::ExpOp::create(
-                  e.b, arith::SubFOp::create(e.b, oldMax, base));
+              auto [newMax, shift, corr] = e.softmaxRescale(oldMax, chunkMax);
               Value l1 =
                   arith::MulFOp::create(e.b, e.load(lsum, {state}), corr);
-              Value mb = vector::BroadcastOp::create(e.b, v16, base);
+              Value mb = vector::BroadcastOp::create(e.b, v16, shift);
               Value weights = e.forLoop(
                   s0, s1, c16, {z16},
                   [&](Value bl, ValueRange ps) -> SmallVector<Value> {

@@ -618,8 +618,8 @@ void GpuTarget::emitAttnTile(ForwardEmitter &e) {
         Value dot = func::CallOp::create(e.b, kernels.warpSum, ValueRange{lsum})
                         .getResult(0);
         Value sc = arith::MulFOp::create(e.b, dot, scale);
-        auto [mn, corr] = e.softmaxRescale(mr, sc);
-        Value ds = arith::SubFOp::create(e.b, sc, mn);
+        auto [mn, shift, corr] = e.softmaxRescale(mr, sc);
+        Value ds = arith::SubFOp::create(e.b, sc, shift);
         Value p = math::ExpOp::create(e.b, ds);
         Value l1 = arith::MulFOp::create(e.b, lr, corr);
         Value l2 = arith::AddFOp::create(e.b, l1, p);

@@ -46,9 +46,15 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:           vector.load %[[QS]][%{{.*}}] : memref<8xf32, #gpu.address_space<workgroup>>, vector<1xf32>
 // CHECK:           vector.load %{{.*}}[%{{.*}}] : memref<?xf32>, vector<1xf32>
 // CHECK:           call @warp_sum(
+// Online softmax per key: the new max, the shift scores take (0 while the
+// max is -inf), the rescale factor and the key's weight.
 // CHECK:           %[[MNEW:.+]] = arith.maxnumf %{{.*}}, %{{.*}} : f32
-// CHECK:           %[[DM:.+]] = arith.subf %{{.*}}, %[[MNEW]] : f32
+// CHECK:           %[[UNSEEN:.+]] = arith.cmpf oeq, %[[MNEW]], %{{.*}} : f32
+// CHECK:           %[[SHIFT:.+]] = arith.select %[[UNSEEN]], %{{.*}}, %[[MNEW]] : f32
+// CHECK:           %[[DM:.+]] = arith.subf %{{.*}}, %[[SHIFT]] : f32
 // CHECK:           math.exp %[[DM]] : f32
+// CHECK:           %[[DS:.+]] = arith.subf %{{.*}}, %[[SHIFT]] : f32
+// CHECK:           math.exp %[[DS]] : f32
 // CHECK:           vector.fma %{{.*}} : vector<1xf32>
 // CHECK:           gpu.barrier
 // CHECK:         gpu.func @attn_merge(
