@@ -153,10 +153,8 @@ extern "C" kvrt_status kvrt_pool_create(const kvrt_pool_config *config,
     return fail(KVRT_ERR_INVALID_ARGUMENT,
                 str("invalid pool config: capacity_pages = ", c.capacity_pages,
                     " exceeds INT32_MAX"));
-  if (int(c.dtype) < KVRT_KV_F32 || int(c.dtype) > KVRT_KV_BF16)
-    return fail(KVRT_ERR_INVALID_ARGUMENT,
-                str("invalid pool config: dtype = ", int(c.dtype),
-                    " is not f32 (0), f16 (1) or bf16 (2)"));
+  if (std::string why = kvir::describeKvDtypeError(int(c.dtype)); !why.empty())
+    return fail(KVRT_ERR_INVALID_ARGUMENT, "invalid pool config: " + why);
   uint64_t bytes = uint64_t(kvir::kvDtypeBytes(c.dtype));
   bool overflow = false;
   for (uint64_t factor : {uint64_t(c.n_layers), uint64_t(c.n_kv_heads),

@@ -60,6 +60,13 @@ std::optional<kvrt_kv_dtype> kvir::parseKvDtype(std::string_view name) {
   return std::nullopt;
 }
 
+std::string kvir::describeKvDtypeError(int value) {
+  if (value >= KVRT_KV_F32 && value <= KVRT_KV_BF16)
+    return "";
+  return "dtype = " + std::to_string(value) +
+         " is not f32 (0), f16 (1) or bf16 (2)";
+}
+
 int64_t kvir::kvDtypeBytes(kvrt_kv_dtype dtype) {
   switch (dtype) {
   case KVRT_KV_F32:

@@ -9,6 +9,7 @@
 #include "runtime/store/BlockStore.h"
 
 #include "runtime/core/Model.h"
+#include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
 #include "runtime/store/BlockBlob.h"
 
@@ -287,10 +288,8 @@ kvrt_status kvrt_block_store_key(kvrt_block_store *store,
                                  char out[KVRT_BLOCK_KEY_MAX]) {
   if (!store || !model || !out || (n > 0 && !tokens) || n < 0)
     return kvrt::nullArgument("kvrt_block_store_key");
-  if (int(dtype) < KVRT_KV_F32 || int(dtype) > KVRT_KV_BF16)
-    return fail(KVRT_ERR_INVALID_ARGUMENT,
-                str("kvrt_block_store_key: dtype ", int(dtype),
-                    " is not f32 (0), f16 (1) or bf16 (2)"));
+  if (std::string why = kvir::describeKvDtypeError(int(dtype)); !why.empty())
+    return fail(KVRT_ERR_INVALID_ARGUMENT, "kvrt_block_store_key: " + why);
   return kvrt::guard([&]() -> kvrt_status {
     std::lock_guard<std::mutex> lock(store->mutex);
     BlockId id = makeBlockId(model, store->fingerprint(model), dtype, base,

@@ -191,8 +191,26 @@ TEST_P(KVElementPoolTest, PagesRoundTrip) {
     EXPECT_EQ(kvrt_pool_page_cdata(pool.get(), pages[0], &cdata),
               KVRT_ERR_INVALID_ARGUMENT);
   }
+  // The bytes of a page, for any element type: the page's own address.
+  void *bytes0 = nullptr;
+  const void *cbytes0 = nullptr;
+  ASSERT_EQ(kvrt_pool_page_bytes(pool.get(), pages[0], &bytes0), KVRT_OK);
+  ASSERT_EQ(kvrt_pool_page_cbytes(pool.get(), pages[0], &cbytes0), KVRT_OK);
+  EXPECT_EQ(bytes0, static_cast<const void *>(
+                        static_cast<const unsigned char *>(l.base) +
+                        pages[0] * l.page_bytes));
+  EXPECT_EQ(cbytes0, bytes0);
+  EXPECT_EQ(loadElement(bytes0, 3, dtype),
+            loadElement(l.base, pages[0] * l.page_stride + 3, dtype));
   // Copy-on-write copies page_bytes, no more and no less.
   ASSERT_EQ(kvrt_pool_seal_page(pool.get(), pages[1]), KVRT_OK);
+  // A sealed page is read-only: its bytes are handed out for reading only.
+  void *sealedBytes = nullptr;
+  const void *sealedCBytes = nullptr;
+  EXPECT_EQ(kvrt_pool_page_bytes(pool.get(), pages[1], &sealedBytes),
+            KVRT_ERR_STATE);
+  EXPECT_EQ(kvrt_pool_page_cbytes(pool.get(), pages[1], &sealedCBytes),
+            KVRT_OK);
   int32_t copy = -1;
   ASSERT_EQ(kvrt_pool_cow(pool.get(), pages[1], &copy), KVRT_OK);
   ASSERT_NE(copy, pages[1]);

@@ -321,8 +321,8 @@ struct Library {
   exec::EntryManifest manifest;
   exec::EntryFn entry = nullptr;
 
-  /// The forward of `config` the library holds (null members if none).
-  /// The library's forward of `config` on pages of the manifest's type.
+  /// The library's forward of `config` on pages of the manifest's type
+  /// (null members if it holds none).
   Forward forward(const kvrt_model_config &config) {
     Forward f;
     key = configKey(config, manifest.kvDtype);

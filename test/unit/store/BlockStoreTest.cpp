@@ -429,6 +429,14 @@ TEST_F(BlockStoreTest, TheKeyChangesWithEveryKeyedField) {
                                  tokens.data(), int64_t(tokens.size()), cKey),
             KVRT_OK);
   EXPECT_EQ(std::string(cKey), "team-a:" + reference);
+  // The C ABI's element type is checked as an integer before any use.
+  EXPECT_EQ(kvrt_block_store_key(store.get(), model.get(), kvrt_kv_dtype(7), 0,
+                                 tokens.data(), int64_t(tokens.size()), cKey),
+            KVRT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvrt_last_error())
+                .find("dtype = 7 is not f32 (0), f16 (1) or bf16 (2)"),
+            std::string::npos)
+      << kvrt_last_error();
   char hex[65];
   ASSERT_EQ(kvrt_model_fingerprint(model.get(), hex), KVRT_OK);
   EXPECT_EQ(std::string(hex), toHex(fingerprint));
