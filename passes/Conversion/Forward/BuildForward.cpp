@@ -322,12 +322,8 @@ kvrt_kv_dtype mlir::kv::kvDtypeOf(Type element) {
 }
 
 std::string mlir::kv::checkForward(const kvrt_model_config &config,
-                                   kvrt_kv_dtype dtype,
                                    const ForwardTarget &target) {
   std::string problem = kvir::describeArchitectureError(config);
-  if (!problem.empty())
-    return problem;
-  problem = target.checkDtype(dtype);
   if (!problem.empty())
     return problem;
   return target.checkConfig(config);
@@ -338,7 +334,7 @@ LogicalResult mlir::kv::buildForward(ModuleOp module,
                                      kvrt_kv_dtype dtype, ForwardTarget &target,
                                      Location loc) {
   std::string prefix = kvir::forwardPrefix(config, dtype);
-  std::string problem = checkForward(config, dtype, target);
+  std::string problem = checkForward(config, target);
   if (!problem.empty())
     return emitError(loc) << "cannot build the " << target.name()
                           << " forward of [" << kvir::configKey(config, dtype)

@@ -39,8 +39,9 @@ std::string forwardEntryName(const kvrt_model_config &config,
 /// The K/V element type a cache element type stands for (f32, f16, bf16).
 kvrt_kv_dtype kvDtypeOf(Type element);
 
-/// Why `config` with K/V pages of `dtype` has no forward on `target`, or "".
-std::string checkForward(const kvrt_model_config &config, kvrt_kv_dtype dtype,
+/// Why `config` has no forward on `target`, or "" (every target takes K/V
+/// pages of every element type).
+std::string checkForward(const kvrt_model_config &config,
                          const ForwardTarget &target);
 
 /// Emits the forward of `config` with K/V pages of `dtype` into `module` for

@@ -46,9 +46,6 @@ public:
   /// Why the target cannot compile the config, or "".
   virtual std::string checkConfig(const kvrt_model_config &config) const = 0;
 
-  /// Why the target cannot keep K/V pages of `dtype`, or "".
-  virtual std::string checkDtype(kvrt_kv_dtype dtype) const { return ""; }
-
   /// Emits the kernels and helpers the stages use, once per forward, at
   /// module level (e.g. private functions, or a gpu.module).
   virtual void emitKernels(ForwardEmitter &e) = 0;
