@@ -153,7 +153,7 @@ extern "C" kvrt_status kvrt_pool_create(const kvrt_pool_config *config,
     return fail(KVRT_ERR_INVALID_ARGUMENT,
                 str("invalid pool config: capacity_pages = ", c.capacity_pages,
                     " exceeds INT32_MAX"));
-  if (std::string why = kvir::describeKvDtypeError(int(c.dtype)); !why.empty())
+  if (std::string why = kvir::describeKvDtypeError(c.dtype); !why.empty())
     return fail(KVRT_ERR_INVALID_ARGUMENT, "invalid pool config: " + why);
   uint64_t bytes = uint64_t(kvir::kvDtypeBytes(c.dtype));
   bool overflow = false;

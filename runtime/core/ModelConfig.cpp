@@ -60,7 +60,10 @@ std::optional<kvrt_kv_dtype> kvir::parseKvDtype(std::string_view name) {
   return std::nullopt;
 }
 
-std::string kvir::describeKvDtypeError(int value) {
+std::string kvir::describeKvDtypeError(const kvrt_kv_dtype &dtype) {
+  int32_t value;
+  static_assert(sizeof(dtype) == sizeof(value));
+  std::memcpy(&value, &dtype, sizeof(value));
   if (value >= KVRT_KV_F32 && value <= KVRT_KV_BF16)
     return "";
   return "dtype = " + std::to_string(value) +

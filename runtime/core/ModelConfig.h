@@ -44,10 +44,11 @@ const char *ropeLayoutLlamaCppName(kvrt_rope_layout layout);
 /// The spelling of a K/V element type (`f32`, `f16`, `bf16`).
 const char *kvDtypeName(kvrt_kv_dtype dtype);
 std::optional<kvrt_kv_dtype> parseKvDtype(std::string_view name);
-/// "" if `value` (as a caller of the C ABI passed it) is a K/V element type,
+/// "" if `dtype` (as a caller of the C ABI passed it) is a K/V element type,
 /// else what is wrong with it: `dtype = 7 is not f32 (0), f16 (1) or bf16
-/// (2)`. Checked as an integer, before any use as the enum.
-std::string describeKvDtypeError(int value);
+/// (2)`. Read as the integer the ABI passes (the enum may hold anything), so
+/// the check itself never loads an invalid enum value.
+std::string describeKvDtypeError(const kvrt_kv_dtype &dtype);
 /// Bytes of one element.
 int64_t kvDtypeBytes(kvrt_kv_dtype dtype);
 /// The K/V element type a config key (configKey) names; f32 for a null key

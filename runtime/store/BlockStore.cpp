@@ -288,7 +288,7 @@ kvrt_status kvrt_block_store_key(kvrt_block_store *store,
                                  char out[KVRT_BLOCK_KEY_MAX]) {
   if (!store || !model || !out || (n > 0 && !tokens) || n < 0)
     return kvrt::nullArgument("kvrt_block_store_key");
-  if (std::string why = kvir::describeKvDtypeError(int(dtype)); !why.empty())
+  if (std::string why = kvir::describeKvDtypeError(dtype); !why.empty())
     return fail(KVRT_ERR_INVALID_ARGUMENT, "kvrt_block_store_key: " + why);
   return kvrt::guard([&]() -> kvrt_status {
     std::lock_guard<std::mutex> lock(store->mutex);
