@@ -7,7 +7,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <vector>
+
+#include <sys/mman.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -15,20 +19,47 @@
 
 namespace kvir::bench {
 
+/// Memory for the bandwidth yardstick as the runtime's kv pools get it
+/// (runtime/core/KVPool.cpp): aligned to 2 MiB and advised to be backed by
+/// transparent huge pages, so that both sides of a comparison see the same
+/// TLB.
+template <typename T> struct HugePageAllocator {
+  using value_type = T;
+  static constexpr size_t kHugePageBytes = size_t(2) << 20;
+  HugePageAllocator() = default;
+  template <typename U> HugePageAllocator(const HugePageAllocator<U> &) {}
+  T *allocate(size_t n) {
+    size_t bytes =
+        (n * sizeof(T) + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+    void *p = std::aligned_alloc(kHugePageBytes, bytes);
+    if (!p)
+      throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    (void)::madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return static_cast<T *>(p);
+  }
+  void deallocate(T *p, size_t) { std::free(p); }
+  template <typename U> bool operator==(const HugePageAllocator<U> &) const {
+    return true;
+  }
+};
+using ReadBuffer = std::vector<uint64_t, HugePageAllocator<uint64_t>>;
+
 /// The machine's single-core read bandwidth, the bound of decode attention:
 /// a streaming read of a 256 MiB buffer (far beyond the last-level cache) with
 /// an integer sum, which the compiler vectorises without reassociation
 /// concerns. Reports bytes/s.
-inline std::vector<uint64_t> readBandwidthBuffer() {
+inline ReadBuffer readBandwidthBuffer() {
   size_t words = (size_t(256) << 20) / sizeof(uint64_t);
-  std::vector<uint64_t> buffer(words);
+  ReadBuffer buffer(words);
   for (size_t i = 0; i < words; ++i)
     buffer[i] = i * 0x9e3779b97f4a7c15ULL;
   return buffer;
 }
 
 /// One streaming read of `buffer`.
-inline void readAll(const std::vector<uint64_t> &buffer) {
+inline void readAll(const ReadBuffer &buffer) {
   uint64_t sum = 0;
   for (uint64_t word : buffer)
     sum += word;
@@ -36,7 +67,7 @@ inline void readAll(const std::vector<uint64_t> &buffer) {
 }
 
 inline void measureReadBandwidth(benchmark::State &state) {
-  std::vector<uint64_t> buffer = readBandwidthBuffer();
+  ReadBuffer buffer = readBandwidthBuffer();
   for (auto _ : state)
     readAll(buffer);
   state.SetBytesProcessed(state.iterations() * int64_t(buffer.size()) *
