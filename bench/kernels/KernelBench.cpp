@@ -280,22 +280,27 @@ private:
   std::map<int64_t, kvir::RunTable> tables;
 };
 
-/// Generated decode attention of one token over the context cut in `runs`.
+/// Generated decode attention of one token over the context cut in `runs`,
+/// on pages of f32 (dtype 0), f16 (1) or bf16 (2).
 void BM_GeneratedDecodeAttention(benchmark::State &state) {
-  AttentionFixture &f = AttentionFixture::get();
+  const kvrt_kv_dtype dtypes[3] = {KVRT_KV_F32, KVRT_KV_F16, KVRT_KV_BF16};
+  kvrt_kv_dtype dtype = dtypes[state.range(1)];
+  AttentionFixture &f = AttentionFixture::get(dtype);
   kvir::RunTable &table = f.table(state.range(0));
   std::vector<float> q(kHeads * kHeadSize, 0.01f), out(q.size());
   for (auto _ : state)
     f.attention(table, q, out);
-  state.SetBytesProcessed(state.iterations() * kKVBytes);
-  state.SetLabel("fused");
+  state.SetBytesProcessed(state.iterations() * kvBytes(dtype));
+  state.SetLabel(std::string("fused, ") + kvir::kvDtypeName(dtype));
 }
 BENCHMARK(BM_GeneratedDecodeAttention)
-    ->ArgName("runs")
-    ->Arg(1)
-    ->Arg(16)
-    ->Arg(256)
-    ->Arg(2048)
+    ->ArgNames({"runs", "dtype"})
+    ->Args({1, 0})
+    ->Args({16, 0})
+    ->Args({256, 0})
+    ->Args({2048, 0})
+    ->Args({1, 1})
+    ->Args({1, 2})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
@@ -429,6 +434,32 @@ BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 constexpr int kRepeats = 5;
 
+/// One streaming read of `buffer` (as kvir::bench::readAll) by the
+/// runtime's parallel loop on its current threads, in disjoint chunks.
+void readInParallel(const kvir::bench::ReadBuffer &buffer) {
+  constexpr int64_t kChunks = 64;
+  struct Job {
+    const uint64_t *data;
+    size_t words;
+    uint64_t sums[kChunks];
+  } job{buffer.data(), buffer.size(), {}};
+  kvrt_parallel_for(
+      kChunks,
+      [](void *context, int64_t begin, int64_t end) {
+        Job &j = *static_cast<Job *>(context);
+        for (int64_t c = begin; c < end; ++c) {
+          uint64_t sum = 0;
+          for (size_t i = j.words * c / kChunks,
+                      e = j.words * (c + 1) / kChunks;
+               i < e; ++i)
+            sum += j.data[i];
+          j.sums[c] = sum;
+        }
+      },
+      &job);
+  benchmark::DoNotOptimize(job.sums);
+}
+
 /// Prints this machine's single-core FMA peak and read bandwidth, then
 /// prefill, the matmul alone and decode attention as fractions of them, in
 /// one run. On a machine shared with other work every figure is the best of
@@ -451,34 +482,52 @@ int hardwareReport(int64_t prefillTokens) {
   };
   samplePeak();
 
-  std::vector<uint64_t> buffer = kvir::bench::readBandwidthBuffer();
+  // Decode attention of one query is parallel over KV heads: on 1 thread
+  // it is compared with one core's read bandwidth, on every thread with the
+  // bandwidth of as many threads reading disjoint parts of the buffer (one
+  // parallel loop of the runtime's pool, as the attention's).
+  kvrt_set_num_threads(0);
+  const int allThreads = kvrt_get_num_threads();
+  std::vector<int> threadCounts = {1};
+  if (allThreads > 1)
+    threadCounts.push_back(allThreads);
+  kvir::bench::ReadBuffer buffer = kvir::bench::readBandwidthBuffer();
   AttentionFixture &f = AttentionFixture::get();
   kvir::RunTable &table = f.table(1);
   std::vector<float> q(kHeads * kHeadSize, 0.01f), out(q.size());
-  kvir::bench::readAll(buffer);
-  f.attention(table, q, out);
   // f16 and bf16 pages beside f32, in the same rounds.
-  const kvrt_kv_dtype narrow[2] = {KVRT_KV_F16, KVRT_KV_BF16};
-  AttentionFixture *narrowFixtures[2] = {&AttentionFixture::get(narrow[0]),
-                                         &AttentionFixture::get(narrow[1])};
-  kvir::RunTable *narrowTables[2] = {&narrowFixtures[0]->table(1),
-                                     &narrowFixtures[1]->table(1)};
-  for (int i = 0; i < 2; ++i)
-    narrowFixtures[i]->attention(*narrowTables[i], q, out);
-  double readSeconds = 1e300, attentionSeconds = 1e300;
-  double narrowSeconds[2] = {1e300, 1e300};
-  for (int r = 0; r < kRepeats; ++r) {
-    readSeconds = std::min(
-        readSeconds, bestSeconds(1, [&] { kvir::bench::readAll(buffer); }));
-    attentionSeconds = std::min(
-        attentionSeconds, bestSeconds(1, [&] { f.attention(table, q, out); }));
-    for (int i = 0; i < 2; ++i)
-      narrowSeconds[i] =
-          std::min(narrowSeconds[i], bestSeconds(1, [&] {
-                     narrowFixtures[i]->attention(*narrowTables[i], q, out);
-                   }));
+  const kvrt_kv_dtype dtypes[3] = {KVRT_KV_F32, KVRT_KV_F16, KVRT_KV_BF16};
+  AttentionFixture *fixtures[3] = {&f, &AttentionFixture::get(dtypes[1]),
+                                   &AttentionFixture::get(dtypes[2])};
+  kvir::RunTable *tables[3] = {&table, &fixtures[1]->table(1),
+                               &fixtures[2]->table(1)};
+  struct DecodeRow {
+    int threads;
+    double readSeconds = 1e300;
+    double seconds[3] = {1e300, 1e300, 1e300};
+  };
+  std::vector<DecodeRow> decode;
+  for (int threads : threadCounts)
+    decode.push_back({threads});
+  for (DecodeRow &row : decode) {
+    kvrt_set_num_threads(row.threads);
+    readInParallel(buffer);
+    for (int i = 0; i < 3; ++i)
+      fixtures[i]->attention(*tables[i], q, out);
   }
-  double bandwidth = double(buffer.size() * sizeof(uint64_t)) / readSeconds;
+  for (int r = 0; r < kRepeats; ++r)
+    for (DecodeRow &row : decode) {
+      kvrt_set_num_threads(row.threads);
+      row.readSeconds = std::min(
+          row.readSeconds, bestSeconds(1, [&] { readInParallel(buffer); }));
+      for (int i = 0; i < 3; ++i)
+        row.seconds[i] = std::min(row.seconds[i], bestSeconds(1, [&] {
+                                    fixtures[i]->attention(*tables[i], q, out);
+                                  }));
+    }
+  kvrt_set_num_threads(0);
+  double bandwidth =
+      double(buffer.size() * sizeof(uint64_t)) / decode.front().readSeconds;
   samplePeak();
 
   kvrt_model *model = benchModel(1);
@@ -560,23 +609,28 @@ int hardwareReport(int64_t prefillTokens) {
       std::printf("  OpenBLAS: skipped, built without libopenblas-dev\n");
   }
 
-  double bytes = double(kKVBytes) / attentionSeconds;
   std::printf("\n== decode attention: 1 query, %lld tokens, %d/%d heads of "
-              "%d (K/V %lld MiB on f32 pages, %lld MiB on f16/bf16)\n",
+              "%d (K/V %lld MiB on f32 pages, %lld MiB on f16/bf16), "
+              "parallel over KV heads\n",
               (long long)kContext, kHeads, kKvHeads, kHeadSize,
               (long long)(kKVBytes >> 20),
               (long long)(kvBytes(KVRT_KV_F16) >> 20));
-  std::printf("f32   pages %8.2f ms  %8.2f GB/s  %5.2f of read bandwidth  "
-              "%8.1f tokens/s\n",
-              attentionSeconds * 1e3, bytes * 1e-9, bytes / bandwidth,
-              1.0 / attentionSeconds);
-  for (int i = 0; i < 2; ++i) {
-    double narrowBytes = double(kvBytes(narrow[i])) / narrowSeconds[i];
-    std::printf("%-5s pages %8.2f ms  %8.2f GB/s  %5.2f of read bandwidth  "
-                "%8.1f tokens/s  %4.2fx the tokens/s of f32 pages\n",
-                kvir::kvDtypeName(narrow[i]), narrowSeconds[i] * 1e3,
-                narrowBytes * 1e-9, narrowBytes / bandwidth,
-                1.0 / narrowSeconds[i], attentionSeconds / narrowSeconds[i]);
+  for (const DecodeRow &row : decode) {
+    double rowBandwidth =
+        double(buffer.size() * sizeof(uint64_t)) / row.readSeconds;
+    std::printf("%d thread%s: read bandwidth %.2f GB/s\n", row.threads,
+                row.threads == 1 ? "" : "s", rowBandwidth * 1e-9);
+    for (int i = 0; i < 3; ++i) {
+      double bytes = double(kvBytes(dtypes[i])) / row.seconds[i];
+      std::printf("  %-5s pages %8.2f ms  %8.2f GB/s  %5.2f of read "
+                  "bandwidth  %8.1f tokens/s",
+                  kvir::kvDtypeName(dtypes[i]), row.seconds[i] * 1e3,
+                  bytes * 1e-9, bytes / rowBandwidth, 1.0 / row.seconds[i]);
+      if (i > 0)
+        std::printf("  %4.2fx the tokens/s of f32 pages",
+                    row.seconds[0] / row.seconds[i]);
+      std::printf("\n");
+    }
   }
   return 0;
 }

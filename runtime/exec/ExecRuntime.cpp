@@ -1091,8 +1091,10 @@ const kvrt_exec_symbol *kvrt_exec_symbols(void) {
 #define KVRT_EXEC_FN(name, result, ...)                                        \
   {#name, reinterpret_cast<void *>(&name)},
 #include "runtime/exec/ExecABI.def"
-      // The thread pool the generated CPU forward's parallel loops run on.
+      // The thread pool the generated CPU forward's parallel loops run on,
+      // and its size (decode attention splits its heads by it).
       {"kvrt_parallel_for", reinterpret_cast<void *>(&kvrt_parallel_for)},
+      {"kvrt_get_num_threads", reinterpret_cast<void *>(&kvrt_get_num_threads)},
       {nullptr, nullptr},
   };
   return symbols;

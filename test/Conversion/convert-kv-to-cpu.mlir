@@ -45,10 +45,17 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:         vector.fma
 // CHECK:         arith.shli
 // CHECK:       func.func private @[[P]]_attention_kernel(%{{.*}}: memref<?xf32, strided<[1], offset: ?>>, %{{.*}}: index, %{{.*}}: i64, %{{.*}}: memref<?xf32>, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?x8xi64>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: memref<?xf32, strided<[1], offset: ?>>)
-// Query tokens are a parallel loop: the task gets the arguments through a
-// context struct.
-// CHECK:         %[[TASK:.+]] = constant @[[P]]_attention_task
-// CHECK:         call @kvrt_parallel_for(%{{.*}}, %{{.*}}, %{{.*}})
+// Eight query tokens or more are a parallel loop over tokens, fewer (a
+// decode step) one over as many ranges of KV heads as there are threads: the
+// task gets the arguments through a context struct.
+// CHECK:         %[[MANY:.+]] = arith.cmpi uge, %{{.*}}, %c8{{[_0-9]*}} : index
+// CHECK:         scf.if %[[MANY]] {
+// CHECK:           %[[TASK:.+]] = func.constant @[[P]]_attention_task
+// CHECK:           call @kvrt_parallel_for(%{{.*}}, %{{.*}}, %{{.*}})
+// CHECK:         } else {
+// CHECK:           call @kvrt_get_num_threads() : () -> i32
+// CHECK:           constant @[[P]]_attention_heads_task
+// CHECK:           call @kvrt_parallel_for(%{{.*}}, %{{.*}}, %{{.*}})
 // CHECK:       func.func private @[[P]]_attention_task(%{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64)
 // CHECK:         %[[KV:.+]] = builtin.unrealized_conversion_cast %{{.*}} : !llvm.struct<{{.*}}> to memref<?xf32>{{$}}
 // Query tokens in blocks of four share each pass over the keys. One query
@@ -69,9 +76,13 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:           vector.fma %{{.*}}, %[[KS]], %{{.*}} : vector<16xf32>
 // CHECK-NOT:       vector.maskedload %[[KV]]
 // CHECK:           vector.fma %{{.*}}, %[[KS]], %{{.*}} : vector<16xf32>
-// CHECK:           vector.reduction <add>, %{{.*}} : vector<16xf32> into f32
-// CHECK:           %[[SEEN:.+]] = arith.cmpi slt, %{{.*}}, %{{.*}} : i64
-// CHECK-NEXT:      arith.select %[[SEEN]], %{{.*}}, %{{.*}} : f32
+// The dots of 4 keys x 4 rows are summed by one transposed reduction into a
+// vector of their 16 scores, stored 4 keys of a row at a time.
+// CHECK-COUNT-8:   vector.shuffle %{{.*}}, %{{.*}} [0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23]
+// CHECK:           vector.extract_strided_slice %{{.*}} {offsets = [0], sizes = [4], strides = [1]} : vector<16xf32> to vector<4xf32>
+// CHECK:           %[[SEEN:.+]] = arith.cmpi slt, %{{.*}}, %{{.*}} : vector<4xi64>
+// CHECK:           %[[MASKED:.+]] = arith.select %[[SEEN]], %{{.*}}, %{{.*}} : vector<4xi1>, vector<4xf32>
+// CHECK:           vector.store %[[MASKED]], %{{.*}} : memref<?xf32>, vector<4xf32>
 // Online softmax merge per chunk: chunk max, new running max (0 in its place
 // while it is -inf), rescale factor of the old sum and accumulator, the
 // weights, then V summed with FMAs into accumulators carried by the loop over
@@ -97,6 +108,9 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK-NOT:       arith.cmpi slt
 // CHECK:           scf.for {{.*}} iter_args(%{{[^ ]+}} = %{{.*}}, %{{[^ ]+}} = %{{.*}}) -> (vector<16xf32>, vector<16xf32>)
 // CHECK-NOT:       call @[[P]]_rope
+// The same rows over a range of KV heads.
+// CHECK:       func.func private @[[P]]_attention_heads_task(%{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64)
+// CHECK:           call @[[P]]_rope_table(
 // CHECK:       func.func private @[[P]]_materialize_kernel(
 // The layer sequence, once: the loop runs to the layer count it is given
 // (fewer for a deviation scan); every stage is a kernel call.

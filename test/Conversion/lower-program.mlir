@@ -13,7 +13,7 @@
 // runtime alone.
 // RUN: kv-opt --kv-optimize --kv-lower-to-cpu %kvir_src_root/examples/agent-edit.mlir | mlir-translate --mlir-to-llvmir | llc -O2 -filetype=obj -relocation-model=pic -o %t.o
 // RUN: llvm-nm --undefined-only %t.o | FileCheck %s --check-prefix=SYMBOLS
-// RUN: llvm-nm --undefined-only %t.o | not grep -v -E ' (kvrt_exec_[a-z_]+|kvrt_parallel_for|expf|floorf|pow|sin|cos|sincos|malloc|free)$'
+// RUN: llvm-nm --undefined-only %t.o | not grep -v -E ' (kvrt_exec_[a-z_]+|kvrt_parallel_for|kvrt_get_num_threads|expf|floorf|pow|sin|cos|sincos|malloc|free)$'
 
 // CHECK:       module attributes {kv.exec_sites = [
 // The host function is internal: its interface is the entry wrapper.
@@ -45,4 +45,5 @@
 // SYMBOLS-DAG: U kvrt_exec_prefill
 // SYMBOLS-DAG: U kvrt_exec_segment_bounds
 // SYMBOLS-DAG: U kvrt_parallel_for
+// SYMBOLS-DAG: U kvrt_get_num_threads
 // SYMBOLS-NOT: _mlir_ciface

@@ -21,6 +21,8 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/TargetParser/Host.h"
 
+#include <numeric>
+
 using namespace mlir;
 using namespace mlir::kv;
 
@@ -29,15 +31,20 @@ namespace {
 /// Lanes of the f32 vectors the kernels use (AVX-512; LLVM splits them on
 /// narrower hosts).
 constexpr int64_t kLanes = 16;
-/// Query rows (token x head) whose scores one pass over a key computes.
-constexpr int64_t kScoreRows = 8;
 /// Query tokens that share a pass of attention over the keys.
 constexpr int64_t kQueryTokens = 4;
-/// How many KV heads ahead attention prefetches K/V.
+/// How many KV heads ahead (in the order a task reads them) attention
+/// prefetches K/V, a line at a time.
 constexpr int64_t kPrefetchHeads = 4;
+constexpr int64_t kCacheLineBytes = 64;
+/// Attention of fewer query tokens than this (a decode step) is parallel
+/// over KV heads, not over tokens.
+constexpr int64_t kHeadParallelTokens = 2 * kQueryTokens;
 
-/// The runtime's parallel loop (runtime/core/KVParallel.h).
+/// The runtime's parallel loop and its thread count
+/// (runtime/core/KVParallel.h).
 constexpr llvm::StringLiteral kParallelFor = "kvrt_parallel_for";
+constexpr llvm::StringLiteral kNumThreads = "kvrt_get_num_threads";
 
 /// The packed matmul: a product of fewer rows than this takes the
 /// dot-product kernel instead (packing the weights would cost more than it
@@ -294,6 +301,70 @@ private:
     return rows;
   }
 
+  /// The sums of the lanes of each of `vectors` (at most 16, of 16 lanes),
+  /// as lanes 0 .. n-1 of one vector: a transposed halving tree. Each level
+  /// pairs the vectors (zeros pad them to a power of two) and adds the lower
+  /// halves of every output's block of lanes to the upper halves, giving
+  /// half as many vectors with twice as many outputs, each on half as many
+  /// lanes; within the last vector, the halves of each block are swapped
+  /// and added. Every output is summed as a halving reduction of its own
+  /// (lane i + lane i + 8, then + 4, + 2, + 1): the order in which
+  /// vector.reduction's lowering adds one vector's lanes.
+  static Value reduceEach(ForwardEmitter &e, ArrayRef<Value> vectors) {
+    constexpr int64_t n = kLanes;
+    assert(!vectors.empty() && int64_t(vectors.size()) <= n);
+    SmallVector<Value> level(vectors);
+    Value zero = e.splatF32(n, 0.0f);
+    level.resize(llvm::PowerOf2Ceil(level.size()), zero);
+    // outputs[v]: the inputs whose sums vector v holds, block by block.
+    SmallVector<SmallVector<int64_t>> outputs;
+    for (int64_t v = 0; v < int64_t(level.size()); ++v)
+      outputs.push_back({v});
+    int64_t size = n; // lanes per output block
+    while (level.size() > 1) {
+      int64_t half = size / 2;
+      SmallVector<int64_t> lower, upper;
+      for (int64_t base = 0; base < n; base += size)
+        for (int64_t from : {int64_t(0), n})
+          for (int64_t l = 0; l < half; ++l) {
+            lower.push_back(from + base + l);
+            upper.push_back(from + base + half + l);
+          }
+      SmallVector<Value> next;
+      SmallVector<SmallVector<int64_t>> nextOutputs;
+      for (size_t v = 0; v < level.size(); v += 2) {
+        Value lo =
+            vector::ShuffleOp::create(e.b, level[v], level[v + 1], lower);
+        Value hi =
+            vector::ShuffleOp::create(e.b, level[v], level[v + 1], upper);
+        next.push_back(arith::AddFOp::create(e.b, lo, hi));
+        SmallVector<int64_t> merged;
+        for (size_t b = 0; b < outputs[v].size(); ++b) {
+          merged.push_back(outputs[v][b]);
+          merged.push_back(outputs[v + 1][b]);
+        }
+        nextOutputs.push_back(merged);
+      }
+      level = next;
+      outputs = nextOutputs;
+      size = half;
+    }
+    Value sums = level.front();
+    for (; size > 1; size /= 2) {
+      SmallVector<int64_t> swapped;
+      for (int64_t l = 0; l < n; ++l)
+        swapped.push_back(l ^ (size / 2));
+      sums = arith::AddFOp::create(
+          e.b, sums, vector::ShuffleOp::create(e.b, sums, sums, swapped));
+    }
+    // Input i's sum is on the first lane of its block: gather them.
+    int64_t blockLanes = n / int64_t(outputs.front().size());
+    SmallVector<int64_t> gather(n, 0);
+    for (auto [block, input] : llvm::enumerate(outputs.front()))
+      gather[input] = int64_t(block) * blockLanes;
+    return vector::ShuffleOp::create(e.b, sums, sums, gather);
+  }
+
   /// scf.if with an else branch and no results.
   static void ifElse(ForwardEmitter &e, Value condition,
                      function_ref<void()> then,
@@ -371,7 +442,7 @@ private:
   void emitAttention(ForwardEmitter &e);
   void emitAttentionRows(ForwardEmitter &e, Value q, Value pos, Value kv,
                          Value pages, Value runs, Value layer, Value pt,
-                         Value out, Value lo, Value hi);
+                         Value out, Value lo, Value hi, Value gLo, Value gHi);
   void emitMaterialize(ForwardEmitter &e);
 };
 
@@ -383,6 +454,9 @@ void CpuTarget::emitKernels(ForwardEmitter &e) {
     auto parallel = func::FuncOp::create(
         e.b, kParallelFor, e.b.getFunctionType({e.i64(), ptr, ptr}, {}));
     parallel.setPrivate();
+    auto threads = func::FuncOp::create(
+        e.b, kNumThreads, e.b.getFunctionType({}, {e.b.getI32Type()}));
+    threads.setPrivate();
   }
   emitRmsnorm(e);
   emitMatmul(e, /*accumulate=*/false);
@@ -844,7 +918,12 @@ void CpuTarget::emitExp16(ForwardEmitter &e) {
 /// weights are computed 16 lanes at a time (exp16), then V is summed with
 /// FMAs in registers. Pages are walked in order, KV heads inside a page, so a
 /// page's K/V are read as one sequential stream (emitAttentionRows).
-/// Query tokens are independent: a parallel loop over them.
+/// Query tokens are independent, and so are KV heads: many tokens (a
+/// prefill) are a parallel loop over tokens, each task with every head; a
+/// few (a decode step) a parallel loop over as many ranges of KV heads as
+/// there are threads, each task with every token, so that one query uses
+/// every core. A head's arithmetic is the same either way: the results are
+/// bit-identical for any split.
 void CpuTarget::emitAttention(ForwardEmitter &e) {
   Type v1 = vectorType(e);
   func::FuncOp f = e.beginFunction(
@@ -855,26 +934,54 @@ void CpuTarget::emitAttention(ForwardEmitter &e) {
   SmallVector<Value> captures(f.getArguments());
   Value n = captures[1];
   captures.erase(captures.begin() + 1);
-  parallelFor(e, "attention_task", n, captures,
-              [&](ValueRange v, Value lo, Value hi) {
-                emitAttentionRows(e, v[0], v[1], v[2], v[3], v[4], v[5], v[6],
-                                  v[7], lo, hi);
-              });
+  Value cKVH = e.cIndex(e.kvHeads);
+  ifElse(
+      e, e.cmp(arith::CmpIPredicate::uge, n, e.cIndex(kHeadParallelTokens)),
+      [&] {
+        parallelFor(e, "attention_task", n, captures,
+                    [&](ValueRange v, Value lo, Value hi) {
+                      emitAttentionRows(e, v[0], v[1], v[2], v[3], v[4], v[5],
+                                        v[6], v[7], lo, hi, e.cIndex(0),
+                                        e.cIndex(e.kvHeads));
+                    });
+      },
+      [&] {
+        // Ranges = min(threads, KV heads); range i is the heads
+        // [i * KVH / ranges, (i + 1) * KVH / ranges).
+        Value threads = e.toIndex(
+            func::CallOp::create(e.b, kNumThreads, TypeRange{e.b.getI32Type()},
+                                 ValueRange{})
+                .getResult(0));
+        Value ranges = e.maxu(e.minu(threads, cKVH), e.cIndex(1));
+        SmallVector<Value> withN(captures);
+        withN.push_back(n);
+        withN.push_back(ranges);
+        parallelFor(e, "attention_heads_task", ranges, withN,
+                    [&](ValueRange v, Value lo, Value hi) {
+                      Value kvh = e.cIndex(e.kvHeads);
+                      Value gLo = e.divu(e.mul(lo, kvh), v[9]);
+                      Value gHi = e.divu(e.mul(hi, kvh), v[9]);
+                      emitAttentionRows(e, v[0], v[1], v[2], v[3], v[4], v[5],
+                                        v[6], v[7], e.cIndex(0), v[8], gLo,
+                                        gHi);
+                    });
+      });
   e.finishFunction();
 }
 
-/// Query tokens lo .. hi-1 of the attention (scratch on this task's stack),
-/// in blocks of kQueryTokens, the rest one at a time.
+/// Query tokens lo .. hi-1 of the attention, the query heads of KV heads
+/// gLo .. gHi-1 (scratch on this task's stack), in blocks of kQueryTokens,
+/// the rest one at a time.
 void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                                   Value kv, Value pages, Value runs,
                                   Value layer, Value pt, Value out, Value lo,
-                                  Value hi) {
+                                  Value hi, Value gLo, Value gHi) {
   Type h1 = headType(e), tab = ropeTableType(e);
-  Value c0 = e.cIndex(0), c1 = e.cIndex(1), c2 = e.cIndex(2),
-        c16 = e.cIndex(16);
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1), c16 = e.cIndex(16);
   Value cHS = e.cIndex(e.headSize), cD = e.cIndex(e.dim),
-        cNH = e.cIndex(e.heads), cKVH = e.cIndex(e.kvHeads),
-        cG = e.cIndex(e.group);
+        cNH = e.cIndex(e.heads), cG = e.cIndex(e.group);
+  // The query heads of this task's KV heads.
+  Value hLo = e.mul(gLo, cG), hHi = e.mul(gHi, cG);
   Value scale = e.scoreScale();
   Value ninf = e.cF32Bits(0xFF800000u), zf = e.cF32(0.0f);
   VectorType v16 = e.vec(kLanes, e.f32());
@@ -948,19 +1055,35 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
   // 1 of 32 registers; AVX2, where a 16-lane vector takes two: 2 x 2).
   const int64_t valueHeads = tile.lanes == 16 ? 4 : 2;
   const int64_t valueSlices = tile.lanes == 16 ? 4 : 2;
+  // Register blocking of the scores: keys x rows accumulators (AVX-512:
+  // 4 x 4 + 4 key slices + a query slice; AVX2 2 x 2), at most 16 for one
+  // transposed reduction.
+  const int64_t scoreKeys = tile.lanes == 16 ? 4 : 2;
+  const int64_t scoreRows = tile.lanes == 16 ? 4 : 2;
   // K and V are read in the pool's order (a head's K, its V, the next
   // head's K...), but in bursts between which the softmax computes, and the
   // hardware prefetcher does not run far enough ahead to keep the memory
-  // busy through them: as each slice is read, the same slot four heads on
-  // is prefetched into L2 (not L1, which the current head's K/V and scores
-  // fill). Measured on decode attention over 256 MiB of f32 pages
-  // (bench/results/decode-attention-hw.txt): 0.75-0.84 of the read
-  // bandwidth on a quiet machine (0.51 without prefetch, 0.75-0.79 two heads
-  // on); into L1 it was slower than no prefetch.
+  // busy through them: as each slice is read, the same slot kPrefetchHeads
+  // heads further in this task's order (its next heads of the page, then
+  // of the run's next page, by the page table) is prefetched into L2 (not
+  // L1, which the current head's K/V and scores fill). Measured on decode
+  // attention over 256 MiB of f32 pages (bench/results/
+  // decode-attention-hw.txt): 0.75-0.84 of the read bandwidth on a quiet
+  // machine (0.51 without prefetch, 0.75-0.79 two heads on); into L1 it
+  // was slower than no prefetch. `prefetchDelta` is the offset from the
+  // current head's K to that head's.
   PageStrides strides = e.pageStrides(pt);
-  Value prefetchDistance = e.mul(strides.head, e.cIndex(kPrefetchHeads));
+  Value cPF = e.cIndex(kPrefetchHeads);
+  Value prefetchDelta;
+  // One prefetch per cache line: a slice of 16 f16/bf16 elements is half
+  // of one (two prefetches of a line made the queue of outstanding misses
+  // the bottleneck of f16 decode).
+  const int64_t sliceBytes = kLanes * e.kvElement().getIntOrFloatBitWidth() / 8;
+  auto startsLine = [&](int64_t c) {
+    return (c * sliceBytes) % kCacheLineBytes == 0;
+  };
   auto prefetchNextHead = [&](Value at) {
-    memref::PrefetchOp::create(e.b, kv, ValueRange{e.add(at, prefetchDistance)},
+    memref::PrefetchOp::create(e.b, kv, ValueRange{e.add(at, prefetchDelta)},
                                /*isWrite=*/false, /*localityHint=*/1,
                                /*isDataCache=*/true);
   };
@@ -1001,7 +1124,7 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
           call(e, "rope_table", {qp, cs, sn});
           Value qoff = e.mul(tok[tt], cD);
           Value roff = e.cIndex(tt * e.dim);
-          e.forLoop(c0, cNH, c1, [&](Value h) {
+          e.forLoop(hLo, hHi, c1, [&](Value h) {
             Value ho = e.mul(h, cHS);
             auto head = [&](Value memref, Value offset) -> Value {
               return memref::SubViewOp::create(
@@ -1025,11 +1148,24 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
           Value lo = e.maxu(lo0, slotBegin);
           Value hi = e.minu(e.add(lo0, pt), send);
           Value page = e.pageId(pages, pageOffset, pi);
+          Value nextPage = e.pageId(pages, pageOffset,
+                                    e.minu(e.add(pi, c1), e.sub(pend, c1)));
           Value s0 = e.sub(lo, lo0), s1 = e.sub(hi, lo0);
           // Key s of this page is key s + keyShift of the run.
           Value keyShift = e.toI64(e.sub(lo0, slotBegin));
-          e.forLoop(c0, cKVH, c1, [&](Value g) {
+          e.forLoop(gLo, gHi, c1, [&](Value g) {
             Value kb = e.headBase(strides, page, layer, g);
+            {
+              // The head kPrefetchHeads further: on this page, or (as
+              // many heads past this task's last) on the next.
+              Value ahead = e.add(g, cPF);
+              Value here = e.cmp(arith::CmpIPredicate::ult, ahead, gHi);
+              Value wrapped =
+                  e.minu(e.sub(ahead, e.sub(gHi, gLo)), e.sub(gHi, c1));
+              Value target = e.headBase(strides, e.select(here, page, nextPage),
+                                        layer, e.select(here, ahead, wrapped));
+              prefetchDelta = e.sub(target, kb);
+            }
             Value vb = e.add(kb, strides.kv);
             Value gq = e.mul(g, cG);
             Value qbase = e.mul(gq, cHS);
@@ -1040,22 +1176,39 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
             };
             // Scores: each 16-lane slice of a key is loaded (and widened)
             // once and dotted with the same slice of every row, one
-            // accumulator per row; then one 16-lane reduction per key and
-            // row. Keys go in pairs, so a query slice loaded once serves
-            // two keys.
-            auto scoreKeys = [&](ArrayRef<Value> keys) {
+            // accumulator per key and row; keys go in groups of scoreKeys
+            // and rows in blocks of scoreRows, so that a query slice
+            // loaded once serves every key of the group. The group's dots
+            // are then summed together by one transposed reduction (a
+            // vector of their scores), scaled, and stored row by row.
+            auto scoreGroup = [&](ArrayRef<Value> keys) {
+              const int64_t kn = keys.size();
               SmallVector<Value> kos;
               for (Value s : keys)
                 kos.push_back(e.add(kb, e.mul(s, cHS)));
-              for (int64_t r0 = 0; r0 < rows; r0 += kScoreRows) {
-                int64_t rn = std::min(kScoreRows, rows - r0);
-                // dots[j * rn + i]: key j, row r0 + i.
-                SmallVector<Value> dots(keys.size() * rn, z16);
+              Value keyIds;
+              if (tb > 1) {
+                // The group's key numbers in the run, for the causal mask.
+                VectorType kv64 = e.vec(kn, e.i64());
+                SmallVector<int64_t> steps(kn);
+                std::iota(steps.begin(), steps.end(), 0);
+                keyIds = arith::AddIOp::create(
+                    e.b,
+                    vector::BroadcastOp::create(
+                        e.b, kv64,
+                        arith::AddIOp::create(e.b, keyShift, e.toI64(keys[0]))),
+                    arith::ConstantOp::create(
+                        e.b, DenseElementsAttr::get(kv64, ArrayRef(steps))));
+              }
+              for (int64_t r0 = 0; r0 < rows; r0 += scoreRows) {
+                int64_t rn = std::min(scoreRows, rows - r0);
+                // dots[i * kn + j]: row r0 + i, key j.
+                SmallVector<Value> dots(kn * rn, z16);
                 for (int64_t c = 0; c < slices; ++c) {
                   SmallVector<Value> ks;
                   for (Value ko : kos) {
                     Value at = e.add(ko, e.cIndex(c * kLanes));
-                    if (r0 == 0)
+                    if (r0 == 0 && startsLine(c))
                       prefetchNextHead(at);
                     ks.push_back(loadKV(at, c));
                   }
@@ -1063,35 +1216,44 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                     Value qv = loadF32(
                         qrot, e.add(rowOffset(r0 + i), e.cIndex(c * kLanes)),
                         c);
-                    for (size_t j = 0; j < keys.size(); ++j)
-                      dots[j * rn + i] = vector::FMAOp::create(
-                          e.b, qv, ks[j], dots[j * rn + i]);
+                    for (int64_t j = 0; j < kn; ++j)
+                      dots[i * kn + j] = vector::FMAOp::create(
+                          e.b, qv, ks[j], dots[i * kn + j]);
                   }
                 }
-                for (size_t j = 0; j < keys.size(); ++j) {
-                  Value key =
-                      arith::AddIOp::create(e.b, keyShift, e.toI64(keys[j]));
-                  for (int64_t i = 0; i < rn; ++i) {
-                    Value dot = vector::ReductionOp::create(
-                        e.b, vector::CombiningKind::ADD, dots[j * rn + i]);
-                    Value score = arith::MulFOp::create(e.b, dot, scale);
-                    if (tb > 1) {
-                      Value seen = e.cmp(arith::CmpIPredicate::slt, key,
-                                         visible[(r0 + i) / e.group]);
-                      score = e.select(seen, score, ninf);
-                    }
-                    e.store(score, sc,
-                            {e.add(e.mul(e.cIndex(r0 + i), scw), keys[j])});
+                Value scores = arith::MulFOp::create(
+                    e.b, reduceEach(e, dots),
+                    vector::BroadcastOp::create(e.b, v16, scale));
+                for (int64_t i = 0; i < rn; ++i) {
+                  Value row = vector::ExtractStridedSliceOp::create(
+                      e.b, scores, ArrayRef<int64_t>{i * kn},
+                      ArrayRef<int64_t>{kn}, ArrayRef<int64_t>{1});
+                  if (tb > 1) {
+                    VectorType kv64 = e.vec(kn, e.i64());
+                    Value seen = arith::CmpIOp::create(
+                        e.b, arith::CmpIPredicate::slt, keyIds,
+                        vector::BroadcastOp::create(
+                            e.b, kv64, visible[(r0 + i) / e.group]));
+                    row = arith::SelectOp::create(
+                        e.b, seen, row,
+                        vector::BroadcastOp::create(e.b, e.vec(kn, e.f32()),
+                                                    ninf));
                   }
+                  vector::StoreOp::create(
+                      e.b, row, sc,
+                      ValueRange{e.add(e.mul(e.cIndex(r0 + i), scw), keys[0])});
                 }
               }
             };
-            Value pairs = e.add(s0, e.mul(e.divu(e.sub(s1, s0), c2), c2));
-            e.forLoop(s0, pairs, c2, [&](Value s) {
-              scoreKeys({s, e.add(s, c1)});
+            Value cSK = e.cIndex(scoreKeys);
+            Value groups = e.add(s0, e.mul(e.divu(e.sub(s1, s0), cSK), cSK));
+            e.forLoop(s0, groups, cSK, [&](Value s) {
+              SmallVector<Value> keys;
+              for (int64_t j = 0; j < scoreKeys; ++j)
+                keys.push_back(e.add(s, e.cIndex(j)));
+              scoreGroup(keys);
             });
-            e.ifThen(e.cmp(arith::CmpIPredicate::ult, pairs, s1),
-                     [&] { scoreKeys({pairs}); });
+            e.forLoop(groups, s1, c1, [&](Value s) { scoreGroup({s}); });
             // Per row: the chunk's max, the rescale of what came before, and
             // the weights exp(score - max) over the scores (a row that has
             // seen no key yet gets weights 0: softmaxRescale's shift).
@@ -1162,7 +1324,7 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                       SmallVector<Value> vs;
                       for (int64_t c = 0; c < cn; ++c) {
                         Value at = e.add(vo, e.cIndex((c0s + c) * kLanes));
-                        if (r0 == 0)
+                        if (r0 == 0 && startsLine(c0s + c))
                           prefetchNextHead(at);
                         vs.push_back(loadKV(at, c0s + c));
                       }
@@ -1190,7 +1352,7 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
     // A head that saw no key has sum 0 and accumulator 0: it gets zeros.
     for (int64_t tt = 0; tt < tb; ++tt) {
       Value qoff = e.mul(tok[tt], cD);
-      e.forLoop(c0, cNH, c1, [&](Value h) {
+      e.forLoop(hLo, hHi, c1, [&](Value h) {
         Value state = stateAt(e.cIndex(tt), h);
         Value inv = e.softmaxNormalizer(e.load(lsum, {state}));
         Value a = vector::LoadOp::create(e.b, vHS, acc,

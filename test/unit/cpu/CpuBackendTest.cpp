@@ -236,7 +236,9 @@ struct ThreadsGuard {
 /// A prefill long enough for several chunks of tokens (96 rows each) and
 /// panels of outputs, on 1, 2 and 3 threads: the work is split statically
 /// and each output is one FMA chain, so logits and stored K/V are
-/// bit-identical for any thread count, and they match the oracle.
+/// bit-identical for any thread count, and they match the oracle. Then
+/// steps of 1, 3 and 7 tokens over it, whose attention is parallel over
+/// ranges of KV heads (as many as threads): bit-identical too.
 void checkThreadsAgree(const kvrt_model *model) {
   ThreadsGuard guard;
   int32_t vocab = vocabOf(model);
@@ -250,6 +252,17 @@ void checkThreadsAgree(const kvrt_model *model) {
   EXPECT_LT(maxDiff(one.logits, ref.logits), kLogitTolerance);
   std::vector<float> k1, v1;
   lastRunKV(one.view.get(), 1, k1, v1);
+  const int64_t stepPos = 2 + int64_t(tokens.size());
+  auto stepTokens = [&](size_t n) { return randomTokens(n, vocab, 90 + n); };
+  std::map<size_t, std::vector<float>> steps;
+  for (size_t n : {1, 3, 7}) {
+    Prefilled step = cpuPrefill(model, one.view.get(), stepTokens(n), stepPos);
+    Prefilled refStep =
+        refPrefill(model, ref.view.get(), stepTokens(n), stepPos);
+    EXPECT_LT(maxDiff(step.logits, refStep.logits), kLogitTolerance)
+        << n << " tokens";
+    steps[n] = step.logits;
+  }
   for (int32_t threads : {2, 3}) {
     kvrt_set_num_threads(threads);
     ASSERT_EQ(kvrt_get_num_threads(), threads);
@@ -260,6 +273,12 @@ void checkThreadsAgree(const kvrt_model *model) {
     lastRunKV(many.view.get(), 1, kn, vn);
     EXPECT_EQ(kn, k1) << threads << " threads";
     EXPECT_EQ(vn, v1) << threads << " threads";
+    for (const auto &[n, logits] : steps) {
+      Prefilled step =
+          cpuPrefill(model, one.view.get(), stepTokens(n), stepPos);
+      EXPECT_EQ(maxDiff(step.logits, logits), 0.0)
+          << n << " tokens on " << threads << " threads";
+    }
   }
 }
 
@@ -269,6 +288,11 @@ TEST(CpuBackendTest, ThreadsGiveIdenticalResultsMqaOddSizes) {
 
 TEST(CpuBackendTest, ThreadsGiveIdenticalResultsGqaHalf) {
   checkThreadsAgree(gqaHalfModel());
+}
+
+// 4 KV heads: 3 threads take ranges of 1, 1 and 2 heads.
+TEST(CpuBackendTest, ThreadsGiveIdenticalResultsStories260K) {
+  checkThreadsAgree(storiesModel());
 }
 
 TEST(CpuBackendTest, ThreadCountIsClampedAndDefaulted) {
