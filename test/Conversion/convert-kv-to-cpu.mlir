@@ -94,7 +94,10 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:           %[[DM:.+]] = arith.subf %{{.*}}, %[[BASE]] : f32
 // CHECK:           math.exp %[[DM]] : f32
 // CHECK:           call @[[P]]_exp16(
-// CHECK:           scf.for {{.*}} iter_args(%[[A0:[^ ]+]] = %{{.*}}, %[[A1:[^ ]+]] = %{{.*}}, %[[A2:[^ ]+]] = %{{.*}}, %[[A3:[^ ]+]] = %{{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
+// The accumulators are carried over the pages of the chunk, then over a
+// page's keys.
+// CHECK:           scf.for {{.*}} iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
+// CHECK:             scf.for {{.*}} iter_args(%[[A0:[^ ]+]] = %{{.*}}, %[[A1:[^ ]+]] = %{{.*}}, %[[A2:[^ ]+]] = %{{.*}}, %[[A3:[^ ]+]] = %{{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
 // CHECK:             %[[VS:.+]] = vector.maskedload %[[KV]][%{{.*}}], %[[TAIL]], %{{.*}} : memref<?xf32>, vector<16xi1>, vector<16xf32> into vector<16xf32>
 // CHECK:             vector.fma %{{.*}}, %[[VS]], %[[A0]] : vector<16xf32>
 // CHECK:             vector.fma %{{.*}}, %[[VS]], %[[A1]] : vector<16xf32>

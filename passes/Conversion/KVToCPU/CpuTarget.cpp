@@ -40,6 +40,16 @@ constexpr int64_t kCacheLineBytes = 64;
 /// Attention of fewer query tokens than this (a decode step) is parallel
 /// over KV heads, not over tokens.
 constexpr int64_t kHeadParallelTokens = 2 * kQueryTokens;
+/// Attention's online softmax steps over chunks of whole pages of at least
+/// this many keys (one page if it has more): on f16/bf16 pages, where decode
+/// attention is compute-bound, 64 keys share one step's max, rescale and
+/// weights (f16 decode over 128 MiB, one thread: 8.9 -> 7.1 ms); on f32
+/// pages, where it is bound by memory, one page per step keeps each page's
+/// K/V one sequential stream (chunks of 4 pages took 14.3 ms instead of
+/// 13.1 on one thread: bench/results/decode-attention-hw.txt).
+int64_t chunkKeys(Type kvElement) {
+  return kvElement.getIntOrFloatBitWidth() == 32 ? 16 : 64;
+}
 
 /// The runtime's parallel loop and its thread count
 /// (runtime/core/KVParallel.h).
@@ -1006,9 +1016,10 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
   Value mx = stackBuffer(kQueryTokens * e.heads, e.f32());
   Value lsum = stackBuffer(kQueryTokens * e.heads, e.f32());
   Value acc = stackBuffer(kQueryTokens * e.dim, e.f32());
-  // Scores of a chunk, [token x G][page_tokens + 16]: a row has room for the
-  // last 16-lane block of the weights.
-  Value scw = e.add(pt, c16);
+  // Scores of a chunk of pages, [token x G][chunk pages x page_tokens + 16]:
+  // a row has room for the last 16-lane block of the weights.
+  Value chunkPages = e.maxu(e.divu(e.cIndex(chunkKeys(e.kvElement())), pt), c1);
+  Value scw = e.add(e.mul(chunkPages, pt), c16);
   Value sc = memref::AllocaOp::create(
       e.b, e.buffer(e.f32()),
       ValueRange{e.mul(scw, e.cIndex(kQueryTokens * e.group))});
@@ -1143,30 +1154,47 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
         Value send = e.add(slotBegin, e.toIndex(most));
         Value pfirst = e.divu(slotBegin, pt);
         Value pend = e.add(e.divu(e.sub(send, c1), pt), c1);
-        e.forLoop(pfirst, pend, c1, [&](Value pi) {
-          Value lo0 = e.mul(pi, pt);
-          Value lo = e.maxu(lo0, slotBegin);
-          Value hi = e.minu(e.add(lo0, pt), send);
-          Value page = e.pageId(pages, pageOffset, pi);
-          Value nextPage = e.pageId(pages, pageOffset,
-                                    e.minu(e.add(pi, c1), e.sub(pend, c1)));
-          Value s0 = e.sub(lo, lo0), s1 = e.sub(hi, lo0);
-          // Key s of this page is key s + keyShift of the run.
-          Value keyShift = e.toI64(e.sub(lo0, slotBegin));
+        // Pages go in chunks of chunkPages (at least chunkKeys keys): the
+        // softmax of a chunk (its max, the rescale, the weights) is computed
+        // once over the scores of all its pages.
+        e.forLoop(pfirst, pend, chunkPages, [&](Value pc) {
+          Value pcEnd = e.minu(e.add(pc, chunkPages), pend);
+          // Page pi of the chunk: its id, its keys [s0, s1) (key s is key
+          // s + keyShift of the run) and the column of its key 0 among the
+          // chunk's scores.
+          struct PageKeys {
+            Value page, s0, s1, keyShift, column;
+          };
+          auto pageKeys = [&](Value pi) {
+            Value lo0 = e.mul(pi, pt);
+            Value lo = e.maxu(lo0, slotBegin);
+            Value hi = e.minu(e.add(lo0, pt), send);
+            return PageKeys{e.pageId(pages, pageOffset, pi), e.sub(lo, lo0),
+                            e.sub(hi, lo0), e.toI64(e.sub(lo0, slotBegin)),
+                            e.mul(e.sub(pi, pc), pt)};
+          };
+          // The chunk's scores are the columns [colBegin, colEnd).
+          Value chunkLo0 = e.mul(pc, pt);
+          Value colBegin = e.sub(e.maxu(chunkLo0, slotBegin), chunkLo0);
+          Value colEnd = e.sub(e.minu(e.mul(pcEnd, pt), send), chunkLo0);
           e.forLoop(gLo, gHi, c1, [&](Value g) {
-            Value kb = e.headBase(strides, page, layer, g);
-            {
-              // The head kPrefetchHeads further: on this page, or (as
-              // many heads past this task's last) on the next.
+            // The K of head g on page pi, and where the head kPrefetchHeads
+            // further in this task's order is: on the same page, or (as
+            // many heads past this task's last) on the page a chunk on.
+            auto headOn = [&](Value pi, Value page) {
+              Value kb = e.headBase(strides, page, layer, g);
               Value ahead = e.add(g, cPF);
               Value here = e.cmp(arith::CmpIPredicate::ult, ahead, gHi);
               Value wrapped =
                   e.minu(e.sub(ahead, e.sub(gHi, gLo)), e.sub(gHi, c1));
-              Value target = e.headBase(strides, e.select(here, page, nextPage),
+              Value later =
+                  e.pageId(pages, pageOffset,
+                           e.minu(e.add(pi, chunkPages), e.sub(pend, c1)));
+              Value target = e.headBase(strides, e.select(here, page, later),
                                         layer, e.select(here, ahead, wrapped));
               prefetchDelta = e.sub(target, kb);
-            }
-            Value vb = e.add(kb, strides.kv);
+              return kb;
+            };
             Value gq = e.mul(g, cG);
             Value qbase = e.mul(gq, cHS);
             // The offset in qrot and acc of row r's head.
@@ -1181,7 +1209,8 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
             // loaded once serves every key of the group. The group's dots
             // are then summed together by one transposed reduction (a
             // vector of their scores), scaled, and stored row by row.
-            auto scoreGroup = [&](ArrayRef<Value> keys) {
+            auto scoreGroup = [&](ArrayRef<Value> keys, Value kb,
+                                  Value keyShift, Value column) {
               const int64_t kn = keys.size();
               SmallVector<Value> kos;
               for (Value s : keys)
@@ -1241,19 +1270,27 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                   }
                   vector::StoreOp::create(
                       e.b, row, sc,
-                      ValueRange{e.add(e.mul(e.cIndex(r0 + i), scw), keys[0])});
+                      ValueRange{e.add(e.mul(e.cIndex(r0 + i), scw),
+                                       e.add(column, keys[0]))});
                 }
               }
             };
             Value cSK = e.cIndex(scoreKeys);
-            Value groups = e.add(s0, e.mul(e.divu(e.sub(s1, s0), cSK), cSK));
-            e.forLoop(s0, groups, cSK, [&](Value s) {
-              SmallVector<Value> keys;
-              for (int64_t j = 0; j < scoreKeys; ++j)
-                keys.push_back(e.add(s, e.cIndex(j)));
-              scoreGroup(keys);
+            e.forLoop(pc, pcEnd, c1, [&](Value pi) {
+              PageKeys k = pageKeys(pi);
+              Value kb = headOn(pi, k.page);
+              Value groups =
+                  e.add(k.s0, e.mul(e.divu(e.sub(k.s1, k.s0), cSK), cSK));
+              e.forLoop(k.s0, groups, cSK, [&](Value s) {
+                SmallVector<Value> keys;
+                for (int64_t j = 0; j < scoreKeys; ++j)
+                  keys.push_back(e.add(s, e.cIndex(j)));
+                scoreGroup(keys, kb, k.keyShift, k.column);
+              });
+              e.forLoop(groups, k.s1, c1, [&](Value s) {
+                scoreGroup({s}, kb, k.keyShift, k.column);
+              });
             });
-            e.forLoop(groups, s1, c1, [&](Value s) { scoreGroup({s}); });
             // Per row: the chunk's max, the rescale of what came before, and
             // the weights exp(score - max) over the scores (a row that has
             // seen no key yet gets weights 0: softmaxRescale's shift).
@@ -1266,10 +1303,10 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
               // The chunk's max, 16 scores at a time (lanes past the chunk
               // read as -inf).
               Value maxv =
-                  e.forLoop(s0, s1, c16, {ninf16},
+                  e.forLoop(colBegin, colEnd, c16, {ninf16},
                             [&](Value bl, ValueRange vm) -> SmallVector<Value> {
                               Value mask = vector::CreateMaskOp::create(
-                                  e.b, m16, ValueRange{e.sub(s1, bl)});
+                                  e.b, m16, ValueRange{e.sub(colEnd, bl)});
                               Value sv =
                                   maskedLoad(sc, scoreAt(bl), mask, ninf16);
                               return {arith::MaxNumFOp::create(e.b, vm[0], sv)};
@@ -1282,11 +1319,11 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                   arith::MulFOp::create(e.b, e.load(lsum, {state}), corr);
               Value mb = vector::BroadcastOp::create(e.b, v16, shift);
               Value weights = e.forLoop(
-                  s0, s1, c16, {z16},
+                  colBegin, colEnd, c16, {z16},
                   [&](Value bl, ValueRange ps) -> SmallVector<Value> {
                     Value bi = scoreAt(bl);
                     Value mask = vector::CreateMaskOp::create(
-                        e.b, m16, ValueRange{e.sub(s1, bl)});
+                        e.b, m16, ValueRange{e.sub(colEnd, bl)});
                     Value sv = maskedLoad(sc, bi, mask, ninf16);
                     Value d = arith::SubFOp::create(e.b, sv, mb);
                     Value p = call(e, "exp16", {d}, {v16})[0];
@@ -1300,8 +1337,8 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
               e.store(corr, cr, {row});
             });
             // V: per block of rows and of head slices, the accumulators
-            // stay in registers over the chunk's keys; each V slice is
-            // loaded (and widened) once per block of rows.
+            // stay in registers over the chunk's keys, page by page; each V
+            // slice is loaded (and widened) once per block of rows.
             for (int64_t r0 = 0; r0 < rows; r0 += valueHeads) {
               int64_t rn = std::min(valueHeads, rows - r0);
               for (int64_t c0s = 0; c0s < slices; c0s += valueSlices) {
@@ -1318,27 +1355,36 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                         e.b, loadF32(acc, accAt(i, c), c0s + c), corr));
                 }
                 SmallVector<Value> sums = e.forLoop(
-                    s0, s1, c1, inits,
-                    [&](Value s, ValueRange aa) -> SmallVector<Value> {
-                      Value vo = e.add(vb, e.mul(s, cHS));
-                      SmallVector<Value> vs;
-                      for (int64_t c = 0; c < cn; ++c) {
-                        Value at = e.add(vo, e.cIndex((c0s + c) * kLanes));
-                        if (r0 == 0 && startsLine(c0s + c))
-                          prefetchNextHead(at);
-                        vs.push_back(loadKV(at, c0s + c));
-                      }
-                      SmallVector<Value> next;
-                      for (int64_t i = 0; i < rn; ++i) {
-                        Value p = vector::BroadcastOp::create(
-                            e.b, v16,
-                            e.load(sc,
-                                   {e.add(e.mul(e.cIndex(r0 + i), scw), s)}));
-                        for (int64_t c = 0; c < cn; ++c)
-                          next.push_back(vector::FMAOp::create(e.b, p, vs[c],
-                                                               aa[i * cn + c]));
-                      }
-                      return next;
+                    pc, pcEnd, c1, inits,
+                    [&](Value pi, ValueRange pa) -> SmallVector<Value> {
+                      PageKeys k = pageKeys(pi);
+                      Value vb = e.add(headOn(pi, k.page), strides.kv);
+                      return e.forLoop(
+                          k.s0, k.s1, c1, pa,
+                          [&](Value s, ValueRange aa) -> SmallVector<Value> {
+                            Value vo = e.add(vb, e.mul(s, cHS));
+                            SmallVector<Value> vs;
+                            for (int64_t c = 0; c < cn; ++c) {
+                              Value at =
+                                  e.add(vo, e.cIndex((c0s + c) * kLanes));
+                              if (r0 == 0 && startsLine(c0s + c))
+                                prefetchNextHead(at);
+                              vs.push_back(loadKV(at, c0s + c));
+                            }
+                            Value col = e.add(k.column, s);
+                            SmallVector<Value> next;
+                            for (int64_t i = 0; i < rn; ++i) {
+                              Value p = vector::BroadcastOp::create(
+                                  e.b, v16,
+                                  e.load(sc,
+                                         {e.add(e.mul(e.cIndex(r0 + i), scw),
+                                                col)}));
+                              for (int64_t c = 0; c < cn; ++c)
+                                next.push_back(vector::FMAOp::create(
+                                    e.b, p, vs[c], aa[i * cn + c]));
+                            }
+                            return next;
+                          });
                     });
                 for (int64_t i = 0; i < rn; ++i)
                   for (int64_t c = 0; c < cn; ++c)
