@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bench/BenchProgram.h"
+#include "bench/kernels/HardwareReport.h"
 #include "tools/compiler/Compiler.h"
 #include "tools/compiler/ThreadsOption.h"
 
@@ -28,6 +29,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +69,15 @@ cl::opt<int> synthLayers("layers", cl::desc("synthetic model layers"),
                          cl::init(8), cl::cat(category));
 cl::opt<int> synthVocab("vocab", cl::desc("synthetic model vocabulary"),
                         cl::init(32000), cl::cat(category));
+cl::opt<bool> hardware(
+    "hw",
+    cl::desc("every CPU figure against this machine's limits in one run: its "
+             "FMA peak and read bandwidth, prefill on 1 and 2 threads, the "
+             "matmul vs OpenBLAS, decode attention on f32/f16/bf16 pages, "
+             "then the edit and compose rows at 8K tokens (defaults "
+             "--history 6000 --blocks 8 --block 1024, the synthetic model "
+             "only)"),
+    cl::init(false), cl::cat(category));
 
 /// The agent context of the design brief (system 1200, history, a fact, tools
 /// 800, two 40-token thoughts from the fact, an 8-token answer) with a
@@ -284,6 +295,24 @@ int main(int argc, char **argv) {
       "kv-bench: edit (cot_slice, exact) and compose vs full prefill\n");
   if (!compiler::applyThreadsOption(threads, "kv-bench"))
     return 1;
+  if (hardware) {
+    // The kernels against the machine, then the scenarios at 8K tokens
+    // with the same build, in the same run.
+    if (bench::hardwareReport(/*prefillTokens=*/256) != 0)
+      return 1;
+    std::fflush(stdout);
+    if (!history.getNumOccurrences())
+      history = 6000;
+    if (!blockCount.getNumOccurrences())
+      blockCount = 8;
+    if (!blockTokens.getNumOccurrences())
+      blockTokens = 1024;
+    if (!storiesPath.getNumOccurrences())
+      storiesPath = "";
+    // The scenarios run on the threads --threads chose (every core).
+    compiler::applyThreadsOption(threads, "kv-bench");
+    llvm::outs() << "\n== edit and compose vs full prefill\n";
+  }
   if (history < 0 || blockTokens < 1 || blockCount < 1 ||
       int64_t(blockTokens) * blockCount > 1 << 20) {
     llvm::errs() << "kv-bench: --history must be >= 0, --block and --blocks "
