@@ -44,6 +44,11 @@ struct LowerToCPUPipelineOptions
       llvm::cl::desc("Let LLVM reassociate the vector reductions of dot "
                      "products (tree sums instead of a serial chain)"),
       llvm::cl::init(true)};
+  PassOptions::Option<int64_t> vectorBits{
+      *this, "vector-bits",
+      llvm::cl::desc("Vector width the forward's register blocking is chosen "
+                     "for: 512 (AVX-512), 256 (AVX2) or 0 (the host's)"),
+      llvm::cl::init(0)};
 };
 
 /// Builds kv-lower-to-cpu: the CPU forward of every model the program uses

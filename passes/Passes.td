@@ -29,8 +29,14 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
     (`kv_fwd_<hash of the config key>_{prefill,attention,materialize}`,
     runtime/core/ModelConfig.h) and take one `!llvm.ptr` to an argument
     struct (runtime/core/ForwardABI.def); `convert-kv-to-runtime` passes
-    them to the runtime with each op that needs math. A config with f16 or
-    bf16 K/V pages is an error (they cannot execute yet).
+    them to the runtime with each op that needs math. K/V pages of f16 or
+    bf16 are read and widened to f32, and rounded once where K/V are
+    stored.
+
+    The register blocking (the matmul's tile, attention's blocks of keys,
+    rows and head slices) is chosen for the vector width `vector-bits`: 512
+    (AVX-512), 256 (AVX2), or 0 for the host's; any choice is correct on
+    any host, only its speed differs.
 
     Before:
     ```mlir
@@ -53,6 +59,11 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
                            "::mlir::memref::MemRefDialect",
                            "::mlir::scf::SCFDialect",
                            "::mlir::vector::VectorDialect"];
+  let options = [
+    Option<"vectorBits", "vector-bits", "int64_t", /*default=*/"0",
+           "Vector width the register blocking is chosen for: 512 (AVX-512), "
+           "256 (AVX2) or 0 (the host's)">
+  ];
   let statistics = [
     Statistic<"numForwards", "forwards", "Number of model forwards emitted">
   ];

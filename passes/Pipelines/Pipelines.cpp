@@ -30,7 +30,9 @@ void mlir::kv::buildLowerToCPUPipeline(
   // The forward of every model the program uses into its module, then the
   // host program (kv ops to runtime calls that name those forwards); both
   // lower to LLVM below: one module.
-  pm.addPass(createConvertKVToCPUPass());
+  ConvertKVToCPUPassOptions cpu;
+  cpu.vectorBits = options.vectorBits;
+  pm.addPass(createConvertKVToCPUPass(cpu));
   pm.addPass(createConvertKVToRuntimePass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

@@ -1,4 +1,20 @@
-// RUN: kv-opt %s --convert-kv-to-cpu --split-input-file | FileCheck %s
+// RUN: kv-opt %s --convert-kv-to-cpu=vector-bits=512 --split-input-file | FileCheck %s
+// The register blocking chosen for AVX2, on any host: scores of 2 keys x 2
+// rows per reduction, V in blocks of 2 rows x 2 slices, the matmul's 6 x 16
+// tile.
+// RUN: kv-opt %s --convert-kv-to-cpu=vector-bits=256 --split-input-file | FileCheck %s --check-prefix=AVX2
+// RUN: not kv-opt %s --convert-kv-to-cpu=vector-bits=300 2>&1 | FileCheck %s --check-prefix=BITS
+// BITS: error: convert-kv-to-cpu: vector-bits must be 0 (the host's), 256 or 512, not 300
+
+// AVX2-LABEL:  func.func private @{{.*}}_attention_task(
+// Two keys x two rows: four dot vectors, summed by two levels of pairs, then
+// within the vector; the scores of (row, key) sit on lanes 0, 8, 4, 12.
+// AVX2:          vector.shuffle %{{.*}}, %{{.*}} [0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23]
+// AVX2:          vector.shuffle %{{.*}}, %{{.*}} [0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23]
+// AVX2:          vector.shuffle %{{.*}}, %{{.*}} [0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27]
+// AVX2-NOT:      vector.fma
+// AVX2:          vector.shuffle %{{.*}}, %{{.*}} [0, 8, 4, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+// AVX2:          vector.extract_strided_slice %{{.*}} {offsets = [0], sizes = [2], strides = [1]} : vector<16xf32> to vector<2xf32>
 
 // A forward asked for by `kv.export_forwards` (an interleaved-RoPE GQA
 // model): upstream dialects only, private kernels, three public entry points
@@ -16,7 +32,7 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // Matmuls are parallel loops on the runtime's threads: the dot-product
 // kernel under 4 rows, else the weights packed into transposed panels and
 // register tiles of broadcast-FMAs (6 tokens x 4 vectors of 16 on AVX-512,
-// 6 x 2 of 8 on AVX2: the host decides).
+// 6 x 2 of 8 on AVX2).
 // CHECK:       func.func private @[[P]]_matmul_nt(
 // CHECK:         func.call @kvrt_parallel_for(
 // CHECK:         func.call @kvrt_parallel_for(

@@ -353,7 +353,9 @@ kvir::compiler::lowerProgram(ModuleOp module, const LowerOptions &options,
                                                options.exportDtype)}));
   PassManager pm(context);
   if (options.target == Target::Cpu) {
-    kv::buildLowerToCPUPipeline(pm, kv::LowerToCPUPipelineOptions());
+    kv::LowerToCPUPipelineOptions cpu;
+    cpu.vectorBits = options.cpuVectorBits;
+    kv::buildLowerToCPUPipeline(pm, cpu);
   } else {
     kv::LowerToNVVMPipelineOptions nvvm;
     nvvm.chip = options.chip;
@@ -541,7 +543,8 @@ OwningOpRef<ModuleOp> forwardModule(MLIRContext &ctx,
 
 kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
                                            Target target, Forward *out,
-                                           kvrt_kv_dtype dtype) {
+                                           kvrt_kv_dtype dtype,
+                                           int64_t cpuVectorBits) {
   if (!out)
     return kvrt::nullArgument(__func__);
   static std::mutex mutex;
@@ -549,7 +552,8 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
   static auto &programs = *new std::vector<std::unique_ptr<JitProgram>>();
   std::lock_guard<std::mutex> lock(mutex);
   std::string key =
-      configKey(config, dtype) + (target == Target::Gpu ? " gpu" : " cpu");
+      configKey(config, dtype) +
+      (target == Target::Gpu ? " gpu" : " cpu" + std::to_string(cpuVectorBits));
   auto it = cache.find(key);
   if (it != cache.end()) {
     *out = it->second;
@@ -566,6 +570,7 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
   LowerOptions options;
   options.target = target;
   options.format = "isa";
+  options.cpuVectorBits = cpuVectorBits;
   OwningOpRef<ModuleOp> lowered = lowerProgram(*module, options, sites);
   if (!lowered)
     return fail(KVRT_ERR_INVALID_ARGUMENT,

@@ -106,6 +106,9 @@ struct LowerOptions {
   /// GPU only: kv-lower-to-nvvm's chip, PTX features and what the kernels
   /// become (`bin`: cubin; `isa`: PTX, JIT-compiled by the driver).
   std::string chip = "sm_90", features = "+ptx80", format = "bin";
+  /// CPU only: the vector width kv-lower-to-cpu's register blocking is
+  /// chosen for (512, 256; 0: the host's).
+  int64_t cpuVectorBits = 0;
 };
 
 /// A lowered copy of `module` (kv-lower-to-cpu or kv-lower-to-nvvm), and the
@@ -161,11 +164,13 @@ compileProgram(mlir::OwningOpRef<mlir::ModuleOp> planned,
 /// JIT-compiled for `target` (benchmarks
 /// and tests; cached per config for the life of the process, never
 /// destroyed: an ExecutionEngine destroyed by an exit handler runs the JIT's
-/// deinitializers after LLVM's statics are gone). KVRT_ERR_INVALID_ARGUMENT
+/// deinitializers after LLVM's statics are gone), its CPU register blocking
+/// chosen for `cpuVectorBits` (LowerOptions). KVRT_ERR_INVALID_ARGUMENT
 /// for a config the target cannot compile, with the message in
 /// kvrt_last_error().
 kvrt_status compileForward(const kvrt_model_config &config, Target target,
-                           Forward *out, kvrt_kv_dtype dtype = KVRT_KV_F32);
+                           Forward *out, kvrt_kv_dtype dtype = KVRT_KV_F32,
+                           int64_t cpuVectorBits = 0);
 
 /// The generated CPU matmul alone, for benchmarks against BLAS: c = a · bᵀ
 /// with a [n][k], the weights b [m][k] and c [n][m] (contiguous buffers), as

@@ -28,8 +28,17 @@ namespace {
 
 struct ConvertKVToCPUPass
     : public kv::impl::ConvertKVToCPUPassBase<ConvertKVToCPUPass> {
+  using Base::Base;
+
   void runOnOperation() override {
-    std::unique_ptr<ForwardTarget> target = createCpuTarget();
+    if (vectorBits != 0 && vectorBits != 256 && vectorBits != 512) {
+      getOperation().emitError()
+          << "convert-kv-to-cpu: vector-bits must be 0 (the host's), 256 or "
+             "512, not "
+          << int64_t(vectorBits);
+      return signalPassFailure();
+    }
+    std::unique_ptr<ForwardTarget> target = createCpuTarget(vectorBits);
     FailureOr<unsigned> built = buildProgramForwards(getOperation(), *target);
     if (failed(built))
       return signalPassFailure();
