@@ -922,12 +922,13 @@ void CpuTarget::emitExp16(ForwardEmitter &e) {
 /// offset Δ the query is rotated once to m - Δ and scored against the stored
 /// keys; the keys of a run that count are a prefix of the run (visibleKeys).
 /// Runs and pages are merged by online softmax (running max and sum), one
-/// page chunk at a time. Per chunk and KV head: each key slice is read once
-/// and scored against every row (a block of up to kQueryTokens tokens x the
-/// G query heads of the group) into a score buffer, then the chunk's max and
-/// weights are computed 16 lanes at a time (exp16), then V is summed with
-/// FMAs in registers. Pages are walked in order, KV heads inside a page, so a
-/// page's K/V are read as one sequential stream (emitAttentionRows).
+/// chunk of pages at a time (chunkKeys). Per chunk and KV head: each key
+/// slice is read once and scored against every row (a block of up to
+/// kQueryTokens tokens x the G query heads of the group) into a score
+/// buffer, then the chunk's max and weights are computed 16 lanes at a time
+/// (exp16), then V is summed with FMAs in registers. Chunks are walked in
+/// order, KV heads inside a chunk; with one page per chunk (f32) a page's
+/// K/V are read as one sequential stream (emitAttentionRows).
 /// Query tokens are independent, and so are KV heads: many tokens (a
 /// prefill) are a parallel loop over tokens, each task with every head; a
 /// few (a decode step) a parallel loop over as many ranges of KV heads as
