@@ -61,17 +61,18 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:         vector.fma
 // CHECK:         arith.shli
 // CHECK:       func.func private @[[P]]_attention_kernel(%{{.*}}: memref<?xf32, strided<[1], offset: ?>>, %{{.*}}: index, %{{.*}}: i64, %{{.*}}: memref<?xf32>, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?x8xi64>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: memref<?xf32, strided<[1], offset: ?>>)
-// Eight query tokens or more are a parallel loop over tokens, fewer (a
-// decode step) one over as many ranges of KV heads as there are threads: the
-// task gets the arguments through a context struct.
-// CHECK:         %[[MANY:.+]] = arith.cmpi uge, %{{.*}}, %c8{{[_0-9]*}} : index
-// CHECK:         scf.if %[[MANY]] {
-// CHECK:           %[[TASK:.+]] = func.constant @[[P]]_attention_task
-// CHECK:           call @kvrt_parallel_for(%{{.*}}, %{{.*}}, %{{.*}})
-// CHECK:         } else {
-// CHECK:           call @kvrt_get_num_threads() : () -> i32
-// CHECK:           constant @[[P]]_attention_heads_task
-// CHECK:           call @kvrt_parallel_for(%{{.*}}, %{{.*}}, %{{.*}})
+// One parallel loop: over tokens when there are eight or more, else (a
+// decode step) over as many ranges of KV heads as there are threads, 0 ranges
+// telling the task it has tokens; the task gets the arguments through a
+// context struct.
+// CHECK:         call @kvrt_get_num_threads() : () -> i32
+// CHECK:         %[[FEW:.+]] = arith.cmpi ult, %{{.*}}, %c8{{[_0-9]*}} : index
+// CHECK:         %[[RANGES:.+]] = arith.select %[[FEW]], %{{.*}}, %c0{{[_0-9]*}} : index
+// CHECK:         %[[ITEMS:.+]] = arith.select %[[FEW]], %{{.*}}, %{{.*}} : index
+// CHECK:         %[[TASK:.+]] = constant @[[P]]_attention_task
+// CHECK:         %[[COUNT:.+]] = arith.index_cast %[[ITEMS]] : index to i64
+// CHECK:         call @kvrt_parallel_for(%[[COUNT]], %{{.*}}, %{{.*}})
+// CHECK-NOT:     call @kvrt_parallel_for
 // CHECK:       func.func private @[[P]]_attention_task(%{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64)
 // CHECK:         %[[KV:.+]] = builtin.unrealized_conversion_cast %{{.*}} : !llvm.struct<{{.*}}> to memref<?xf32>{{$}}
 // Query tokens in blocks of four share each pass over the keys. One query
@@ -127,9 +128,6 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK-NOT:       arith.cmpi slt
 // CHECK:           scf.for {{.*}} iter_args(%{{[^ ]+}} = %{{.*}}, %{{[^ ]+}} = %{{.*}}) -> (vector<16xf32>, vector<16xf32>)
 // CHECK-NOT:       call @[[P]]_rope
-// The same rows over a range of KV heads.
-// CHECK:       func.func private @[[P]]_attention_heads_task(%{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64)
-// CHECK:           call @[[P]]_rope_table(
 // CHECK:       func.func private @[[P]]_materialize_kernel(
 // The layer sequence, once: the loop runs to the layer count it is given
 // (fewer for a deviation scan); every stage is a kernel call.

@@ -945,38 +945,37 @@ void CpuTarget::emitAttention(ForwardEmitter &e) {
   SmallVector<Value> captures(f.getArguments());
   Value n = captures[1];
   captures.erase(captures.begin() + 1);
-  Value cKVH = e.cIndex(e.kvHeads);
-  ifElse(
-      e, e.cmp(arith::CmpIPredicate::uge, n, e.cIndex(kHeadParallelTokens)),
-      [&] {
-        parallelFor(e, "attention_task", n, captures,
-                    [&](ValueRange v, Value lo, Value hi) {
-                      emitAttentionRows(e, v[0], v[1], v[2], v[3], v[4], v[5],
-                                        v[6], v[7], lo, hi, e.cIndex(0),
-                                        e.cIndex(e.kvHeads));
-                    });
-      },
-      [&] {
-        // Ranges = min(threads, KV heads); range i is the heads
-        // [i * KVH / ranges, (i + 1) * KVH / ranges).
-        Value threads = e.toIndex(
-            func::CallOp::create(e.b, kNumThreads, TypeRange{e.b.getI32Type()},
-                                 ValueRange{})
-                .getResult(0));
-        Value ranges = e.maxu(e.minu(threads, cKVH), e.cIndex(1));
-        SmallVector<Value> withN(captures);
-        withN.push_back(n);
-        withN.push_back(ranges);
-        parallelFor(e, "attention_heads_task", ranges, withN,
-                    [&](ValueRange v, Value lo, Value hi) {
-                      Value kvh = e.cIndex(e.kvHeads);
-                      Value gLo = e.divu(e.mul(lo, kvh), v[9]);
-                      Value gHi = e.divu(e.mul(hi, kvh), v[9]);
-                      emitAttentionRows(e, v[0], v[1], v[2], v[3], v[4], v[5],
-                                        v[6], v[7], e.cIndex(0), v[8], gLo,
-                                        gHi);
-                    });
-      });
+  // The split: `ranges` ranges of KV heads (min(threads, KV heads)), each
+  // with every token, for a few tokens; 0 (by tokens, each with every
+  // head) for more.
+  Value cKVH = e.cIndex(e.kvHeads), c0 = e.cIndex(0);
+  Value threads =
+      e.toIndex(func::CallOp::create(e.b, kNumThreads,
+                                     TypeRange{e.b.getI32Type()}, ValueRange{})
+                    .getResult(0));
+  Value byHeads =
+      e.cmp(arith::CmpIPredicate::ult, n, e.cIndex(kHeadParallelTokens));
+  Value headRanges = e.maxu(e.minu(threads, cKVH), e.cIndex(1));
+  Value ranges = e.select(byHeads, headRanges, c0);
+  captures.push_back(n);
+  captures.push_back(ranges);
+  parallelFor(e, "attention_task", e.select(byHeads, headRanges, n), captures,
+              [&](ValueRange v, Value begin, Value end) {
+                Value n = v[8], ranges = v[9];
+                Value zero = e.cIndex(0), kvh = e.cIndex(e.kvHeads);
+                Value byHeads = e.cmp(arith::CmpIPredicate::ne, ranges, zero);
+                // Items [begin, end) are tokens, or ranges of heads: range i is
+                // the heads [i * KVH / ranges, (i + 1) * KVH / ranges).
+                Value divisor = e.maxu(ranges, e.cIndex(1));
+                auto head = [&](Value item) {
+                  return e.divu(e.mul(item, kvh), divisor);
+                };
+                emitAttentionRows(e, v[0], v[1], v[2], v[3], v[4], v[5], v[6],
+                                  v[7], e.select(byHeads, zero, begin),
+                                  e.select(byHeads, n, end),
+                                  e.select(byHeads, head(begin), zero),
+                                  e.select(byHeads, head(end), kvh));
+              });
   e.finishFunction();
 }
 
@@ -1082,11 +1081,9 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
   // attention over 256 MiB of f32 pages (bench/results/
   // decode-attention-hw.txt): 0.75-0.84 of the read bandwidth on a quiet
   // machine (0.51 without prefetch, 0.75-0.79 two heads on); into L1 it
-  // was slower than no prefetch. `prefetchDelta` is the offset from the
-  // current head's K to that head's.
+  // was slower than no prefetch.
   PageStrides strides = e.pageStrides(pt);
   Value cPF = e.cIndex(kPrefetchHeads);
-  Value prefetchDelta;
   // One prefetch per cache line: a slice of 16 f16/bf16 elements is half
   // of one (two prefetches of a line made the queue of outstanding misses
   // the bottleneck of f16 decode).
@@ -1094,8 +1091,9 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
   auto startsLine = [&](int64_t c) {
     return (c * sliceBytes) % kCacheLineBytes == 0;
   };
-  auto prefetchNextHead = [&](Value at) {
-    memref::PrefetchOp::create(e.b, kv, ValueRange{e.add(at, prefetchDelta)},
+  // `ahead` is the offset from the current head's K to that head's.
+  auto prefetchAhead = [&](Value at, Value ahead) {
+    memref::PrefetchOp::create(e.b, kv, ValueRange{e.add(at, ahead)},
                                /*isWrite=*/false, /*localityHint=*/1,
                                /*isDataCache=*/true);
   };
@@ -1179,9 +1177,13 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
           Value colBegin = e.sub(e.maxu(chunkLo0, slotBegin), chunkLo0);
           Value colEnd = e.sub(e.minu(e.mul(pcEnd, pt), send), chunkLo0);
           e.forLoop(gLo, gHi, c1, [&](Value g) {
-            // The K of head g on page pi, and where the head kPrefetchHeads
-            // further in this task's order is: on the same page, or (as
-            // many heads past this task's last) on the page a chunk on.
+            // The K of head g on page pi, and the offset from it to the
+            // K of the head kPrefetchHeads further in this task's order:
+            // on the same page, or (as many heads past this task's last)
+            // on the page a chunk on.
+            struct HeadK {
+              Value base, ahead;
+            };
             auto headOn = [&](Value pi, Value page) {
               Value kb = e.headBase(strides, page, layer, g);
               Value ahead = e.add(g, cPF);
@@ -1193,8 +1195,7 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                            e.minu(e.add(pi, chunkPages), e.sub(pend, c1)));
               Value target = e.headBase(strides, e.select(here, page, later),
                                         layer, e.select(here, ahead, wrapped));
-              prefetchDelta = e.sub(target, kb);
-              return kb;
+              return HeadK{kb, e.sub(target, kb)};
             };
             Value gq = e.mul(g, cG);
             Value qbase = e.mul(gq, cHS);
@@ -1210,12 +1211,12 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
             // loaded once serves every key of the group. The group's dots
             // are then summed together by one transposed reduction (a
             // vector of their scores), scaled, and stored row by row.
-            auto scoreGroup = [&](ArrayRef<Value> keys, Value kb,
-                                  Value keyShift, Value column) {
+            auto scoreGroup = [&](ArrayRef<Value> keys, HeadK k, Value keyShift,
+                                  Value column) {
               const int64_t kn = keys.size();
               SmallVector<Value> kos;
               for (Value s : keys)
-                kos.push_back(e.add(kb, e.mul(s, cHS)));
+                kos.push_back(e.add(k.base, e.mul(s, cHS)));
               Value keyIds;
               if (tb > 1) {
                 // The group's key numbers in the run, for the causal mask.
@@ -1239,7 +1240,7 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                   for (Value ko : kos) {
                     Value at = e.add(ko, e.cIndex(c * kLanes));
                     if (r0 == 0 && startsLine(c))
-                      prefetchNextHead(at);
+                      prefetchAhead(at, k.ahead);
                     ks.push_back(loadKV(at, c));
                   }
                   for (int64_t i = 0; i < rn; ++i) {
@@ -1279,17 +1280,17 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
             Value cSK = e.cIndex(scoreKeys);
             e.forLoop(pc, pcEnd, c1, [&](Value pi) {
               PageKeys k = pageKeys(pi);
-              Value kb = headOn(pi, k.page);
+              HeadK head = headOn(pi, k.page);
               Value groups =
                   e.add(k.s0, e.mul(e.divu(e.sub(k.s1, k.s0), cSK), cSK));
               e.forLoop(k.s0, groups, cSK, [&](Value s) {
                 SmallVector<Value> keys;
                 for (int64_t j = 0; j < scoreKeys; ++j)
                   keys.push_back(e.add(s, e.cIndex(j)));
-                scoreGroup(keys, kb, k.keyShift, k.column);
+                scoreGroup(keys, head, k.keyShift, k.column);
               });
               e.forLoop(groups, k.s1, c1, [&](Value s) {
-                scoreGroup({s}, kb, k.keyShift, k.column);
+                scoreGroup({s}, head, k.keyShift, k.column);
               });
             });
             // Per row: the chunk's max, the rescale of what came before, and
@@ -1359,7 +1360,8 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                     pc, pcEnd, c1, inits,
                     [&](Value pi, ValueRange pa) -> SmallVector<Value> {
                       PageKeys k = pageKeys(pi);
-                      Value vb = e.add(headOn(pi, k.page), strides.kv);
+                      HeadK head = headOn(pi, k.page);
+                      Value vb = e.add(head.base, strides.kv);
                       return e.forLoop(
                           k.s0, k.s1, c1, pa,
                           [&](Value s, ValueRange aa) -> SmallVector<Value> {
@@ -1369,7 +1371,7 @@ void CpuTarget::emitAttentionRows(ForwardEmitter &e, Value q, Value pos,
                               Value at =
                                   e.add(vo, e.cIndex((c0s + c) * kLanes));
                               if (r0 == 0 && startsLine(c0s + c))
-                                prefetchNextHead(at);
+                                prefetchAhead(at, head.ahead);
                               vs.push_back(loadKV(at, c0s + c));
                             }
                             Value col = e.add(k.column, s);
