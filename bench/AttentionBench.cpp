@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bench/BenchSupport.h"
+#include "bench/DecodeLayer.h"
 #include "runtime/core/KVRuntime.h"
 #include "runtime/reference/Reference.h"
 
@@ -20,27 +21,9 @@
 #include <vector>
 
 using kvir::reference::ShiftMode;
+using namespace kvir::bench;
 
 namespace {
-
-/// One layer of a Llama-3-8B-like model: 32 query heads, 8 KV heads of 128.
-constexpr int32_t kHeads = 32, kKvHeads = 8, kHeadSize = 128;
-/// Context length: 32768 tokens x 8 heads x 128 x (K, V) x 4 bytes = 256 MiB.
-constexpr int64_t kContext = 32768;
-constexpr int32_t kPageTokens = 16;
-
-kvrt_model_config layerConfig() {
-  kvrt_model_config c;
-  kvrt_model_config_init(&c);
-  c.dim = kHeads * kHeadSize;
-  c.hidden_dim = 4 * c.dim;
-  c.n_layers = 1;
-  c.n_heads = kHeads;
-  c.n_kv_heads = kKvHeads;
-  c.rope_layout = KVRT_ROPE_HALF;
-  c.rope_theta = 500000.0;
-  return c;
-}
 
 /// A pool filled with kContext tokens of pseudo-random sealed K/V, and views
 /// of it cut into runs.
@@ -83,9 +66,7 @@ private:
       kvrt_page_layout layout;
       check(kvrt_pool_get_layout(pool, &layout));
       for (int64_t i = 0; i < layout.page_stride; ++i) {
-        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-        data[i] =
-            static_cast<float>(int32_t(state >> 40) - (1 << 23)) * 0x1.0p-23f;
+        data[i] = kvir::bench::nextKVElement(state);
       }
       check(kvrt_pool_seal_page(pool, page));
     }
@@ -142,8 +123,7 @@ void BM_OracleDecodeAttention(benchmark::State &state) {
       state.SkipWithError(kvrt_last_error());
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(state.iterations() * kContext * kKvHeads * kHeadSize *
-                          2 * int64_t(sizeof(float)));
+  state.SetBytesProcessed(state.iterations() * kvBytes(KVRT_KV_F32));
   state.SetLabel(mode == ShiftMode::Fused ? "fused" : "materialized");
 }
 BENCHMARK(BM_OracleDecodeAttention)

@@ -198,7 +198,7 @@ int hardwareReport(int64_t prefillTokens) {
               "%d (K/V %lld MiB on f32 pages, %lld MiB on f16/bf16), "
               "parallel over KV heads\n",
               (long long)kContext, kHeads, kKvHeads, kHeadSize,
-              (long long)(kKVBytes >> 20),
+              (long long)(kvBytes(KVRT_KV_F32) >> 20),
               (long long)(kvBytes(KVRT_KV_F16) >> 20));
   for (const DecodeRow &row : decode) {
     double rowBandwidth =

@@ -22,6 +22,7 @@
 
 namespace {
 
+using namespace kvir::bench;
 using namespace kvir::bench::kernels;
 
 void BM_Prefill(benchmark::State &state) {
@@ -96,7 +97,7 @@ void BM_GeneratedDecodeAttentionMaterialized(benchmark::State &state) {
     f.forward.materialize(&args);
     f.attention(materialized, q, out);
   }
-  state.SetBytesProcessed(state.iterations() * kKVBytes);
+  state.SetBytesProcessed(state.iterations() * kvBytes(KVRT_KV_F32));
   state.SetLabel("materialized (rewrite keys, then 1 run)");
 }
 BENCHMARK(BM_GeneratedDecodeAttentionMaterialized)

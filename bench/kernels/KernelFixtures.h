@@ -13,6 +13,7 @@
 #define KVIR_BENCH_KERNELS_KERNELFIXTURES_H
 
 #include "bench/BenchSupport.h"
+#include "bench/DecodeLayer.h"
 #include "runtime/core/ForwardCall.h"
 #include "runtime/core/KVElement.h"
 #include "runtime/core/KVParallel.h"
@@ -135,30 +136,6 @@ private:
 // Decode attention
 //===----------------------------------------------------------------------===//
 
-constexpr int32_t kHeads = 32, kKvHeads = 8, kHeadSize = 128;
-constexpr int64_t kContext = 32768;
-constexpr int32_t kPageTokens = 16;
-/// The K/V bytes of the context on pages of `dtype`.
-inline int64_t kvBytes(kvrt_kv_dtype dtype) {
-  return kContext * kKvHeads * kHeadSize * 2 * kvir::kvDtypeBytes(dtype);
-}
-constexpr int64_t kKVBytes =
-    kContext * kKvHeads * kHeadSize * 2 * int64_t(sizeof(float));
-
-inline kvrt_model_config layerConfig() {
-  kvrt_model_config c;
-  kvrt_model_config_init(&c);
-  c.dim = kHeads * kHeadSize;
-  c.hidden_dim = 4 * c.dim;
-  c.n_layers = 1;
-  c.n_heads = kHeads;
-  c.n_kv_heads = kKvHeads;
-  c.vocab_size = 32;
-  c.rope_layout = KVRT_ROPE_HALF;
-  c.rope_theta = 500000.0;
-  return c;
-}
-
 /// kContext tokens of pseudo-random K/V (as bench/AttentionBench.cpp) on
 /// pages of one element type, the generated forward of the layer config for
 /// them, and run tables cutting the context into runs with different
@@ -229,10 +206,8 @@ private:
     uint64_t state = 1;
     for (int32_t page : pages)
       for (int64_t i = 0; i < layout.page_stride; ++i) {
-        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-        kvrt::storeElement(
-            layout.base, page * layout.page_stride + i, dtype,
-            static_cast<float>(int32_t(state >> 40) - (1 << 23)) * 0x1.0p-23f);
+        kvrt::storeElement(layout.base, page * layout.page_stride + i, dtype,
+                           nextKVElement(state));
       }
     // Touch the target pages so that page faults stay out of the timings.
     for (int32_t page : targetPages)
