@@ -54,6 +54,8 @@ tool_dirs = [config.kvir_tools_dir, config.llvm_tools_dir]
 tools = [ToolSubst("kv-opt", unresolved="fatal"), ToolSubst("kv-run", unresolved="ignore"),
          ToolSubst("kv-convert", unresolved="ignore"),
          ToolSubst("kv-aot-run", unresolved="ignore"),
+         ToolSubst("kv-bench", unresolved="ignore"),
+         ToolSubst("kv-bench-kernels", unresolved="ignore"),
          ToolSubst("kv-bench-stories", unresolved="ignore")]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.kvir_tools_dir, append_path=True)
