@@ -6,30 +6,18 @@
 #include "runtime/core/ModelConfig.h"
 
 #include "mlir/IR/DialectImplementation.h"
-#include "llvm/ADT/StringMap.h"
-#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
-#include <cmath>
 #include <limits>
 
 using namespace mlir;
 using namespace mlir::kv;
 
-#define GET_TYPEDEF_CLASSES
-#include "dialects/KV/KVTypes.cpp.inc"
-
-void KVDialect::registerTypes() {
-  addTypes<
-#define GET_TYPEDEF_LIST
-#include "dialects/KV/KVTypes.cpp.inc"
-      >();
-}
-
 //===----------------------------------------------------------------------===//
-// ModelType
+// Parameter parsers and printers (KVTypes.td), used by the generated code
 //===----------------------------------------------------------------------===//
 
+namespace mlir::kv {
 namespace {
 
 /// RopeLayout <-> kvrt_rope_layout: exhaustive in both directions.
@@ -53,7 +41,99 @@ RopeLayout fromRuntime(kvrt_rope_layout layout) {
   llvm_unreachable("unknown RoPE layout");
 }
 
+/// The default of a struct() parameter that is always printed
+/// (KV_AlwaysPrintedParameter): the parser fills in `value` where the text
+/// omits the parameter, and parameterEquals finds it equal to no value, so
+/// the printer's "elide the default" guard never elides it.
+template <typename T> struct AlwaysPrinted {
+  T value;
+  operator T() const { return value; }
+};
+
+/// The comparator of the model's parameters: what makes two types equal, and
+/// (against the default) what the printer elides.
+template <typename T> bool parameterEquals(const T &lhs, const T &rhs) {
+  return lhs == rhs;
+}
+bool parameterEquals(const APFloat &lhs, const APFloat &rhs) {
+  return lhs.bitwiseIsEqual(rhs);
+}
+template <typename T>
+bool parameterEquals(const T &, const AlwaysPrinted<T> &) {
+  return false;
+}
+
+FailureOr<APFloat> parseFloatParameter(AsmParser &parser) {
+  double value;
+  if (parser.parseFloat(value))
+    return failure();
+  return APFloat(value);
+}
+
+/// The layout's name, or llama.cpp's name of it, as the runtime spells them.
+FailureOr<RopeLayout> parseRopeLayoutParameter(AsmParser &parser) {
+  SMLoc loc = parser.getCurrentLocation();
+  StringRef name;
+  if (parser.parseKeyword(&name))
+    return failure();
+  std::optional<kvrt_rope_layout> alias = kvir::parseRopeLayout(name);
+  std::optional<RopeLayout> layout =
+      alias ? fromRuntime(*alias) : symbolizeRopeLayout(name);
+  if (layout)
+    return *layout;
+  std::string known;
+  for (unsigned i = 0; i <= getMaxEnumValForRopeLayout(); ++i)
+    known +=
+        (i ? (i == getMaxEnumValForRopeLayout() ? " or " : ", ") : "") +
+        stringifyRopeLayout(static_cast<RopeLayout>(i)).str() + " (" +
+        kvir::ropeLayoutLlamaCppName(toRuntime(static_cast<RopeLayout>(i))) +
+        ")";
+  return parser.emitError(loc)
+         << "unknown RoPE layout '" << name << "' (expected " << known << ")";
+}
+
+FailureOr<DenseF32ArrayAttr> parseRopeFreqsParameter(AsmParser &parser) {
+  SMLoc loc = parser.getCurrentLocation();
+  SmallVector<float> factors;
+  if (parser.parseCommaSeparatedList(
+          AsmParser::Delimiter::Square, [&]() -> ParseResult {
+            APFloat value(0.0f);
+            if (parser.parseFloat(APFloat::IEEEsingle(), value))
+              return failure();
+            factors.push_back(value.convertToFloat());
+            return success();
+          }))
+    return failure();
+  if (factors.empty())
+    return parser.emitError(loc)
+           << "model rope_freqs must not be empty (omit it)";
+  return DenseF32ArrayAttr::get(parser.getContext(), factors);
+}
+
+void printRopeFreqsParameter(AsmPrinter &printer, DenseF32ArrayAttr factors) {
+  printer << "[";
+  llvm::interleaveComma(factors.asArrayRef(), printer, [&](float value) {
+    printer << formatShortestFloat(value);
+  });
+  printer << "]";
+}
+
 } // namespace
+} // namespace mlir::kv
+
+#define GET_TYPEDEF_CLASSES
+#include "dialects/KV/KVTypes.cpp.inc"
+
+void KVDialect::registerTypes() {
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "dialects/KV/KVTypes.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// ModelType
+//===----------------------------------------------------------------------===//
 
 LogicalResult ModelType::verify(function_ref<InFlightDiagnostic()> emitError,
                                 int64_t dim, int64_t hidden, int64_t layers,
@@ -104,10 +184,9 @@ LogicalResult ModelType::verify(function_ref<InFlightDiagnostic()> emitError,
 
 ModelType ModelType::get(MLIRContext *context,
                          const kvrt_model_config &config) {
-  // Canonical: the whole head is rope_dim 0, no scaling is 1, no factors no
-  // attribute, so that equal configs give the same type.
-  int64_t ropeDim =
-      kvir::ropeDims(config) == kvir::headSize(config) ? 0 : config.rope_dim;
+  // Canonical: no scaling is 1, no factors no attribute (and the builder
+  // makes rope_dim of the whole head 0), so that equal configs give the same
+  // type.
   DenseF32ArrayAttr freqs;
   if (config.n_rope_freq_factors > 0)
     freqs = DenseF32ArrayAttr::get(
@@ -116,8 +195,8 @@ ModelType ModelType::get(MLIRContext *context,
   return get(context, config.dim, config.hidden_dim, config.n_layers,
              config.n_heads, config.n_kv_heads, config.vocab_size,
              fromRuntime(config.rope_layout), APFloat(config.rope_theta),
-             APFloat(config.rms_eps), ropeDim, APFloat(kvir::ropeScale(config)),
-             freqs);
+             APFloat(config.rms_eps), config.rope_dim,
+             APFloat(kvir::ropeScale(config)), freqs);
 }
 
 kvrt_model_config ModelType::getConfig() const {
@@ -140,125 +219,6 @@ kvrt_model_config ModelType::getConfig() const {
     llvm::copy(freqs.asArrayRef(), config.rope_freq_factors);
   }
   return config;
-}
-
-Type ModelType::parse(AsmParser &parser) {
-  SMLoc loc = parser.getCurrentLocation();
-  llvm::StringMap<int64_t> sizes;
-  RopeLayout rope = RopeLayout::Interleaved;
-  double theta = 10000.0, eps = 1e-5, ropeScale = 1.0;
-  int64_t ropeDim = 0;
-  SmallVector<float> ropeFreqs;
-  bool hasRopeFreqs = false;
-  llvm::StringSet<> seen;
-  static constexpr StringRef kSizeKeys[] = {"dim",   "hidden",   "layers",
-                                            "heads", "kv_heads", "vocab"};
-
-  auto parseEntry = [&]() -> ParseResult {
-    SMLoc keyLoc = parser.getCurrentLocation();
-    StringRef key;
-    if (parser.parseKeyword(&key) || parser.parseEqual())
-      return failure();
-    if (!seen.insert(key).second)
-      return parser.emitError(keyLoc)
-             << "model parameter '" << key << "' is given twice";
-    if (llvm::is_contained(kSizeKeys, key))
-      return parser.parseInteger(sizes[key]);
-    if (key == "theta")
-      return parser.parseFloat(theta);
-    if (key == "eps")
-      return parser.parseFloat(eps);
-    if (key == "rope_dim")
-      return parser.parseInteger(ropeDim);
-    if (key == "rope_scale")
-      return parser.parseFloat(ropeScale);
-    if (key == "rope_freqs") {
-      hasRopeFreqs = true;
-      return parser.parseCommaSeparatedList(
-          AsmParser::Delimiter::Square, [&]() -> ParseResult {
-            APFloat value(0.0f);
-            if (parser.parseFloat(APFloat::IEEEsingle(), value))
-              return failure();
-            ropeFreqs.push_back(value.convertToFloat());
-            return success();
-          });
-    }
-    if (key == "rope") {
-      SMLoc valueLoc = parser.getCurrentLocation();
-      StringRef value;
-      if (parser.parseKeyword(&value))
-        return failure();
-      // llama.cpp's names of the layouts, as the runtime spells them.
-      std::optional<kvrt_rope_layout> alias = kvir::parseRopeLayout(value);
-      std::optional<RopeLayout> layout =
-          alias ? fromRuntime(*alias) : symbolizeRopeLayout(value);
-      if (!layout) {
-        std::string known;
-        for (unsigned i = 0; i <= getMaxEnumValForRopeLayout(); ++i)
-          known +=
-              (i ? (i == getMaxEnumValForRopeLayout() ? " or " : ", ") : "") +
-              stringifyRopeLayout(static_cast<RopeLayout>(i)).str() + " (" +
-              kvir::ropeLayoutLlamaCppName(
-                  toRuntime(static_cast<RopeLayout>(i))) +
-              ")";
-        return parser.emitError(valueLoc) << "unknown RoPE layout '" << value
-                                          << "' (expected " << known << ")";
-      }
-      rope = *layout;
-      return success();
-    }
-    return parser.emitError(keyLoc)
-           << "unknown model parameter '" << key
-           << "' (expected dim, hidden, layers, heads, kv_heads, vocab, rope, "
-              "theta, eps, rope_dim, rope_scale or rope_freqs)";
-  };
-  if (parser.parseCommaSeparatedList(AsmParser::Delimiter::LessGreater,
-                                     parseEntry))
-    return {};
-  for (StringRef key : kSizeKeys)
-    if (!sizes.count(key)) {
-      parser.emitError(loc) << "model type is missing '" << key << "'";
-      return {};
-    }
-  // rope_dim = head size is the whole head: the canonical form omits it.
-  if (sizes["heads"] > 0 && ropeDim == sizes["dim"] / sizes["heads"])
-    ropeDim = 0;
-  DenseF32ArrayAttr freqs;
-  if (hasRopeFreqs) {
-    if (ropeFreqs.empty()) {
-      parser.emitError(loc) << "model rope_freqs must not be empty (omit it)";
-      return {};
-    }
-    freqs = DenseF32ArrayAttr::get(parser.getContext(), ropeFreqs);
-  }
-  return parser.getChecked<ModelType>(
-      loc, parser.getContext(), sizes["dim"], sizes["hidden"], sizes["layers"],
-      sizes["heads"], sizes["kv_heads"], sizes["vocab"], rope, APFloat(theta),
-      APFloat(eps), ropeDim, APFloat(ropeScale), freqs);
-}
-
-void ModelType::print(AsmPrinter &printer) const {
-  printer << "<dim = " << getDim() << ", hidden = " << getHidden()
-          << ", layers = " << getLayers() << ", heads = " << getHeads()
-          << ", kv_heads = " << getKvHeads() << ", vocab = " << getVocab()
-          << ", rope = " << stringifyRopeLayout(getRope()) << ", theta = ";
-  printShortestFloat(printer, getTheta());
-  printer << ", eps = ";
-  printShortestFloat(printer, getEps());
-  if (getRopeDim() != 0)
-    printer << ", rope_dim = " << getRopeDim();
-  if (getRopeScale().convertToDouble() != 1.0) {
-    printer << ", rope_scale = ";
-    printShortestFloat(printer, getRopeScale());
-  }
-  if (DenseF32ArrayAttr freqs = getRopeFreqs()) {
-    printer << ", rope_freqs = [";
-    llvm::interleaveComma(freqs.asArrayRef(), printer, [&](float value) {
-      printer << formatShortestFloat(value);
-    });
-    printer << "]";
-  }
-  printer << ">";
 }
 
 //===----------------------------------------------------------------------===//

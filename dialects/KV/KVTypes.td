@@ -12,6 +12,48 @@ class KV_Type<string name, string typeMnemonic, list<Trait> traits = []>
   let mnemonic = typeMnemonic;
 }
 
+//===----------------------------------------------------------------------===//
+// Parameters of !kv.model
+//===----------------------------------------------------------------------===//
+
+// A float parameter: parsed as a double (which also takes a hexadecimal bit
+// pattern) and printed in its shortest exact form, always with a '.'
+// (formatShortestFloat). Floats compare by their bits, so that 0.0 and -0.0,
+// or NaNs of different payloads, are different types.
+class KV_FloatParameter<string desc, string default = "">
+    : APFloatParameter<desc> {
+  let parser = "parseFloatParameter($_parser)";
+  let printer = "printShortestFloat($_printer, $_self)";
+  let comparator = "parameterEquals($_lhs, $_rhs)";
+  let defaultValue = default;
+}
+
+// `rope` takes llama.cpp's names of the layouts too (`normal`, `neox`).
+def KV_RopeLayoutParameter : EnumParameter<KV_RopeLayout> {
+  let parser = "parseRopeLayoutParameter($_parser)";
+}
+
+// `rope_freqs = [1.0, 8.0]`: one f32 divisor per rotary pair, at least one
+// (a model without factors omits the parameter).
+def KV_RopeFreqsParameter
+    : OptionalParameter<"::mlir::DenseF32ArrayAttr",
+                        "one RoPE frequency divisor per rotary pair"> {
+  let parser = "parseRopeFreqsParameter($_parser)";
+  let printer = "printRopeFreqsParameter($_printer, $_self)";
+}
+
+// A parameter that a program may omit (it then takes `value`) but that is
+// always printed, so that a printed model spells out what its kernels compute
+// with. ODS's struct() elides a parameter equal to its default; the default
+// here is an AlwaysPrinted, which parameterEquals finds equal to no value.
+class KV_AlwaysPrintedParameter<AttrOrTypeParameter base, string value>
+    : AttrOrTypeParameter<base.cppType, base.summary> {
+  let parser = base.parser;
+  let printer = base.printer;
+  let comparator = "parameterEquals($_lhs, $_rhs)";
+  let defaultValue = "AlwaysPrinted<" # base.cppType # ">{" # value # "}";
+}
+
 def KV_ModelType : KV_Type<"Model", "model"> {
   let summary = "Llama-family decoder model (weights and configuration)";
   let description = [{
@@ -40,17 +82,48 @@ def KV_ModelType : KV_Type<"Model", "model"> {
               rope_dim = 4, rope_scale = 2.0, rope_freqs = [1.0, 8.0]>
     ```
   }];
-  let parameters = (ins "int64_t":$dim, "int64_t":$hidden, "int64_t":$layers,
-                        "int64_t":$heads, "int64_t":$kvHeads, "int64_t":$vocab,
-                        EnumParameter<KV_RopeLayout>:$rope,
-                        APFloatParameter<"RoPE base">:$theta,
-                        APFloatParameter<"RMSNorm epsilon">:$eps,
-                        "int64_t":$ropeDim,
-                        APFloatParameter<"linear RoPE scaling">:$ropeScale,
-                        "::mlir::DenseF32ArrayAttr":$ropeFreqs);
-  let hasCustomAssemblyFormat = 1;
+  // The struct keys are the parameter names, in any order when parsed and in
+  // this order when printed. A field added later is one line here: a
+  // DefaultValuedParameter or OptionalParameter is printed only where it is
+  // in effect (as rope_dim, rope_scale and rope_freqs are).
+  let parameters = (ins
+    "int64_t":$dim,
+    "int64_t":$hidden,
+    "int64_t":$layers,
+    "int64_t":$heads,
+    "int64_t":$kv_heads,
+    "int64_t":$vocab,
+    KV_AlwaysPrintedParameter<KV_RopeLayoutParameter,
+                              "RopeLayout::Interleaved">:$rope,
+    KV_AlwaysPrintedParameter<KV_FloatParameter<"RoPE base">,
+                              "::llvm::APFloat(10000.0)">:$theta,
+    KV_AlwaysPrintedParameter<KV_FloatParameter<"RMSNorm epsilon">,
+                              "::llvm::APFloat(1e-5)">:$eps,
+    DefaultValuedParameter<"int64_t", "0",
+                           "rotary dimensions of a head (0: all)">:$rope_dim,
+    KV_FloatParameter<"linear RoPE scaling",
+                      "::llvm::APFloat(1.0)">:$rope_scale,
+    KV_RopeFreqsParameter:$rope_freqs
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
+  // The generated parser builds through the first builder below, which makes
+  // rope_dim canonical; it replaces the default one of the same signature.
+  let skipDefaultBuilders = 1;
   let builders = [
+    TypeBuilder<(ins "int64_t":$dim, "int64_t":$hidden, "int64_t":$layers,
+                     "int64_t":$heads, "int64_t":$kvHeads, "int64_t":$vocab,
+                     "RopeLayout":$rope, "::llvm::APFloat":$theta,
+                     "::llvm::APFloat":$eps, "int64_t":$ropeDim,
+                     "::llvm::APFloat":$ropeScale,
+                     "::mlir::DenseF32ArrayAttr":$ropeFreqs), [{
+      // rope_dim equal to the head size rotates the whole head, as 0 does:
+      // one type per configuration.
+      if (heads > 0 && ropeDim == dim / heads)
+        ropeDim = 0;
+      return $_get($_ctxt, dim, hidden, layers, heads, kvHeads, vocab, rope,
+                   theta, eps, ropeDim, ropeScale, ropeFreqs);
+    }]>,
     TypeBuilder<(ins "const ::kvrt_model_config &":$config)>,
     // Without RoPE frequency variants.
     TypeBuilder<(ins "int64_t":$dim, "int64_t":$hidden, "int64_t":$layers,

@@ -277,27 +277,44 @@ func.func private @bad_eps(!kv.model<dim = 64, hidden = 172, layers = 5, heads =
 
 // -----
 
-// An unknown model parameter.
-// expected-error@+1 {{unknown model parameter 'width' (expected dim, hidden, layers, heads, kv_heads, vocab, rope, theta, eps, rope_dim, rope_scale or rope_freqs)}}
+// An unknown model parameter (the message is ODS's, of struct()).
+// expected-error@+1 {{duplicate or unknown struct parameter name: width}}
 func.func private @unknown_parameter(!kv.model<dim = 64, width = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>)
 
 // -----
 
 // A missing model parameter.
-// expected-error@+1 {{model type is missing 'vocab'}}
+// expected-error@+1 {{struct is missing required parameter: vocab}}
 func.func private @missing_parameter(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4>)
 
 // -----
 
 // A model parameter given twice.
-// expected-error@+1 {{model parameter 'heads' is given twice}}
+// expected-error@+1 {{duplicate or unknown struct parameter name: heads}}
 func.func private @duplicate_parameter(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, heads = 4, kv_heads = 4, vocab = 512>)
 
 // -----
 
-// An unknown RoPE layout (llama.cpp's names, normal and neox, are known).
-// expected-error@+1 {{unknown RoPE layout 'yarn' (expected interleaved (normal) or half (neox))}}
+// An unknown RoPE layout (llama.cpp's names, normal and neox, are known);
+// ODS then names the parameter that failed to parse.
+// expected-error@+2 {{unknown RoPE layout 'yarn' (expected interleaved (normal) or half (neox))}}
+// expected-error@+1 {{failed to parse KV_ModelType parameter 'rope'}}
 func.func private @unknown_rope(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope = yarn>)
+
+// -----
+
+// A model without RoPE frequency factors omits rope_freqs.
+// expected-error@+2 {{model rope_freqs must not be empty (omit it)}}
+// expected-error@+1 {{failed to parse KV_ModelType parameter 'rope_freqs'}}
+func.func private @empty_rope_freqs(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope_freqs = []>)
+
+// -----
+
+// A RoPE base needs a float literal.
+// expected-error@+3 {{unexpected decimal integer literal for a floating point value}}
+// expected-note@+2 {{add a trailing dot to make the literal a float}}
+// expected-error@+1 {{failed to parse KV_ModelType parameter 'theta'}}
+func.func private @integer_theta(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, theta = 10000>)
 
 // -----
 
