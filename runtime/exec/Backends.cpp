@@ -1,9 +1,9 @@
 //===- Backends.cpp - The backends a runner can choose ----------*- C++ -*-===//
 
+#include "runtime/exec/Backends.h"
 #include "runtime/core/ComputeBackend.h"
 #include "runtime/cpu/CpuBackend.h"
 #include "runtime/cuda/CudaBackend.h"
-#include "runtime/exec/Session.h"
 
 std::unique_ptr<kvir::ComputeBackend>
 kvir::exec::createBackend(const std::string &name, const kvrt_model *model,
