@@ -19,9 +19,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tools/compiler/Attribution.h"
-#include "tools/compiler/Compiler.h"
-#include "tools/compiler/ThreadsOption.h"
+#include "driver/compiler/Attribution.h"
+#include "driver/compiler/Compiler.h"
+#include "driver/compiler/ThreadsOption.h"
 #include "tools/kv-run/Report.h"
 
 #include "runtime/core/ModelConfig.h"

@@ -10,11 +10,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cpu/CpuBackend.h"
+#include "driver/compiler/Compiler.h"
 #include "runtime/core/KVParallel.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/reference/Reference.h"
 #include "test/unit/cpu/CpuTestSupport.h"
-#include "tools/compiler/Compiler.h"
 
 #include <algorithm>
 #include <cmath>

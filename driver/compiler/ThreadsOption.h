@@ -5,8 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef KVIR_TOOLS_COMPILER_THREADSOPTION_H
-#define KVIR_TOOLS_COMPILER_THREADSOPTION_H
+#ifndef KVIR_DRIVER_COMPILER_THREADSOPTION_H
+#define KVIR_DRIVER_COMPILER_THREADSOPTION_H
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/CommandLine.h"
@@ -27,4 +27,4 @@ bool applyThreadsOption(const llvm::cl::opt<int> &threads,
 
 } // namespace kvir::compiler
 
-#endif // KVIR_TOOLS_COMPILER_THREADSOPTION_H
+#endif // KVIR_DRIVER_COMPILER_THREADSOPTION_H

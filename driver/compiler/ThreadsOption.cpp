@@ -1,6 +1,6 @@
 //===- ThreadsOption.cpp - The tools' --threads option ----------*- C++ -*-===//
 
-#include "tools/compiler/ThreadsOption.h"
+#include "driver/compiler/ThreadsOption.h"
 
 #include "runtime/core/KVParallel.h"
 
