@@ -1,7 +1,9 @@
 //===- ThreadsOption.h - The tools' --threads option ------------*- C++ -*-===//
 //
-// `--threads N` of kv-run and kv-bench: how many threads the generated CPU
-// code's parallel loops use (runtime/core/KVParallel.h).
+// `--threads N` for tools whose command line is llvm::cl's (kv-bench): how
+// many threads the generated CPU code's parallel loops use
+// (runtime/core/KVParallel.h). Its help and its check are the runners'
+// (driver/runner/RunOptions.h), so every tool takes the same option.
 //
 //===----------------------------------------------------------------------===//
 

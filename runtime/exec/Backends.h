@@ -15,6 +15,10 @@
 
 namespace kvir::exec {
 
+/// Whether `name` names a backend (`cpu`, `cuda`, `reference`); false with
+/// `error` listing them otherwise.
+bool checkBackendName(const std::string &name, std::string &error);
+
 /// The backend called `name` (`cpu`, `cuda`, `reference`) for `model`; null
 /// with `error` set otherwise.
 std::unique_ptr<ComputeBackend> createBackend(const std::string &name,
