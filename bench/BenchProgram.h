@@ -9,7 +9,7 @@
 #ifndef KVIR_BENCH_BENCHPROGRAM_H
 #define KVIR_BENCH_BENCHPROGRAM_H
 
-#include "tools/compiler/Compiler.h"
+#include "driver/compiler/Compiler.h"
 
 #include "runtime/exec/Session.h"
 

@@ -14,8 +14,8 @@
 
 #include "bench/BenchProgram.h"
 #include "bench/kernels/HardwareReport.h"
-#include "tools/compiler/Compiler.h"
-#include "tools/compiler/ThreadsOption.h"
+#include "driver/compiler/Compiler.h"
+#include "driver/compiler/ThreadsOption.h"
 
 #include "runtime/core/ComputeBackend.h"
 #include "runtime/exec/Session.h"

@@ -24,7 +24,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bench/BenchProgram.h"
-#include "tools/compiler/Compiler.h"
+#include "driver/compiler/Compiler.h"
 
 #include "runtime/core/ComputeBackend.h"
 #include "runtime/exec/BlockStoreOptions.h"

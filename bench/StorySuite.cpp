@@ -4,13 +4,13 @@
 #include "bench/StorySuite.h"
 #include "bench/BenchProgram.h"
 
+#include "driver/compiler/Compiler.h"
 #include "runtime/core/ComputeBackend.h"
 #include "runtime/core/KVRuntime.h"
 #include "runtime/core/KVTokenizer.h"
 #include "runtime/exec/Attribution.h"
 #include "runtime/exec/Session.h"
 #include "runtime/exec/Text.h"
-#include "tools/compiler/Compiler.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"

@@ -14,6 +14,7 @@
 
 #include "bench/BenchSupport.h"
 #include "bench/DecodeLayer.h"
+#include "driver/compiler/Compiler.h"
 #include "runtime/core/ForwardCall.h"
 #include "runtime/core/KVElement.h"
 #include "runtime/core/KVParallel.h"
@@ -22,7 +23,6 @@
 #include "runtime/core/ModelCost.h"
 #include "runtime/cpu/CpuBackend.h"
 #include "runtime/reference/Reference.h"
-#include "tools/compiler/Compiler.h"
 
 #include "benchmark/benchmark.h"
 #ifdef KVIR_HAVE_OPENBLAS

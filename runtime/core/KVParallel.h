@@ -5,7 +5,7 @@
  * runtime: it outlines a stage's loop into a task over a range of work items
  * and calls kvrt_parallel_for, whose threads (the caller among them) claim
  * contiguous blocks of [0, count) until none is left. The JIT binds the
- * symbol (tools/compiler), an ahead-of-time program resolves it from the
+ * symbol (driver/compiler), an ahead-of-time program resolves it from the
  * runner that links the runtime. A task must compute every item on its own,
  * whichever thread runs it and however the range is cut (the generated
  * tasks do: each output is one FMA chain in one item), so the output is

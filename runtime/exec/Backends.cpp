@@ -1,9 +1,16 @@
 //===- Backends.cpp - The backends a runner can choose ----------*- C++ -*-===//
 
+#include "runtime/exec/Backends.h"
 #include "runtime/core/ComputeBackend.h"
 #include "runtime/cpu/CpuBackend.h"
 #include "runtime/cuda/CudaBackend.h"
-#include "runtime/exec/Session.h"
+
+bool kvir::exec::checkBackendName(const std::string &name, std::string &error) {
+  if (name == "reference" || name == "cpu" || name == "cuda")
+    return true;
+  error = "unknown backend '" + name + "' (available: cpu, cuda, reference)";
+  return false;
+}
 
 std::unique_ptr<kvir::ComputeBackend>
 kvir::exec::createBackend(const std::string &name, const kvrt_model *model,
@@ -19,6 +26,6 @@ kvir::exec::createBackend(const std::string &name, const kvrt_model *model,
       error = "cannot create the cuda backend: " + error;
     return backend;
   }
-  error = "unknown backend '" + name + "' (available: cpu, cuda, reference)";
+  checkBackendName(name, error);
   return nullptr;
 }

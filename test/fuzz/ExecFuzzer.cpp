@@ -14,10 +14,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "driver/compiler/Compiler.h"
 #include "runtime/exec/Session.h"
 #include "runtime/reference/Reference.h"
 #include "test/fuzz/FuzzSupport.h"
-#include "tools/compiler/Compiler.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"

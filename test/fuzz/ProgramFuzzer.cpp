@@ -17,9 +17,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "dialects/KV/ParserGuard.h"
+#include "driver/compiler/Compiler.h"
+#include "driver/compiler/ParserGuard.h"
 #include "test/fuzz/FuzzSupport.h"
-#include "tools/compiler/Compiler.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
@@ -304,7 +304,7 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size,
     return LLVMFuzzerMutate(data, size, maxSize);
   std::string text(reinterpret_cast<const char *>(data), size);
   OwningOpRef<ModuleOp> module;
-  if (!kv::findParserHazard(text))
+  if (!kvir::compiler::findParserHazard(text))
     module = parseSourceString<ModuleOp>(text, &fuzzContext.get());
   bool changed = false;
   if (module && rng() % 3 != 0) {

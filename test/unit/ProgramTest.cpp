@@ -7,8 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tools/compiler/Attribution.h"
-#include "tools/compiler/Compiler.h"
+#include "driver/compiler/Attribution.h"
+#include "driver/compiler/Compiler.h"
 
 #include "runtime/cpu/CpuBackend.h"
 #include "runtime/exec/Session.h"

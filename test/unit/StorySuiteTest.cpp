@@ -2,8 +2,8 @@
 
 #include "bench/StorySuite.h"
 
+#include "driver/compiler/Compiler.h"
 #include "runtime/core/KVRuntime.h"
-#include "tools/compiler/Compiler.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"

@@ -4,7 +4,9 @@
 // machine): links the runtime only (the exec ABI, the backends, the CUDA
 // driver layer), loads a program library with dlopen, binds its entry from
 // the manifest the library embeds, runs it and prints the same report as
-// kv-run (docs/gpu-backend.md).
+// kv-run (docs/gpu-backend.md). The options, the run and the report are the
+// runner's (driver/runner), shared with kv-run; what is here is the library
+// and the commands of this tool.
 //
 //   kv-aot-run info
 //   kv-aot-run LIB.so [--entry main] [--backend cuda|cpu|reference]
@@ -23,19 +25,15 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "driver/runner/Runner.h"
+
 #include "runtime/core/ForwardCall.h"
 #include "runtime/core/KVElement.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/CudaRuntime.h"
-#include "runtime/exec/BlockStoreOptions.h"
-#include "runtime/exec/Session.h"
-#include "runtime/exec/Text.h"
-#include "tools/kv-run/Report.h"
 
 #include <dlfcn.h>
-
-#include <algorithm>
 
 #include <cmath>
 #include <cstdio>
@@ -46,6 +44,7 @@
 #include <vector>
 
 using namespace kvir;
+using namespace kvir::run;
 
 namespace {
 
@@ -55,257 +54,79 @@ int usageError(const std::string &message) {
 }
 
 const char *kUsage =
+    "kv-aot-run: run kv programs kv-aot compiled ahead of time, on machines "
+    "without\nLLVM (docs/gpu-backend.md)\n\n"
     "usage: kv-aot-run info\n"
     "       kv-aot-run LIB.so [options]\n"
     "       kv-aot-run bench-attention LIB.so [options]\n"
-    "       kv-aot-run compare A.f32 B.f32 [--tolerance T]\n"
-    "options:\n"
-    "  --entry NAME            function to run (default main)\n"
-    "  --backend NAME          cuda (default for GPU programs), cpu (default "
-    "for CPU programs) or reference\n"
-    "  --model FILE            llama2.c checkpoint (default: a synthetic "
-    "model)\n"
-    "  --synthetic NAME        default, synthetic-test or synthetic-bench\n"
-    "  --model-seed N          seed of the synthetic model\n"
-    "  --input NAME=FILE       binds an argument (argN or its kv.name)\n"
-    "  --text NAME=STRING      binds a token argument to the encoding of "
-    "STRING\n"
-    "  --text-file NAME=FILE   ... of the text in FILE\n"
-    "  --bos NAME              BOS in front of the text argument NAME\n"
-    "  --tokenizer FILE        llama2.c tokenizer (default: tok<vocab>.bin "
-    "beside --model)\n"
-    "  --no-tokenizer          none, even where one lies beside the model\n"
-    "  --synthesize-inputs     seeded inputs for the arguments not given\n"
-    "  --sample-length N       length of a synthesized dynamic argument\n"
-    "  --seed N                seed of synthesized inputs\n"
-    "  --compare-full-prefill  cost and fidelity against a full prefill\n"
-    "  --greedy N              greedy continuation tokens\n"
-    "  --dump-logits FILE      the answer's logits as float32\n"
-    "  --json                  the report as JSON\n"
-    "  --page-tokens N, --pool-pages N   the KV pool\n"
-    "  --max-context N         refuse positions at or beyond N (default: 8 "
-    "times the\n                          trained context; 0: no limit)\n"
-    "  --kv-store URL          block store of kv.load_block/kv.store_block: "
-    "memory or\n                          redis://HOST[:PORT][/DB] "
-    "(docs/block-store.md)\n"
-    "  --kv-store-prefix P, --kv-store-ttl S, --kv-store-timeout-ms MS,\n"
-    "  --kv-store-policy fallback|fail   its key prefix (kvir:), expiry "
-    "(none), "
-    "timeout\n                          (2000) and what a fault does "
-    "(fallback: prefill)\n"
-    "  --context N, --runs R, --iters K  bench-attention: keys, runs, calls\n"
-    "  --tolerance T           compare: the largest |a - b| allowed (1e-3)\n";
+    "       kv-aot-run compare A.f32 B.f32 [--tolerance T]\n";
 
+/// The command line: a command, its files, the runners' options and this
+/// tool's own.
 struct Args {
-  std::string command = "run", library, entry = "main", backend;
-  std::string model, synthetic = "default", dumpLogits;
-  uint64_t modelSeed = 0;
-  exec::InputOptions inputs;
-  exec::TextOptions text;
-  exec::StoreOptions store;
-  bool compareFull = false, json = false;
-  int64_t greedy = -1, pageTokens = 16, poolPages = 8192, maxContext = -1;
+  std::string command = "run", library;
+  std::vector<std::string> files;
+  RunOptions run;
   int64_t context = 16384, runs = 16, iters = 5;
   double tolerance = 1e-3;
-  std::vector<std::string> files;
 };
 
-bool parseInt(const char *text, int64_t &out) {
-  char *end = nullptr;
-  long long v = std::strtoll(text, &end, 10);
-  if (!*text || *end)
-    return false;
-  out = v;
-  return true;
-}
-
-bool parse(int argc, char **argv, Args &a, std::string &problem) {
-  int i = 1;
-  if (i < argc && (std::string(argv[i]) == "info" ||
-                   std::string(argv[i]) == "bench-attention" ||
-                   std::string(argv[i]) == "compare"))
-    a.command = argv[i++];
-  for (; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&](std::string &out) {
-      if (i + 1 >= argc) {
-        problem = arg + " needs a value";
-        return false;
-      }
-      out = argv[++i];
-      return true;
-    };
-    auto number = [&](int64_t &out) {
-      std::string text;
-      if (!value(text))
-        return false;
-      if (!parseInt(text.c_str(), out)) {
-        problem = arg + " needs an integer, got '" + text + "'";
-        return false;
-      }
-      return true;
-    };
-    std::string text;
-    int64_t n = 0;
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (arg == "--entry") {
-      if (!value(a.entry))
-        return false;
-    } else if (arg == "--backend") {
-      if (!value(a.backend))
-        return false;
-    } else if (arg == "--model") {
-      if (!value(a.model))
-        return false;
-    } else if (arg == "--synthetic") {
-      if (!value(a.synthetic))
-        return false;
-    } else if (arg == "--model-seed") {
-      if (!number(n))
-        return false;
-      a.modelSeed = uint64_t(n);
-    } else if (arg == "--input") {
-      if (!value(text))
-        return false;
-      size_t eq = text.find('=');
-      if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
-        problem = "--input expects NAME=FILE, got '" + text + "'";
-        return false;
-      }
-      std::string name = text.substr(0, eq), file = text.substr(eq + 1), data;
-      if (!exec::readFile(file, data, problem, "input file"))
-        return false;
-      if (a.inputs.given.count(name)) {
-        problem = "--input " + name + " is given twice";
-        return false;
-      }
-      a.inputs.given[name] = {data, "'" + file + "'"};
-    } else if (arg == "--text" || arg == "--text-file") {
-      if (!value(text))
-        return false;
-      exec::TextOptions::Item item{"", "", arg, arg};
-      std::string file;
-      if (!exec::splitNameValue(text, arg, item.name,
-                                arg == "--text" ? item.text : file, problem))
-        return false;
-      if (arg == "--text-file") {
-        item.source = "'" + file + "'";
-        if (file.empty()) {
-          problem = "--text-file " + item.name + ": an empty file name";
+/// Declares the options: the runners' and this tool's own.
+void declareOptions(OptionParser &parser, Args &a) {
+  addRunOptions(parser, a.run);
+  parser.section("kv-aot-run's own");
+  parser.integer("context", "N",
+                 "bench-attention: keys attended (default 16384)", a.context);
+  parser.integer("runs", "N",
+                 "bench-attention: the shifted runs compared against one "
+                 "(default 16)",
+                 a.runs);
+  parser.integer("iters", "N",
+                 "bench-attention: calls timed per layer (default 5)", a.iters);
+  parser.custom(
+      "tolerance", "T", "compare: the largest |a - b| allowed (default 1e-3)",
+      [&a](const std::string &text, std::string &error) {
+        char *end = nullptr;
+        a.tolerance = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end || !(a.tolerance >= 0)) {
+          error = "--tolerance needs a non-negative number, got '" + text + "'";
           return false;
         }
-        if (!exec::readFile(file, item.text, problem, "text file"))
-          return false;
-      }
-      a.text.texts.push_back(item);
-    } else if (arg == "--bos") {
-      if (!value(text))
-        return false;
-      a.text.bos.insert(text);
-    } else if (arg == "--tokenizer") {
-      if (!value(a.text.tokenizer))
-        return false;
-      if (a.text.tokenizer.empty()) {
-        problem = "--tokenizer: an empty file name";
-        return false;
-      }
-    } else if (arg == "--no-tokenizer") {
-      a.text.noTokenizer = true;
-    } else if (arg == "--attribute") {
-      problem = "--attribute is kv-run's: its auxiliary entry is derived "
-                "when the program is compiled just in time";
-      return false;
-    } else if (arg == "--synthesize-inputs") {
-      a.inputs.synthesize = true;
-    } else if (arg == "--sample-length") {
-      if (!number(a.inputs.dynamicLength))
-        return false;
-    } else if (arg == "--seed") {
-      if (!number(n))
-        return false;
-      a.inputs.seed = uint64_t(n);
-    } else if (arg == "--compare-full-prefill") {
-      a.compareFull = true;
-    } else if (arg == "--greedy") {
-      if (!number(a.greedy))
-        return false;
-      if (a.greedy < 0) {
-        problem =
-            "--greedy must not be negative, got " + std::to_string(a.greedy);
-        return false;
-      }
-    } else if (arg == "--max-context") {
-      if (!number(a.maxContext))
-        return false;
-      if (a.maxContext < 0) {
-        problem = "--max-context must not be negative, got " +
-                  std::to_string(a.maxContext);
-        return false;
-      }
-    } else if (arg == "--kv-store") {
-      if (!value(a.store.url))
-        return false;
-    } else if (arg == "--kv-store-prefix") {
-      if (!value(a.store.prefix))
-        return false;
-      a.store.prefixGiven = true;
-    } else if (arg == "--kv-store-ttl") {
-      if (!number(a.store.ttlSeconds))
-        return false;
-      a.store.ttlGiven = true;
-    } else if (arg == "--kv-store-timeout-ms") {
-      if (!number(a.store.timeoutMs))
-        return false;
-      a.store.timeoutGiven = true;
-    } else if (arg == "--kv-store-policy") {
-      if (!value(a.store.policy))
-        return false;
-      a.store.policyGiven = true;
-    } else if (arg == "--dump-logits") {
-      if (!value(a.dumpLogits))
-        return false;
-    } else if (arg == "--json") {
-      a.json = true;
-    } else if (arg == "--page-tokens") {
-      if (!number(a.pageTokens))
-        return false;
-    } else if (arg == "--pool-pages") {
-      if (!number(a.poolPages))
-        return false;
-    } else if (arg == "--context") {
-      if (!number(a.context))
-        return false;
-    } else if (arg == "--runs") {
-      if (!number(a.runs))
-        return false;
-    } else if (arg == "--iters") {
-      if (!number(a.iters))
-        return false;
-    } else if (arg == "--tolerance") {
-      if (!value(text))
-        return false;
-      char *end = nullptr;
-      a.tolerance = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end || !(a.tolerance >= 0)) {
-        problem = "--tolerance needs a non-negative number, got '" + text + "'";
-        return false;
-      }
-    } else if (a.command == "compare" && arg.size() > 0 && arg[0] != '-') {
-      a.files.push_back(arg);
-    } else if (a.library.empty() && arg.size() > 0 && arg[0] != '-') {
-      a.library = arg;
-    } else {
-      problem = "unknown argument '" + arg + "' (kv-aot-run --help)";
+        return true;
+      });
+  parser.refuse("attribute",
+                "--attribute is kv-run's: its auxiliary entry is derived "
+                "when the program is compiled just in time");
+}
+
+/// Reads the command line into `a`; false with `problem`.
+bool parse(int argc, char **argv, OptionParser &parser, Args &a,
+           std::string &problem) {
+  int first = 1;
+  if (first < argc && (std::string(argv[first]) == "info" ||
+                       std::string(argv[first]) == "bench-attention" ||
+                       std::string(argv[first]) == "compare"))
+    a.command = argv[first++];
+  std::vector<std::string> positionals;
+  if (!parser.parse(argc, argv, first, positionals, problem))
+    return false;
+  if (parser.helpRequested())
+    return true;
+  if (a.command == "compare") {
+    a.files = positionals;
+    if (a.files.size() != 2) {
+      problem = "compare needs two float32 files (kv-aot-run --help)";
       return false;
     }
+    return true;
   }
-  if (a.command == "compare" && a.files.size() != 2) {
-    problem = "compare needs two float32 files (kv-aot-run --help)";
+  if (positionals.size() > 1) {
+    problem = "unknown argument '" + positionals[1] + "' (kv-aot-run --help)";
     return false;
   }
-  if (a.command != "info" && a.command != "compare" && a.library.empty()) {
+  if (!positionals.empty())
+    a.library = positionals[0];
+  if (a.command != "info" && a.library.empty()) {
     problem = "no program library given (kv-aot-run --help)";
     return false;
   }
@@ -313,7 +134,6 @@ bool parse(int argc, char **argv, Args &a, std::string &problem) {
 }
 
 using ModelPtr = std::unique_ptr<kvrt_model, void (*)(kvrt_model *)>;
-using PoolPtr = std::unique_ptr<kvrt_pool, void (*)(kvrt_pool *)>;
 
 /// A loaded program library: its manifest and entry.
 struct Library {
@@ -437,119 +257,75 @@ int info() {
 }
 
 /// Runs the program and prints kv-run's report.
-int runProgram(Args &a) {
-  std::string error, description;
-  // The store's options are checked before anything loads; nothing is
-  // connected until the first block op.
-  exec::BlockStoreRef store(nullptr, kvrt_block_store_release);
-  exec::BlockStoreBinding storeBinding;
-  if (!exec::openBlockStore(a.store, store, storeBinding, error))
-    return usageError(error);
-  ModelPtr model(
-      exec::loadModel(a.model, a.synthetic, a.modelSeed, description, error),
-      kvrt_model_release);
-  if (!model)
+int runProgram(const Args &a) {
+  const RunOptions &o = a.run;
+  std::string error;
+  exec::InputOptions inputs;
+  exec::TextOptions text;
+  if (!readInputFiles(o.request, inputs, error) ||
+      !readTextOptions(o.runner, o.request, /*onePrompt=*/false, text, error))
     return usageError(error);
   // Which backend: the library's target decides the default, read from the
   // manifest beside it (opening the library runs its constructor, which
   // loads GPU kernels); the backend is created before the library is opened,
   // so that a missing driver is a message and not a failure inside the
   // library's constructor.
-  std::string backendName = a.backend;
-  if (backendName.empty())
-    backendName = targetBeside(a.library) == "cpu" ? "cpu" : "cuda";
-  std::unique_ptr<ComputeBackend> backend =
-      exec::createBackend(backendName, model.get(), error);
-  if (!backend)
+  RunnerOptions runnerOptions = o.runner;
+  if (runnerOptions.backend.empty())
+    runnerOptions.backend = targetBeside(a.library) == "cpu" ? "cpu" : "cuda";
+  std::unique_ptr<Runner> runner = Runner::create(runnerOptions, error);
+  if (!runner)
     return usageError(error);
   Library library;
-  if (!openLibrary(a.library, a.entry, library, error))
+  if (!openLibrary(a.library, o.request.entry, library, error))
     return usageError(error);
-  if (backend->runsGeneratedCode() &&
-      (library.manifest.target == "gpu") != (backendName == "cuda"))
+  if (runner->backend().runsGeneratedCode() &&
+      (library.manifest.target == "gpu") != (runnerOptions.backend == "cuda"))
     return usageError("the program was compiled for the " +
                       library.manifest.target + ", the backend is " +
-                      backendName);
-
-  kvrt_model_config config;
-  kvrt_model_get_config(model.get(), &config);
-  if (a.pageTokens <= 0 || a.poolPages <= 0)
-    return usageError("--page-tokens and --pool-pages must be positive");
-  kvrt_pool_config pc;
-  kvrt_pool_config_for_model(model.get(), &pc);
-  pc.dtype = library.manifest.kvDtype;
-  pc.page_tokens = int32_t(a.pageTokens);
-  pc.capacity_pages = a.poolPages;
-  kvrt_pool *rawPool = nullptr;
-  if (kvrt_pool_create(&pc, &rawPool))
-    return usageError(std::string("cannot create the kv pool: ") +
-                      kvrt_last_error());
-  PoolPtr pool(rawPool, kvrt_pool_release);
-
-  run::Report report;
-  exec::TokenizerRef tokenizer;
-  if (!exec::findTokenizer(a.text, a.model, config.vocab_size, tokenizer,
-                           report.tokenizer, error) ||
-      !exec::encodeTextInputs(a.text, tokenizer.get(), a.inputs, error))
+                      runnerOptions.backend);
+  if (!runner->preparePool(library.manifest.kvDtype, /*fromProgram=*/true,
+                           error) ||
+      !runner->encodeInputs(text, inputs, error))
     return usageError(error);
-  int64_t limit =
-      a.maxContext >= 0 ? a.maxContext : exec::defaultMaxContext(config);
-  a.inputs.maxSynthesized = a.poolPages * a.pageTokens;
-  if (limit > 0)
-    a.inputs.maxSynthesized = std::min(a.inputs.maxSynthesized, limit);
+
+  Report report;
   std::vector<exec::Value> args;
-  if (!exec::bindArguments(library.manifest, config, a.inputs, args,
-                           &report.inputs, error)) {
+  if (!runner->bind(library.manifest, inputs, args, report, error)) {
     std::fprintf(stderr, "kv-aot-run: error: %s\n", error.c_str());
     return 1;
   }
-  exec::RunOutcome outcome =
-      exec::runEntry(library.entry, library.manifest, *backend, model.get(),
-                     pool.get(), args, limit, &storeBinding);
-  auto siteOf = [&](int32_t site) {
-    return site >= 0 && size_t(site) < library.manifest.sites.size()
-               ? library.manifest.sites[site] + ": "
-               : std::string();
+  const kvrt_model_config &config = runner->config();
+  Entry entry{library.entry, &library.manifest, library.forward(config),
+              a.library};
+  exec::RunOutcome outcome = runner->run(entry, args);
+  std::string warning = runner->contextWarning(outcome.contextTokens);
+  if (!warning.empty())
+    std::fprintf(stderr, "kv-aot-run: warning: %s\n", warning.c_str());
+  // Block store faults the policy let the run go on after, and a failure,
+  // named by their op's location.
+  auto atSite = [&](int32_t site, bool isError, const std::string &message) {
+    std::string where =
+        site >= 0 && size_t(site) < library.manifest.sites.size()
+            ? library.manifest.sites[site] + ": "
+            : std::string();
+    std::fprintf(stderr, "%s%s: %s\n", where.c_str(),
+                 isError ? "error" : "warning", message.c_str());
   };
-  // Faults the policy let the run go on after: a warning naming the op.
-  for (const exec::BlockEvent &e : outcome.blockEvents)
-    if (e.event.outcome == KVRT_EXEC_BLOCK_FAULT && e.event.fell_back)
-      std::fprintf(stderr, "%swarning: %s\n", siteOf(e.event.site).c_str(),
-                   exec::describeBlockEvent(e).c_str());
-  if (outcome.failed) {
-    std::fprintf(stderr, "%serror: %s\n", siteOf(outcome.site).c_str(),
-                 outcome.message.c_str());
+  if (!Runner::reportProblems(outcome, atSite))
     return 1;
-  }
-  report.program = a.library;
-  report.entry = a.entry;
-  report.model = description;
-  report.backend = backend->name();
-  report.config = run::describeConfig(config);
-  run::MeasureOptions measure;
-  measure.greedy = a.greedy >= 0 ? a.greedy : (a.compareFull ? 16 : 0);
-  measure.compareFull = a.compareFull;
-  measure.dumpLogits = a.dumpLogits;
-  measure.tokenizer = tokenizer.get();
-  measure.maxContext = limit;
-  Forward forward = library.forward(config);
-  if ((measure.greedy > 0 || a.compareFull) && backend->runsGeneratedCode() &&
-      !forward.prefill)
+  if ((o.request.greedyTokens() > 0 || o.request.compareFull) &&
+      runner->backend().runsGeneratedCode() && !entry.forward.prefill)
     return usageError("the library has no forward for the model [" +
                       configKey(config, KVRT_KV_F32) +
                       "]: compile it with kv-aot --model, or run a model of "
                       "the program's config");
-  if (!run::completeReport(report, outcome, library.manifest.hasPlanOps,
-                           *backend, forward, model.get(), pool.get(), measure,
-                           error)) {
+  if (!runner->complete(report, entry, outcome, o.request,
+                        /*reference=*/nullptr, error)) {
     std::fprintf(stderr, "kv-aot-run: error: %s\n", error.c_str());
     return 1;
   }
-  run::addBlockStore(report, store.get(), storeBinding.policy, outcome);
-  if (a.json)
-    run::printJson(report);
-  else
-    run::printText(report);
+  printReport(report, o.request.json);
   return 0;
 }
 
@@ -615,11 +391,11 @@ kvrt_status patternView(const kvrt_model *model, kvrt_kv_dtype dtype,
 /// GPU: bytes of K/V read per second, and R shifted runs against one run.
 int benchAttention(Args &a) {
   std::string error, description;
-  if (a.synthetic == "default")
-    a.synthetic = "synthetic-bench";
-  ModelPtr model(
-      exec::loadModel(a.model, a.synthetic, a.modelSeed, description, error),
-      kvrt_model_release);
+  if (a.run.runner.synthetic == "default")
+    a.run.runner.synthetic = "synthetic-bench";
+  ModelPtr model(exec::loadModel(a.run.runner.model, a.run.runner.synthetic,
+                                 a.run.runner.modelSeed, description, error),
+                 kvrt_model_release);
   if (!model)
     return usageError(error);
   std::unique_ptr<cuda::CudaComputeBackend> gpu =
@@ -627,7 +403,7 @@ int benchAttention(Args &a) {
   if (!gpu)
     return usageError(error);
   Library library;
-  if (!openLibrary(a.library, a.entry, library, error))
+  if (!openLibrary(a.library, a.run.request.entry, library, error))
     return usageError(error);
   kvrt_model_config c;
   kvrt_model_get_config(model.get(), &c);
@@ -681,12 +457,21 @@ int main(int argc, char **argv) {
   if (!kvrt_exec_symbols()->name)
     return usageError("internal error: no exec ABI");
   Args args;
-  std::string problem;
+  OptionParser parser("kv-aot-run");
+  declareOptions(parser, args);
   if (argc < 2) {
-    std::fputs(kUsage, stderr);
+    std::fprintf(stderr, "%s\nkv-aot-run --help lists the options\n", kUsage);
     return 2;
   }
-  if (!parse(argc, argv, args, problem))
+  std::string problem;
+  if (!parse(argc, argv, parser, args, problem))
+    return usageError(problem);
+  if (parser.helpRequested()) {
+    parser.printHelp(stdout, kUsage);
+    return 0;
+  }
+  if (!applyThreads(args.run.runner.threads, problem) ||
+      !checkRunOptions(args.run, problem))
     return usageError(problem);
   if (args.command == "info")
     return info();

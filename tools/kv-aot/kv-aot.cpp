@@ -16,7 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tools/compiler/Compiler.h"
+#include "driver/compiler/Compiler.h"
 
 #include "runtime/core/ModelConfig.h"
 

@@ -6,7 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dialects/KV/KVDialect.h"
-#include "dialects/KV/ParserGuard.h"
+#include "driver/compiler/ParserGuard.h"
 #include "passes/Passes.h"
 #include "test/lib/TestPasses.h"
 
@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
         llvm::MemoryBuffer::getMemBuffer(file->getMemBufferRef(),
                                          /*RequiresNullTerminator=*/false),
         llvm::SMLoc());
-    if (mlir::failed(mlir::kv::checkParserHazards(sourceMgr, id)))
+    if (mlir::failed(kvir::compiler::checkParserHazards(sourceMgr, id)))
       return 1;
   }
   std::unique_ptr<llvm::ToolOutputFile> out =

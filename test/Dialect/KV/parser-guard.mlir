@@ -1,5 +1,5 @@
 // RUN: kv-opt %s --allow-unregistered-dialect | FileCheck %s
-// The parser guard (dialects/KV/ParserGuard.h) lets through what only looks
+// The parser guard (driver/compiler/ParserGuard.h) lets through what only looks
 // like a crasher: comments, strings, other names, other types, result numbers
 // in range.
 // array<index: 1, 2> in a comment, %0#4294967296 too

@@ -1,7 +1,7 @@
 //===- CpuBackendTest.cpp - Generated CPU kernels vs the oracle -*- C++ -*-===//
 //
 // The CPU backend runs the generated forward (convert-kv-to-cpu, JIT-compiled
-// through the compiler driver, tools/compiler). These tests hold it to
+// through the compiler driver, driver/compiler). These tests hold it to
 // llama2.c's logits and to the reference oracle, on full prefills, chunked
 // prefills over views, views of several runs with different RoPE offsets,
 // attention alone, materialize and one layer's K/V.
@@ -10,11 +10,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cpu/CpuBackend.h"
+#include "driver/compiler/Compiler.h"
 #include "runtime/core/KVParallel.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/reference/Reference.h"
 #include "test/unit/cpu/CpuTestSupport.h"
-#include "tools/compiler/Compiler.h"
 
 #include <algorithm>
 #include <cmath>

@@ -12,12 +12,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "driver/compiler/Compiler.h"
 #include "runtime/core/ComputeBackend.h"
 #include "runtime/core/KVFaults.h"
 #include "runtime/core/SelectiveRecompute.h"
 #include "runtime/cpu/CpuBackend.h"
 #include "test/unit/TestSupport.h"
-#include "tools/compiler/Compiler.h"
 
 #include <gtest/gtest.h>
 

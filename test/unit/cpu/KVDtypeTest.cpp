@@ -17,10 +17,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "driver/compiler/Compiler.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/cpu/CpuBackend.h"
 #include "test/unit/cpu/CpuTestSupport.h"
-#include "tools/compiler/Compiler.h"
 
 #include <algorithm>
 #include <cstdio>

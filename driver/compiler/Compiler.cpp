@@ -1,10 +1,10 @@
 //===- Compiler.cpp - kv programs from source to code -----------*- C++ -*-===//
 
-#include "tools/compiler/Compiler.h"
+#include "driver/compiler/Compiler.h"
 
 #include "dialects/KV/KVDialect.h"
 #include "dialects/KV/KVOps.h"
-#include "dialects/KV/ParserGuard.h"
+#include "driver/compiler/ParserGuard.h"
 #include "passes/Conversion/Forward/BuildForward.h"
 #include "passes/Conversion/KVToCPU/CpuTarget.h"
 #include "passes/Passes.h"
@@ -164,7 +164,7 @@ OwningOpRef<ModuleOp> kvir::compiler::loadProgram(
   StringRef text = buffer->getBuffer();
   StringRef bufferName = buffer->getBufferIdentifier();
   sourceMgr.AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
-  if (failed(kv::checkParserHazards(text, bufferName, &context)))
+  if (failed(compiler::checkParserHazards(text, bufferName, &context)))
     return nullptr;
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
   if (!module)
@@ -186,7 +186,7 @@ OwningOpRef<ModuleOp> kvir::compiler::loadProgram(
 OwningOpRef<ModuleOp> kvir::compiler::parseProgram(
     MLIRContext &context, StringRef text,
     llvm::function_ref<LogicalResult(ModuleOp)> beforePlanning) {
-  if (failed(kv::checkParserHazards(text, /*bufferName=*/"", &context)))
+  if (failed(compiler::checkParserHazards(text, /*bufferName=*/"", &context)))
     return nullptr;
   // MLIR's lexer reads past the end of a buffer that is not NUL-terminated
   // (an ASan report from the program fuzzer): parse a terminated copy.

@@ -16,8 +16,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef KVIR_TOOLS_COMPILER_COMPILER_H
-#define KVIR_TOOLS_COMPILER_COMPILER_H
+#ifndef KVIR_DRIVER_COMPILER_COMPILER_H
+#define KVIR_DRIVER_COMPILER_COMPILER_H
 
 #include "runtime/core/ForwardABI.h"
 #include "runtime/exec/Session.h"
@@ -196,4 +196,4 @@ mlir::LogicalResult emitObject(mlir::ModuleOp lowered,
 
 } // namespace kvir::compiler
 
-#endif // KVIR_TOOLS_COMPILER_COMPILER_H
+#endif // KVIR_DRIVER_COMPILER_COMPILER_H

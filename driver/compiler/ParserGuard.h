@@ -17,8 +17,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef KVIR_DIALECTS_KV_PARSERGUARD_H
-#define KVIR_DIALECTS_KV_PARSERGUARD_H
+#ifndef KVIR_DRIVER_COMPILER_PARSERGUARD_H
+#define KVIR_DRIVER_COMPILER_PARSERGUARD_H
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/LLVM.h"
@@ -31,7 +31,7 @@ namespace llvm {
 class SourceMgr;
 } // namespace llvm
 
-namespace mlir::kv {
+namespace kvir::compiler {
 
 /// A construct the MLIR parser would crash on.
 struct ParserHazard {
@@ -47,14 +47,15 @@ std::optional<ParserHazard> findParserHazard(llvm::StringRef text);
 
 /// Emits an error for the first hazard in `text` through `context`'s
 /// diagnostic handlers, located at `bufferName`:line:column, and fails.
-LogicalResult checkParserHazards(llvm::StringRef text,
-                                 llvm::StringRef bufferName,
-                                 MLIRContext *context);
+mlir::LogicalResult checkParserHazards(llvm::StringRef text,
+                                       llvm::StringRef bufferName,
+                                       mlir::MLIRContext *context);
 
 /// Prints an error for the first hazard in buffer `bufferId` of `sourceMgr`
 /// (with the source line and a caret) and fails.
-LogicalResult checkParserHazards(llvm::SourceMgr &sourceMgr, unsigned bufferId);
+mlir::LogicalResult checkParserHazards(llvm::SourceMgr &sourceMgr,
+                                       unsigned bufferId);
 
-} // namespace mlir::kv
+} // namespace kvir::compiler
 
-#endif // KVIR_DIALECTS_KV_PARSERGUARD_H
+#endif // KVIR_DRIVER_COMPILER_PARSERGUARD_H

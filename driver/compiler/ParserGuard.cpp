@@ -1,4 +1,4 @@
-//===- ParserGuard.cpp - Text the MLIR parser crashes on ------------------===//
+//===- ParserGuard.cpp - Text the MLIR parser crashes on --------*- C++ -*-===//
 //
 // A small lexer over MLIR source text: it skips comments and string literals,
 // records type alias definitions, and finds the constructs ParserGuard.h
@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "dialects/KV/ParserGuard.h"
+#include "driver/compiler/ParserGuard.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Location.h"
@@ -111,7 +111,8 @@ StringRef resolveAlias(StringRef type,
 
 } // namespace
 
-std::optional<kv::ParserHazard> kv::findParserHazard(StringRef text) {
+std::optional<kvir::compiler::ParserHazard>
+kvir::compiler::findParserHazard(StringRef text) {
   Lexer lexer(text);
   llvm::StringMap<StringRef> aliases;
   SmallVector<DenseArrayUse> arrays;
@@ -198,8 +199,9 @@ std::optional<kv::ParserHazard> kv::findParserHazard(StringRef text) {
   return resultHazard;
 }
 
-LogicalResult kv::checkParserHazards(StringRef text, StringRef bufferName,
-                                     MLIRContext *context) {
+LogicalResult kvir::compiler::checkParserHazards(StringRef text,
+                                                 StringRef bufferName,
+                                                 MLIRContext *context) {
   std::optional<ParserHazard> hazard = findParserHazard(text);
   if (!hazard)
     return success();
@@ -213,8 +215,8 @@ LogicalResult kv::checkParserHazards(StringRef text, StringRef bufferName,
   return failure();
 }
 
-LogicalResult kv::checkParserHazards(llvm::SourceMgr &sourceMgr,
-                                     unsigned bufferId) {
+LogicalResult kvir::compiler::checkParserHazards(llvm::SourceMgr &sourceMgr,
+                                                 unsigned bufferId) {
   StringRef text = sourceMgr.getMemoryBuffer(bufferId)->getBuffer();
   std::optional<ParserHazard> hazard = findParserHazard(text);
   if (!hazard)

@@ -1,12 +1,14 @@
 //===- ThreadsOption.h - The tools' --threads option ------------*- C++ -*-===//
 //
-// `--threads N` of kv-run and kv-bench: how many threads the generated CPU
-// code's parallel loops use (runtime/core/KVParallel.h).
+// `--threads N` for tools whose command line is llvm::cl's (kv-bench): how
+// many threads the generated CPU code's parallel loops use
+// (runtime/core/KVParallel.h). Its help and its check are the runners'
+// (driver/runner/RunOptions.h), so every tool takes the same option.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef KVIR_TOOLS_COMPILER_THREADSOPTION_H
-#define KVIR_TOOLS_COMPILER_THREADSOPTION_H
+#ifndef KVIR_DRIVER_COMPILER_THREADSOPTION_H
+#define KVIR_DRIVER_COMPILER_THREADSOPTION_H
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/CommandLine.h"
@@ -27,4 +29,4 @@ bool applyThreadsOption(const llvm::cl::opt<int> &threads,
 
 } // namespace kvir::compiler
 
-#endif // KVIR_TOOLS_COMPILER_THREADSOPTION_H
+#endif // KVIR_DRIVER_COMPILER_THREADSOPTION_H

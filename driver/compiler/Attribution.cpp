@@ -1,7 +1,7 @@
 //===- Attribution.cpp - The entry an attribution runs ----------*- C++ -*-===//
 
-#include "tools/compiler/Attribution.h"
-#include "tools/compiler/Compiler.h"
+#include "driver/compiler/Attribution.h"
+#include "driver/compiler/Compiler.h"
 
 #include "dialects/KV/KVOps.h"
 

@@ -1,6 +1,6 @@
 //===- Report.cpp - What kv-run prints about a run --------------*- C++ -*-===//
 
-#include "tools/kv-run/Report.h"
+#include "driver/runner/Report.h"
 
 #include <cerrno>
 #include <cmath>
@@ -685,6 +685,13 @@ void kvir::run::printJson(const Report &r) {
   }
   j.endObject();
   j.finish();
+}
+
+void kvir::run::printReport(const Report &report, bool json) {
+  if (json)
+    printJson(report);
+  else
+    printText(report);
 }
 
 void kvir::run::addBlockStore(Report &report, const kvrt_block_store *store,

@@ -1,5 +1,4 @@
-//===- Attribution.h - The entry an attribution runs -------------*- C++
-//-*-===//
+//===- Attribution.h - The entry an attribution runs ------------*- C++ -*-===//
 //
 // `kv-run --attribute` needs, next to the answer of an edited context, the
 // operands of the edit: the old cache and the new tokens. This derives, from
@@ -10,8 +9,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef KVIR_TOOLS_COMPILER_ATTRIBUTION_H
-#define KVIR_TOOLS_COMPILER_ATTRIBUTION_H
+#ifndef KVIR_DRIVER_COMPILER_ATTRIBUTION_H
+#define KVIR_DRIVER_COMPILER_ATTRIBUTION_H
 
 #include "runtime/exec/Attribution.h"
 
@@ -48,4 +47,4 @@ addAttributionEntry(mlir::ModuleOp module, llvm::StringRef entryName);
 
 } // namespace kvir::compiler
 
-#endif // KVIR_TOOLS_COMPILER_ATTRIBUTION_H
+#endif // KVIR_DRIVER_COMPILER_ATTRIBUTION_H

@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef KVIR_TOOLS_KV_RUN_REPORT_H
-#define KVIR_TOOLS_KV_RUN_REPORT_H
+#ifndef KVIR_DRIVER_RUNNER_REPORT_H
+#define KVIR_DRIVER_RUNNER_REPORT_H
 
 #include "runtime/exec/Attribution.h"
 #include "runtime/exec/BlockStoreOptions.h"
@@ -130,7 +130,9 @@ std::string describeConfig(const kvrt_model_config &config);
 
 void printText(const Report &report);
 void printJson(const Report &report);
+/// printJson with `json` (--json), else printText.
+void printReport(const Report &report, bool json);
 
 } // namespace kvir::run
 
-#endif // KVIR_TOOLS_KV_RUN_REPORT_H
+#endif // KVIR_DRIVER_RUNNER_REPORT_H

@@ -1,0 +1,263 @@
+//===- Runner.cpp - Running entries of compiled kv programs -----*- C++ -*-===//
+
+#include "driver/runner/Runner.h"
+
+#include "runtime/core/ModelConfig.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+
+using namespace kvir;
+using namespace kvir::run;
+
+std::unique_ptr<Runner> Runner::create(const RunnerOptions &options,
+                                       std::string &error) {
+  // An unknown backend is refused before anything loads.
+  if (!exec::checkBackendName(options.backend, error))
+    return nullptr;
+  std::unique_ptr<Runner> runner(new Runner());
+  runner->options = options;
+  if (!exec::openBlockStore(options.store, runner->store, runner->storeBinding,
+                            error))
+    return nullptr;
+  runner->modelHandle.reset(exec::loadModel(options.model, options.synthetic,
+                                            options.modelSeed,
+                                            runner->description, error));
+  if (!runner->modelHandle)
+    return nullptr;
+  kvrt_model_get_config(runner->model(), &runner->modelConfig);
+  exec::TextOptions tokenizer;
+  tokenizer.tokenizer = options.tokenizer;
+  tokenizer.noTokenizer = options.noTokenizer;
+  if (!exec::findTokenizer(tokenizer, options.model,
+                           runner->modelConfig.vocab_size, runner->tokenizerRef,
+                           runner->tokenizerFile, error))
+    return nullptr;
+  runner->computeBackend =
+      exec::createBackend(options.backend, runner->model(), error);
+  if (!runner->computeBackend)
+    return nullptr;
+  runner->limit = options.maxContext >= 0
+                      ? options.maxContext
+                      : exec::defaultMaxContext(runner->modelConfig);
+  return runner;
+}
+
+Runner::~Runner() = default;
+
+std::string Runner::contextWarning(int64_t tokens) const {
+  if (tokens <= modelConfig.seq_len)
+    return "";
+  return "the context reached " + std::to_string(tokens) + " tokens, beyond " +
+         "the " + std::to_string(modelConfig.seq_len) +
+         " the model was trained on: positions past them were never seen in "
+         "training";
+}
+
+bool Runner::preparePool(kvrt_kv_dtype programDtype, bool fromProgram,
+                         std::string &error) {
+  kvrt_kv_dtype dtype = programDtype;
+  if (options.kvDtypeGiven) {
+    std::optional<kvrt_kv_dtype> given = parseKvDtype(options.kvDtype);
+    if (!given) {
+      error =
+          "--kv-dtype must be f32, f16 or bf16, got '" + options.kvDtype + "'";
+      return false;
+    }
+    if (fromProgram && *given != programDtype) {
+      error = "--kv-dtype " + options.kvDtype +
+              " disagrees with the program, whose !kv.cache values hold " +
+              kvDtypeName(programDtype) +
+              " pages (change the element type of its caches, or drop the "
+              "option)";
+      return false;
+    }
+    dtype = *given;
+  }
+  if (poolHandle) {
+    if (dtype == poolDtype)
+      return true;
+    error = std::string("the KV pool holds ") + kvDtypeName(poolDtype) +
+            " pages, the program " + kvDtypeName(dtype) + " pages";
+    return false;
+  }
+  if (options.pageTokens <= 0) {
+    error = "--page-tokens must be positive, got " +
+            std::to_string(options.pageTokens);
+    return false;
+  }
+  if (options.pageTokens > INT32_MAX) {
+    error = "--page-tokens must be at most " + std::to_string(INT32_MAX) +
+            ", got " + std::to_string(options.pageTokens);
+    return false;
+  }
+  if (options.poolPages <= 0) {
+    error = "--pool-pages must be positive, got " +
+            std::to_string(options.poolPages);
+    return false;
+  }
+  kvrt_pool_config config;
+  if (kvrt_pool_config_for_model(model(), &config)) {
+    error = std::string("cannot size the kv pool: ") + kvrt_last_error();
+    return false;
+  }
+  config.page_tokens = int32_t(options.pageTokens);
+  config.capacity_pages = options.poolPages;
+  config.dtype = dtype;
+  kvrt_pool *pool = nullptr;
+  if (kvrt_pool_create(&config, &pool)) {
+    error = std::string("cannot create the kv pool: ") + kvrt_last_error();
+    return false;
+  }
+  poolHandle.reset(pool);
+  poolDtype = dtype;
+  return true;
+}
+
+bool Runner::encodeInputs(const exec::TextOptions &text,
+                          exec::InputOptions &inputs,
+                          std::string &error) const {
+  if (!exec::encodeTextInputs(text, tokenizer(), inputs, error))
+    return false;
+  // A synthesized input is an allocation and then work: it is bounded by
+  // what a run may compute and the pool may hold.
+  inputs.maxSynthesized = options.poolPages * options.pageTokens;
+  if (limit > 0)
+    inputs.maxSynthesized = std::min(inputs.maxSynthesized, limit);
+  return true;
+}
+
+bool Runner::bind(const exec::EntryManifest &manifest,
+                  const exec::InputOptions &inputs,
+                  std::vector<exec::Value> &args, Report &report,
+                  std::string &error) const {
+  return exec::bindArguments(manifest, modelConfig, inputs, args,
+                             &report.inputs, error);
+}
+
+exec::RunOutcome Runner::run(const Entry &entry,
+                             const std::vector<exec::Value> &args) {
+  return exec::runEntry(entry.fn, *entry.manifest, backend(), model(), pool(),
+                        args, limit, &storeBinding);
+}
+
+bool Runner::reportProblems(const exec::RunOutcome &outcome,
+                            const SiteReporter &report) {
+  for (const exec::BlockEvent &e : outcome.blockEvents)
+    if (e.event.outcome == KVRT_EXEC_BLOCK_FAULT && e.event.fell_back)
+      report(e.event.site, /*isError=*/false, exec::describeBlockEvent(e));
+  if (!outcome.failed)
+    return true;
+  report(outcome.site, /*isError=*/true, outcome.message);
+  return false;
+}
+
+bool Runner::complete(Report &report, const Entry &entry,
+                      const exec::RunOutcome &outcome,
+                      const RequestOptions &request,
+                      const exec::RunOutcome *reference, std::string &error) {
+  report.program = entry.program;
+  report.entry = request.entry;
+  report.model = description;
+  report.backend = backend().name();
+  report.config = describeConfig(modelConfig);
+  report.tokenizer = tokenizerFile;
+  MeasureOptions measure;
+  measure.greedy = request.greedyTokens();
+  measure.compareFull = request.compareFull;
+  measure.dumpLogits = request.dumpLogits;
+  measure.tokenizer = tokenizer();
+  measure.maxContext = limit;
+  measure.reference = reference;
+  if (!completeReport(report, outcome, entry.manifest->hasPlanOps, backend(),
+                      entry.forward, model(), pool(), measure, error))
+    return false;
+  addBlockStore(report, store.get(), storeBinding.policy, outcome);
+  return true;
+}
+
+bool Runner::checkTokenList(const std::vector<int32_t> &tokens,
+                            std::string &error) const {
+  if (limit > 0 && int64_t(tokens.size()) > limit) {
+    error = std::to_string(tokens.size()) +
+            " tokens are more than the context limit of " +
+            std::to_string(limit) + " (--max-context; the model was trained " +
+            "on " + std::to_string(modelConfig.seq_len) + ")";
+    return false;
+  }
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] >= modelConfig.vocab_size) {
+      error = "token " + std::to_string(tokens[i]) + " at index " +
+              std::to_string(i) + " is outside the vocabulary [0, " +
+              std::to_string(modelConfig.vocab_size) + ")";
+      return false;
+    }
+  return true;
+}
+
+bool Runner::prefillTokenList(const Forward &forward, TokenListRun &run,
+                              std::string &error) {
+  kvrt_view *empty = nullptr, *filled = nullptr;
+  auto start = std::chrono::steady_clock::now();
+  kvrt_status status = kvrt_view_create(pool(), &empty);
+  if (!status)
+    status = backend().prefill(forward, model(), empty, run.tokens.data(),
+                               int64_t(run.tokens.size()), /*pos=*/0,
+                               /*label=*/nullptr, /*lastOnly=*/false,
+                               &run.logits, &filled);
+  run.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  kvrt_view_release(empty);
+  kvrt_view_release(filled);
+  if (status) {
+    error =
+        std::string(backend().name()) + " prefill failed: " + kvrt_last_error();
+    return false;
+  }
+  return true;
+}
+
+bool Runner::printTokenList(const TokenListRun &run,
+                            const std::string &dumpLogits, std::string &error) {
+  size_t n = run.tokens.size(), vocab = modelConfig.vocab_size;
+  const float *last = run.logits.data() + (n - 1) * vocab;
+  size_t argmax = std::max_element(last, last + vocab) - last;
+  std::printf("model: %s (%s)\nbackend: %s\n", description.c_str(),
+              describeConfig(modelConfig).c_str(), backend().name());
+  if (tokenizer())
+    std::printf("tokenizer: %s\n", tokenizerFile.c_str());
+  std::printf("tokens: %zu (positions 0..%zu)\n", n, n - 1);
+  if (run.fromText) {
+    // What the model reads, decoded back: the round trip of the encoding.
+    std::string decoded;
+    if (!exec::decodeTokens(tokenizer(), -1, run.tokens, decoded, error))
+      return false;
+    std::printf("text (%s): %s\n", run.bos ? "BOS first" : "no BOS",
+                exec::quoteText(run.text).c_str());
+    std::printf("token ids:");
+    for (int32_t t : run.tokens)
+      std::printf(" %d", t);
+    std::printf("\ndecoded: %s\n", exec::quoteText(decoded).c_str());
+  }
+  std::printf("argmax at last position: %zu (logit %.6f)\n", argmax,
+              last[argmax]);
+  if (tokenizer()) {
+    std::string piece;
+    if (!exec::decodeTokens(tokenizer(), run.tokens.back(), {int32_t(argmax)},
+                            piece, error))
+      return false;
+    std::printf("argmax text: %s\n", exec::quoteText(piece).c_str());
+  }
+  std::printf("time: %.3f ms (%.1f tokens/s)\n", run.seconds * 1e3,
+              n / run.seconds);
+  if (!dumpLogits.empty()) {
+    if (!writeFloats(run.logits, dumpLogits, error))
+      return false;
+    std::printf("logits: %zu x %zu float32 -> %s\n", n, vocab,
+                dumpLogits.c_str());
+  }
+  return true;
+}
