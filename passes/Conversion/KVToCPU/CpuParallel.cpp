@@ -1,0 +1,114 @@
+//===- CpuParallel.cpp - Parallel loops of the CPU forward ------*- C++ -*-===//
+//
+// A task's captured values travel in a struct on the caller's stack: a
+// memref as the descriptor the LLVM lowering lays it out as (so an
+// unrealized cast is all it takes either way), an index as i64.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Conversion/KVToCPU/CpuParallel.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+
+using namespace mlir;
+using namespace mlir::kv;
+
+namespace {
+
+/// The runtime's parallel loop and its thread count
+/// (runtime/core/KVParallel.h).
+constexpr llvm::StringLiteral kParallelFor = "kvrt_parallel_for";
+constexpr llvm::StringLiteral kNumThreads = "kvrt_get_num_threads";
+
+/// The storage of a captured value in a task's context struct: a memref
+/// descriptor as the LLVM lowering lays it out, or i64.
+Type captureStorage(ForwardEmitter &e, Type type) {
+  auto memref = dyn_cast<MemRefType>(type);
+  if (!memref)
+    return e.i64();
+  MLIRContext *ctx = e.b.getContext();
+  Type ptr = LLVM::LLVMPointerType::get(ctx);
+  Type sizes = LLVM::LLVMArrayType::get(e.i64(), memref.getRank());
+  return LLVM::LLVMStructType::getLiteral(ctx,
+                                          {ptr, ptr, e.i64(), sizes, sizes});
+}
+
+} // namespace
+
+void cpu::declareParallelRuntime(ForwardEmitter &e) {
+  OpBuilder::InsertionGuard guard(e.b);
+  e.b.setInsertionPointToEnd(e.module.getBody());
+  Type ptr = LLVM::LLVMPointerType::get(e.b.getContext());
+  auto parallel = func::FuncOp::create(
+      e.b, kParallelFor, e.b.getFunctionType({e.i64(), ptr, ptr}, {}));
+  parallel.setPrivate();
+  auto threads = func::FuncOp::create(
+      e.b, kNumThreads, e.b.getFunctionType({}, {e.b.getI32Type()}));
+  threads.setPrivate();
+}
+
+Value cpu::numThreads(ForwardEmitter &e) {
+  return e.toIndex(func::CallOp::create(e.b, kNumThreads,
+                                        TypeRange{e.b.getI32Type()},
+                                        ValueRange{})
+                       .getResult(0));
+}
+
+void cpu::parallelFor(
+    ForwardEmitter &e, StringRef task, Value count, ValueRange captures,
+    function_ref<void(ValueRange captures, Value begin, Value end)> body) {
+  MLIRContext *ctx = e.b.getContext();
+  Type ptr = LLVM::LLVMPointerType::get(ctx);
+  SmallVector<Type> storage;
+  for (Value v : captures)
+    storage.push_back(captureStorage(e, v.getType()));
+  Type context = LLVM::LLVMStructType::getLiteral(ctx, storage);
+  std::string name = e.name(task);
+  FunctionType taskType = e.b.getFunctionType({ptr, e.i64(), e.i64()}, {});
+  {
+    OpBuilder::InsertionGuard guard(e.b);
+    func::FuncOp f = e.beginFunction(name, taskType.getInputs(), false);
+    SmallVector<Value> unpacked;
+    for (auto [i, v] : llvm::enumerate(captures)) {
+      Value address =
+          LLVM::GEPOp::create(e.b, ptr, context, f.getArgument(0),
+                              ArrayRef<LLVM::GEPArg>{0, int32_t(i)});
+      Value stored = LLVM::LoadOp::create(e.b, storage[i], address);
+      if (v.getType().isIndex())
+        stored = e.toIndex(stored);
+      else if (isa<MemRefType>(v.getType()))
+        stored = UnrealizedConversionCastOp::create(e.b, v.getType(), stored)
+                     .getResult(0);
+      unpacked.push_back(stored);
+    }
+    body(unpacked, e.toIndex(f.getArgument(1)), e.toIndex(f.getArgument(2)));
+    e.finishFunction();
+  }
+  Value buffer;
+  {
+    OpBuilder::InsertionGuard guard(e.b);
+    Operation *parent = e.b.getInsertionBlock()->getParentOp();
+    auto function = isa<func::FuncOp>(parent)
+                        ? cast<func::FuncOp>(parent)
+                        : parent->getParentOfType<func::FuncOp>();
+    e.b.setInsertionPointToStart(&function.getBody().front());
+    buffer = LLVM::AllocaOp::create(e.b, ptr, context, e.cI64(1));
+  }
+  for (auto [i, v] : llvm::enumerate(captures)) {
+    Value address = LLVM::GEPOp::create(e.b, ptr, context, buffer,
+                                        ArrayRef<LLVM::GEPArg>{0, int32_t(i)});
+    Value stored = v;
+    if (v.getType().isIndex())
+      stored = e.toI64(v);
+    else if (isa<MemRefType>(v.getType()))
+      stored =
+          UnrealizedConversionCastOp::create(e.b, storage[i], v).getResult(0);
+    LLVM::StoreOp::create(e.b, stored, address);
+  }
+  Value fn = func::ConstantOp::create(e.b, taskType,
+                                      FlatSymbolRefAttr::get(ctx, name));
+  Value fnPtr = UnrealizedConversionCastOp::create(e.b, ptr, fn).getResult(0);
+  Value n = count.getType().isIndex() ? e.toI64(count) : count;
+  func::CallOp::create(e.b, kParallelFor, TypeRange{},
+                       ValueRange{n, fnPtr, buffer});
+}
