@@ -4,6 +4,7 @@
 #include "runtime/core/ForwardABI.h"
 #include "runtime/core/ModelConfig.h"
 
+#include "mlir/Conversion/LLVMCommon/TypeConverter.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -49,6 +50,12 @@ MemRefType ForwardEmitter::buffer(Type element) {
 
 MemRefType ForwardEmitter::table(int64_t columns) {
   return MemRefType::get({ShapedType::kDynamic, columns}, i64());
+}
+
+Type ForwardEmitter::llvmType(Type type) {
+  Type converted = LLVMTypeConverter(b.getContext()).convertType(type);
+  assert(converted && "a type without an LLVM lowering");
+  return converted;
 }
 
 Value ForwardEmitter::cIndex(int64_t value) {

@@ -1,8 +1,9 @@
 //===- CpuParallel.cpp - Parallel loops of the CPU forward ------*- C++ -*-===//
 //
-// A task's captured values travel in a struct on the caller's stack: a
-// memref as the descriptor the LLVM lowering lays it out as (so an
-// unrealized cast is all it takes either way), an index as i64.
+// A task's captured values travel in a struct on the caller's stack, each
+// as the LLVM dialect keeps it (ForwardEmitter::llvmType): a memref as its
+// descriptor, so that an unrealized cast, which the LLVM lowering folds away,
+// is all it takes either way; an index as i64.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,19 +20,6 @@ namespace {
 /// (runtime/core/KVParallel.h).
 constexpr llvm::StringLiteral kParallelFor = "kvrt_parallel_for";
 constexpr llvm::StringLiteral kNumThreads = "kvrt_get_num_threads";
-
-/// The storage of a captured value in a task's context struct: a memref
-/// descriptor as the LLVM lowering lays it out, or i64.
-Type captureStorage(ForwardEmitter &e, Type type) {
-  auto memref = dyn_cast<MemRefType>(type);
-  if (!memref)
-    return e.i64();
-  MLIRContext *ctx = e.b.getContext();
-  Type ptr = LLVM::LLVMPointerType::get(ctx);
-  Type sizes = LLVM::LLVMArrayType::get(e.i64(), memref.getRank());
-  return LLVM::LLVMStructType::getLiteral(ctx,
-                                          {ptr, ptr, e.i64(), sizes, sizes});
-}
 
 } // namespace
 
@@ -61,7 +49,7 @@ void cpu::parallelFor(
   Type ptr = LLVM::LLVMPointerType::get(ctx);
   SmallVector<Type> storage;
   for (Value v : captures)
-    storage.push_back(captureStorage(e, v.getType()));
+    storage.push_back(e.llvmType(v.getType()));
   Type context = LLVM::LLVMStructType::getLiteral(ctx, storage);
   std::string name = e.name(task);
   FunctionType taskType = e.b.getFunctionType({ptr, e.i64(), e.i64()}, {});
