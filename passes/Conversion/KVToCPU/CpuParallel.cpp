@@ -8,38 +8,22 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Conversion/KVToCPU/CpuParallel.h"
+#include "passes/Conversion/KVToRuntime/ExecABI.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 
 using namespace mlir;
 using namespace mlir::kv;
 
-namespace {
-
-/// The runtime's parallel loop and its thread count
-/// (runtime/core/KVParallel.h).
-constexpr llvm::StringLiteral kParallelFor = "kvrt_parallel_for";
-constexpr llvm::StringLiteral kNumThreads = "kvrt_get_num_threads";
-
-} // namespace
-
 void cpu::declareParallelRuntime(ForwardEmitter &e) {
-  OpBuilder::InsertionGuard guard(e.b);
-  e.b.setInsertionPointToEnd(e.module.getBody());
-  Type ptr = LLVM::LLVMPointerType::get(e.b.getContext());
-  auto parallel = func::FuncOp::create(
-      e.b, kParallelFor, e.b.getFunctionType({e.i64(), ptr, ptr}, {}));
-  parallel.setPrivate();
-  auto threads = func::FuncOp::create(
-      e.b, kNumThreads, e.b.getFunctionType({}, {e.b.getI32Type()}));
-  threads.setPrivate();
+  declareExecFunction(e.b, e.module, ExecFn::kvrt_parallel_for);
+  declareExecFunction(e.b, e.module, ExecFn::kvrt_get_num_threads);
 }
 
 Value cpu::numThreads(ForwardEmitter &e) {
-  return e.toIndex(func::CallOp::create(e.b, kNumThreads,
-                                        TypeRange{e.b.getI32Type()},
-                                        ValueRange{})
-                       .getResult(0));
+  return e.toIndex(
+      createExecCall<ExecFn::kvrt_get_num_threads>(e.b, e.b.getLoc())
+          .getResult(0));
 }
 
 void cpu::parallelFor(
@@ -97,6 +81,6 @@ void cpu::parallelFor(
                                       FlatSymbolRefAttr::get(ctx, name));
   Value fnPtr = UnrealizedConversionCastOp::create(e.b, ptr, fn).getResult(0);
   Value n = count.getType().isIndex() ? e.toI64(count) : count;
-  func::CallOp::create(e.b, kParallelFor, TypeRange{},
-                       ValueRange{n, fnPtr, buffer});
+  createExecCall<ExecFn::kvrt_parallel_for>(e.b, e.b.getLoc(), n, fnPtr,
+                                            buffer);
 }

@@ -4,7 +4,8 @@
 // function over a range of work items, and its call site hands the task to
 // the runtime's thread pool (runtime/core/KVParallel.h): kvrt_parallel_for
 // runs it on several threads, the caller among them; kvrt_get_num_threads
-// says how many.
+// says how many. Both are declared and called as runtime/core/KVParallel.def
+// declares them (KVToRuntime/ExecABI.h).
 //
 //===----------------------------------------------------------------------===//
 
