@@ -4,6 +4,7 @@
 #include "runtime/core/ForwardCall.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
+#include "runtime/core/ViewRebuild.h"
 
 #include <cstring>
 
@@ -157,65 +158,28 @@ public:
         return s;
       if (kvrt_status s = checkForwardLayout(forward, m.config, layout))
         return s;
-      // The shifted runs go through the kernel, into destination pages
-      // parallel to their page lists; the others are shared as they are.
-      std::vector<kvrt_run> runs(kvrt_view_num_runs(view));
-      RunTable shifted;
-      for (int64_t r = 0; r < int64_t(runs.size()); ++r) {
-        kvrt_run &run = runs[r];
-        if (kvrt_status s = kvrt_view_get_run(view, r, &run))
-          return s;
-        if (run.delta == 0)
-          continue;
-        if (run.base_pos + run.delta < 0)
-          return fail(KVRT_ERR_INVALID_ARGUMENT,
-                      str("materialize: a run at stored position ",
-                          run.base_pos, " shifted by ", run.delta,
-                          " would start at a negative position"));
-        shifted.append(run.pages, run.n_pages, run.slot_begin, run.n_tokens,
-                       run.base_pos, run.delta);
-      }
-      // Every page is taken before any work, so exhaustion changes nothing.
-      std::vector<int32_t> dst(shifted.pages.size());
-      if (!dst.empty())
-        if (kvrt_status s =
-                kvrt_pool_alloc_pages(pool, int64_t(dst.size()), dst.data()))
-          return s;
-      kvrt::PageRefs held{pool, dst};
-      if (!dst.empty()) {
+      // The shifted runs go through the kernel, into new pages parallel to
+      // their page lists; the others are shared as they are.
+      kvrt::ShiftedRuns shifts;
+      if (kvrt_status s = shifts.collect(view, kvrt::RewriteSlots::Same))
+        return s;
+      if (!shifts.pages().empty()) {
+        RunTable shifted;
+        for (const kvrt::ShiftedRuns::Shift &shift : shifts.shifts())
+          shifted.append(shift.from.pages, shift.from.n_pages,
+                         shift.from.slot_begin, shift.from.n_tokens,
+                         shift.from.base_pos, shift.from.delta);
         kvrt_materialize_args args{};
         args.kv =
             memrefKV(layout.base, layout.capacity_pages * layout.page_stride);
         args.pages = shifted.pagesRef();
         args.runs = shifted.rowsRef();
-        args.dst_pages = memrefI32(dst.data(), int64_t(dst.size()));
+        args.dst_pages = memrefI32(const_cast<int32_t *>(shifts.pages().data()),
+                                   int64_t(shifts.pages().size()));
         args.page_tokens = layout.page_tokens;
         forward.materialize(&args);
-        for (int32_t page : dst)
-          if (kvrt_status s = kvrt_pool_seal_page(pool, page))
-            return s;
       }
-      kvrt_view *result = nullptr;
-      if (kvrt_status s = kvrt_view_create(pool, &result))
-        return s;
-      int64_t nextPage = 0;
-      for (const kvrt_run &run : runs) {
-        kvrt_run copy = run;
-        if (run.delta != 0) {
-          copy.pages = &dst[nextPage];
-          copy.base_pos = run.base_pos + run.delta;
-          copy.delta = 0;
-          nextPage += run.n_pages;
-        }
-        kvrt_view *next = nullptr;
-        kvrt_status s = kvrt_view_append(result, &copy, &next);
-        kvrt_view_release(result);
-        if (s)
-          return s;
-        result = next;
-      }
-      *out = result;
-      return KVRT_OK;
+      return shifts.rebuild(out);
     });
   }
 

@@ -4,6 +4,7 @@
 #include "runtime/core/ForwardCall.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
+#include "runtime/core/ViewRebuild.h"
 #include "runtime/cuda/CudaRuntime.h"
 
 #include <algorithm>
@@ -265,31 +266,18 @@ public:
       RunTable all;
       if (kvrt_status s = residentTable(forward, view, dm->config, &dp, &all))
         return s;
-      // The shifted runs go through the kernel, into destination pages
-      // parallel to their page lists; the others are shared as they are.
-      std::vector<kvrt_run> runs(kvrt_view_num_runs(view));
-      RunTable shifted;
-      for (int64_t r = 0; r < int64_t(runs.size()); ++r) {
-        kvrt_run &run = runs[r];
-        if (kvrt_status s = kvrt_view_get_run(view, r, &run))
-          return s;
-        if (run.delta == 0)
-          continue;
-        if (run.base_pos + run.delta < 0)
-          return fail(KVRT_ERR_INVALID_ARGUMENT,
-                      str("materialize: a run at stored position ",
-                          run.base_pos, " shifted by ", run.delta,
-                          " would start at a negative position"));
-        shifted.append(run.pages, run.n_pages, run.slot_begin, run.n_tokens,
-                       run.base_pos, run.delta);
-      }
-      std::vector<int32_t> dst(shifted.pages.size());
-      if (!dst.empty())
-        if (kvrt_status s =
-                kvrt_pool_alloc_pages(pool, int64_t(dst.size()), dst.data()))
-          return s;
-      kvrt::PageRefs held{pool, dst};
+      // The shifted runs go through the kernel, into new pages parallel to
+      // their page lists; the others are shared as they are.
+      kvrt::ShiftedRuns shifts;
+      if (kvrt_status s = shifts.collect(view, kvrt::RewriteSlots::Same))
+        return s;
+      const std::vector<int32_t> &dst = shifts.pages();
       if (!dst.empty()) {
+        RunTable shifted;
+        for (const kvrt::ShiftedRuns::Shift &shift : shifts.shifts())
+          shifted.append(shift.from.pages, shift.from.n_pages,
+                         shift.from.slot_begin, shift.from.n_tokens,
+                         shift.from.base_pos, shift.from.delta);
         for (int32_t page : dst)
           if (kvrt_status s = dp->cover(page))
             return s;
@@ -311,31 +299,10 @@ public:
                       str("the GPU materialize failed: ", kvrt_last_error()));
         if (kvrt_status s = downloadPages(*dp, dst))
           return s;
-        for (int32_t page : dst)
-          if (kvrt_status s = kvrt_pool_seal_page(pool, page))
-            return s;
       }
-      kvrt_view *result = nullptr;
-      if (kvrt_status s = kvrt_view_create(pool, &result))
+      if (kvrt_status s = shifts.rebuild(out))
         return s;
-      int64_t nextPage = 0;
-      for (const kvrt_run &run : runs) {
-        kvrt_run copy = run;
-        if (run.delta != 0) {
-          copy.pages = &dst[nextPage];
-          copy.base_pos = run.base_pos + run.delta;
-          copy.delta = 0;
-          nextPage += run.n_pages;
-        }
-        kvrt_view *next = nullptr;
-        kvrt_status s = kvrt_view_append(result, &copy, &next);
-        kvrt_view_release(result);
-        if (s)
-          return s;
-        result = next;
-      }
       holdWritten(pool, dst);
-      *out = result;
       return KVRT_OK;
     });
   }
