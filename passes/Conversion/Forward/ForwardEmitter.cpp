@@ -264,6 +264,16 @@ void ForwardEmitter::ifThen(Value condition, function_ref<void()> then) {
   then();
 }
 
+void ForwardEmitter::ifElse(Value condition, function_ref<void()> then,
+                            function_ref<void()> otherwise) {
+  auto op = scf::IfOp::create(b, condition, /*withElseRegion=*/true);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(op.thenBlock()->getTerminator());
+  then();
+  b.setInsertionPoint(op.elseBlock()->getTerminator());
+  otherwise();
+}
+
 SmallVector<Value>
 ForwardEmitter::ifThenElse(Value condition, TypeRange types,
                            function_ref<SmallVector<Value>()> then,

@@ -148,6 +148,9 @@ public:
           function_ref<SmallVector<Value>(Value iv, ValueRange iters)> body);
   /// scf.if without results.
   void ifThen(Value condition, function_ref<void()> then);
+  /// scf.if with an else branch and no results.
+  void ifElse(Value condition, function_ref<void()> then,
+              function_ref<void()> otherwise);
   /// scf.if with results: each branch returns the values it yields.
   SmallVector<Value> ifThenElse(Value condition, TypeRange types,
                                 function_ref<SmallVector<Value>()> then,

@@ -6,7 +6,8 @@
 // matmul), CpuAttention.cpp (attention_kernel) and CpuKVPages.cpp (store_kv,
 // materialize_kernel); CpuParallel.h is the parallel loop several of them
 // use. This header is what they share: the vector width, the memref types
-// of the kernels' arguments and the call of a kernel.
+// of the kernels' arguments, the function being emitted and the call of a
+// kernel.
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,6 +30,10 @@ MemRefType vectorType(ForwardEmitter &e);
 MemRefType headType(ForwardEmitter &e);
 /// memref<half x f64>: the cos or sin table of one position.
 MemRefType ropeTableType(ForwardEmitter &e);
+
+/// The function the builder is inserting into: its entry block is where
+/// buffers that serve the whole function go.
+func::FuncOp enclosingFunction(ForwardEmitter &e);
 
 /// A call of the kernel `<prefix>_<kernel>`.
 SmallVector<Value> call(ForwardEmitter &e, StringRef kernel,

@@ -12,7 +12,6 @@
 #include "passes/Conversion/KVToCPU/CpuParallel.h"
 
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
-#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 using namespace mlir;
@@ -74,18 +73,6 @@ SmallVector<Value> transpose16(ForwardEmitter &e, SmallVector<Value> rows) {
     rows = next;
   }
   return rows;
-}
-
-/// scf.if with an else branch and no results.
-void ifElse(ForwardEmitter &e, Value condition, function_ref<void()> then,
-            function_ref<void()> otherwise) {
-  auto op = scf::IfOp::create(e.b, TypeRange{}, condition,
-                              /*withElseRegion=*/true);
-  OpBuilder::InsertionGuard guard(e.b);
-  e.b.setInsertionPoint(op.thenBlock()->getTerminator());
-  then();
-  e.b.setInsertionPoint(op.elseBlock()->getTerminator());
-  otherwise();
 }
 
 /// The dot-product kernel for outputs lo .. hi-1 of every row: the weight
@@ -188,8 +175,8 @@ void emitPackPanels(ForwardEmitter &e, const MatmulTile &tile, Value b,
         Value at = e.add(panelBase, e.add(e.mul(i0, nr), jb));
         Value full = arith::AndIOp::create(
             e.b, fullRows, e.cmp(arith::CmpIPredicate::ule, e.add(i0, c16), k));
-        ifElse(
-            e, full,
+        e.ifElse(
+            full,
             [&] {
               SmallVector<Value> rows;
               for (int64_t j = 0; j < 16; ++j)
@@ -329,8 +316,8 @@ void cpu::emitMatmul(ForwardEmitter &e, int64_t vectorBits, bool accumulate) {
   Value m = memref::DimOp::create(e.b, b, c0);
   Value nr = e.cIndex(tile.columns());
   Value small = e.cmp(arith::CmpIPredicate::ult, n, e.cIndex(kPackedMinRows));
-  ifElse(
-      e, small,
+  e.ifElse(
+      small,
       [&] {
         parallelFor(e, base + "_dot_task", m, {a, b, c},
                     [&](ValueRange v, Value lo, Value hi) {

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Conversion/KVToCPU/CpuParallel.h"
+#include "passes/Conversion/KVToCPU/CpuKernels.h"
 #include "passes/Conversion/KVToRuntime/ExecABI.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -59,11 +60,7 @@ void cpu::parallelFor(
   Value buffer;
   {
     OpBuilder::InsertionGuard guard(e.b);
-    Operation *parent = e.b.getInsertionBlock()->getParentOp();
-    auto function = isa<func::FuncOp>(parent)
-                        ? cast<func::FuncOp>(parent)
-                        : parent->getParentOfType<func::FuncOp>();
-    e.b.setInsertionPointToStart(&function.getBody().front());
+    e.b.setInsertionPointToStart(&enclosingFunction(e).getBody().front());
     buffer = LLVM::AllocaOp::create(e.b, ptr, context, e.cI64(1));
   }
   for (auto [i, v] : llvm::enumerate(captures)) {

@@ -117,17 +117,13 @@ private:
   /// The buffer the matmuls of the function being emitted pack weights into,
   /// allocated once at its entry (a temporary) with packBufferFloats.
   Value packBuffer(ForwardEmitter &e) {
-    Operation *function =
-        e.b.getInsertionBlock()->getParentOp()->getParentOfType<func::FuncOp>();
-    if (auto f = dyn_cast<func::FuncOp>(e.b.getInsertionBlock()->getParentOp()))
-      function = f;
+    func::FuncOp function = enclosingFunction(e);
     Value &buffer = packBuffers[function];
     if (buffer)
       return buffer;
     int64_t floats = packBufferFloats(e, vectorBits);
     OpBuilder::InsertionGuard guard(e.b);
-    e.b.setInsertionPointToStart(
-        &cast<func::FuncOp>(function).getBody().front());
+    e.b.setInsertionPointToStart(&function.getBody().front());
     buffer = memref::AllocOp::create(e.b, MemRefType::get({floats}, e.f32()),
                                      e.b.getI64IntegerAttr(64));
     Value dynamic = memref::CastOp::create(e.b, e.buffer(e.f32()), buffer);
@@ -193,6 +189,13 @@ MemRefType cpu::headType(ForwardEmitter &e) {
 
 MemRefType cpu::ropeTableType(ForwardEmitter &e) {
   return MemRefType::get({e.half}, e.f64());
+}
+
+func::FuncOp cpu::enclosingFunction(ForwardEmitter &e) {
+  Operation *parent = e.b.getInsertionBlock()->getParentOp();
+  if (auto function = dyn_cast<func::FuncOp>(parent))
+    return function;
+  return parent->getParentOfType<func::FuncOp>();
 }
 
 SmallVector<Value> cpu::call(ForwardEmitter &e, StringRef kernel,
