@@ -264,8 +264,25 @@ extern "C" kvrt_status kvrt_view_segment_bounds(const kvrt_view *view,
 }
 
 //===----------------------------------------------------------------------===//
-// Views rebuilt over rewritten runs (ViewRebuild.h)
+// Views over pages a backend wrote (ViewRebuild.h)
 //===----------------------------------------------------------------------===//
+
+kvrt_status kvrt::appendPrefilled(const kvrt_view *view, const PageRefs &pages,
+                                  const int32_t *tokens, int64_t n, int64_t pos,
+                                  const char *label, kvrt_view **out) {
+  for (int32_t page : pages.pages)
+    if (kvrt_status s = kvrt_pool_seal_page(pages.pool, page))
+      return s;
+  kvrt_run run{pages.pages.data(),
+               int64_t(pages.pages.size()),
+               0,
+               n,
+               pos,
+               0,
+               tokens,
+               label};
+  return kvrt_view_append(view, &run, out);
+}
 
 kvrt_status ShiftedRuns::collect(const kvrt_view *view, RewriteSlots slots) {
   assert(held.pages.empty() && "ShiftedRuns::collect called twice");

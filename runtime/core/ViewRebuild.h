@@ -1,11 +1,11 @@
-//===- ViewRebuild.h - A view rebuilt over rewritten runs -------*- C++ -*-===//
+//===- ViewRebuild.h - Views over pages a backend wrote ---------*- C++ -*-===//
 //
-// Internal to the runtime. kv.materialize rewrites the keys of every
-// shifted run (delta != 0) into new pages and returns the view with those
-// runs replaced; the backends (runtime/cpu, runtime/cuda, the oracle in
-// runtime/reference) differ only in how they write the pages. What they
-// share is here: reading the runs, taking the new pages, and rebuilding the
-// view over them.
+// Internal to the runtime. A backend writes K/V into new pages, then builds
+// a view over them: a prefill appends the run it wrote; kv.materialize
+// rewrites the keys of every shifted run (delta != 0) into new pages and
+// returns the view with those runs replaced. The backends (runtime/cpu,
+// runtime/cuda, the oracle in runtime/reference) differ only in how they
+// write the pages; the views are built here.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,6 +26,13 @@ enum class RewriteSlots {
   /// From slot 0, on as few pages as the tokens fill (the oracle).
   Packed,
 };
+
+/// `view` followed by the run a prefill wrote into `pages`, from slot 0 of
+/// the first: `n` tokens at positions pos .. pos+n-1, labelled `label` (may
+/// be NULL). The pages are sealed first, as a page must be to enter a view.
+kvrt_status appendPrefilled(const kvrt_view *view, const PageRefs &pages,
+                            const int32_t *tokens, int64_t n, int64_t pos,
+                            const char *label, kvrt_view **out);
 
 /// The runs of a view being materialized and the new pages of the shifted
 /// ones. The pages are held until this is destroyed: on an early return they

@@ -40,10 +40,8 @@ public:
     *out = nullptr;
     return kvrt::guard([&]() -> kvrt_status {
       Model m;
-      if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, m))
-        return s;
       if (kvrt_status s =
-              kvrt::checkPrefillArguments(m.config, tokens, n, pos, "prefill"))
+              preparePrefill(forward, model, tokens, n, pos, "prefill", m))
         return s;
       Scratch scratch;
       std::vector<float> result;
@@ -51,13 +49,8 @@ public:
               run(forward, m, view, tokens, n, pos, m.config.n_layers,
                   lastOnly ? n - 1 : 0, &result, scratch))
         return s;
-      const std::vector<int32_t> &pages = scratch.pages->pages;
-      for (int32_t page : pages)
-        if (kvrt_status s = kvrt_pool_seal_page(scratch.pool, page))
-          return s;
-      kvrt_run newRun{pages.data(), int64_t(pages.size()), 0, n, pos, 0, tokens,
-                      label};
-      if (kvrt_status s = kvrt_view_append(view, &newRun, out))
+      if (kvrt_status s = kvrt::appendPrefilled(view, *scratch.pages, tokens, n,
+                                                pos, label, out))
         return s;
       *logits = std::move(result);
       return KVRT_OK;
@@ -72,10 +65,8 @@ public:
       return kvrt::nullArgument("cpu layerKV");
     return kvrt::guard([&]() -> kvrt_status {
       Model m;
-      if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, m))
-        return s;
       if (kvrt_status s =
-              kvrt::checkPrefillArguments(m.config, tokens, n, pos, "layerKV"))
+              preparePrefill(forward, model, tokens, n, pos, "layerKV", m))
         return s;
       if (layer < 0 || layer >= m.config.n_layers)
         return fail(KVRT_ERR_INVALID_ARGUMENT,
@@ -195,6 +186,17 @@ private:
       return s;
     // Every call then allocates its working memory (tables, activations).
     return kvrt::allocationFault(KVRT_FAULT_SCRATCH, "cpu backend");
+  }
+
+  /// prepare() for a prefill of the tokens at `pos` (prefill, layerKV), with
+  /// the arguments checked; messages start with `what`.
+  static kvrt_status preparePrefill(const Forward &forward,
+                                    const kvrt_model *model,
+                                    const int32_t *tokens, int64_t n,
+                                    int64_t pos, const char *what, Model &m) {
+    if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, m))
+      return s;
+    return kvrt::checkPrefillArguments(m.config, tokens, n, pos, what);
   }
 
   /// Runs layers 0 .. nLayers-1 of the forward of the tokens over `view`

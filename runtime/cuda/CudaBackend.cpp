@@ -149,10 +149,8 @@ public:
     return kvrt::guard([&]() -> kvrt_status {
       std::lock_guard<std::mutex> lock(mutex);
       DeviceModel *dm;
-      if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, &dm))
-        return s;
-      if (kvrt_status s = kvrt::checkPrefillArguments(dm->config, tokens, n,
-                                                      pos, "prefill"))
+      if (kvrt_status s =
+              preparePrefill(forward, model, tokens, n, pos, "prefill", &dm))
         return s;
       std::unique_ptr<kvrt::PageRefs> pages;
       std::vector<float> result;
@@ -160,18 +158,8 @@ public:
               run(forward, *dm, view, tokens, n, pos, dm->config.n_layers,
                   lastOnly ? n - 1 : 0, &result, pages))
         return s;
-      for (int32_t page : pages->pages)
-        if (kvrt_status s = kvrt_pool_seal_page(pages->pool, page))
-          return s;
-      kvrt_run newRun{pages->pages.data(),
-                      int64_t(pages->pages.size()),
-                      0,
-                      n,
-                      pos,
-                      0,
-                      tokens,
-                      label};
-      if (kvrt_status s = kvrt_view_append(view, &newRun, out))
+      if (kvrt_status s =
+              kvrt::appendPrefilled(view, *pages, tokens, n, pos, label, out))
         return s;
       holdWritten(kvrt_view_pool(view), pages->pages);
       *logits = std::move(result);
@@ -188,10 +176,8 @@ public:
     return kvrt::guard([&]() -> kvrt_status {
       std::lock_guard<std::mutex> lock(mutex);
       DeviceModel *dm;
-      if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, &dm))
-        return s;
-      if (kvrt_status s = kvrt::checkPrefillArguments(dm->config, tokens, n,
-                                                      pos, "layerKV"))
+      if (kvrt_status s =
+              preparePrefill(forward, model, tokens, n, pos, "layerKV", &dm))
         return s;
       if (layer < 0 || layer >= dm->config.n_layers)
         return fail(KVRT_ERR_INVALID_ARGUMENT,
@@ -391,6 +377,16 @@ private:
     if (kvrt_status s = deviceModel(model, out))
       return s;
     return checkForward(forward, (*out)->config, entry);
+  }
+
+  /// prepare() for a prefill of the tokens at `pos` (prefill, layerKV), with
+  /// the arguments checked; messages start with `what`.
+  kvrt_status preparePrefill(const Forward &forward, const kvrt_model *model,
+                             const int32_t *tokens, int64_t n, int64_t pos,
+                             const char *what, DeviceModel **out) {
+    if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, out))
+      return s;
+    return kvrt::checkPrefillArguments((*out)->config, tokens, n, pos, what);
   }
 
   /// The device pool of `view` with every page of its runs resident, and
