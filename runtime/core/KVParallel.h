@@ -29,21 +29,30 @@ extern "C" {
 /// what the caller passed.
 typedef void (*kvrt_task_fn)(void *context, int64_t begin, int64_t end);
 
-/// Runs task(context, begin, end) over ranges that cover [0, count) once, on
-/// up to kvrt_get_num_threads() threads, and returns when all are done
-/// (count below 2^31 items; more run on the calling thread). A
-/// call from inside a task, or while another thread's call holds the pool,
-/// runs the whole range on the calling thread.
-void kvrt_parallel_for(int64_t count, kvrt_task_fn task, void *context);
+/// kvrt_parallel_for and kvrt_get_num_threads, which generated code calls:
+/// declared from KVParallel.def, which documents them and from which the
+/// JIT's symbol table and the CPU target's declarations come too.
+#define KVRT_PARALLEL_C_VOID void
+#define KVRT_PARALLEL_C_I32 int32_t
+#define I32(n) int32_t n
+#define I64(n) int64_t n
+#define TASK(n) kvrt_task_fn n
+#define PTR(n) void *n
+#define NONE() void
+#define KVRT_PARALLEL_FN(name, result, ...)                                    \
+  KVRT_PARALLEL_C_##result name(__VA_ARGS__);
+#include "runtime/core/KVParallel.def"
+#undef I32
+#undef I64
+#undef TASK
+#undef PTR
+#undef NONE
 
 /// Sets the number of threads parallel loops use (the caller included):
 /// n >= 1, or 0 for the default (KVIR_THREADS if set, else the number of
 /// cores), at most KVRT_MAX_THREADS (larger values are clamped). Takes
 /// effect with the next loop.
 void kvrt_set_num_threads(int32_t n);
-
-/// The number of threads parallel loops use.
-int32_t kvrt_get_num_threads(void);
 
 #ifdef __cplusplus
 } // extern "C"

@@ -2,8 +2,10 @@
 
 #include "runtime/core/KVPool.h"
 #include "runtime/core/Support.h"
+#include "runtime/core/ViewRebuild.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstdlib>
 
 using namespace kvrt;
@@ -258,5 +260,91 @@ extern "C" kvrt_status kvrt_view_segment_bounds(const kvrt_view *view,
                     " are not contiguous in the view"));
   *begin = first;
   *end = last;
+  return KVRT_OK;
+}
+
+//===----------------------------------------------------------------------===//
+// Views over pages a backend wrote (ViewRebuild.h)
+//===----------------------------------------------------------------------===//
+
+kvrt_status kvrt::appendPrefilled(const kvrt_view *view, const PageRefs &pages,
+                                  const int32_t *tokens, int64_t n, int64_t pos,
+                                  const char *label, kvrt_view **out) {
+  for (int32_t page : pages.pages)
+    if (kvrt_status s = kvrt_pool_seal_page(pages.pool, page))
+      return s;
+  kvrt_run run{pages.pages.data(),
+               int64_t(pages.pages.size()),
+               0,
+               n,
+               pos,
+               0,
+               tokens,
+               label};
+  return kvrt_view_append(view, &run, out);
+}
+
+kvrt_status ShiftedRuns::collect(const kvrt_view *view, RewriteSlots slots) {
+  assert(held.pages.empty() && "ShiftedRuns::collect called twice");
+  kvrt_pool *pool = kvrt_view_pool(view);
+  kvrt_page_layout layout;
+  if (kvrt_status s = kvrt_pool_get_layout(pool, &layout))
+    return s;
+  runs.assign(kvrt_view_num_runs(view), kvrt_run{});
+  int64_t total = 0;
+  for (int64_t r = 0; r < int64_t(runs.size()); ++r) {
+    kvrt_run &run = runs[r];
+    if (kvrt_status s = kvrt_view_get_run(view, r, &run))
+      return s;
+    if (run.delta == 0)
+      continue;
+    if (run.base_pos + run.delta < 0)
+      return fail(KVRT_ERR_INVALID_ARGUMENT,
+                  str("materialize: a run at stored position ", run.base_pos,
+                      " shifted by ", run.delta,
+                      " would start at a negative position"));
+    kvrt_run to = run;
+    if (slots == RewriteSlots::Packed) {
+      to.slot_begin = 0;
+      to.n_pages = (run.n_tokens + layout.page_tokens - 1) / layout.page_tokens;
+    }
+    to.base_pos = run.base_pos + run.delta;
+    to.delta = 0;
+    total += to.n_pages;
+    shifted.push_back({run, to});
+  }
+  std::vector<int32_t> pages(total);
+  if (total > 0)
+    if (kvrt_status s = kvrt_pool_alloc_pages(pool, total, pages.data()))
+      return s;
+  held.pool = pool;
+  held.pages = std::move(pages);
+  int64_t next = 0;
+  for (Shift &shift : shifted) {
+    shift.to.pages = held.pages.data() + next;
+    next += shift.to.n_pages;
+  }
+  return KVRT_OK;
+}
+
+kvrt_status ShiftedRuns::rebuild(kvrt_view **out) {
+  *out = nullptr;
+  for (int32_t page : held.pages)
+    if (kvrt_status s = kvrt_pool_seal_page(held.pool, page))
+      return s;
+  kvrt_view *result = nullptr;
+  if (kvrt_status s = kvrt_view_create(held.pool, &result))
+    return s;
+  size_t next = 0;
+  for (const kvrt_run &run : runs) {
+    const kvrt_run &kept = run.delta != 0 ? shifted[next++].to : run;
+    kvrt_view *longer = nullptr;
+    kvrt_status s = kvrt_view_append(result, &kept, &longer);
+    kvrt_view_release(result);
+    if (s)
+      return s;
+    result = longer;
+  }
+  *out = result;
   return KVRT_OK;
 }

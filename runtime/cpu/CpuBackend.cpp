@@ -4,6 +4,7 @@
 #include "runtime/core/ForwardCall.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
+#include "runtime/core/ViewRebuild.h"
 
 #include <cstring>
 
@@ -39,10 +40,8 @@ public:
     *out = nullptr;
     return kvrt::guard([&]() -> kvrt_status {
       Model m;
-      if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, m))
-        return s;
       if (kvrt_status s =
-              kvrt::checkPrefillArguments(m.config, tokens, n, pos, "prefill"))
+              preparePrefill(forward, model, tokens, n, pos, "prefill", m))
         return s;
       Scratch scratch;
       std::vector<float> result;
@@ -50,13 +49,8 @@ public:
               run(forward, m, view, tokens, n, pos, m.config.n_layers,
                   lastOnly ? n - 1 : 0, &result, scratch))
         return s;
-      const std::vector<int32_t> &pages = scratch.pages->pages;
-      for (int32_t page : pages)
-        if (kvrt_status s = kvrt_pool_seal_page(scratch.pool, page))
-          return s;
-      kvrt_run newRun{pages.data(), int64_t(pages.size()), 0, n, pos, 0, tokens,
-                      label};
-      if (kvrt_status s = kvrt_view_append(view, &newRun, out))
+      if (kvrt_status s = kvrt::appendPrefilled(view, *scratch.pages, tokens, n,
+                                                pos, label, out))
         return s;
       *logits = std::move(result);
       return KVRT_OK;
@@ -71,10 +65,8 @@ public:
       return kvrt::nullArgument("cpu layerKV");
     return kvrt::guard([&]() -> kvrt_status {
       Model m;
-      if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, m))
-        return s;
       if (kvrt_status s =
-              kvrt::checkPrefillArguments(m.config, tokens, n, pos, "layerKV"))
+              preparePrefill(forward, model, tokens, n, pos, "layerKV", m))
         return s;
       if (layer < 0 || layer >= m.config.n_layers)
         return fail(KVRT_ERR_INVALID_ARGUMENT,
@@ -157,65 +149,28 @@ public:
         return s;
       if (kvrt_status s = checkForwardLayout(forward, m.config, layout))
         return s;
-      // The shifted runs go through the kernel, into destination pages
-      // parallel to their page lists; the others are shared as they are.
-      std::vector<kvrt_run> runs(kvrt_view_num_runs(view));
-      RunTable shifted;
-      for (int64_t r = 0; r < int64_t(runs.size()); ++r) {
-        kvrt_run &run = runs[r];
-        if (kvrt_status s = kvrt_view_get_run(view, r, &run))
-          return s;
-        if (run.delta == 0)
-          continue;
-        if (run.base_pos + run.delta < 0)
-          return fail(KVRT_ERR_INVALID_ARGUMENT,
-                      str("materialize: a run at stored position ",
-                          run.base_pos, " shifted by ", run.delta,
-                          " would start at a negative position"));
-        shifted.append(run.pages, run.n_pages, run.slot_begin, run.n_tokens,
-                       run.base_pos, run.delta);
-      }
-      // Every page is taken before any work, so exhaustion changes nothing.
-      std::vector<int32_t> dst(shifted.pages.size());
-      if (!dst.empty())
-        if (kvrt_status s =
-                kvrt_pool_alloc_pages(pool, int64_t(dst.size()), dst.data()))
-          return s;
-      kvrt::PageRefs held{pool, dst};
-      if (!dst.empty()) {
+      // The shifted runs go through the kernel, into new pages parallel to
+      // their page lists; the others are shared as they are.
+      kvrt::ShiftedRuns shifts;
+      if (kvrt_status s = shifts.collect(view, kvrt::RewriteSlots::Same))
+        return s;
+      if (!shifts.pages().empty()) {
+        RunTable shifted;
+        for (const kvrt::ShiftedRuns::Shift &shift : shifts.shifts())
+          shifted.append(shift.from.pages, shift.from.n_pages,
+                         shift.from.slot_begin, shift.from.n_tokens,
+                         shift.from.base_pos, shift.from.delta);
         kvrt_materialize_args args{};
         args.kv =
             memrefKV(layout.base, layout.capacity_pages * layout.page_stride);
         args.pages = shifted.pagesRef();
         args.runs = shifted.rowsRef();
-        args.dst_pages = memrefI32(dst.data(), int64_t(dst.size()));
+        args.dst_pages = memrefI32(const_cast<int32_t *>(shifts.pages().data()),
+                                   int64_t(shifts.pages().size()));
         args.page_tokens = layout.page_tokens;
         forward.materialize(&args);
-        for (int32_t page : dst)
-          if (kvrt_status s = kvrt_pool_seal_page(pool, page))
-            return s;
       }
-      kvrt_view *result = nullptr;
-      if (kvrt_status s = kvrt_view_create(pool, &result))
-        return s;
-      int64_t nextPage = 0;
-      for (const kvrt_run &run : runs) {
-        kvrt_run copy = run;
-        if (run.delta != 0) {
-          copy.pages = &dst[nextPage];
-          copy.base_pos = run.base_pos + run.delta;
-          copy.delta = 0;
-          nextPage += run.n_pages;
-        }
-        kvrt_view *next = nullptr;
-        kvrt_status s = kvrt_view_append(result, &copy, &next);
-        kvrt_view_release(result);
-        if (s)
-          return s;
-        result = next;
-      }
-      *out = result;
-      return KVRT_OK;
+      return shifts.rebuild(out);
     });
   }
 
@@ -231,6 +186,17 @@ private:
       return s;
     // Every call then allocates its working memory (tables, activations).
     return kvrt::allocationFault(KVRT_FAULT_SCRATCH, "cpu backend");
+  }
+
+  /// prepare() for a prefill of the tokens at `pos` (prefill, layerKV), with
+  /// the arguments checked; messages start with `what`.
+  static kvrt_status preparePrefill(const Forward &forward,
+                                    const kvrt_model *model,
+                                    const int32_t *tokens, int64_t n,
+                                    int64_t pos, const char *what, Model &m) {
+    if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, m))
+      return s;
+    return kvrt::checkPrefillArguments(m.config, tokens, n, pos, what);
   }
 
   /// Runs layers 0 .. nLayers-1 of the forward of the tokens over `view`

@@ -4,6 +4,7 @@
 #include "runtime/core/ForwardCall.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
+#include "runtime/core/ViewRebuild.h"
 #include "runtime/cuda/CudaRuntime.h"
 
 #include <algorithm>
@@ -148,10 +149,8 @@ public:
     return kvrt::guard([&]() -> kvrt_status {
       std::lock_guard<std::mutex> lock(mutex);
       DeviceModel *dm;
-      if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, &dm))
-        return s;
-      if (kvrt_status s = kvrt::checkPrefillArguments(dm->config, tokens, n,
-                                                      pos, "prefill"))
+      if (kvrt_status s =
+              preparePrefill(forward, model, tokens, n, pos, "prefill", &dm))
         return s;
       std::unique_ptr<kvrt::PageRefs> pages;
       std::vector<float> result;
@@ -159,18 +158,8 @@ public:
               run(forward, *dm, view, tokens, n, pos, dm->config.n_layers,
                   lastOnly ? n - 1 : 0, &result, pages))
         return s;
-      for (int32_t page : pages->pages)
-        if (kvrt_status s = kvrt_pool_seal_page(pages->pool, page))
-          return s;
-      kvrt_run newRun{pages->pages.data(),
-                      int64_t(pages->pages.size()),
-                      0,
-                      n,
-                      pos,
-                      0,
-                      tokens,
-                      label};
-      if (kvrt_status s = kvrt_view_append(view, &newRun, out))
+      if (kvrt_status s =
+              kvrt::appendPrefilled(view, *pages, tokens, n, pos, label, out))
         return s;
       holdWritten(kvrt_view_pool(view), pages->pages);
       *logits = std::move(result);
@@ -187,10 +176,8 @@ public:
     return kvrt::guard([&]() -> kvrt_status {
       std::lock_guard<std::mutex> lock(mutex);
       DeviceModel *dm;
-      if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, &dm))
-        return s;
-      if (kvrt_status s = kvrt::checkPrefillArguments(dm->config, tokens, n,
-                                                      pos, "layerKV"))
+      if (kvrt_status s =
+              preparePrefill(forward, model, tokens, n, pos, "layerKV", &dm))
         return s;
       if (layer < 0 || layer >= dm->config.n_layers)
         return fail(KVRT_ERR_INVALID_ARGUMENT,
@@ -265,31 +252,18 @@ public:
       RunTable all;
       if (kvrt_status s = residentTable(forward, view, dm->config, &dp, &all))
         return s;
-      // The shifted runs go through the kernel, into destination pages
-      // parallel to their page lists; the others are shared as they are.
-      std::vector<kvrt_run> runs(kvrt_view_num_runs(view));
-      RunTable shifted;
-      for (int64_t r = 0; r < int64_t(runs.size()); ++r) {
-        kvrt_run &run = runs[r];
-        if (kvrt_status s = kvrt_view_get_run(view, r, &run))
-          return s;
-        if (run.delta == 0)
-          continue;
-        if (run.base_pos + run.delta < 0)
-          return fail(KVRT_ERR_INVALID_ARGUMENT,
-                      str("materialize: a run at stored position ",
-                          run.base_pos, " shifted by ", run.delta,
-                          " would start at a negative position"));
-        shifted.append(run.pages, run.n_pages, run.slot_begin, run.n_tokens,
-                       run.base_pos, run.delta);
-      }
-      std::vector<int32_t> dst(shifted.pages.size());
-      if (!dst.empty())
-        if (kvrt_status s =
-                kvrt_pool_alloc_pages(pool, int64_t(dst.size()), dst.data()))
-          return s;
-      kvrt::PageRefs held{pool, dst};
+      // The shifted runs go through the kernel, into new pages parallel to
+      // their page lists; the others are shared as they are.
+      kvrt::ShiftedRuns shifts;
+      if (kvrt_status s = shifts.collect(view, kvrt::RewriteSlots::Same))
+        return s;
+      const std::vector<int32_t> &dst = shifts.pages();
       if (!dst.empty()) {
+        RunTable shifted;
+        for (const kvrt::ShiftedRuns::Shift &shift : shifts.shifts())
+          shifted.append(shift.from.pages, shift.from.n_pages,
+                         shift.from.slot_begin, shift.from.n_tokens,
+                         shift.from.base_pos, shift.from.delta);
         for (int32_t page : dst)
           if (kvrt_status s = dp->cover(page))
             return s;
@@ -311,31 +285,10 @@ public:
                       str("the GPU materialize failed: ", kvrt_last_error()));
         if (kvrt_status s = downloadPages(*dp, dst))
           return s;
-        for (int32_t page : dst)
-          if (kvrt_status s = kvrt_pool_seal_page(pool, page))
-            return s;
       }
-      kvrt_view *result = nullptr;
-      if (kvrt_status s = kvrt_view_create(pool, &result))
+      if (kvrt_status s = shifts.rebuild(out))
         return s;
-      int64_t nextPage = 0;
-      for (const kvrt_run &run : runs) {
-        kvrt_run copy = run;
-        if (run.delta != 0) {
-          copy.pages = &dst[nextPage];
-          copy.base_pos = run.base_pos + run.delta;
-          copy.delta = 0;
-          nextPage += run.n_pages;
-        }
-        kvrt_view *next = nullptr;
-        kvrt_status s = kvrt_view_append(result, &copy, &next);
-        kvrt_view_release(result);
-        if (s)
-          return s;
-        result = next;
-      }
       holdWritten(pool, dst);
-      *out = result;
       return KVRT_OK;
     });
   }
@@ -424,6 +377,16 @@ private:
     if (kvrt_status s = deviceModel(model, out))
       return s;
     return checkForward(forward, (*out)->config, entry);
+  }
+
+  /// prepare() for a prefill of the tokens at `pos` (prefill, layerKV), with
+  /// the arguments checked; messages start with `what`.
+  kvrt_status preparePrefill(const Forward &forward, const kvrt_model *model,
+                             const int32_t *tokens, int64_t n, int64_t pos,
+                             const char *what, DeviceModel **out) {
+    if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, out))
+      return s;
+    return kvrt::checkPrefillArguments((*out)->config, tokens, n, pos, what);
   }
 
   /// The device pool of `view` with every page of its runs resident, and

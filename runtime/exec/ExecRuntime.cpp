@@ -1088,15 +1088,16 @@ void kvrt_exec_view_release(kvrt_view *view) { kvrt_view_release(view); }
 
 const kvrt_exec_symbol *kvrt_exec_symbols(void) {
   static const kvrt_exec_symbol symbols[] = {
-#define KVRT_EXEC_FN(name, result, ...)                                        \
-  {#name, reinterpret_cast<void *>(&name)},
+#define KVIR_SYMBOL(name, result, ...) {#name, reinterpret_cast<void *>(&name)},
+#define KVRT_EXEC_FN KVIR_SYMBOL
 #include "runtime/exec/ExecABI.def"
-      // The thread pool the generated CPU forward's parallel loops run on,
-      // and its size (decode attention splits its heads by it).
-      {"kvrt_parallel_for", reinterpret_cast<void *>(&kvrt_parallel_for)},
-      {"kvrt_get_num_threads", reinterpret_cast<void *>(&kvrt_get_num_threads)},
+  // The thread pool the generated CPU forward's parallel loops run on, and
+  // its size (decode attention splits its heads by it).
+#define KVRT_PARALLEL_FN KVIR_SYMBOL
+#include "runtime/core/KVParallel.def"
       {nullptr, nullptr},
   };
+#undef KVIR_SYMBOL
   return symbols;
 }
 

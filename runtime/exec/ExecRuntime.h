@@ -256,9 +256,10 @@ void kvrt_exec_view_release(kvrt_view *view);
 #undef MATERIALIZE_FN
 
 /// The name and address of every function above that generated code calls,
-/// and of kvrt_parallel_for (runtime/core/KVParallel.h), which the generated
-/// CPU forward calls, terminated by {NULL, NULL}: a JIT binds them with
-/// these, and an ahead-of-time runner keeps them linked by taking them.
+/// and of the thread pool's functions the generated CPU forward calls
+/// (runtime/core/KVParallel.def), terminated by {NULL, NULL}: a JIT binds
+/// them with these, and an ahead-of-time runner keeps them linked by taking
+/// them.
 typedef struct kvrt_exec_symbol {
   const char *name;
   void *address;

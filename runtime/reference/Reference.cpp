@@ -4,6 +4,7 @@
 #include "runtime/core/KVElement.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
+#include "runtime/core/ViewRebuild.h"
 
 #include <cmath>
 #include <limits>
@@ -415,65 +416,24 @@ kvrt_status kvir::reference::materialize(const kvrt_model *model,
     KVSpan span;
     if (kvrt_status s = spanOf(c, view, span))
       return s;
-    kvrt_pool *pool = kvrt_view_pool(view);
     const kvrt_page_layout &l = span.layout;
-    int64_t pageTokens = l.page_tokens;
-    // Allocate every page first, so exhaustion changes nothing.
-    int64_t total = 0;
-    for (const kvrt_run &run : span.runs)
-      if (run.delta != 0)
-        total += (run.n_tokens + pageTokens - 1) / pageTokens;
-    std::vector<int32_t> pages(total);
-    if (total > 0)
-      if (kvrt_status s = kvrt_pool_alloc_pages(pool, total, pages.data()))
-        return s;
-    kvrt::PageRefs held{pool, pages};
-    for (const kvrt_run &run : span.runs)
-      if (run.delta != 0 && run.base_pos + run.delta < 0)
-        return fail(KVRT_ERR_INVALID_ARGUMENT,
-                    str("materialize: a run at stored position ", run.base_pos,
-                        " shifted by ", run.delta,
-                        " would start at a negative position"));
-    kvrt_view *result = nullptr;
-    if (kvrt_status s = kvrt_view_create(pool, &result))
+    kvrt::ShiftedRuns shifts;
+    if (kvrt_status s = shifts.collect(view, kvrt::RewriteSlots::Packed))
       return s;
-    int64_t nextPage = 0;
     std::vector<double> key(l.head_size);
     std::vector<float> k(l.head_size), v(l.head_size);
-    for (const kvrt_run &run : span.runs) {
-      kvrt_run copy = run;
-      if (run.delta != 0) {
-        int64_t nPages = (run.n_tokens + pageTokens - 1) / pageTokens;
-        kvrt_run fresh{
-            &pages[nextPage],         nPages, 0,          run.n_tokens,
-            run.base_pos + run.delta, 0,      run.tokens, run.label};
-        nextPage += nPages;
-        for (int64_t j = 0; j < run.n_tokens; ++j)
-          for (int32_t layer = 0; layer < l.n_layers; ++layer)
-            for (int32_t h = 0; h < l.n_kv_heads; ++h) {
-              span.load(run, j, layer, h, 0, k.data());
-              span.load(run, j, layer, h, 1, v.data());
-              for (int32_t d = 0; d < l.head_size; ++d)
-                key[d] = k[d];
-              applyRope(key.data(), c, run.delta);
-              span.store(fresh, j, layer, h, 0, key.data());
-              span.store(fresh, j, layer, h, 1, v.data());
-            }
-        for (int64_t p = 0; p < nPages; ++p)
-          if (kvrt_status s = kvrt_pool_seal_page(pool, fresh.pages[p])) {
-            kvrt_view_release(result);
-            return s;
+    for (const kvrt::ShiftedRuns::Shift &shift : shifts.shifts())
+      for (int64_t j = 0; j < shift.from.n_tokens; ++j)
+        for (int32_t layer = 0; layer < l.n_layers; ++layer)
+          for (int32_t h = 0; h < l.n_kv_heads; ++h) {
+            span.load(shift.from, j, layer, h, 0, k.data());
+            span.load(shift.from, j, layer, h, 1, v.data());
+            for (int32_t d = 0; d < l.head_size; ++d)
+              key[d] = k[d];
+            applyRope(key.data(), c, shift.from.delta);
+            span.store(shift.to, j, layer, h, 0, key.data());
+            span.store(shift.to, j, layer, h, 1, v.data());
           }
-        copy = fresh;
-      }
-      kvrt_view *next = nullptr;
-      kvrt_status s = kvrt_view_append(result, &copy, &next);
-      kvrt_view_release(result);
-      if (s)
-        return s;
-      result = next;
-    }
-    *out = result;
-    return KVRT_OK;
+    return shifts.rebuild(out);
   });
 }

@@ -136,25 +136,7 @@ Type fieldType(ForwardEmitter &e, FieldKind kind) {
 /// The type a field has in the C struct, as the LLVM dialect spells it: a
 /// memref descriptor, or i64.
 Type fieldStorageType(ForwardEmitter &e, FieldKind kind) {
-  MLIRContext *ctx = e.b.getContext();
-  Type ptr = LLVM::LLVMPointerType::get(ctx);
-  auto descriptor = [&](int64_t rank) -> Type {
-    Type sizes = LLVM::LLVMArrayType::get(e.i64(), rank);
-    return LLVM::LLVMStructType::getLiteral(ctx,
-                                            {ptr, ptr, e.i64(), sizes, sizes});
-  };
-  switch (kind) {
-  case FieldKind::F32:
-  case FieldKind::KV:
-  case FieldKind::I32:
-    return descriptor(1);
-  case FieldKind::RUNS:
-  case FieldKind::TILES:
-    return descriptor(2);
-  case FieldKind::I64:
-    return e.i64();
-  }
-  llvm_unreachable("unknown field kind");
+  return e.llvmType(fieldType(e, kind));
 }
 
 /// `@<prefix>_<entry>(%args: !llvm.ptr)`: loads each field of the struct

@@ -4,6 +4,7 @@
 #include "runtime/core/ForwardABI.h"
 #include "runtime/core/ModelConfig.h"
 
+#include "mlir/Conversion/LLVMCommon/TypeConverter.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -49,6 +50,12 @@ MemRefType ForwardEmitter::buffer(Type element) {
 
 MemRefType ForwardEmitter::table(int64_t columns) {
   return MemRefType::get({ShapedType::kDynamic, columns}, i64());
+}
+
+Type ForwardEmitter::llvmType(Type type) {
+  Type converted = LLVMTypeConverter(b.getContext()).convertType(type);
+  assert(converted && "a type without an LLVM lowering");
+  return converted;
 }
 
 Value ForwardEmitter::cIndex(int64_t value) {
@@ -255,6 +262,16 @@ void ForwardEmitter::ifThen(Value condition, function_ref<void()> then) {
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op.thenBlock()->getTerminator());
   then();
+}
+
+void ForwardEmitter::ifElse(Value condition, function_ref<void()> then,
+                            function_ref<void()> otherwise) {
+  auto op = scf::IfOp::create(b, condition, /*withElseRegion=*/true);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(op.thenBlock()->getTerminator());
+  then();
+  b.setInsertionPoint(op.elseBlock()->getTerminator());
+  otherwise();
 }
 
 SmallVector<Value>

@@ -82,6 +82,12 @@ public:
   MemRefType buffer(Type element);
   /// memref<?xNxi64> (the run table: N = 8; attention tiles: N = 4).
   MemRefType table(int64_t columns);
+  /// The LLVM-dialect type `type` lowers to (LLVMTypeConverter): a memref's
+  /// descriptor struct, i64 for index, integers and floats as they are. It
+  /// is how a value is kept in a struct that generated code reads: an entry
+  /// point's argument struct (the C structs of runtime/core/ForwardABI.h),
+  /// the context of a CPU parallel task.
+  Type llvmType(Type type);
 
   Value cIndex(int64_t value);
   Value cI64(int64_t value);
@@ -142,6 +148,9 @@ public:
           function_ref<SmallVector<Value>(Value iv, ValueRange iters)> body);
   /// scf.if without results.
   void ifThen(Value condition, function_ref<void()> then);
+  /// scf.if with an else branch and no results.
+  void ifElse(Value condition, function_ref<void()> then,
+              function_ref<void()> otherwise);
   /// scf.if with results: each branch returns the values it yields.
   SmallVector<Value> ifThenElse(Value condition, TypeRange types,
                                 function_ref<SmallVector<Value>()> then,

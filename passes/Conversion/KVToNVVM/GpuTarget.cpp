@@ -26,7 +26,6 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
-#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 #include <algorithm>
@@ -221,18 +220,6 @@ private:
     return gpu::BlockIdOp::create(e.b, dimension);
   }
 
-  /// scf.if with an else branch and no results.
-  static void ifElse(ForwardEmitter &e, Value condition,
-                     function_ref<void()> then,
-                     function_ref<void()> otherwise) {
-    auto op = scf::IfOp::create(e.b, condition, /*withElseRegion=*/true);
-    OpBuilder::InsertionGuard guard(e.b);
-    e.b.setInsertionPoint(op.thenBlock()->getTerminator());
-    then();
-    e.b.setInsertionPoint(op.elseBlock()->getTerminator());
-    otherwise();
-  }
-
   /// The weight exp(m - mAll) of a partial softmax with max m when partials
   /// are merged under the global max mAll; 0 when no partial saw a key
   /// (`any` false: mAll is -inf and the difference NaN).
@@ -418,8 +405,8 @@ void GpuTarget::emitMatmul(ForwardEmitter &e) {
             v = e.select(e.cmp(arith::CmpIPredicate::eq, j, e.cIndex(jj)),
                          dots[jj], v);
           Value ci = e.add(ob, e.mul(tj, m));
-          ifElse(
-              e, add,
+          e.ifElse(
+              add,
               [&] {
                 Value old = e.load(c, {ci});
                 e.store(arith::AddFOp::create(e.b, old, v), c, {ci});

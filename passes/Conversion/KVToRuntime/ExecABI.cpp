@@ -1,5 +1,4 @@
-//===- ExecABI.cpp - The execution runtime as the conversion sees it -*- C++
-//-*-//
+//===- ExecABI.cpp - The exec ABI as the conversion sees it -----*- C++ -*-===//
 
 #include "passes/Conversion/KVToRuntime/ExecABI.h"
 
@@ -39,4 +38,15 @@ FunctionType mlir::kv::getExecFunctionType(MLIRContext *context, ExecFn fn) {
   if (f.result != ExecType::Void)
     results.push_back(toType(context, f.result));
   return FunctionType::get(context, params, results);
+}
+
+func::FuncOp mlir::kv::declareExecFunction(OpBuilder &builder, ModuleOp module,
+                                           ExecFn fn) {
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToEnd(module.getBody());
+  auto decl =
+      func::FuncOp::create(builder, module.getLoc(), execFunction(fn).name,
+                           getExecFunctionType(builder.getContext(), fn));
+  decl.setPrivate();
+  return decl;
 }

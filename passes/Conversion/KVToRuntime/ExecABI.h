@@ -6,14 +6,18 @@
 // that func-to-llvm turns into pointers). ConvertKVToRuntime.cpp calls them
 // through `call<ExecFn::NAME>(...)`, which checks the number of operands at
 // compile time; the types are checked by func.call's verifier against the
-// declaration built from the same list.
+// declaration built from the same list. The thread pool's functions that the
+// CPU forward calls (runtime/core/KVParallel.def) are in the same enum,
+// called the same way (createExecCall).
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef KVIR_PASSES_CONVERSION_KVTORUNTIME_EXECABI_H
 #define KVIR_PASSES_CONVERSION_KVTORUNTIME_EXECABI_H
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/BuiltinTypes.h"
 
 #include <cstddef>
@@ -24,6 +28,17 @@ namespace mlir::kv {
 enum class ExecType { Void, Ptr, I32, I64, F64, Forward };
 
 namespace detail {
+#define KVRT_EXEC_RESULT_VOID ExecType::Void
+#define KVRT_EXEC_RESULT_I32 ExecType::I32
+#define KVRT_EXEC_RESULT_I64 ExecType::I64
+#define KVRT_EXEC_RESULT_VIEW ExecType::Ptr
+#define KVRT_EXEC_RESULT_TOKENS ExecType::Ptr
+#define KVRT_EXEC_RESULT_CTOKENS ExecType::Ptr
+#define KVRT_EXEC_RESULT_LOGITS ExecType::Ptr
+#define KVRT_EXEC_RESULT_CLOGITS ExecType::Ptr
+#define KVRT_EXEC_RESULT_TENSOR ExecType::Ptr
+#define KVRT_EXEC_RESULT_CTENSOR ExecType::Ptr
+
 #define CTX(n) ExecType::Ptr
 #define SITE(n) ExecType::I32
 #define VIEW(n) ExecType::Ptr
@@ -44,9 +59,19 @@ namespace detail {
 #define PREFILL_FN(n) ExecType::Forward
 #define ATTENTION_FN(n) ExecType::Forward
 #define MATERIALIZE_FN(n) ExecType::Forward
-#define KVRT_EXEC_FN(name, result, ...)                                        \
-  inline constexpr ExecType params_##name[] = {__VA_ARGS__};
+#define TASK(n) ExecType::Ptr
+#define PTR(n) ExecType::Ptr
+#define NONE()
+// Each function's result, then its parameters (a function without any
+// still has an array).
+#define KVIR_SIGNATURE(name, result, ...)                                      \
+  inline constexpr ExecType signature_##name[] = {KVRT_EXEC_RESULT_##result,   \
+                                                  __VA_ARGS__};
+#define KVRT_EXEC_FN KVIR_SIGNATURE
+#define KVRT_PARALLEL_FN KVIR_SIGNATURE
+#include "runtime/core/KVParallel.def"
 #include "runtime/exec/ExecABI.def"
+#undef KVIR_SIGNATURE
 #undef CTX
 #undef SITE
 #undef VIEW
@@ -67,23 +92,19 @@ namespace detail {
 #undef PREFILL_FN
 #undef ATTENTION_FN
 #undef MATERIALIZE_FN
-
-#define KVRT_EXEC_RESULT_VOID ExecType::Void
-#define KVRT_EXEC_RESULT_I32 ExecType::I32
-#define KVRT_EXEC_RESULT_I64 ExecType::I64
-#define KVRT_EXEC_RESULT_VIEW ExecType::Ptr
-#define KVRT_EXEC_RESULT_TOKENS ExecType::Ptr
-#define KVRT_EXEC_RESULT_CTOKENS ExecType::Ptr
-#define KVRT_EXEC_RESULT_LOGITS ExecType::Ptr
-#define KVRT_EXEC_RESULT_CLOGITS ExecType::Ptr
-#define KVRT_EXEC_RESULT_TENSOR ExecType::Ptr
-#define KVRT_EXEC_RESULT_CTENSOR ExecType::Ptr
+#undef TASK
+#undef PTR
+#undef NONE
 } // namespace detail
 
-/// The functions of the exec ABI, by name.
+/// The functions of the exec ABI and of the thread pool, by name.
 enum class ExecFn {
-#define KVRT_EXEC_FN(name, result, ...) name,
+#define KVIR_NAME(name, result, ...) name,
+#define KVRT_EXEC_FN KVIR_NAME
+#define KVRT_PARALLEL_FN KVIR_NAME
+#include "runtime/core/KVParallel.def"
 #include "runtime/exec/ExecABI.def"
+#undef KVIR_NAME
 };
 
 /// One function of the exec ABI.
@@ -95,10 +116,14 @@ struct ExecFunction {
 };
 
 inline constexpr ExecFunction kExecFunctions[] = {
-#define KVRT_EXEC_FN(name, result, ...)                                        \
-  {#name, KVRT_EXEC_RESULT_##result, detail::params_##name,                    \
-   sizeof(detail::params_##name) / sizeof(ExecType)},
+#define KVIR_FUNCTION(name, result, ...)                                       \
+  {#name, detail::signature_##name[0], detail::signature_##name + 1,           \
+   sizeof(detail::signature_##name) / sizeof(ExecType) - 1},
+#define KVRT_EXEC_FN KVIR_FUNCTION
+#define KVRT_PARALLEL_FN KVIR_FUNCTION
+#include "runtime/core/KVParallel.def"
 #include "runtime/exec/ExecABI.def"
+#undef KVIR_FUNCTION
 };
 
 constexpr const ExecFunction &execFunction(ExecFn fn) {
@@ -110,6 +135,22 @@ FunctionType getForwardEntryType(MLIRContext *context);
 
 /// The func-level type of `fn`.
 FunctionType getExecFunctionType(MLIRContext *context, ExecFn fn);
+
+/// Declares `fn` (private) at the end of `module`.
+func::FuncOp declareExecFunction(OpBuilder &builder, ModuleOp module,
+                                 ExecFn fn);
+
+/// A call of `F` with `args`: their number is checked at compile time, their
+/// types by the call's verifier against the declaration.
+template <ExecFn F, typename... Args>
+func::CallOp createExecCall(OpBuilder &builder, Location loc, Args... args) {
+  static_assert(sizeof...(Args) == execFunction(F).arity,
+                "the call does not match its declaration (runtime/exec/"
+                "ExecABI.def, runtime/core/KVParallel.def)");
+  FunctionType type = getExecFunctionType(builder.getContext(), F);
+  return func::CallOp::create(builder, loc, execFunction(F).name,
+                              type.getResults(), ValueRange{Value(args)...});
+}
 
 } // namespace mlir::kv
 
