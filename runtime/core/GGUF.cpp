@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/core/GGUF.h"
+#include "runtime/core/KVElement.h"
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
@@ -575,7 +576,7 @@ std::string dequantize(const TensorInfo &info, const uint8_t *src, float *dst) {
     for (uint64_t i = 0; i < info.elements; ++i) {
       uint16_t bits;
       std::memcpy(&bits, src + 2 * i, 2);
-      dst[i] = info.type == kTF16 ? halfToFloat(bits) : bfloat16ToFloat(bits);
+      dst[i] = info.type == kTF16 ? halfToFloat(bits) : bfloatToFloat(bits);
       if (!std::isfinite(dst[i]))
         return bad(i, dst[i]);
     }
@@ -972,69 +973,8 @@ std::string mapFile(const char *path, Mapping &out) {
 } // namespace
 
 //===----------------------------------------------------------------------===//
-// Numbers
+// Q8_0
 //===----------------------------------------------------------------------===//
-
-float kvrt::gguf::halfToFloat(uint16_t h) {
-  uint32_t sign = uint32_t(h >> 15) << 31, exponent = (h >> 10) & 0x1f,
-           mantissa = h & 0x3ff, bits;
-  if (exponent == 0x1f) {
-    bits = sign | 0x7f800000 | (mantissa << 13);
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {
-    // Subnormal: mantissa * 2^-24, exact in float.
-    float value = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign ? -value : value;
-  }
-  float value;
-  std::memcpy(&value, &bits, 4);
-  return value;
-}
-
-uint16_t kvrt::gguf::floatToHalf(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
-  uint32_t magnitude = bits & 0x7fffffff;
-  if (magnitude > 0x7f800000) // NaN: keep it a (quiet) NaN
-    return sign | 0x7e00 | static_cast<uint16_t>((magnitude >> 13) & 0x3ff);
-  if (magnitude >= 0x47800000) // >= 65536 rounds to infinity
-    return sign | 0x7c00;
-  float a = std::fabs(value);
-  if (a < 6.103515625e-05f) {
-    // Subnormal range: a multiple of 2^-24, rounded to nearest even by the
-    // float addition (2^-24 * 2^23 has the right exponent).
-    float scaled = a * 16777216.0f; // exact: a power-of-two scale
-    float rounded = std::nearbyint(scaled);
-    return sign | static_cast<uint16_t>(rounded);
-  }
-  // Normal: drop 13 mantissa bits with round to nearest even.
-  uint32_t rounded = magnitude + 0xfff + ((magnitude >> 13) & 1);
-  uint32_t exponent = (rounded >> 23) - 112;
-  if (exponent >= 0x1f)
-    return sign | 0x7c00;
-  return sign |
-         static_cast<uint16_t>((exponent << 10) | ((rounded >> 13) & 0x3ff));
-}
-
-float kvrt::gguf::bfloat16ToFloat(uint16_t bits) {
-  uint32_t wide = uint32_t(bits) << 16;
-  float value;
-  std::memcpy(&value, &wide, 4);
-  return value;
-}
-
-uint16_t kvrt::gguf::floatToBFloat16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  if ((bits & 0x7fffffff) > 0x7f800000)
-    return static_cast<uint16_t>((bits >> 16) | 0x40);
-  bits += 0x7fff + ((bits >> 16) & 1);
-  return static_cast<uint16_t>(bits >> 16);
-}
 
 void kvrt::gguf::quantizeQ8Block(const float *x, uint8_t *block) {
   float amax = 0.0f;
@@ -1207,7 +1147,7 @@ std::string encodeTensor(const Outgoing &t) {
     out.resize(t.elements * 2);
     for (uint64_t i = 0; i < t.elements; ++i) {
       uint16_t bits =
-          t.type == kTF16 ? floatToHalf(t.src[i]) : floatToBFloat16(t.src[i]);
+          t.type == kTF16 ? floatToHalf(t.src[i]) : floatToBFloat(t.src[i]);
       std::memcpy(&out[2 * i], &bits, 2);
     }
     break;
