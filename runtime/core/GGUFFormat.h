@@ -17,6 +17,7 @@
 
 #include "runtime/core/GGUF.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/core/ModelTensors.h"
 #include "runtime/core/Support.h"
 
 #include <cstddef>
@@ -59,43 +60,43 @@ enum TensorType : uint32_t {
 /// Token types of tokenizer.ggml.token_type (llama.cpp's llama_token_type).
 enum TokenType : int32_t { kNormal = 1, kByte = 6 };
 
-/// The GGUF name and expected shape (innermost first) of each tensor of
-/// tensorSpecs(config), in llama2.c order; per-layer tensors have one entry
-/// per layer. At most `limit` of them, so that a file cannot make the reader
-/// name more tensors than it holds (plus one, the first missing one).
+/// The GGUF name of slice `layer` of tensor `t` ("blk.N." + its name for a
+/// per-layer tensor).
+inline std::string tensorName(const TensorDecl &t, int32_t layer) {
+  return t.scope == TensorScope::Layer ? str("blk.", layer, ".", t.gguf)
+                                       : std::string(t.gguf);
+}
+
+/// One tensor of a llama model's file: its name, its shape (innermost
+/// first; a vector has one dimension), and the slice of the model's tensor
+/// it holds.
 struct Expected {
   std::string name;
   uint64_t dims[2];
   uint32_t nDims;
+  const TensorDecl *decl;
+  int32_t layer;
 };
 
+/// The tensors a file of `c` has (ModelTensors.def), in order: a per-layer
+/// tensor has one per layer. At most `limit` of them, so that a file cannot
+/// make the reader name more tensors than it holds (plus one, the first
+/// missing one).
 inline std::vector<Expected> expectedTensors(const kvrt_model_config &c,
                                              size_t limit = SIZE_MAX) {
-  uint64_t dim = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size,
-           kvDim = kvir::kvDim(c);
   std::vector<Expected> out;
-  out.push_back({"token_embd.weight", {dim, vocab}, 2});
-  struct PerLayer {
-    const char *name;
-    uint64_t in, out;
-  };
-  // In llama2.c order: rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3.
-  PerLayer perLayer[] = {{"attn_norm", dim, 0},     {"attn_q", dim, dim},
-                         {"attn_k", dim, kvDim},    {"attn_v", dim, kvDim},
-                         {"attn_output", dim, dim}, {"ffn_norm", dim, 0},
-                         {"ffn_gate", dim, hidden}, {"ffn_down", hidden, dim},
-                         {"ffn_up", dim, hidden}};
-  for (const PerLayer &t : perLayer)
-    for (int32_t l = 0; l < c.n_layers; ++l) {
+  for (const TensorDecl &t : kTensors) {
+    if (!tensorPresent(t.presence, c))
+      continue;
+    uint64_t dims[2] = {shapeValue(t.cols, c), shapeValue(t.rows, c)};
+    uint32_t nDims = t.rows == ShapeSymbol::One ? 1 : 2;
+    int32_t layers = t.scope == TensorScope::Layer ? c.n_layers : 1;
+    for (int32_t l = 0; l < layers; ++l) {
       if (out.size() >= limit)
         return out;
-      out.push_back({str("blk.", l, ".", t.name, ".weight"),
-                     {t.in, t.out},
-                     t.out ? 2u : 1u});
+      out.push_back({tensorName(t, l), {dims[0], dims[1]}, nDims, &t, l});
     }
-  out.push_back({"output_norm.weight", {dim, 0}, 1});
-  if (!c.shared_classifier)
-    out.push_back({"output.weight", {dim, vocab}, 2});
+  }
   return out;
 }
 

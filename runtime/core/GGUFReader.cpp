@@ -638,15 +638,18 @@ std::string readConfig(const Metadata &meta, const Parsed &parsed,
     return "missing key 'llama.rope.scaling.factor' (llama.rope.scaling.type "
            "is linear)";
 
-  // The vocabulary is the embedding's outer dimension.
+  // The vocabulary is the embedding's outer dimension. An optional tensor
+  // (its first slice) in the file sets what makes it present: output.weight
+  // a separate classifier.
   const TensorInfo *embedding = nullptr;
   for (const TensorInfo &info : parsed.tensors) {
-    if (info.name == "token_embd.weight")
+    if (info.name == tensorDecl(TensorId::token_embedding).gguf)
       embedding = &info;
-    if (info.name == "output.weight")
-      c.shared_classifier = 0;
     if (info.name == "rope_freqs.weight")
       ropeFreqs = &info;
+    for (const TensorDecl &t : kTensors)
+      if (t.presence != TensorPresence::Always && info.name == tensorName(t, 0))
+        setTensorPresent(t.presence, c);
   }
   if (!embedding)
     return "missing tensor 'token_embd.weight'";

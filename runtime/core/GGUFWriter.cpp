@@ -135,19 +135,18 @@ kvrt_status saveGGUF(const kvrt_model &model, const kvrt_tokenizer *tokenizer,
                 str("cannot save '", path, "': ", kvrt_last_error()));
   Writer w;
   std::vector<Outgoing> tensors;
-  std::vector<Expected> expected = expectedTensors(c);
-  const float *src = model.data.data();
-  for (const Expected &e : expected) {
-    uint64_t elements = e.dims[0] * (e.nDims == 2 ? e.dims[1] : 1);
+  for (const Expected &e : expectedTensors(c)) {
+    uint64_t elements = e.dims[0] * e.dims[1];
     // Vectors stay F32, as llama.cpp keeps them; Q8_0 needs rows that are
     // whole blocks, else the matrix falls back to F16 (as llama.cpp's
     // converter does).
     uint32_t t = e.nDims == 1 ? uint32_t(kTF32) : uint32_t(type);
     if (t == kTQ8_0 && e.dims[0] % kQ8Block != 0)
       t = kTF16;
+    const float *src =
+        f32Data(model.weights.*e.decl->member) + e.layer * elements;
     tensors.push_back(
         {e.name, {e.dims[0], e.dims[1]}, e.nDims, t, src, elements});
-    src += elements;
   }
   if (c.n_rope_freq_factors)
     tensors.push_back({"rope_freqs.weight",

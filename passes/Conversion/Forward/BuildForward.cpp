@@ -24,7 +24,7 @@ namespace {
 // The argument structs of runtime/core/ForwardABI.def
 //===----------------------------------------------------------------------===//
 
-enum class FieldKind { F32, KV, I32, RUNS, TILES, I64 };
+enum class FieldKind { F32, WEIGHT, KV, I32, RUNS, TILES, I64 };
 
 struct Field {
   const char *name;
@@ -90,6 +90,7 @@ enum MaterializeField {
 constexpr size_t fieldBytes(FieldKind kind) {
   switch (kind) {
   case FieldKind::F32:
+  case FieldKind::WEIGHT:
   case FieldKind::KV:
   case FieldKind::I32:
     return 2 * sizeof(void *) + 3 * sizeof(int64_t);
@@ -118,6 +119,7 @@ static_assert(structBytes(kMaterializeFields) == sizeof(kvrt_materialize_args),
 Type fieldType(ForwardEmitter &e, FieldKind kind) {
   switch (kind) {
   case FieldKind::F32:
+  case FieldKind::WEIGHT:
     return e.buffer(e.f32());
   case FieldKind::KV:
     return e.buffer(e.kvElement());
@@ -145,6 +147,7 @@ Type fieldStorageType(ForwardEmitter &e, FieldKind kind) {
   };
   switch (kind) {
   case FieldKind::F32:
+  case FieldKind::WEIGHT:
   case FieldKind::KV:
   case FieldKind::I32:
     return descriptor(1);
