@@ -58,7 +58,19 @@ typedef struct kvrt_memref_kv {
   int64_t strides[1];
 } kvrt_memref_kv;
 
+/// A 1-D buffer of a model weight's data (runtime/core/ModelTensors.def),
+/// counted in the elements the forward reads for the weight's format (floats
+/// for KVRT_WEIGHT_F32): the same descriptor whatever the format.
+typedef struct kvrt_memref_weight {
+  void *allocated;
+  void *aligned;
+  int64_t offset;
+  int64_t sizes[1];
+  int64_t strides[1];
+} kvrt_memref_weight;
+
 typedef kvrt_memref_f32 kvrt_field_F32;
+typedef kvrt_memref_weight kvrt_field_WEIGHT;
 typedef kvrt_memref_kv kvrt_field_KV;
 typedef kvrt_memref_i32 kvrt_field_I32;
 typedef kvrt_memref_i64x2 kvrt_field_RUNS;

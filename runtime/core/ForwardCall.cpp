@@ -87,33 +87,56 @@ int64_t kvir::prefillScratchFloats(const kvrt_model_config &c, int64_t n) {
 std::vector<float> kvir::embedTokens(const kvrt_model_config &c,
                                      const kvrt_model_weights &w,
                                      const int32_t *tokens, int64_t n) {
+  const float *embedding = kvrt::f32Data(w.token_embedding);
   std::vector<float> x(n * c.dim);
   for (int64_t t = 0; t < n; ++t)
-    std::memcpy(&x[t * c.dim], w.token_embedding + int64_t(tokens[t]) * c.dim,
+    std::memcpy(&x[t * c.dim], embedding + int64_t(tokens[t]) * c.dim,
                 sizeof(float) * c.dim);
   return x;
 }
 
-std::array<WeightTensor, 11> kvir::forwardWeights(const kvrt_model_config &c,
-                                                  const kvrt_model_weights &w) {
-  int64_t L = c.n_layers, D = c.dim, H = c.hidden_dim, KV = kvDim(c),
-          V = c.vocab_size;
-  return {{{w.rms_att, L * D},
-           {w.wq, L * D * D},
-           {w.wk, L * KV * D},
-           {w.wv, L * KV * D},
-           {w.wo, L * D * D},
-           {w.rms_ffn, L * D},
-           {w.w1, L * H * D},
-           {w.w2, L * D * H},
-           {w.w3, L * H * D},
-           {w.rms_final, D},
-           {w.wcls, V * D}}};
+ForwardWeights kvir::forwardWeights(const kvrt_model_weights &w) {
+  ForwardWeights weights;
+  size_t i = 0;
+  for (const kvrt::TensorDecl &t : kvrt::kTensors)
+    if (t.reader == kvrt::TensorReader::Forward)
+      weights[i++] = w.*t.member;
+  return weights;
 }
 
-std::array<kvrt_memref_f32 *, 11> kvir::weightFields(kvrt_prefill_args &a) {
-  return {&a.rms_att, &a.wq, &a.wk, &a.wv,        &a.wo,  &a.rms_ffn,
-          &a.w1,      &a.w2, &a.w3, &a.rms_final, &a.wcls};
+std::array<kvrt_memref_weight *, kForwardWeights>
+kvir::weightFields(kvrt_prefill_args &a) {
+#define KVRT_MODEL_TENSOR(field, gguf, scope, rows, cols, kind, reader, ...)   \
+  KVIR_WEIGHT_FIELD_##reader(field)
+#define KVIR_WEIGHT_FIELD_Forward(field) &a.field,
+#define KVIR_WEIGHT_FIELD_Runtime(field)
+  kvrt_memref_weight *fields[] = {
+#include "runtime/core/ModelTensors.def"
+  };
+#undef KVIR_WEIGHT_FIELD_Forward
+#undef KVIR_WEIGHT_FIELD_Runtime
+  static_assert(std::size(fields) == kForwardWeights,
+                "every tensor the forward reads has a weight field");
+  std::array<kvrt_memref_weight *, kForwardWeights> out;
+  std::copy(std::begin(fields), std::end(fields), out.begin());
+  return out;
+}
+
+kvrt_memref_weight kvir::memrefWeight(const kvrt_weight &w, const void *data) {
+  void *p = const_cast<void *>(data);
+  switch (w.format) {
+  case KVRT_WEIGHT_F32:
+    return {p, p, 0, {w.rows * w.cols}, {1}};
+  }
+  return {p, p, 0, {0}, {1}};
+}
+
+void kvir::fillWeightFields(kvrt_prefill_args &args,
+                            const kvrt_model_weights &weights) {
+  ForwardWeights tensors = forwardWeights(weights);
+  std::array<kvrt_memref_weight *, kForwardWeights> fields = weightFields(args);
+  for (size_t i = 0; i < kForwardWeights; ++i)
+    *fields[i] = memrefWeight(tensors[i], tensors[i].data);
 }
 
 kvrt_status kvir::checkForwardLayout(const Forward &forward,

@@ -1,10 +1,10 @@
-//===- ForwardCall.h - Filling the generated forward's arguments -*- C++
-//-*-===//
+//===- ForwardCall.h - Filling the generated forward's arguments *- C++ -*-===//
 //
 // What every backend that runs the generated forward does alike: the run
 // table of a view, the embedding rows of the tokens, the weights in the order
-// of ForwardABI.def, and the sizes of the buffers a call needs. Memory
-// placement (host or device) stays with the backend.
+// of their fields (ModelTensors.def, ForwardABI.def), and the sizes of the
+// buffers a call needs. Memory placement (host or device) stays with the
+// backend.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +13,7 @@
 
 #include "runtime/core/ForwardABI.h"
 #include "runtime/core/KVRuntime.h"
+#include "runtime/core/ModelTensors.h"
 
 #include <array>
 #include <cstdint>
@@ -57,19 +58,27 @@ std::vector<float> embedTokens(const kvrt_model_config &config,
                                const kvrt_model_weights &weights,
                                const int32_t *tokens, int64_t n);
 
-/// One weight tensor of the forward: its data and number of floats.
-struct WeightTensor {
-  const float *data;
-  int64_t size;
-};
+/// How many weights the forward reads: the weight fields of its prefill
+/// (ModelTensors.def's tensors read by the forward).
+constexpr size_t kForwardWeights = kvrt::kNumForwardWeights;
 
-/// The 11 weight tensors the forward reads, in ForwardABI.def order
-/// (rms_att .. wcls).
-std::array<WeightTensor, 11> forwardWeights(const kvrt_model_config &config,
-                                            const kvrt_model_weights &weights);
+/// The weights the forward reads, in the order of its weight fields
+/// (ForwardABI.def).
+using ForwardWeights = std::array<kvrt_weight, kForwardWeights>;
+ForwardWeights forwardWeights(const kvrt_model_weights &weights);
 
-/// The 11 weight fields of `args`, in the same order.
-std::array<kvrt_memref_f32 *, 11> weightFields(kvrt_prefill_args &args);
+/// The weight fields of `args`, in the same order.
+std::array<kvrt_memref_weight *, kForwardWeights>
+weightFields(kvrt_prefill_args &args);
+
+/// The field of a weight whose data is at `data` (its host memory, or a
+/// device copy of its bytes): addressed in the elements the forward reads
+/// for its format.
+kvrt_memref_weight memrefWeight(const kvrt_weight &weight, const void *data);
+
+/// Fills every weight field of `args` with the weights in host memory.
+void fillWeightFields(kvrt_prefill_args &args,
+                      const kvrt_model_weights &weights);
 
 /// Fails unless a view's pool `layout` is the shape of model `c` (layers,
 /// KV heads, head size) and has the K/V element type `forward` was compiled

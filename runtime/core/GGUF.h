@@ -49,13 +49,6 @@ std::string readBuffer(const uint8_t *data, size_t size, kvrt_model **model,
 std::string readFile(const char *path, kvrt_model **model,
                      kvrt_tokenizer **tokenizer);
 
-/// The bits of an IEEE binary16 / bfloat16 from a float, rounded to nearest
-/// even (NaN stays NaN), and back.
-uint16_t floatToHalf(float value);
-float halfToFloat(uint16_t bits);
-uint16_t floatToBFloat16(float value);
-float bfloat16ToFloat(uint16_t bits);
-
 /// llama.cpp's Q8_0 block: 32 weights as int8 times one f16 scale.
 constexpr int kQ8Block = 32;
 /// Quantises `kQ8Block` floats as llama.cpp's quantize_row_q8_0 does (scale

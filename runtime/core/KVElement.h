@@ -1,10 +1,12 @@
 //===- KVElement.h - K/V page element conversions ---------------*- C++ -*-===//
 //
-// Conversions between f32 and the element types of K/V pages (IEEE binary16
-// and bfloat16, both rounded to nearest even), and element-wise access to a
-// page arena of any kvrt_kv_dtype. The pool, the oracle and the tests share
-// them, so every writer of a page rounds the same way as the generated
-// forward (arith.truncf, also round to nearest even).
+// The runtime's one conversion between f32 and IEEE binary16 / bfloat16
+// (round to nearest even, NaN kept quiet; integer arithmetic only, so the
+// floating-point rounding mode cannot change it), and element-wise access to
+// a page arena of any kvrt_kv_dtype. The pool, the GGUF reader and writer
+// (F16, BF16 and Q8_0 scales), the oracle and the tests share them, so every
+// writer of a page rounds the same way as the generated forward
+// (arith.truncf, also round to nearest even).
 //
 //===----------------------------------------------------------------------===//
 

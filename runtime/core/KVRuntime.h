@@ -169,21 +169,41 @@ typedef struct kvrt_model_config {
   float rope_freq_factors[KVRT_MAX_ROPE_PAIRS];
 } kvrt_model_config;
 
-/// Pointers to a model's f32 weights, row-major [out][in], in llama2.c order.
-/// Valid while the model is alive.
+/// The format of a weight's data. Every switch over it is exhaustive (no
+/// default), so a new format is a compile error wherever it must be handled;
+/// docs/runtime.md says how to add one.
+typedef enum kvrt_weight_format {
+  /// IEEE float32 elements.
+  KVRT_WEIGHT_F32 = 0,
+  // Quantised formats kept as the file stores them (GGUF's Q8_0, Q4_K, ...)
+  // come here: blocks of a fixed number of elements along a row, each of a
+  // fixed number of bytes, rows of whole blocks.
+} kvrt_weight_format;
+
+/// One tensor of a model: its data in its format and what addresses it.
+typedef struct kvrt_weight {
+  /// The tensor's bytes; NULL where the model does not have it.
+  const void *data;
+  kvrt_weight_format format;
+  /// `rows` rows of `cols` elements, row-major ([out][in] for a matrix). A
+  /// per-layer tensor is its layers' slices back to back: layer l's starts
+  /// at row l * rows / n_layers.
+  int64_t rows;
+  int64_t cols;
+  /// Bytes of the whole tensor: rows times the bytes of a row in `format`
+  /// (4 * cols for f32; for a block format, cols / the block's elements *
+  /// the block's bytes).
+  int64_t bytes;
+} kvrt_weight;
+
+/// A model's tensors: one field per entry of runtime/core/ModelTensors.def
+/// (its GGUF name, shape and presence are there), in llama2.c order. A
+/// tensor the config does not have holds no data, or the tensor it is tied
+/// to: wcls is token_embedding when the classifier is shared. Valid while
+/// the model is alive.
 typedef struct kvrt_model_weights {
-  const float *token_embedding; ///< [vocab][dim]
-  const float *rms_att;         ///< [layers][dim]
-  const float *wq;              ///< [layers][dim][dim]
-  const float *wk;              ///< [layers][kv_dim][dim]
-  const float *wv;              ///< [layers][kv_dim][dim]
-  const float *wo;              ///< [layers][dim][dim]
-  const float *rms_ffn;         ///< [layers][dim]
-  const float *w1;              ///< [layers][hidden][dim]
-  const float *w2;              ///< [layers][dim][hidden]
-  const float *w3;              ///< [layers][hidden][dim]
-  const float *rms_final;       ///< [dim]
-  const float *wcls; ///< [vocab][dim]; equals token_embedding when shared
+#define KVRT_MODEL_TENSOR(field, ...) kvrt_weight field;
+#include "runtime/core/ModelTensors.def"
 } kvrt_model_weights;
 
 typedef struct kvrt_model kvrt_model;
@@ -245,7 +265,7 @@ kvrt_status kvrt_model_save_gguf(const kvrt_model *model,
 kvrt_status kvrt_model_get_config(const kvrt_model *model,
                                   kvrt_model_config *out);
 
-/// The model's weight pointers.
+/// The model's weights.
 kvrt_status kvrt_model_get_weights(const kvrt_model *model,
                                    kvrt_model_weights *out);
 

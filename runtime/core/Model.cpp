@@ -18,12 +18,6 @@ std::optional<uint64_t> mul(uint64_t a, uint64_t b) {
   return r;
 }
 
-/// `a * b * c`, or nullopt on 64-bit overflow.
-std::optional<uint64_t> mul(uint64_t a, uint64_t b, uint64_t c) {
-  std::optional<uint64_t> ab = mul(a, b);
-  return ab ? mul(*ab, c) : std::nullopt;
-}
-
 } // namespace
 
 std::string kvrt::describeConfigError(const kvrt_model_config &c) {
@@ -39,36 +33,18 @@ std::string kvrt::describeConfigError(const kvrt_model_config &c) {
 
 std::optional<std::vector<TensorSpec>>
 kvrt::tensorSpecs(const kvrt_model_config &c) {
-  uint64_t dim = c.dim, hidden = c.hidden_dim, layers = c.n_layers,
-           vocab = c.vocab_size;
-  uint64_t kvDim = dim / c.n_heads * c.n_kv_heads;
-  struct Shape {
-    const char *name;
-    std::optional<uint64_t> count;
-    uint64_t fanIn;
-    TensorKind kind;
-    bool perLayer = true;
-  };
-  std::vector<Shape> shapes = {
-      {"token_embedding", mul(vocab, dim), dim, TensorKind::Embedding, false},
-      {"rms_att", mul(layers, dim), dim, TensorKind::Norm},
-      {"wq", mul(layers, dim, dim), dim, TensorKind::Matrix},
-      {"wk", mul(layers, kvDim, dim), dim, TensorKind::Matrix},
-      {"wv", mul(layers, kvDim, dim), dim, TensorKind::Matrix},
-      {"wo", mul(layers, dim, dim), dim, TensorKind::Matrix},
-      {"rms_ffn", mul(layers, dim), dim, TensorKind::Norm},
-      {"w1", mul(layers, hidden, dim), dim, TensorKind::Matrix},
-      {"w2", mul(layers, dim, hidden), hidden, TensorKind::Matrix},
-      {"w3", mul(layers, hidden, dim), dim, TensorKind::Matrix},
-      {"rms_final", dim, dim, TensorKind::Norm, false},
-  };
-  if (!c.shared_classifier)
-    shapes.push_back({"wcls", mul(vocab, dim), dim, TensorKind::Matrix, false});
   std::vector<TensorSpec> specs;
-  for (const Shape &s : shapes) {
-    if (!s.count)
+  for (const TensorDecl &t : kTensors) {
+    if (!tensorPresent(t.presence, c))
+      continue;
+    bool perLayer = t.scope == TensorScope::Layer;
+    uint64_t cols = shapeValue(t.cols, c);
+    std::optional<uint64_t> rows =
+        mul(perLayer ? uint64_t(c.n_layers) : 1, shapeValue(t.rows, c));
+    std::optional<uint64_t> count = rows ? mul(*rows, cols) : std::nullopt;
+    if (!count)
       return std::nullopt;
-    specs.push_back({s.name, *s.count, s.fanIn, s.kind, s.perLayer});
+    specs.push_back({&t, t.field, *count, *rows, cols, t.kind, perLayer});
   }
   return specs;
 }
@@ -84,25 +60,17 @@ kvrt_model *kvrt::makeModel(const kvrt_model_config &config,
   model->config = config;
   model->data = std::move(weights);
   const float *p = model->data.data();
-  const float **slots[] = {&model->weights.token_embedding,
-                           &model->weights.rms_att,
-                           &model->weights.wq,
-                           &model->weights.wk,
-                           &model->weights.wv,
-                           &model->weights.wo,
-                           &model->weights.rms_ffn,
-                           &model->weights.w1,
-                           &model->weights.w2,
-                           &model->weights.w3,
-                           &model->weights.rms_final,
-                           &model->weights.wcls};
   std::vector<TensorSpec> specs = *tensorSpecs(config);
-  for (size_t i = 0; i < specs.size(); ++i) {
-    *slots[i] = p;
-    p += specs[i].count;
+  for (const TensorSpec &spec : specs) {
+    int64_t rows = int64_t(spec.rows), cols = int64_t(spec.fanIn);
+    model->weights.*
+        spec.decl->member = {p, KVRT_WEIGHT_F32, rows, cols,
+                             rows * weightRowBytes(KVRT_WEIGHT_F32, cols)};
+    p += spec.count;
   }
-  if (config.shared_classifier)
-    model->weights.wcls = model->weights.token_embedding;
+  for (const TensorDecl &t : kTensors)
+    if (!tensorPresent(t.presence, config) && t.absent != TensorId::none)
+      model->weights.*t.member = model->weights.*tensorDecl(t.absent).member;
   return model;
 }
 

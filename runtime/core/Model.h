@@ -1,8 +1,8 @@
 //===- Model.h - Model representation inside the runtime --------*- C++ -*-===//
 //
-// The concrete type behind the opaque kvrt_model handle, and the tensor
-// layout of the llama2.c format shared by the loader, the writer and the
-// synthetic generator.
+// The concrete type behind the opaque kvrt_model handle, and the tensors of a
+// config (ModelTensors.h) as the loaders, the writers and the synthetic
+// generator lay them out in memory.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,6 +10,7 @@
 #define KVIR_RUNTIME_CORE_MODEL_H
 
 #include "runtime/core/KVRuntime.h"
+#include "runtime/core/ModelTensors.h"
 
 #include <atomic>
 #include <cstdint>
@@ -19,14 +20,16 @@
 
 namespace kvrt {
 
-/// What a tensor's values are, which decides how synthetic weights are drawn.
-enum class TensorKind { Embedding, Norm, Matrix };
-
-/// One tensor of the llama2.c file, in file order.
+/// One tensor a config has (ModelTensors.def), sized for it.
 struct TensorSpec {
+  const TensorDecl *decl;
+  /// The kvrt_model_weights field.
   const char *name;
   /// Number of floats.
   uint64_t count;
+  /// Rows of all its slices (n_layers times the declared rows for a
+  /// per-layer tensor).
+  uint64_t rows;
   /// Row length (the input size of a matrix; dim for norms and embeddings).
   uint64_t fanIn;
   TensorKind kind;
@@ -34,9 +37,9 @@ struct TensorSpec {
   bool perLayer;
 };
 
-/// The tensors a config has, in file order, without the legacy RoPE tables.
-/// The last one is wcls when the classifier is not shared. Fails (returns
-/// nullopt) when a count overflows 64 bits.
+/// The tensors a config has, in file order (ModelTensors.def), without the
+/// legacy RoPE tables. Fails (returns nullopt) when a count overflows 64
+/// bits.
 std::optional<std::vector<TensorSpec>>
 tensorSpecs(const kvrt_model_config &config);
 
@@ -47,8 +50,9 @@ uint64_t legacyRopeTableFloats(const kvrt_model_config &config);
 /// Returns an empty string for a valid config, else what is wrong with it.
 std::string describeConfigError(const kvrt_model_config &config);
 
-/// Builds a model that owns `weights` (all tensors of tensorSpecs, in order)
-/// and fills its weight pointers.
+/// Builds a model that owns `weights` (all tensors of tensorSpecs, in order,
+/// f32) and fills its weights: the tensors it has, and the absent ones tied
+/// to another (ModelTensors.def).
 kvrt_model *makeModel(const kvrt_model_config &config,
                       std::vector<float> weights);
 

@@ -2,8 +2,9 @@
 //
 // The llama2.c "version 0" format: seven little-endian int32 (dim, hidden_dim,
 // n_layers, n_heads, n_kv_heads, vocab_size, seq_len), then float32 weights in
-// the order of tensorSpecs(), with seq_len * head_size floats of legacy RoPE
-// tables before wcls. A negative vocab_size means wcls is present.
+// the order of tensorSpecs() (ModelTensors.def), with seq_len * head_size
+// floats of legacy RoPE tables after rms_final. A negative vocab_size means
+// wcls is present.
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,6 +28,35 @@ using namespace kvrt;
 namespace {
 
 constexpr uint64_t kHeaderBytes = 7 * sizeof(int32_t);
+
+/// The config a header states (vocab_size as the file has it: negative for
+/// a separate classifier), with llama2.c's fixed RoPE and norm settings.
+/// vocab_size must not be 0 or INT32_MIN.
+kvrt_model_config configOfHeader(const int32_t header[7]) {
+  kvrt_model_config config;
+  kvrt_model_config_init(&config);
+  config.dim = header[0];
+  config.hidden_dim = header[1];
+  config.n_layers = header[2];
+  config.n_heads = header[3];
+  config.n_kv_heads = header[4];
+  config.seq_len = header[6];
+  config.shared_classifier = header[5] > 0;
+  config.vocab_size = header[5] > 0 ? header[5] : -header[5];
+  return config;
+}
+
+/// Floats of the tensors before the legacy RoPE tables: llama2.c's exporter
+/// wrote them right after rms_final.
+uint64_t floatsBeforeTables(const std::vector<TensorSpec> &specs) {
+  uint64_t floats = 0;
+  for (const TensorSpec &spec : specs) {
+    floats += spec.count;
+    if (spec.decl->id == TensorId::rms_final)
+      break;
+  }
+  return floats;
+}
 
 /// Describes the first non-finite value of a weight buffer, or returns "".
 std::string findNonFinite(const kvrt_model_config &config,
@@ -70,21 +100,12 @@ kvrt_status loadModel(const char *path, kvrt_model **out) {
   int32_t header[7];
   if (std::fread(header, sizeof(int32_t), 7, file.get()) != 7)
     return fail(KVRT_ERR_IO, str("cannot read the header of '", path, "'"));
-  kvrt_model_config config;
-  kvrt_model_config_init(&config);
-  config.dim = header[0];
-  config.hidden_dim = header[1];
-  config.n_layers = header[2];
-  config.n_heads = header[3];
-  config.n_kv_heads = header[4];
-  config.seq_len = header[6];
   int32_t rawVocab = header[5];
   if (rawVocab == 0 || rawVocab == std::numeric_limits<int32_t>::min())
     return fail(KVRT_ERR_BAD_MODEL,
                 str("invalid header in '", path, "': vocab_size = ", rawVocab,
                     " must be a nonzero int32 with a positive magnitude"));
-  config.shared_classifier = rawVocab > 0;
-  config.vocab_size = rawVocab > 0 ? rawVocab : -rawVocab;
+  kvrt_model_config config = configOfHeader(header);
   std::string configError = describeConfigError(config);
   if (!configError.empty())
     return fail(KVRT_ERR_BAD_MODEL,
@@ -119,8 +140,7 @@ kvrt_status loadModel(const char *path, kvrt_model **out) {
   if (kvrt_status s = allocationFault(KVRT_FAULT_WEIGHTS, "model weights"))
     return s;
   std::vector<float> data(weightFloats);
-  uint64_t beforeTables =
-      weightFloats - (config.shared_classifier ? 0 : specs->back().count);
+  uint64_t beforeTables = floatsBeforeTables(*specs);
   bool ok = readFloats(file.get(), data.data(), beforeTables);
   ok = ok &&
        std::fseek(file.get(), static_cast<long>(tableFloats * sizeof(float)),
@@ -146,19 +166,26 @@ kvrt_status saveModel(const kvrt_model &model, const char *path) {
                     "': the llama2.c format only expresses interleaved RoPE "
                     "over the whole head with rope_theta 10000 and rms_eps "
                     "1e-5, without RoPE scaling"));
-  File file(std::fopen(path, "wb"));
-  if (!file)
-    return fail(KVRT_ERR_IO,
-                str("cannot create '", path, "': ", std::strerror(errno)));
   int32_t header[7] = {
       c.dim,        c.hidden_dim,
       c.n_layers,   c.n_heads,
       c.n_kv_heads, c.shared_classifier ? c.vocab_size : -c.vocab_size,
       c.seq_len};
+  // The header states the tensors a file has: a config with another set
+  // (an optional tensor the format has no flag for) cannot be written.
+  kvrt_model_config stated = configOfHeader(header);
+  for (const TensorDecl &t : kTensors)
+    if (tensorPresent(t.presence, c) != tensorPresent(t.presence, stated))
+      return fail(KVRT_ERR_INVALID_ARGUMENT,
+                  str("cannot save to '", path,
+                      "': the llama2.c format has no tensor ", t.field));
+  File file(std::fopen(path, "wb"));
+  if (!file)
+    return fail(KVRT_ERR_IO,
+                str("cannot create '", path, "': ", std::strerror(errno)));
   bool ok = std::fwrite(header, sizeof(int32_t), 7, file.get()) == 7;
-  uint64_t wclsFloats =
-      c.shared_classifier ? 0 : static_cast<uint64_t>(c.vocab_size) * c.dim;
-  uint64_t beforeTables = model.data.size() - wclsFloats;
+  uint64_t beforeTables = floatsBeforeTables(*tensorSpecs(c));
+  uint64_t afterTables = model.data.size() - beforeTables;
   ok = ok && writeFloats(file.get(), model.data.data(), beforeTables);
   // The legacy tables: cos then sin of pos * theta^(-2i/head_size), as
   // llama2.c's exporter wrote them (readers skip them).
@@ -174,7 +201,7 @@ kvrt_status saveModel(const kvrt_model &model, const char *path) {
     ok = writeFloats(file.get(), table.data(), table.size());
   }
   ok = ok &&
-       writeFloats(file.get(), model.data.data() + beforeTables, wclsFloats);
+       writeFloats(file.get(), model.data.data() + beforeTables, afterTables);
   std::FILE *raw = file.release();
   ok = (std::fclose(raw) == 0) && ok;
   if (!ok)

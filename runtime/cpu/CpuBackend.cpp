@@ -233,11 +233,7 @@ private:
     std::vector<float> result((n - logitsFrom) * int64_t(c.vocab_size));
     kvrt_prefill_args args{};
     args.x = memrefF32(x.data(), int64_t(x.size()));
-    std::array<WeightTensor, 11> weights = forwardWeights(c, m.weights);
-    std::array<kvrt_memref_f32 *, 11> fields = weightFields(args);
-    for (size_t i = 0; i < weights.size(); ++i)
-      *fields[i] =
-          memrefF32(const_cast<float *>(weights[i].data), weights[i].size);
+    fillWeightFields(args, m.weights);
     args.kv = memrefKV(layout.base, layout.capacity_pages * layout.page_stride);
     args.pages = table.pagesRef();
     args.runs = table.rowsRef();

@@ -71,9 +71,9 @@ struct DeviceModel {
   kvrt_model *model = nullptr;
   kvrt_model_config config{};
   DeviceBuffer weights;
-  /// Float offsets of each tensor in `weights`.
-  int64_t off[11] = {};
-  int64_t size[11] = {};
+  /// The weights the forward reads and their byte offsets in `weights`.
+  ForwardWeights tensors{};
+  int64_t off[kForwardWeights] = {};
   ~DeviceModel() { kvrt_model_release(model); }
 };
 
@@ -350,20 +350,19 @@ private:
     kvrt_model_weights w;
     if (kvrt_status s = kvrt_model_get_weights(model, &w))
       return s;
-    std::array<WeightTensor, 11> tensors = forwardWeights(dm->config, w);
+    const ForwardWeights &tensors = dm->tensors = forwardWeights(w);
     int64_t total = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {
       dm->off[i] = total;
-      dm->size[i] = tensors[i].size;
       // 64-byte aligned tensors.
-      total += (tensors[i].size + 15) / 16 * 16;
+      total += (tensors[i].bytes + 63) / 64 * 64;
     }
-    if (kvrt_status s = dm->weights.reserve(size_t(total) * sizeof(float)))
+    if (kvrt_status s = dm->weights.reserve(size_t(total)))
       return s;
     for (size_t i = 0; i < tensors.size(); ++i)
       if (kvrt_status s = kvrt_cuda_upload(
-              static_cast<float *>(dm->weights.ptr) + dm->off[i],
-              tensors[i].data, size_t(tensors[i].size) * sizeof(float)))
+              static_cast<char *>(dm->weights.ptr) + dm->off[i],
+              tensors[i].data, size_t(tensors[i].bytes)))
         return s;
     kvrt_model_retain(const_cast<kvrt_model *>(model));
     dm->model = const_cast<kvrt_model *>(model);
@@ -534,10 +533,11 @@ private:
 
     kvrt_prefill_args args{};
     args.x = xBuf.f32(n * c.dim);
-    std::array<kvrt_memref_f32 *, 11> fields = weightFields(args);
+    std::array<kvrt_memref_weight *, kForwardWeights> fields =
+        weightFields(args);
     for (size_t i = 0; i < fields.size(); ++i)
-      *fields[i] = memrefF32(static_cast<float *>(dm.weights.ptr) + dm.off[i],
-                             dm.size[i]);
+      *fields[i] = memrefWeight(
+          dm.tensors[i], static_cast<char *>(dm.weights.ptr) + dm.off[i]);
     args.kv = dp->arena.kv(dp->pages * layout.page_stride);
     args.pages = pagesBuf.i32(int64_t(table.pages.size()));
     args.runs = runsBuf.table(table.numRuns(), KVRT_RUN_WIDTH);

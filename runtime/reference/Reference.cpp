@@ -3,6 +3,7 @@
 #include "runtime/reference/Reference.h"
 #include "runtime/core/KVElement.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/core/ModelTensors.h"
 #include "runtime/core/Support.h"
 #include "runtime/core/ViewRebuild.h"
 
@@ -195,11 +196,26 @@ kvrt_status spanOf(const kvrt_model_config &c, const kvrt_view *view,
   return KVRT_OK;
 }
 
+/// The oracle's view of a model's weights: every tensor of
+/// ModelTensors.def as f32 (NULL where the model does not have it). The
+/// place where a weight of another format would be dequantised, exactly.
+struct Weights {
+#define KVRT_MODEL_TENSOR(field, ...) const float *field = nullptr;
+#include "runtime/core/ModelTensors.def"
+};
+
+Weights viewOf(const kvrt_model_weights &w) {
+  Weights view;
+#define KVRT_MODEL_TENSOR(field, ...) view.field = kvrt::f32Data(w.field);
+#include "runtime/core/ModelTensors.def"
+  return view;
+}
+
 /// The forward pass proper; `span` already holds the new run, whose pages
 /// receive the new K/V.
-void forward(const kvrt_model_config &c, const kvrt_model_weights &w,
-             KVSpan &span, const int32_t *tokens, int64_t n, int64_t pos,
-             bool lastOnly, std::vector<float> &logits, int32_t layers = -1) {
+void forward(const kvrt_model_config &c, const Weights &w, KVSpan &span,
+             const int32_t *tokens, int64_t n, int64_t pos, bool lastOnly,
+             std::vector<float> &logits, int32_t layers = -1) {
   const kvrt_run &newRun = span.runs.back();
   int64_t dim = c.dim, hidden = c.hidden_dim, headSize = c.dim / c.n_heads;
   int64_t kvDim = headSize * c.n_kv_heads;
@@ -264,11 +280,13 @@ void forward(const kvrt_model_config &c, const kvrt_model_weights &w,
 /// Reads the model, checks the token arguments, and collects the view's runs.
 kvrt_status prepare(const kvrt_model *model, const kvrt_view *view,
                     const int32_t *tokens, int64_t n, int64_t pos,
-                    kvrt_model_config &c, kvrt_model_weights &w, KVSpan &span) {
+                    kvrt_model_config &c, Weights &w, KVSpan &span) {
+  kvrt_model_weights weights;
   if (kvrt_status s = kvrt_model_get_config(model, &c))
     return s;
-  if (kvrt_status s = kvrt_model_get_weights(model, &w))
+  if (kvrt_status s = kvrt_model_get_weights(model, &weights))
     return s;
+  w = viewOf(weights);
   if (kvrt_status s = kvrt::checkPrefillArguments(c, tokens, n, pos, "prefill"))
     return s;
   return spanOf(c, view, span);
@@ -279,7 +297,7 @@ kvrt_status prefillImpl(const kvrt_model *model, const kvrt_view *view,
                         const char *label, bool lastOnly,
                         std::vector<float> *logits, kvrt_view **out) {
   kvrt_model_config c;
-  kvrt_model_weights w;
+  Weights w;
   KVSpan span;
   if (kvrt_status s = prepare(model, view, tokens, n, pos, c, w, span))
     return s;
@@ -375,7 +393,7 @@ kvrt_status kvir::reference::layerKV(const kvrt_model *model,
     return kvrt::nullArgument(__func__);
   return kvrt::guard([&]() -> kvrt_status {
     kvrt_model_config c;
-    kvrt_model_weights w;
+    Weights w;
     KVSpan span;
     if (kvrt_status s = prepare(model, view, tokens, n, pos, c, w, span))
       return s;

@@ -768,35 +768,4 @@ TEST(GGUFTest, FileMessagesNameTheFile) {
   EXPECT_EQ(kvrt_tokenizer_load(path.c_str(), &tokenizer), KVRT_ERR_BAD_MODEL);
 }
 
-TEST(GGUFTest, HalfAndBFloat16Conversions) {
-  using namespace kvrt::gguf;
-  std::mt19937 rng(5);
-  std::uniform_int_distribution<uint32_t> bits;
-  for (int i = 0; i < 200000; ++i) {
-    uint32_t b = bits(rng);
-    float x;
-    std::memcpy(&x, &b, 4);
-    if (std::isnan(x))
-      continue;
-    float viaRuntime = halfToFloat(floatToHalf(x));
-    float viaCompiler = roundF16(x);
-    ASSERT_EQ(std::memcmp(&viaRuntime, &viaCompiler, 4), 0) << x;
-    float bf = bfloat16ToFloat(floatToBFloat16(x));
-    float expected = roundBF16(x);
-    if (std::isinf(expected) != std::isinf(bf) || !std::isinf(bf))
-      ASSERT_EQ(std::memcmp(&bf, &expected, 4), 0) << x;
-  }
-  for (uint32_t h = 0; h < 0x10000; ++h) {
-    float x = halfToFloat(uint16_t(h));
-    if (!std::isnan(x))
-      ASSERT_EQ(floatToHalf(x), h);
-    uint16_t half = uint16_t(h);
-    _Float16 f16;
-    std::memcpy(&f16, &half, 2);
-    float y = static_cast<float>(f16);
-    if (!std::isnan(x))
-      ASSERT_EQ(std::memcmp(&x, &y, 4), 0) << h;
-  }
-}
-
 } // namespace

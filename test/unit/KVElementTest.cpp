@@ -101,7 +101,74 @@ TEST(KVElementTest, HalfMatchesTheCompiler) {
     ASSERT_EQ(halfToFloat(expected), float(h));
   }
 }
+
+TEST(KVElementTest, HalfMatchesTheCompilerOverEveryExponent) {
+  // The one f16/bf16 conversion of the runtime (GGUF's F16/BF16/Q8_0 scales
+  // and K/V pages alike): random floats of any exponent against _Float16,
+  // every half widened against _Float16, and bfloat16 against rounding the
+  // upper 16 bits to nearest even.
+  std::mt19937 gen(5);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t b = bits(gen);
+    float x;
+    std::memcpy(&x, &b, 4);
+    if (std::isnan(x))
+      continue;
+    _Float16 h = static_cast<_Float16>(x);
+    uint16_t expected;
+    std::memcpy(&expected, &h, 2);
+    ASSERT_EQ(floatToHalf(x), expected) << std::hexfloat << x;
+    uint32_t lsb = (b >> 16) & 1;
+    uint32_t upper = (b + 0x7fff + lsb) >> 16;
+    if ((b & 0x7f800000u) != 0x7f800000u)
+      ASSERT_EQ(floatToBFloat(x), upper) << std::hexfloat << x;
+  }
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    uint16_t half = uint16_t(h);
+    _Float16 f16;
+    std::memcpy(&f16, &half, 2);
+    float x = halfToFloat(half), y = static_cast<float>(f16);
+    if (!std::isnan(x))
+      ASSERT_EQ(std::memcmp(&x, &y, 4), 0) << std::hex << h;
+    else
+      ASSERT_TRUE(std::isnan(y)) << std::hex << h;
+  }
+}
 #endif
+
+TEST(KVElementTest, HalfEdgeFloats) {
+  float tiny = std::ldexp(1.0f, -24), minNormal = std::ldexp(1.0f, -14);
+  struct Case {
+    float x;
+    uint16_t half;
+  } cases[] = {
+      {std::nextafter(65520.0f, 0.0f), 0x7bff}, // just below the tie to inf
+      {65520.0f, 0x7c00},
+      {std::numeric_limits<float>::max(), 0x7c00},
+      {-std::numeric_limits<float>::max(), 0xfc00},
+      {std::nextafter(minNormal, 0.0f), 0x0400}, // rounds up to normal
+      {minNormal - tiny / 2, 0x0400},            // tie between 0x3ff, 0x400
+      {minNormal - 3 * tiny / 2, 0x03fe},        // tie, to even
+      {std::nextafter(tiny / 2, 1.0f), 0x0001},  // above the tie to 0
+      {-std::nextafter(tiny / 2, 1.0f), 0x8001},
+      {std::numeric_limits<float>::min(), 0x0000}, // f32 normal, half 0
+      {-std::numeric_limits<float>::denorm_min(), 0x8000},
+  };
+  for (const Case &c : cases)
+    EXPECT_EQ(floatToHalf(c.x), c.half) << std::hexfloat << c.x;
+  // NaNs stay NaN of the same sign, quiet, whatever their payload.
+  for (uint32_t nanBits :
+       {0x7f800001u, 0xff800001u, 0x7fc00000u, 0x7fbfffffu, 0xffffffffu}) {
+    float nan;
+    std::memcpy(&nan, &nanBits, 4);
+    uint16_t h = floatToHalf(nan), b = floatToBFloat(nan);
+    EXPECT_EQ(h & 0x7e00, 0x7e00) << std::hex << nanBits;
+    EXPECT_EQ(h >> 15, nanBits >> 31);
+    EXPECT_EQ(b & 0x7fc0, 0x7fc0) << std::hex << nanBits;
+    EXPECT_EQ(b >> 15, nanBits >> 31);
+  }
+}
 
 TEST(KVElementTest, BFloatValuesAndRounding) {
   EXPECT_EQ(floatToBFloat(1.0f), 0x3f80);

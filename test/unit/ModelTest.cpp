@@ -1,5 +1,7 @@
 //===- ModelTest.cpp - Model loading, validation and saving -----*- C++ -*-===//
 
+#include "runtime/core/Model.h"
+#include "runtime/core/ModelTensors.h"
 #include "test/unit/TestSupport.h"
 
 #include <cmath>
@@ -88,14 +90,56 @@ TEST(ModelTest, LoadsStories260K) {
   EXPECT_EQ(c.rms_eps, 1e-5);
   kvrt_model_weights w;
   ASSERT_EQ(kvrt_model_get_weights(model.get(), &w), KVRT_OK);
-  EXPECT_EQ(w.wcls, w.token_embedding);
+  EXPECT_EQ(w.wcls.data, w.token_embedding.data);
   // rms_final is the last tensor before the legacy tables: 7 int32 header,
   // then everything up to rms_final.
   std::vector<char> file = readBytes(testModelPath());
-  size_t offset = 28 + 4 * (w.rms_final - w.token_embedding);
+  const float *embedding = kvrt::f32Data(w.token_embedding);
+  const float *rmsFinal = kvrt::f32Data(w.rms_final);
+  size_t offset = 28 + 4 * (rmsFinal - embedding);
   float first;
   std::memcpy(&first, file.data() + offset, 4);
-  EXPECT_EQ(first, w.rms_final[0]);
+  EXPECT_EQ(first, rmsFinal[0]);
+  EXPECT_EQ(w.rms_final.format, KVRT_WEIGHT_F32);
+  EXPECT_EQ(w.rms_final.rows, 1);
+  EXPECT_EQ(w.rms_final.cols, 64);
+  EXPECT_EQ(w.rms_final.bytes, 64 * 4);
+  EXPECT_EQ(w.wk.rows, 5 * 32); // layers x kv_dim
+  EXPECT_EQ(w.wk.cols, 64);
+  EXPECT_EQ(w.wk.bytes, 5 * 32 * 64 * 4);
+}
+
+TEST(ModelTest, OneDeclarationDescribesTheWeights) {
+  // ModelTensors.def generates both the C struct and the table: the same
+  // fields in the same order.
+  EXPECT_EQ(sizeof(kvrt_model_weights),
+            kvrt::kNumTensors * sizeof(kvrt_weight));
+  kvrt_model_weights w{};
+  for (size_t i = 0; i < kvrt::kNumTensors; ++i) {
+    EXPECT_EQ(&(w.*kvrt::kTensors[i].member),
+              reinterpret_cast<kvrt_weight *>(&w) + i);
+    EXPECT_EQ(size_t(kvrt::kTensors[i].id), i);
+  }
+  // A config's tensors, sized from its symbols, in llama2.c order; the
+  // classifier only when it is separate.
+  for (bool shared : {true, false}) {
+    std::vector<kvrt::TensorSpec> specs =
+        *kvrt::tensorSpecs(tinyConfig(shared));
+    std::vector<std::string> names;
+    for (const kvrt::TensorSpec &spec : specs)
+      names.push_back(spec.name);
+    std::vector<std::string> expected = {
+        "token_embedding", "rms_att", "wq", "wk", "wv",       "wo",
+        "rms_ffn",         "w1",      "w2", "w3", "rms_final"};
+    if (!shared)
+      expected.push_back("wcls");
+    EXPECT_EQ(names, expected);
+    // dim 8, hidden 16, 2 layers, 2 heads of 4, 1 kv head, vocab 16.
+    EXPECT_EQ(specs[3].count, 2u * 4 * 8); // wk: layers x kv_dim x dim
+    EXPECT_EQ(specs[3].rows, 2u * 4);
+    EXPECT_EQ(specs[8].fanIn, 16u); // w2 reads the hidden vector
+    EXPECT_EQ(specs[0].count, 16u * 8);
+  }
 }
 
 TEST(ModelTest, SyntheticIsSplitMix64) {
@@ -108,7 +152,7 @@ TEST(ModelTest, SyntheticIsSplitMix64) {
        {std::pair<int, uint64_t>{0, 6457827717110365317ULL},
         {1, 3203168211198807973ULL}}) {
     double expected = (double(draw >> 40) - 8388608.0) / 8388608.0;
-    EXPECT_EQ(w.token_embedding[index], expected);
+    EXPECT_EQ(kvrt::f32Data(w.token_embedding)[index], expected);
   }
 }
 
@@ -121,17 +165,19 @@ TEST(ModelTest, SyntheticIsDeterministicAndScaled) {
   kvrt_model_get_weights(b.get(), &wb);
   kvrt_model_get_weights(other.get(), &wo);
   size_t wqCount = size_t(c.n_layers) * c.dim * c.dim;
-  EXPECT_EQ(std::memcmp(wa.wq, wb.wq, wqCount * 4), 0);
-  EXPECT_NE(std::memcmp(wa.wq, wo.wq, wqCount * 4), 0);
-  EXPECT_NE(wa.wcls, wa.token_embedding);
+  const float *wq = kvrt::f32Data(wa.wq);
+  EXPECT_EQ(std::memcmp(wq, kvrt::f32Data(wb.wq), wqCount * 4), 0);
+  EXPECT_NE(std::memcmp(wq, kvrt::f32Data(wo.wq), wqCount * 4), 0);
+  EXPECT_NE(wa.wcls.data, wa.token_embedding.data);
   double bound = 1.0 / std::sqrt(double(c.dim)), largest = 0;
   for (size_t i = 0; i < wqCount; ++i)
-    largest = std::max(largest, std::fabs(double(wa.wq[i])));
+    largest = std::max(largest, std::fabs(double(wq[i])));
   EXPECT_LE(largest, bound);
   EXPECT_GT(largest, 0.8 * bound);
+  const float *rmsFinal = kvrt::f32Data(wa.rms_final);
   for (int i = 0; i < c.dim; ++i) {
-    EXPECT_GE(wa.rms_final[i], 0.75f);
-    EXPECT_LT(wa.rms_final[i], 1.25f);
+    EXPECT_GE(rmsFinal[i], 0.75f);
+    EXPECT_LT(rmsFinal[i], 1.25f);
   }
 }
 
@@ -155,11 +201,12 @@ TEST(ModelTest, SaveLoadRoundTrip) {
     kvrt_model_weights w0, w1;
     kvrt_model_get_weights(model.get(), &w0);
     kvrt_model_get_weights(loaded.get(), &w1);
-    EXPECT_EQ(std::memcmp(w0.token_embedding, w1.token_embedding, 16 * 8 * 4),
+    EXPECT_EQ(std::memcmp(w0.token_embedding.data, w1.token_embedding.data,
+                          16 * 8 * 4),
               0);
-    EXPECT_EQ(std::memcmp(w0.w2, w1.w2, 2 * 8 * 16 * 4), 0);
-    EXPECT_EQ(std::memcmp(w0.wcls, w1.wcls, 16 * 8 * 4), 0);
-    EXPECT_EQ(w1.wcls == w1.token_embedding, shared);
+    EXPECT_EQ(std::memcmp(w0.w2.data, w1.w2.data, 2 * 8 * 16 * 4), 0);
+    EXPECT_EQ(std::memcmp(w0.wcls.data, w1.wcls.data, 16 * 8 * 4), 0);
+    EXPECT_EQ(w1.wcls.data == w1.token_embedding.data, shared);
   }
 }
 

@@ -5,6 +5,7 @@
 #include "dialects/KV/KVOps.h"
 #include "runtime/core/ForwardABI.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/core/ModelTensors.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -15,6 +16,8 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <string_view>
+
 using namespace mlir;
 using namespace mlir::kv;
 
@@ -24,15 +27,26 @@ namespace {
 // The argument structs of runtime/core/ForwardABI.def
 //===----------------------------------------------------------------------===//
 
-enum class FieldKind { F32, KV, I32, RUNS, TILES, I64 };
+enum class FieldKind { F32, WEIGHT, KV, I32, RUNS, TILES, I64 };
 
 struct Field {
   const char *name;
   FieldKind kind;
+  /// The model tensor a WEIGHT field holds (TensorId::none for the others).
+  kvrt::TensorId tensor;
 };
 
+/// The tensor of ModelTensors.def whose field is `name`, or none.
+constexpr kvrt::TensorId tensorNamed(std::string_view name) {
+  for (const kvrt::TensorDecl &t : kvrt::kTensors)
+    if (name == t.field)
+      return t.id;
+  return kvrt::TensorId::none;
+}
+
 #define KVRT_FORWARD_FIELD(entry, name, kind) KVIR_FIELD_##entry(name, kind)
-#define KVIR_FIELD_PREFILL(name, kind) {#name, FieldKind::kind},
+#define KVIR_FIELD_PREFILL(name, kind)                                         \
+  {#name, FieldKind::kind, tensorNamed(#name)},
 #define KVIR_FIELD_ATTENTION(name, kind)
 #define KVIR_FIELD_MATERIALIZE(name, kind)
 constexpr Field kPrefillFields[] = {
@@ -42,7 +56,8 @@ constexpr Field kPrefillFields[] = {
 #undef KVIR_FIELD_ATTENTION
 #define KVRT_FORWARD_FIELD(entry, name, kind) KVIR_FIELD_##entry(name, kind)
 #define KVIR_FIELD_PREFILL(name, kind)
-#define KVIR_FIELD_ATTENTION(name, kind) {#name, FieldKind::kind},
+#define KVIR_FIELD_ATTENTION(name, kind)                                       \
+  {#name, FieldKind::kind, tensorNamed(#name)},
 constexpr Field kAttentionFields[] = {
 #include "runtime/core/ForwardABI.def"
 };
@@ -50,7 +65,8 @@ constexpr Field kAttentionFields[] = {
 #undef KVIR_FIELD_MATERIALIZE
 #define KVRT_FORWARD_FIELD(entry, name, kind) KVIR_FIELD_##entry(name, kind)
 #define KVIR_FIELD_ATTENTION(name, kind)
-#define KVIR_FIELD_MATERIALIZE(name, kind) {#name, FieldKind::kind},
+#define KVIR_FIELD_MATERIALIZE(name, kind)                                     \
+  {#name, FieldKind::kind, tensorNamed(#name)},
 constexpr Field kMaterializeFields[] = {
 #include "runtime/core/ForwardABI.def"
 };
@@ -86,10 +102,25 @@ enum MaterializeField {
 #undef KVIR_INDEX_ATTENTION
 #undef KVIR_INDEX_MATERIALIZE
 
+/// Whether every WEIGHT field names a tensor of ModelTensors.def.
+template <size_t N>
+constexpr bool weightsNameTensors(const Field (&fields)[N]) {
+  for (const Field &f : fields)
+    if (f.kind == FieldKind::WEIGHT && f.tensor == kvrt::TensorId::none)
+      return false;
+  return true;
+}
+static_assert(
+    weightsNameTensors(kPrefillFields) &&
+        weightsNameTensors(kAttentionFields) &&
+        weightsNameTensors(kMaterializeFields),
+    "a WEIGHT field of ForwardABI.def is not a ModelTensors.def tensor");
+
 /// The bytes of a field in the C struct: the size the struct must have.
 constexpr size_t fieldBytes(FieldKind kind) {
   switch (kind) {
   case FieldKind::F32:
+  case FieldKind::WEIGHT:
   case FieldKind::KV:
   case FieldKind::I32:
     return 2 * sizeof(void *) + 3 * sizeof(int64_t);
@@ -114,11 +145,15 @@ static_assert(structBytes(kAttentionFields) == sizeof(kvrt_attention_args),
 static_assert(structBytes(kMaterializeFields) == sizeof(kvrt_materialize_args),
               "ForwardABI.def and kvrt_materialize_args disagree");
 
-/// The type a field has in the entry's `_impl` function.
-Type fieldType(ForwardEmitter &e, FieldKind kind) {
-  switch (kind) {
+/// The type a field has in the entry's `_impl` function: a weight's buffer
+/// holds the elements of the format the forward is built for.
+Type fieldType(ForwardEmitter &e, const Field &field) {
+  switch (field.kind) {
   case FieldKind::F32:
     return e.buffer(e.f32());
+  case FieldKind::WEIGHT:
+    return e.buffer(
+        e.weightElement(e.weightFormats[static_cast<size_t>(field.tensor)]));
   case FieldKind::KV:
     return e.buffer(e.kvElement());
   case FieldKind::I32:
@@ -135,8 +170,8 @@ Type fieldType(ForwardEmitter &e, FieldKind kind) {
 
 /// The type a field has in the C struct, as the LLVM dialect spells it: a
 /// memref descriptor, or i64.
-Type fieldStorageType(ForwardEmitter &e, FieldKind kind) {
-  return e.llvmType(fieldType(e, kind));
+Type fieldStorageType(ForwardEmitter &e, const Field &field) {
+  return e.llvmType(fieldType(e, field));
 }
 
 /// `@<prefix>_<entry>(%args: !llvm.ptr)`: loads each field of the struct
@@ -150,7 +185,7 @@ void emitEntry(ForwardEmitter &e, StringRef name, const Field (&fields)[N],
   Type ptr = LLVM::LLVMPointerType::get(ctx);
   SmallVector<Type> storage;
   for (const Field &f : fields)
-    storage.push_back(fieldStorageType(e, f.kind));
+    storage.push_back(fieldStorageType(e, f));
   Type structType = LLVM::LLVMStructType::getLiteral(ctx, storage);
   func::FuncOp entry = e.beginFunction(name, {ptr}, /*isPublic=*/true);
   Value args = entry.getArgument(0);
@@ -159,7 +194,7 @@ void emitEntry(ForwardEmitter &e, StringRef name, const Field (&fields)[N],
     Value address = LLVM::GEPOp::create(e.b, ptr, structType, args,
                                         ArrayRef<LLVM::GEPArg>{0, int32_t(i)});
     Value stored = LLVM::LoadOp::create(e.b, storage[i], address);
-    Type type = fieldType(e, f.kind);
+    Type type = fieldType(e, f);
     if (type != storage[i])
       stored =
           UnrealizedConversionCastOp::create(e.b, type, stored).getResult(0);
@@ -175,7 +210,7 @@ func::FuncOp beginImpl(ForwardEmitter &e, StringRef name,
                        const Field (&fields)[N]) {
   SmallVector<Type> types;
   for (const Field &f : fields)
-    types.push_back(fieldType(e, f.kind));
+    types.push_back(fieldType(e, f));
   return e.beginFunction(name, types, /*isPublic=*/false);
 }
 
@@ -213,29 +248,35 @@ void emitPrefill(ForwardEmitter &e, ForwardTarget &target) {
   auto at = [&](Value buffer, Value offset) {
     return BufferRef{buffer, offset};
   };
+  // A weight field at an element offset, with the format it was built for.
+  auto weight = [&](PrefillField f, Value offset) {
+    kvrt::TensorId tensor = kPrefillFields[f].tensor;
+    return WeightRef(arg(f), offset,
+                     e.weightFormats[static_cast<size_t>(tensor)]);
+  };
   e.forLoop(zero, e.toIndex(arg(P_n_layers)), one, [&](Value l) {
     Value oD = e.mul(l, e.cIndex(e.dim));
     Value oDD = e.mul(l, e.cIndex(e.dim * e.dim));
     Value oKD = e.mul(l, e.cIndex(e.kvDim * e.dim));
     Value oHD = e.mul(l, e.cIndex(e.hidden * e.dim));
-    target.rmsnorm(e, at(x, zero), at(arg(P_rms_att), oD), xb, n);
-    target.matmul(e, xb, at(arg(P_wq), oDD), q, n, e.dim, e.dim,
+    target.rmsnorm(e, at(x, zero), weight(P_rms_att, oD), xb, n);
+    target.matmul(e, xb, weight(P_wq, oDD), q, n, e.dim, e.dim,
                   /*accumulate=*/false);
-    target.matmul(e, xb, at(arg(P_wk), oKD), k, n, e.kvDim, e.dim,
+    target.matmul(e, xb, weight(P_wk, oKD), k, n, e.kvDim, e.dim,
                   /*accumulate=*/false);
-    target.matmul(e, xb, at(arg(P_wv), oKD), v, n, e.kvDim, e.dim,
+    target.matmul(e, xb, weight(P_wv, oKD), v, n, e.kvDim, e.dim,
                   /*accumulate=*/false);
     target.storeKV(e, k, v, n, pos, kv, l);
     target.attention(e, q, att, n, pos, kv, l);
-    target.matmul(e, att, at(arg(P_wo), oDD), at(x, zero), n, e.dim, e.dim,
+    target.matmul(e, att, weight(P_wo, oDD), at(x, zero), n, e.dim, e.dim,
                   /*accumulate=*/true);
-    target.rmsnorm(e, at(x, zero), at(arg(P_rms_ffn), oD), xb, n);
-    target.matmul(e, xb, at(arg(P_w1), oHD), h1, n, e.hidden, e.dim,
+    target.rmsnorm(e, at(x, zero), weight(P_rms_ffn, oD), xb, n);
+    target.matmul(e, xb, weight(P_w1, oHD), h1, n, e.hidden, e.dim,
                   /*accumulate=*/false);
-    target.matmul(e, xb, at(arg(P_w3), oHD), h3, n, e.hidden, e.dim,
+    target.matmul(e, xb, weight(P_w3, oHD), h3, n, e.hidden, e.dim,
                   /*accumulate=*/false);
     target.swiglu(e, h1, h3, nHID);
-    target.matmul(e, h1, at(arg(P_w2), oHD), at(x, zero), n, e.dim, e.hidden,
+    target.matmul(e, h1, weight(P_w2, oHD), at(x, zero), n, e.dim, e.hidden,
                   /*accumulate=*/true);
   });
   // The final norm and the classifier, for the rows that want logits.
@@ -243,8 +284,8 @@ void emitPrefill(ForwardEmitter &e, ForwardTarget &target) {
   Value rows = e.sub(n, from);
   e.ifThen(e.cmp(arith::CmpIPredicate::ugt, rows, zero), [&] {
     Value xo = e.mul(from, e.cIndex(e.dim));
-    target.rmsnorm(e, at(x, xo), at(arg(P_rms_final), zero), xb, rows);
-    target.matmul(e, xb, at(arg(P_wcls), zero), at(arg(P_logits), zero), rows,
+    target.rmsnorm(e, at(x, xo), weight(P_rms_final, zero), xb, rows);
+    target.matmul(e, xb, weight(P_wcls, zero), at(arg(P_logits), zero), rows,
                   e.vocab, e.dim,
                   /*accumulate=*/false);
   });

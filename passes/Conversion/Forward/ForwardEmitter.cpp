@@ -92,6 +92,14 @@ Type ForwardEmitter::kvElement() {
   return f32();
 }
 
+Type ForwardEmitter::weightElement(kvrt_weight_format format) {
+  switch (format) {
+  case KVRT_WEIGHT_F32:
+    return f32();
+  }
+  llvm_unreachable("unknown weight format");
+}
+
 namespace {
 
 /// `type` (a scalar or a vector) with `element` as its element type.

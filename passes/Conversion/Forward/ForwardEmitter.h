@@ -18,6 +18,7 @@
 #define KVIR_PASSES_CONVERSION_FORWARD_FORWARDEMITTER_H
 
 #include "runtime/core/KVRuntime.h"
+#include "runtime/core/ModelTensors.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -25,6 +26,7 @@
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/Support/LLVM.h"
 
+#include <array>
 #include <string>
 #include <utility>
 
@@ -55,6 +57,12 @@ public:
   std::string prefix;
   /// The element type of the K/V pages; everything else is f32.
   kvrt_kv_dtype kvDtype;
+  /// The format of each weight (by kvrt::TensorId) the forward is built
+  /// for: it decides the element type of the weight's field and reaches the
+  /// stages that read it (WeightRef, ForwardTarget.h). Every forward is
+  /// built for f32 weights today (the value-initialised KVRT_WEIGHT_F32);
+  /// a quantised format set here specialises the forward for it.
+  std::array<kvrt_weight_format, kvrt::kNumTensors> weightFormats{};
 
   /// Sizes of the config.
   int64_t dim, hidden, layers, heads, kvHeads, group, vocab, headSize, half,
@@ -78,6 +86,9 @@ public:
   }
   /// The element type of the K/V pages: f32, f16 or bf16.
   Type kvElement();
+  /// The element type a weight of `format` is read in (f32 for
+  /// KVRT_WEIGHT_F32).
+  Type weightElement(kvrt_weight_format format);
   /// memref<?xT>.
   MemRefType buffer(Type element);
   /// memref<?xNxi64> (the run table: N = 8; attention tiles: N = 4).

@@ -8,8 +8,10 @@
 // warps with shuffles and shared memory, launched from host code.
 //
 // Buffers are flat memref<?xf32> values with an element offset (BufferRef);
-// every stage is emitted at the builder's insertion point, inside a host
-// function of the forward (for the GPU: code that launches kernels).
+// a model weight (WeightRef) is a flat buffer of its format's elements that
+// carries the format. Every stage is emitted at the builder's insertion
+// point, inside a host function of the forward (for the GPU: code that
+// launches kernels).
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +19,8 @@
 #define KVIR_PASSES_CONVERSION_FORWARD_FORWARDTARGET_H
 
 #include "passes/Conversion/Forward/ForwardEmitter.h"
+
+#include "llvm/Support/ErrorHandling.h"
 
 #include <string>
 
@@ -28,6 +32,31 @@ struct BufferRef {
   Value memref;
   Value offset;
 };
+
+/// A model weight as a stage sees it: a flat buffer of the elements of its
+/// format (ForwardEmitter::weightElement) and the element offset of what
+/// the stage reads, with that format. The forward is specialised per format
+/// at build time (ForwardEmitter::weightFormats).
+struct WeightRef : BufferRef {
+  /// The weight at `offset` of `memref`, in `format` (f32 unless told: a
+  /// plain f32 buffer multiplied as weights).
+  WeightRef(Value memref, Value offset,
+            kvrt_weight_format format = KVRT_WEIGHT_F32)
+      : BufferRef{memref, offset}, format(format) {}
+
+  kvrt_weight_format format;
+};
+
+/// Stops with a message naming `stage` and the format unless `weight` is
+/// f32: a stage that computes on f32 weights only calls it first, so that a
+/// forward built for a format the target does not implement fails loudly
+/// instead of reading its bytes as floats.
+inline void requireF32(const WeightRef &weight, StringRef stage) {
+  if (weight.format != KVRT_WEIGHT_F32)
+    llvm::report_fatal_error(llvm::Twine(stage) + ": weights of format " +
+                             kvrt::weightFormatName(weight.format) +
+                             " are not supported (f32 is)");
+}
 
 /// The K/V pool as a stage sees it: the page arena, the page lists and run
 /// table of the view (runtime/core/ForwardABI.def), the GPU's attention
@@ -62,12 +91,12 @@ public:
   virtual void releaseTemporaries(ForwardEmitter &e) {}
 
   /// out[t] = x[t] * rmsScale(sum of squares of x[t]) * w, rows t < n.
-  virtual void rmsnorm(ForwardEmitter &e, BufferRef x, BufferRef w,
+  virtual void rmsnorm(ForwardEmitter &e, BufferRef x, WeightRef w,
                        BufferRef out, Value n) = 0;
 
-  /// c (+)= a · bᵀ: a is [n][k], the weights b [m][k] (row-major, [out][in]),
-  /// c [n][m]; with `accumulate` the product is added to c.
-  virtual void matmul(ForwardEmitter &e, BufferRef a, BufferRef b, BufferRef c,
+  /// c (+)= a · bᵀ: a is [n][k], the weights b [m][k] (row-major, [out][in],
+  /// in b.format), c [n][m]; with `accumulate` the product is added to c.
+  virtual void matmul(ForwardEmitter &e, BufferRef a, WeightRef b, BufferRef c,
                       Value n, int64_t m, int64_t k, bool accumulate) = 0;
 
   /// Rotates the n new keys k ([n][kv_dim]) to positions pos + t and writes

@@ -49,15 +49,17 @@ public:
 
   void emitKernels(ForwardEmitter &e) override;
 
-  void rmsnorm(ForwardEmitter &e, BufferRef x, BufferRef w, BufferRef out,
+  void rmsnorm(ForwardEmitter &e, BufferRef x, WeightRef w, BufferRef out,
                Value n) override {
+    requireF32(w, "the CPU rmsnorm");
     call(e, "rmsnorm",
          {rows(e, x, n, e.dim), vector(e, w, e.cIndex(e.dim)),
           rows(e, out, n, e.dim)});
   }
 
-  void matmul(ForwardEmitter &e, BufferRef a, BufferRef b, BufferRef c, Value n,
+  void matmul(ForwardEmitter &e, BufferRef a, WeightRef b, BufferRef c, Value n,
               int64_t m, int64_t k, bool accumulate) override {
+    requireF32(b, "the CPU matmul");
     call(e, accumulate ? "matmul_nt_acc" : "matmul_nt",
          {rows(e, a, n, k), rows(e, b, e.cIndex(m), k), rows(e, c, n, m),
           packBuffer(e)});

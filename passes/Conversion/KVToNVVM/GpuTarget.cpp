@@ -80,15 +80,17 @@ public:
 
   void emitKernels(ForwardEmitter &e) override;
 
-  void rmsnorm(ForwardEmitter &e, BufferRef x, BufferRef w, BufferRef out,
+  void rmsnorm(ForwardEmitter &e, BufferRef x, WeightRef w, BufferRef out,
                Value n) override {
+    requireF32(w, "the GPU rmsnorm");
     Value c1 = e.cIndex(1);
     launch(e, kernels.rmsnorm, {n, c1, c1}, {e.cIndex(kBlock), c1, c1},
            {x.memref, x.offset, w.memref, w.offset, out.memref, out.offset});
   }
 
-  void matmul(ForwardEmitter &e, BufferRef a, BufferRef b, BufferRef c, Value n,
+  void matmul(ForwardEmitter &e, BufferRef a, WeightRef b, BufferRef c, Value n,
               int64_t m, int64_t kdim, bool accumulate) override {
+    requireF32(b, "the GPU matmul");
     Value c1 = e.cIndex(1);
     Value cM = e.cIndex(m);
     Value gx =

@@ -1,19 +1,15 @@
-//===- GGUF.cpp - Read and write GGUF v3 llama models -----------*- C++ -*-===//
+//===- GGUFReader.cpp - Read GGUF v3 llama models ---------------*- C++ -*-===//
 //
-// GGUF v3 (little-endian): magic "GGUF", u32 version, u64 tensor count, u64
-// metadata count; metadata entries (string key, u32 value type, value);
-// tensor infos (string name, u32 n_dims, u64 dims[n_dims] innermost first,
-// u32 ggml type, u64 offset into the data section); the data section at the
-// next multiple of general.alignment (default 32). Strings are a u64 length
-// and that many bytes.
-//
-// The reader never trusts a count: each one is checked against the bytes
-// left before anything is reserved for it, and every size goes through
-// overflow-checked arithmetic.
+// The reader of GGUF files (GGUFFormat.h) behind kvrt_model_load,
+// kvrt_model_load_gguf_buffer and kvrt_tokenizer_load. It never trusts a
+// count: each one is checked against the bytes left before anything is
+// reserved for it, and every size goes through overflow-checked arithmetic.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/core/GGUF.h"
+#include "runtime/core/GGUFFormat.h"
+#include "runtime/core/KVElement.h"
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
@@ -44,30 +40,9 @@ using namespace kvrt::gguf;
 
 namespace {
 
-constexpr uint32_t kMagic = 0x46554747; // "GGUF" little-endian
-constexpr uint32_t kVersion = 3;
-constexpr uint32_t kDefaultAlignment = 32;
 constexpr uint64_t kMaxKeyBytes = 65535;
 constexpr uint32_t kMaxDims = 4;
 constexpr int kMaxArrayDepth = 8;
-constexpr size_t kQ8BlockBytes = 2 + kQ8Block;
-
-/// GGUF metadata value types.
-enum ValueType : uint32_t {
-  kU8 = 0,
-  kI8 = 1,
-  kU16 = 2,
-  kI16 = 3,
-  kU32 = 4,
-  kI32 = 5,
-  kF32 = 6,
-  kBool = 7,
-  kString = 8,
-  kArray = 9,
-  kU64 = 10,
-  kI64 = 11,
-  kF64 = 12,
-};
 
 const char *valueTypeName(uint32_t type) {
   static const char *names[] = {"u8",  "i8",  "u16",  "i16",    "u32",
@@ -98,14 +73,6 @@ uint64_t scalarBytes(uint32_t type) {
     return 0;
   }
 }
-
-/// ggml tensor types this reader dequantises.
-enum TensorType : uint32_t {
-  kTF32 = 0,
-  kTF16 = 1,
-  kTQ8_0 = 8,
-  kTBF16 = 30,
-};
 
 /// The name of a ggml type id (ggml.h), "" past the known ones.
 const char *ggmlTypeName(uint32_t type) {
@@ -575,7 +542,7 @@ std::string dequantize(const TensorInfo &info, const uint8_t *src, float *dst) {
     for (uint64_t i = 0; i < info.elements; ++i) {
       uint16_t bits;
       std::memcpy(&bits, src + 2 * i, 2);
-      dst[i] = info.type == kTF16 ? halfToFloat(bits) : bfloat16ToFloat(bits);
+      dst[i] = info.type == kTF16 ? halfToFloat(bits) : bfloatToFloat(bits);
       if (!std::isfinite(dst[i]))
         return bad(i, dst[i]);
     }
@@ -596,46 +563,6 @@ std::string dequantize(const TensorInfo &info, const uint8_t *src, float *dst) {
     return "";
   }
   return str("tensor '", info.name, "' has an unsupported type");
-}
-
-/// The GGUF name and expected shape (innermost first) of each tensor of
-/// tensorSpecs(config), in llama2.c order; per-layer tensors have one entry
-/// per layer. At most `limit` of them, so that a file cannot make the reader
-/// name more tensors than it holds (plus one, the first missing one).
-struct Expected {
-  std::string name;
-  uint64_t dims[2];
-  uint32_t nDims;
-};
-
-std::vector<Expected> expectedTensors(const kvrt_model_config &c,
-                                      size_t limit = SIZE_MAX) {
-  uint64_t dim = c.dim, hidden = c.hidden_dim, vocab = c.vocab_size,
-           kvDim = kvir::kvDim(c);
-  std::vector<Expected> out;
-  out.push_back({"token_embd.weight", {dim, vocab}, 2});
-  struct PerLayer {
-    const char *name;
-    uint64_t in, out;
-  };
-  // In llama2.c order: rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3.
-  PerLayer perLayer[] = {{"attn_norm", dim, 0},     {"attn_q", dim, dim},
-                         {"attn_k", dim, kvDim},    {"attn_v", dim, kvDim},
-                         {"attn_output", dim, dim}, {"ffn_norm", dim, 0},
-                         {"ffn_gate", dim, hidden}, {"ffn_down", hidden, dim},
-                         {"ffn_up", dim, hidden}};
-  for (const PerLayer &t : perLayer)
-    for (int32_t l = 0; l < c.n_layers; ++l) {
-      if (out.size() >= limit)
-        return out;
-      out.push_back({str("blk.", l, ".", t.name, ".weight"),
-                     {t.in, t.out},
-                     t.out ? 2u : 1u});
-    }
-  out.push_back({"output_norm.weight", {dim, 0}, 1});
-  if (!c.shared_classifier)
-    out.push_back({"output.weight", {dim, vocab}, 2});
-  return out;
 }
 
 std::string readConfig(const Metadata &meta, const Parsed &parsed,
@@ -711,15 +638,18 @@ std::string readConfig(const Metadata &meta, const Parsed &parsed,
     return "missing key 'llama.rope.scaling.factor' (llama.rope.scaling.type "
            "is linear)";
 
-  // The vocabulary is the embedding's outer dimension.
+  // The vocabulary is the embedding's outer dimension. An optional tensor
+  // (its first slice) in the file sets what makes it present: output.weight
+  // a separate classifier.
   const TensorInfo *embedding = nullptr;
   for (const TensorInfo &info : parsed.tensors) {
-    if (info.name == "token_embd.weight")
+    if (info.name == tensorDecl(TensorId::token_embedding).gguf)
       embedding = &info;
-    if (info.name == "output.weight")
-      c.shared_classifier = 0;
     if (info.name == "rope_freqs.weight")
       ropeFreqs = &info;
+    for (const TensorDecl &t : kTensors)
+      if (t.presence != TensorPresence::Always && info.name == tensorName(t, 0))
+        setTensorPresent(t.presence, c);
   }
   if (!embedding)
     return "missing tensor 'token_embd.weight'";
@@ -820,9 +750,6 @@ std::string readModel(const uint8_t *data, const Parsed &parsed,
 //===----------------------------------------------------------------------===//
 // The tokenizer
 //===----------------------------------------------------------------------===//
-
-/// Token types of tokenizer.ggml.token_type (llama.cpp's llama_token_type).
-enum TokenType : int32_t { kNormal = 1, kByte = 6 };
 
 std::string readTokenizer(const uint8_t *data, size_t size,
                           const Parsed &parsed, int32_t modelVocab,
@@ -972,84 +899,6 @@ std::string mapFile(const char *path, Mapping &out) {
 } // namespace
 
 //===----------------------------------------------------------------------===//
-// Numbers
-//===----------------------------------------------------------------------===//
-
-float kvrt::gguf::halfToFloat(uint16_t h) {
-  uint32_t sign = uint32_t(h >> 15) << 31, exponent = (h >> 10) & 0x1f,
-           mantissa = h & 0x3ff, bits;
-  if (exponent == 0x1f) {
-    bits = sign | 0x7f800000 | (mantissa << 13);
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {
-    // Subnormal: mantissa * 2^-24, exact in float.
-    float value = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign ? -value : value;
-  }
-  float value;
-  std::memcpy(&value, &bits, 4);
-  return value;
-}
-
-uint16_t kvrt::gguf::floatToHalf(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
-  uint32_t magnitude = bits & 0x7fffffff;
-  if (magnitude > 0x7f800000) // NaN: keep it a (quiet) NaN
-    return sign | 0x7e00 | static_cast<uint16_t>((magnitude >> 13) & 0x3ff);
-  if (magnitude >= 0x47800000) // >= 65536 rounds to infinity
-    return sign | 0x7c00;
-  float a = std::fabs(value);
-  if (a < 6.103515625e-05f) {
-    // Subnormal range: a multiple of 2^-24, rounded to nearest even by the
-    // float addition (2^-24 * 2^23 has the right exponent).
-    float scaled = a * 16777216.0f; // exact: a power-of-two scale
-    float rounded = std::nearbyint(scaled);
-    return sign | static_cast<uint16_t>(rounded);
-  }
-  // Normal: drop 13 mantissa bits with round to nearest even.
-  uint32_t rounded = magnitude + 0xfff + ((magnitude >> 13) & 1);
-  uint32_t exponent = (rounded >> 23) - 112;
-  if (exponent >= 0x1f)
-    return sign | 0x7c00;
-  return sign |
-         static_cast<uint16_t>((exponent << 10) | ((rounded >> 13) & 0x3ff));
-}
-
-float kvrt::gguf::bfloat16ToFloat(uint16_t bits) {
-  uint32_t wide = uint32_t(bits) << 16;
-  float value;
-  std::memcpy(&value, &wide, 4);
-  return value;
-}
-
-uint16_t kvrt::gguf::floatToBFloat16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  if ((bits & 0x7fffffff) > 0x7f800000)
-    return static_cast<uint16_t>((bits >> 16) | 0x40);
-  bits += 0x7fff + ((bits >> 16) & 1);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-void kvrt::gguf::quantizeQ8Block(const float *x, uint8_t *block) {
-  float amax = 0.0f;
-  for (int j = 0; j < kQ8Block; ++j)
-    amax = std::max(amax, std::fabs(x[j]));
-  float d = amax / 127.0f;
-  float id = d != 0.0f ? 1.0f / d : 0.0f;
-  uint16_t scale = floatToHalf(d);
-  std::memcpy(block, &scale, 2);
-  for (int j = 0; j < kQ8Block; ++j)
-    block[2 + j] =
-        static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[j] * id)));
-}
-
-//===----------------------------------------------------------------------===//
 // Entry points
 //===----------------------------------------------------------------------===//
 
@@ -1146,240 +995,4 @@ kvrt_model_load_gguf_buffer(const void *data, size_t size, kvrt_model **out) {
       return fail(KVRT_ERR_BAD_MODEL, "bad GGUF model: " + error);
     return KVRT_OK;
   });
-}
-
-//===----------------------------------------------------------------------===//
-// Writing
-//===----------------------------------------------------------------------===//
-
-namespace {
-
-/// Serialises metadata and tensor infos.
-class Writer {
-public:
-  std::string bytes;
-  uint64_t keys = 0;
-
-  template <typename T> void scalar(T value) {
-    bytes.append(reinterpret_cast<const char *>(&value), sizeof(T));
-  }
-  void string(std::string_view s) {
-    scalar<uint64_t>(s.size());
-    bytes.append(s);
-  }
-  void key(std::string_view name, ValueType type) {
-    ++keys;
-    string(name);
-    scalar<uint32_t>(type);
-  }
-  void u32(std::string_view name, uint32_t v) {
-    key(name, kU32);
-    scalar(v);
-  }
-  void f32(std::string_view name, float v) {
-    key(name, kF32);
-    scalar(v);
-  }
-  void text(std::string_view name, std::string_view v) {
-    key(name, kString);
-    string(v);
-  }
-};
-
-/// One tensor to write: its name, shape, type and f32 source.
-struct Outgoing {
-  std::string name;
-  uint64_t dims[2];
-  uint32_t nDims;
-  uint32_t type;
-  const float *src;
-  uint64_t elements;
-};
-
-std::string encodeTensor(const Outgoing &t) {
-  std::string out;
-  switch (t.type) {
-  case kTF32:
-    out.assign(reinterpret_cast<const char *>(t.src), t.elements * 4);
-    break;
-  case kTF16:
-  case kTBF16:
-    out.resize(t.elements * 2);
-    for (uint64_t i = 0; i < t.elements; ++i) {
-      uint16_t bits =
-          t.type == kTF16 ? floatToHalf(t.src[i]) : floatToBFloat16(t.src[i]);
-      std::memcpy(&out[2 * i], &bits, 2);
-    }
-    break;
-  case kTQ8_0:
-    out.resize(t.elements / kQ8Block * kQ8BlockBytes);
-    for (uint64_t b = 0; b < t.elements / kQ8Block; ++b)
-      quantizeQ8Block(t.src + b * kQ8Block,
-                      reinterpret_cast<uint8_t *>(&out[b * kQ8BlockBytes]));
-    break;
-  }
-  return out;
-}
-
-kvrt_status saveGGUF(const kvrt_model &model, const kvrt_tokenizer *tokenizer,
-                     kvrt_gguf_type type, const char *path) {
-  const kvrt_model_config &c = model.config;
-  if (type != KVRT_GGUF_F32 && type != KVRT_GGUF_F16 &&
-      type != KVRT_GGUF_BF16 && type != KVRT_GGUF_Q8_0)
-    return fail(
-        KVRT_ERR_INVALID_ARGUMENT,
-        str("cannot save '", path, "': unknown GGUF tensor type ", int(type)));
-  if (c.rope_layout != KVRT_ROPE_INTERLEAVED)
-    return fail(KVRT_ERR_INVALID_ARGUMENT,
-                str("cannot save '", path,
-                    "': GGUF's llama architecture has interleaved (normal) "
-                    "RoPE only"));
-  if (tokenizer && kvrt_tokenizer_check_vocab(tokenizer, c.vocab_size))
-    return fail(KVRT_ERR_INVALID_ARGUMENT,
-                str("cannot save '", path, "': ", kvrt_last_error()));
-  Writer w;
-  std::vector<Outgoing> tensors;
-  std::vector<Expected> expected = expectedTensors(c);
-  const float *src = model.data.data();
-  for (const Expected &e : expected) {
-    uint64_t elements = e.dims[0] * (e.nDims == 2 ? e.dims[1] : 1);
-    // Vectors stay F32, as llama.cpp keeps them; Q8_0 needs rows that are
-    // whole blocks, else the matrix falls back to F16 (as llama.cpp's
-    // converter does).
-    uint32_t t = e.nDims == 1 ? uint32_t(kTF32) : uint32_t(type);
-    if (t == kTQ8_0 && e.dims[0] % kQ8Block != 0)
-      t = kTF16;
-    tensors.push_back(
-        {e.name, {e.dims[0], e.dims[1]}, e.nDims, t, src, elements});
-    src += elements;
-  }
-  if (c.n_rope_freq_factors)
-    tensors.push_back({"rope_freqs.weight",
-                       {uint64_t(c.n_rope_freq_factors), 0},
-                       1,
-                       kTF32,
-                       c.rope_freq_factors,
-                       uint64_t(c.n_rope_freq_factors)});
-
-  int32_t nPieces = tokenizer ? kvrt_tokenizer_vocab_size(tokenizer) : 0;
-  w.text("general.architecture", "llama");
-  w.text("general.name", "kvir");
-  w.u32("general.alignment", kDefaultAlignment);
-  w.u32("general.file_type", type == KVRT_GGUF_F32    ? 0
-                             : type == KVRT_GGUF_F16  ? 1
-                             : type == KVRT_GGUF_Q8_0 ? 7
-                                                      : 32);
-  w.u32("llama.context_length", uint32_t(c.seq_len));
-  w.u32("llama.embedding_length", uint32_t(c.dim));
-  w.u32("llama.block_count", uint32_t(c.n_layers));
-  w.u32("llama.feed_forward_length", uint32_t(c.hidden_dim));
-  w.u32("llama.attention.head_count", uint32_t(c.n_heads));
-  w.u32("llama.attention.head_count_kv", uint32_t(c.n_kv_heads));
-  w.u32("llama.rope.dimension_count", uint32_t(kvir::ropeDims(c)));
-  w.u32("llama.vocab_size", uint32_t(c.vocab_size));
-  w.f32("llama.attention.layer_norm_rms_epsilon", float(c.rms_eps));
-  w.f32("llama.rope.freq_base", float(c.rope_theta));
-  if (kvir::ropeScale(c) != 1.0) {
-    w.text("llama.rope.scaling.type", "linear");
-    w.f32("llama.rope.scaling.factor", float(kvir::ropeScale(c)));
-  }
-  if (tokenizer) {
-    w.text("tokenizer.ggml.model", "llama");
-    w.key("tokenizer.ggml.tokens", kArray);
-    w.scalar<uint32_t>(kString);
-    w.scalar<uint64_t>(nPieces);
-    std::vector<float> scores(nPieces);
-    std::vector<int32_t> types(nPieces);
-    int32_t unk = kvrt_tokenizer_unk_id(tokenizer),
-            bos = kvrt_tokenizer_bos_id(tokenizer),
-            eos = kvrt_tokenizer_eos_id(tokenizer);
-    for (int32_t i = 0; i < nPieces; ++i) {
-      const char *bytes;
-      size_t length;
-      kvrt_tokenizer_get_piece(tokenizer, i, &bytes, &length, &scores[i]);
-      std::string piece;
-      for (size_t j = 0; j < length; ++j)
-        piece += bytes[j] == ' ' ? std::string("\xe2\x96\x81")
-                                 : std::string(1, bytes[j]);
-      unsigned byte;
-      char tail;
-      bool isByte = length == 6 &&
-                    std::sscanf(piece.c_str(), "<0x%2X>%c", &byte, &tail) == 1;
-      types[i] = i == unk               ? 2
-                 : i == bos || i == eos ? 3
-                 : isByte               ? int32_t(kByte)
-                                        : int32_t(kNormal);
-      w.string(piece);
-    }
-    w.key("tokenizer.ggml.scores", kArray);
-    w.scalar<uint32_t>(kF32);
-    w.scalar<uint64_t>(nPieces);
-    w.bytes.append(reinterpret_cast<const char *>(scores.data()),
-                   scores.size() * 4);
-    w.key("tokenizer.ggml.token_type", kArray);
-    w.scalar<uint32_t>(kI32);
-    w.scalar<uint64_t>(nPieces);
-    w.bytes.append(reinterpret_cast<const char *>(types.data()),
-                   types.size() * 4);
-    // An id of -1 (none) is left out.
-    if (unk >= 0)
-      w.u32("tokenizer.ggml.unknown_token_id", uint32_t(unk));
-    if (bos >= 0)
-      w.u32("tokenizer.ggml.bos_token_id", uint32_t(bos));
-    if (eos >= 0)
-      w.u32("tokenizer.ggml.eos_token_id", uint32_t(eos));
-  }
-  uint64_t nKeys = w.keys;
-  std::vector<std::string> payloads;
-  uint64_t offset = 0;
-  for (const Outgoing &t : tensors) {
-    payloads.push_back(encodeTensor(t));
-    w.string(t.name);
-    w.scalar<uint32_t>(t.nDims);
-    for (uint32_t d = 0; d < t.nDims; ++d)
-      w.scalar<uint64_t>(t.dims[d]);
-    w.scalar<uint32_t>(t.type);
-    w.scalar<uint64_t>(offset);
-    offset += (payloads.back().size() + kDefaultAlignment - 1) /
-              kDefaultAlignment * kDefaultAlignment;
-  }
-  auto pad = [](std::string &s) {
-    s.resize((s.size() + kDefaultAlignment - 1) / kDefaultAlignment *
-             kDefaultAlignment);
-  };
-  Writer header;
-  header.scalar<uint32_t>(kMagic);
-  header.scalar<uint32_t>(kVersion);
-  header.scalar<uint64_t>(tensors.size());
-  header.scalar<uint64_t>(nKeys);
-  w.bytes.insert(0, header.bytes);
-  pad(w.bytes);
-  std::unique_ptr<std::FILE, int (*)(std::FILE *)> file(std::fopen(path, "wb"),
-                                                        std::fclose);
-  if (!file)
-    return fail(KVRT_ERR_IO,
-                str("cannot create '", path, "': ", std::strerror(errno)));
-  bool ok = std::fwrite(w.bytes.data(), 1, w.bytes.size(), file.get()) ==
-            w.bytes.size();
-  for (std::string &payload : payloads) {
-    pad(payload);
-    ok = ok && std::fwrite(payload.data(), 1, payload.size(), file.get()) ==
-                   payload.size();
-  }
-  ok = (std::fclose(file.release()) == 0) && ok;
-  if (!ok)
-    return fail(KVRT_ERR_IO,
-                str("cannot write '", path, "': ", std::strerror(errno)));
-  return KVRT_OK;
-}
-
-} // namespace
-
-extern "C" kvrt_status kvrt_model_save_gguf(const kvrt_model *model,
-                                            const kvrt_tokenizer *tokenizer,
-                                            kvrt_gguf_type type,
-                                            const char *path) {
-  if (!model || !path)
-    return nullArgument(__func__);
-  return guard([&] { return saveGGUF(*model, tokenizer, type, path); });
 }
