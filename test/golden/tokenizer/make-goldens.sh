@@ -39,7 +39,8 @@ else
   mkdir -p "$work/bin" "$work/src"
   tar xzf "$work"/node-llama-cpp-linux-x64-3.22.1.tgz -C "$work/bin"
   tar xzf "$work"/node-llama-cpp-3.22.1.tgz -C "$work/src"
-  git clone -q "$work/src/package/llama/gitRelease.bundle" "$work/llama.cpp"
+  git -c advice.detachedHead=false clone -q \
+    "$work/src/package/llama/gitRelease.bundle" "$work/llama.cpp"
   libs=$work/bin/package/bins/linux-x64
   includes=("-I$work/llama.cpp/include" "-I$work/llama.cpp/ggml/include")
 fi
