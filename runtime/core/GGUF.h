@@ -11,7 +11,8 @@
 // anything is allocated for it or read through it. The configuration comes
 // from the llama.* keys, the weights are dequantised to f32 (F32, F16, BF16,
 // Q8_0), and a tokenizer comes from the tokenizer.ggml.* keys
-// (tokenizer.ggml.model = llama). Error messages name the key, the tensor or
+// (tokenizer.ggml.model = llama or gpt2; a file without tensors is a
+// vocabulary alone). Error messages name the key, the tensor or
 // the byte offset that is wrong.
 //
 //===----------------------------------------------------------------------===//

@@ -13,6 +13,8 @@
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
+#include "runtime/core/tokenizer/PreTokenizer.h"
+#include "runtime/core/tokenizer/TokenizerImpl.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -751,6 +753,157 @@ std::string readModel(const uint8_t *data, const Parsed &parsed,
 // The tokenizer
 //===----------------------------------------------------------------------===//
 
+/// A bool key (tokenizer.ggml.add_bos_token, ...), or nullopt where absent.
+std::optional<bool> flag(const Metadata &meta, std::string_view key,
+                         std::string &error) {
+  const Value *v = meta.find(key);
+  if (!v)
+    return std::nullopt;
+  if (v->type != kBool) {
+    error = str("key '", key, "' has type ", valueTypeName(v->type),
+                ", expected bool");
+    return std::nullopt;
+  }
+  return v->u != 0;
+}
+
+/// Sets the add_bos / add_eos defaults of a read tokenizer from the file's
+/// keys, where it has them.
+std::string readAddFlags(const Metadata &meta, kvrt_tokenizer *tokenizer) {
+  std::string error;
+  std::optional<bool> addBos =
+      flag(meta, "tokenizer.ggml.add_bos_token", error);
+  if (!error.empty())
+    return error;
+  std::optional<bool> addEos =
+      flag(meta, "tokenizer.ggml.add_eos_token", error);
+  if (!error.empty())
+    return error;
+  if (addBos)
+    tokenizer->impl->addBos = *addBos;
+  if (addEos)
+    tokenizer->impl->addEos = *addEos;
+  return "";
+}
+
+/// The tokenizer.ggml.tokens array, checked against the model's vocabulary
+/// (-1: none).
+std::string tokenArray(const Metadata &meta, int32_t modelVocab,
+                       const Value *&tokens) {
+  tokens = meta.find("tokenizer.ggml.tokens");
+  if (!tokens)
+    return "missing key 'tokenizer.ggml.tokens'";
+  if (tokens->type != kArray || tokens->elementType != kString)
+    return "key 'tokenizer.ggml.tokens' must be an array of strings";
+  if (tokens->count == 0 || tokens->count > KVRT_TOKENIZER_MAX_VOCAB)
+    return str("tokenizer.ggml.tokens has ", tokens->count, " tokens (1 to ",
+               KVRT_TOKENIZER_MAX_VOCAB, " are allowed)");
+  if (modelVocab >= 0 && tokens->count != uint64_t(modelVocab))
+    return str("tokenizer.ggml.tokens has ", tokens->count,
+               " tokens, the model's vocabulary ", modelVocab);
+  return "";
+}
+
+/// A byte-level BPE vocabulary (tokenizer.ggml.model = gpt2): tokens as
+/// they are spelled, token types, merges, the pre-tokenizer and the special
+/// ids (none by default).
+std::string readByteLevelBPE(const uint8_t *data, size_t size,
+                             const Metadata &meta, int32_t modelVocab,
+                             kvrt_tokenizer **out) {
+  const Value *tokens = nullptr;
+  std::string error = tokenArray(meta, modelVocab, tokens);
+  if (!error.empty())
+    return error;
+  int32_t n = static_cast<int32_t>(tokens->count);
+  const Value *types = meta.find("tokenizer.ggml.token_type");
+  if (types && (types->type != kArray || types->elementType != kI32))
+    return "key 'tokenizer.ggml.token_type' must be an array of i32";
+  if (types && types->count != tokens->count)
+    return str("key 'tokenizer.ggml.token_type' has ", types->count,
+               " entries, tokenizer.ggml.tokens ", tokens->count);
+  const Value *merges = meta.find("tokenizer.ggml.merges");
+  if (!merges)
+    return "missing key 'tokenizer.ggml.merges' (a gpt2 tokenizer needs its "
+           "merges)";
+  if (merges->type != kArray || merges->elementType != kString)
+    return "key 'tokenizer.ggml.merges' must be an array of strings";
+  if (merges->count > KVRT_TOKENIZER_MAX_VOCAB)
+    return str("tokenizer.ggml.merges has ", merges->count, " merges (at most ",
+               KVRT_TOKENIZER_MAX_VOCAB, " are allowed)");
+  std::optional<std::string_view> pre =
+      meta.text("tokenizer.ggml.pre", false, error);
+  if (!error.empty())
+    return error;
+  // llama.cpp reads a gpt2 vocabulary without a pre-tokenizer name with its
+  // default rules.
+  std::string preName(pre ? *pre : "default");
+
+  const char *idKeys[4] = {
+      "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.bos_token_id",
+      "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id"};
+  int32_t ids[4] = {-1, -1, -1, -1};
+  for (int i = 0; i < 4; ++i) {
+    std::optional<int32_t> id = meta.count(idKeys[i], false, error);
+    if (!error.empty())
+      return error;
+    if (id && *id >= n)
+      return str("key '", idKeys[i], "' = ", *id, " is outside the ", n,
+                 " tokens");
+    if (id)
+      ids[i] = *id;
+  }
+
+  Reader r(data, size);
+  std::vector<std::string_view> tokenTexts(n);
+  std::vector<const char *> tokenPointers(n);
+  std::vector<size_t> tokenLengths(n);
+  r.seek(tokens->elements);
+  for (int32_t i = 0; i < n; ++i) {
+    if (!r.string(tokenTexts[i], str("token ", i)))
+      return r.error();
+    tokenPointers[i] = tokenTexts[i].data();
+    tokenLengths[i] = tokenTexts[i].size();
+  }
+  std::vector<int32_t> tokenTypes;
+  if (types) {
+    tokenTypes.resize(n);
+    std::memcpy(tokenTypes.data(), data + types->elements, 4 * size_t(n));
+  }
+  int32_t nMerges = static_cast<int32_t>(merges->count);
+  std::vector<const char *> mergePointers(nMerges);
+  std::vector<size_t> mergeLengths(nMerges);
+  r.seek(merges->elements);
+  for (int32_t i = 0; i < nMerges; ++i) {
+    std::string_view merge;
+    if (!r.string(merge, str("merge ", i)))
+      return r.error();
+    mergePointers[i] = merge.data();
+    mergeLengths[i] = merge.size();
+  }
+
+  kvrt_bpe_vocab vocab = {};
+  vocab.tokens = tokenPointers.data();
+  vocab.token_lengths = tokenLengths.data();
+  vocab.token_types = types ? tokenTypes.data() : nullptr;
+  vocab.n_tokens = n;
+  vocab.merges = mergePointers.data();
+  vocab.merge_lengths = mergeLengths.data();
+  vocab.n_merges = nMerges;
+  vocab.pre_tokenizer = preName.c_str();
+  vocab.unk_id = ids[0];
+  vocab.bos_id = ids[1];
+  vocab.eos_id = ids[2];
+  vocab.pad_id = ids[3];
+  // llama.cpp's defaults: BOS for Llama 3's pre-tokenizer, else nothing.
+  std::optional<tok::PreTokenizerSpec> spec = tok::findPreTokenizer(preName);
+  vocab.add_bos =
+      spec && spec->rules == tok::PreRules::Llama3 && spec->ignoreMerges;
+  vocab.add_eos = 0;
+  if (kvrt_tokenizer_create_bpe(&vocab, out) != KVRT_OK)
+    return str("bad tokenizer: ", kvrt_last_error());
+  return readAddFlags(meta, *out);
+}
+
 std::string readTokenizer(const uint8_t *data, size_t size,
                           const Parsed &parsed, int32_t modelVocab,
                           kvrt_tokenizer **out) {
@@ -762,21 +915,23 @@ std::string readTokenizer(const uint8_t *data, size_t size,
     return error;
   if (!model)
     return "";
+  if (*model == "gpt2") {
+    error = readByteLevelBPE(data, size, meta, modelVocab, out);
+    if (!error.empty() && *out) {
+      kvrt_tokenizer_release(*out);
+      *out = nullptr;
+    }
+    return error;
+  }
   if (*model != "llama")
     return str("tokenizer model '", *model,
-               "' is not supported (llama, SentencePiece BPE, is)");
-  const Value *tokens = meta.find("tokenizer.ggml.tokens");
-  if (!tokens)
-    return "missing key 'tokenizer.ggml.tokens'";
-  if (tokens->type != kArray || tokens->elementType != kString)
-    return "key 'tokenizer.ggml.tokens' must be an array of strings";
-  if (tokens->count == 0 || tokens->count > KVRT_TOKENIZER_MAX_VOCAB)
-    return str("tokenizer.ggml.tokens has ", tokens->count, " tokens (1 to ",
-               KVRT_TOKENIZER_MAX_VOCAB, " are allowed)");
+               "' is not supported (llama, SentencePiece BPE, and gpt2, "
+               "byte-level BPE, are)");
+  const Value *tokens = nullptr;
+  error = tokenArray(meta, modelVocab, tokens);
+  if (!error.empty())
+    return error;
   int32_t n = static_cast<int32_t>(tokens->count);
-  if (modelVocab >= 0 && n != modelVocab)
-    return str("tokenizer.ggml.tokens has ", n,
-               " tokens, the model's vocabulary ", modelVocab);
   auto array = [&](const char *key, uint32_t type,
                    const Value *&v) -> std::string {
     v = meta.find(key);
@@ -855,7 +1010,12 @@ std::string readTokenizer(const uint8_t *data, size_t size,
                             n, special[0], special[1], special[2],
                             out) != KVRT_OK)
     return str("bad tokenizer: ", kvrt_last_error());
-  return "";
+  error = readAddFlags(meta, *out);
+  if (!error.empty()) {
+    kvrt_tokenizer_release(*out);
+    *out = nullptr;
+  }
+  return error;
 }
 
 //===----------------------------------------------------------------------===//
@@ -945,7 +1105,8 @@ std::string kvrt::gguf::readBuffer(const uint8_t *data, size_t size,
       if (!error.empty())
         return error;
       vocab = m->config.vocab_size;
-    } else {
+    } else if (!parsed.tensors.empty()) {
+      // (A vocabulary-only file, with no tensors, is a tokenizer alone.)
       Metadata meta(parsed);
       kvrt_model_config c;
       const TensorInfo *ropeFreqs = nullptr;

@@ -11,6 +11,7 @@
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
+#include "runtime/core/tokenizer/TokenizerImpl.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -117,6 +118,102 @@ std::string encodeTensor(const Outgoing &t) {
   return out;
 }
 
+/// The keys of a SentencePiece tokenizer: pieces with U+2581 for spaces,
+/// scores, token types derived from the special ids and byte pieces.
+void writeSentencePiece(Writer &w, const kvrt_tokenizer *tokenizer) {
+  int32_t nPieces = kvrt_tokenizer_vocab_size(tokenizer);
+  w.text("tokenizer.ggml.model", "llama");
+  w.key("tokenizer.ggml.tokens", kArray);
+  w.scalar<uint32_t>(kString);
+  w.scalar<uint64_t>(nPieces);
+  std::vector<float> scores(nPieces);
+  std::vector<int32_t> types(nPieces);
+  int32_t unk = kvrt_tokenizer_unk_id(tokenizer),
+          bos = kvrt_tokenizer_bos_id(tokenizer),
+          eos = kvrt_tokenizer_eos_id(tokenizer);
+  for (int32_t i = 0; i < nPieces; ++i) {
+    const char *bytes;
+    size_t length;
+    kvrt_tokenizer_get_piece(tokenizer, i, &bytes, &length, &scores[i]);
+    std::string piece;
+    for (size_t j = 0; j < length; ++j)
+      piece += bytes[j] == ' ' ? std::string("\xe2\x96\x81")
+                               : std::string(1, bytes[j]);
+    unsigned byte;
+    char tail;
+    bool isByte = length == 6 &&
+                  std::sscanf(piece.c_str(), "<0x%2X>%c", &byte, &tail) == 1;
+    types[i] = i == unk               ? 2
+               : i == bos || i == eos ? 3
+               : isByte               ? int32_t(kByte)
+                                      : int32_t(kNormal);
+    w.string(piece);
+  }
+  w.key("tokenizer.ggml.scores", kArray);
+  w.scalar<uint32_t>(kF32);
+  w.scalar<uint64_t>(nPieces);
+  w.bytes.append(reinterpret_cast<const char *>(scores.data()),
+                 scores.size() * 4);
+  w.key("tokenizer.ggml.token_type", kArray);
+  w.scalar<uint32_t>(kI32);
+  w.scalar<uint64_t>(nPieces);
+  w.bytes.append(reinterpret_cast<const char *>(types.data()),
+                 types.size() * 4);
+  // An id of -1 (none) is left out.
+  if (unk >= 0)
+    w.u32("tokenizer.ggml.unknown_token_id", uint32_t(unk));
+  if (bos >= 0)
+    w.u32("tokenizer.ggml.bos_token_id", uint32_t(bos));
+  if (eos >= 0)
+    w.u32("tokenizer.ggml.eos_token_id", uint32_t(eos));
+}
+
+/// The keys of a byte-level BPE tokenizer, as llama.cpp's converter writes
+/// them: tokens as spelled, token types, merges in rank order, the
+/// pre-tokenizer, the special ids and the add_bos / add_eos flags.
+void writeByteLevelBPE(Writer &w, const kvrt_tokenizer &tokenizer) {
+  const tok::Tokenizer &t = *tokenizer.impl;
+  int32_t n = t.size();
+  w.text("tokenizer.ggml.model", "gpt2");
+  w.text("tokenizer.ggml.pre", t.preTokenizer());
+  w.key("tokenizer.ggml.tokens", kArray);
+  w.scalar<uint32_t>(kString);
+  w.scalar<uint64_t>(n);
+  for (int32_t i = 0; i < n; ++i)
+    w.string(t.piece(i));
+  w.key("tokenizer.ggml.token_type", kArray);
+  w.scalar<uint32_t>(kI32);
+  w.scalar<uint64_t>(n);
+  for (int32_t i = 0; i < n; ++i)
+    w.scalar<int32_t>(t.type(i));
+  std::vector<std::string> merges;
+  for (std::string merge; t.merge(static_cast<int32_t>(merges.size()), merge);)
+    merges.push_back(merge);
+  w.key("tokenizer.ggml.merges", kArray);
+  w.scalar<uint32_t>(kString);
+  w.scalar<uint64_t>(merges.size());
+  for (const std::string &merge : merges)
+    w.string(merge);
+  const char *idKeys[4] = {
+      "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.bos_token_id",
+      "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id"};
+  int32_t ids[4] = {t.unk, t.bos, t.eos, t.pad};
+  for (int k = 0; k < 4; ++k)
+    if (ids[k] >= 0) // an id of -1 (none) is left out
+      w.u32(idKeys[k], uint32_t(ids[k]));
+  w.key("tokenizer.ggml.add_bos_token", kBool);
+  w.scalar<uint8_t>(t.addBos);
+  w.key("tokenizer.ggml.add_eos_token", kBool);
+  w.scalar<uint8_t>(t.addEos);
+}
+
+void writeTokenizer(Writer &w, const kvrt_tokenizer &tokenizer) {
+  if (tokenizer.impl->kind() == KVRT_TOKENIZER_BYTE_BPE)
+    writeByteLevelBPE(w, tokenizer);
+  else
+    writeSentencePiece(w, &tokenizer);
+}
+
 kvrt_status saveGGUF(const kvrt_model &model, const kvrt_tokenizer *tokenizer,
                      kvrt_gguf_type type, const char *path) {
   const kvrt_model_config &c = model.config;
@@ -156,7 +253,6 @@ kvrt_status saveGGUF(const kvrt_model &model, const kvrt_tokenizer *tokenizer,
                        c.rope_freq_factors,
                        uint64_t(c.n_rope_freq_factors)});
 
-  int32_t nPieces = tokenizer ? kvrt_tokenizer_vocab_size(tokenizer) : 0;
   w.text("general.architecture", "llama");
   w.text("general.name", "kvir");
   w.u32("general.alignment", kDefaultAlignment);
@@ -178,52 +274,8 @@ kvrt_status saveGGUF(const kvrt_model &model, const kvrt_tokenizer *tokenizer,
     w.text("llama.rope.scaling.type", "linear");
     w.f32("llama.rope.scaling.factor", float(kvir::ropeScale(c)));
   }
-  if (tokenizer) {
-    w.text("tokenizer.ggml.model", "llama");
-    w.key("tokenizer.ggml.tokens", kArray);
-    w.scalar<uint32_t>(kString);
-    w.scalar<uint64_t>(nPieces);
-    std::vector<float> scores(nPieces);
-    std::vector<int32_t> types(nPieces);
-    int32_t unk = kvrt_tokenizer_unk_id(tokenizer),
-            bos = kvrt_tokenizer_bos_id(tokenizer),
-            eos = kvrt_tokenizer_eos_id(tokenizer);
-    for (int32_t i = 0; i < nPieces; ++i) {
-      const char *bytes;
-      size_t length;
-      kvrt_tokenizer_get_piece(tokenizer, i, &bytes, &length, &scores[i]);
-      std::string piece;
-      for (size_t j = 0; j < length; ++j)
-        piece += bytes[j] == ' ' ? std::string("\xe2\x96\x81")
-                                 : std::string(1, bytes[j]);
-      unsigned byte;
-      char tail;
-      bool isByte = length == 6 &&
-                    std::sscanf(piece.c_str(), "<0x%2X>%c", &byte, &tail) == 1;
-      types[i] = i == unk               ? 2
-                 : i == bos || i == eos ? 3
-                 : isByte               ? int32_t(kByte)
-                                        : int32_t(kNormal);
-      w.string(piece);
-    }
-    w.key("tokenizer.ggml.scores", kArray);
-    w.scalar<uint32_t>(kF32);
-    w.scalar<uint64_t>(nPieces);
-    w.bytes.append(reinterpret_cast<const char *>(scores.data()),
-                   scores.size() * 4);
-    w.key("tokenizer.ggml.token_type", kArray);
-    w.scalar<uint32_t>(kI32);
-    w.scalar<uint64_t>(nPieces);
-    w.bytes.append(reinterpret_cast<const char *>(types.data()),
-                   types.size() * 4);
-    // An id of -1 (none) is left out.
-    if (unk >= 0)
-      w.u32("tokenizer.ggml.unknown_token_id", uint32_t(unk));
-    if (bos >= 0)
-      w.u32("tokenizer.ggml.bos_token_id", uint32_t(bos));
-    if (eos >= 0)
-      w.u32("tokenizer.ggml.eos_token_id", uint32_t(eos));
-  }
+  if (tokenizer)
+    writeTokenizer(w, *tokenizer);
   uint64_t nKeys = w.keys;
   std::vector<std::string> payloads;
   uint64_t offset = 0;

@@ -1,394 +1,68 @@
-//===- Tokenizer.cpp - BPE tokenizer of llama2.c vocabularies ---*- C++ -*-===//
+//===- Tokenizer.cpp - The tokenizer C ABI ----------------------*- C++ -*-===//
 //
-// The vocabulary core (kvrt_tokenizer_create), llama2.c's encode() and
-// decode() over it, and the reader of llama2.c tokenizer files, which builds
-// through the same core so that other formats (GGUF) can too.
+// The entry points of KVTokenizer.h over the two kinds of tokenizer
+// (runtime/core/tokenizer/): argument checks, buffers, and the streaming
+// decoder, which only needs each token's text.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/core/GGUF.h"
 #include "runtime/core/KVTokenizer.h"
 #include "runtime/core/Support.h"
+#include "runtime/core/tokenizer/TokenizerImpl.h"
+#include "runtime/core/tokenizer/Unicode.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <iomanip>
-#include <memory>
-#include <queue>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
-
-#include <sys/stat.h>
-
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-              "the llama2.c tokenizer reader assumes a little-endian host");
 
 using namespace kvrt;
 
-/// An immutable vocabulary with the indexes encoding and decoding need.
-struct kvrt_tokenizer {
-  std::atomic<int64_t> refs{1};
-  /// All pieces back to back; piece i is [offsets[i], offsets[i + 1]).
-  std::string bytes;
-  std::vector<size_t> offsets;
-  std::vector<float> scores;
-  /// Piece text to the lowest id spelled so. The keys point into `bytes`,
-  /// which never changes once the map is built.
-  std::unordered_map<std::string_view, int32_t> ids;
-  /// The byte a byte piece "<0xHH>" stands for, -1 for other pieces.
-  std::vector<int16_t> byteValue;
-  /// The lowest id of the byte piece of each byte, -1 where there is none.
-  int32_t byteIds[256];
-  /// byteChars[b] == b: what decoding a byte piece points at.
-  char byteChars[256];
-  int32_t unk = -1, bos = -1, eos = -1;
-  size_t maxPieceBytes = 0;
-
-  int32_t size() const { return static_cast<int32_t>(scores.size()); }
-  std::string_view piece(int32_t id) const {
-    return std::string_view(bytes).substr(offsets[id],
-                                          offsets[id + 1] - offsets[id]);
-  }
-  int32_t lookup(std::string_view text) const {
-    auto it = ids.find(text);
-    return it == ids.end() ? -1 : it->second;
-  }
-};
-
 namespace {
 
-/// The byte of a piece spelled exactly "<0xHH>" (either case of hex digit,
-/// as llama2.c's sscanf accepts), or -1.
-int bytePieceValue(std::string_view piece) {
-  if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>')
-    return -1;
-  auto digit = [](char c) {
-    if (c >= '0' && c <= '9')
-      return c - '0';
-    if (c >= 'A' && c <= 'F')
-      return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f')
-      return c - 'a' + 10;
-    return -1;
-  };
-  int hi = digit(piece[3]), lo = digit(piece[4]);
-  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
-}
-
-/// Checks a vocabulary and builds its tokenizer. Messages start with `what`.
-kvrt_status buildTokenizer(const std::vector<std::string_view> &pieces,
-                           const float *scores, int32_t unk, int32_t bos,
-                           int32_t eos, const std::string &what,
-                           kvrt_tokenizer **out) {
-  if (pieces.empty() || pieces.size() > KVRT_TOKENIZER_MAX_VOCAB)
-    return fail(KVRT_ERR_BAD_MODEL,
-                str(what, pieces.size(), " pieces; a vocabulary has 1 to ",
-                    KVRT_TOKENIZER_MAX_VOCAB));
-  int32_t n = static_cast<int32_t>(pieces.size());
-  size_t total = 0;
-  for (int32_t i = 0; i < n; ++i) {
-    if (pieces[i].empty() || pieces[i].size() > KVRT_TOKENIZER_MAX_PIECE_BYTES)
-      return fail(KVRT_ERR_BAD_MODEL,
-                  str(what, "piece ", i, " has ", pieces[i].size(),
-                      " bytes; a piece has 1 to ",
-                      KVRT_TOKENIZER_MAX_PIECE_BYTES));
-    if (!std::isfinite(scores[i]))
-      return fail(
-          KVRT_ERR_BAD_MODEL,
-          str(what, "piece ", i, " has a non-finite score (", scores[i], ")"));
-    total += pieces[i].size();
-  }
-  const char *names[] = {"unk", "BOS", "EOS"};
-  int32_t specials[] = {unk, bos, eos};
-  for (int k = 0; k < 3; ++k)
-    if (specials[k] < -1 || specials[k] >= n)
-      return fail(KVRT_ERR_INVALID_ARGUMENT,
-                  str(what, names[k], " id ", specials[k],
-                      " is neither -1 nor in the vocabulary [0, ", n, ")"));
-
-  auto tok = std::make_unique<kvrt_tokenizer>();
-  tok->bytes.reserve(total);
-  tok->offsets.reserve(static_cast<size_t>(n) + 1);
-  tok->offsets.push_back(0);
-  for (std::string_view piece : pieces) {
-    tok->bytes.append(piece);
-    tok->offsets.push_back(tok->bytes.size());
-    tok->maxPieceBytes = std::max(tok->maxPieceBytes, piece.size());
-  }
-  tok->scores.assign(scores, scores + n);
-  tok->byteValue.resize(n);
-  for (int b = 0; b < 256; ++b) {
-    tok->byteIds[b] = -1;
-    tok->byteChars[b] = static_cast<char>(b);
-  }
-  tok->ids.reserve(n);
-  for (int32_t i = 0; i < n; ++i) {
-    std::string_view piece = tok->piece(i);
-    // emplace keeps the first id: equal pieces resolve to the lowest one.
-    tok->ids.emplace(piece, i);
-    int value = bytePieceValue(piece);
-    tok->byteValue[i] = static_cast<int16_t>(value);
-    if (value >= 0 && tok->byteIds[value] < 0)
-      tok->byteIds[value] = i;
-  }
-  tok->unk = unk;
-  tok->bos = bos;
-  tok->eos = eos;
-  *out = tok.release();
-  return KVRT_OK;
-}
-
-int32_t readInt32(const std::vector<char> &data, uint64_t offset) {
-  int32_t value;
-  std::memcpy(&value, data.data() + offset, sizeof(value));
-  return value;
-}
-
-float readFloat(const std::vector<char> &data, uint64_t offset) {
-  float value;
-  std::memcpy(&value, data.data() + offset, sizeof(value));
-  return value;
-}
-
-kvrt_status loadTokenizer(const char *path, kvrt_tokenizer **out) {
-  File file;
-  uint64_t fileBytes = 0;
-  if (kvrt_status s = openRegularFile(path, "tokenizer", file, &fileBytes))
-    return s;
-  std::string bad = str("invalid tokenizer '", path, "': ");
-  // The whole file is read at once, so its size is the one allocation a
-  // file controls: bound it first.
-  if (fileBytes > static_cast<uint64_t>(KVRT_TOKENIZER_MAX_FILE_BYTES))
-    return fail(KVRT_ERR_BAD_MODEL,
-                str(bad, fileBytes, " bytes, more than the ",
-                    KVRT_TOKENIZER_MAX_FILE_BYTES,
-                    " a tokenizer file may have"));
-  if (fileBytes == 0)
-    return fail(KVRT_ERR_BAD_MODEL,
-                str(bad, "the file is empty (a llama2.c tokenizer starts with "
-                         "an int32 max_token_length)"));
-  std::vector<char> data(fileBytes);
-  if (std::fread(data.data(), 1, fileBytes, file.get()) != fileBytes)
-    return fail(KVRT_ERR_IO, str("cannot read tokenizer '", path,
-                                 "': ", std::strerror(errno)));
-  if (fileBytes < sizeof(int32_t))
-    return fail(KVRT_ERR_BAD_MODEL, str(bad, "truncated header: ", fileBytes,
-                                        " bytes, max_token_length needs 4"));
-  int32_t maxLength = readInt32(data, 0);
-  if (maxLength < 1 || maxLength > KVRT_TOKENIZER_MAX_PIECE_BYTES)
-    return fail(KVRT_ERR_BAD_MODEL, str(bad, "max_token_length = ", maxLength,
-                                        " at byte offset 0 is outside [1, ",
-                                        KVRT_TOKENIZER_MAX_PIECE_BYTES, "]"));
-
-  // The format has no count: entries run to the end of the file.
-  std::vector<std::string_view> pieces;
-  std::vector<float> scores;
-  uint64_t offset = sizeof(int32_t);
-  while (offset < fileBytes) {
-    size_t entry = pieces.size();
-    if (entry == KVRT_TOKENIZER_MAX_VOCAB)
-      return fail(KVRT_ERR_BAD_MODEL,
-                  str(bad, "more than ", KVRT_TOKENIZER_MAX_VOCAB,
-                      " pieces (entry ", entry, " at byte offset ", offset,
-                      "); no real vocabulary is that large"));
-    uint64_t left = fileBytes - offset;
-    if (left < 8)
-      return fail(KVRT_ERR_BAD_MODEL,
-                  str(bad, "truncated inside entry ", entry, " at byte offset ",
-                      offset, ": its score and length need 8 bytes, ", left,
-                      " remain"));
-    float score = readFloat(data, offset);
-    int32_t length = readInt32(data, offset + 4);
-    if (!std::isfinite(score))
-      return fail(KVRT_ERR_BAD_MODEL,
-                  str(bad, "entry ", entry, " at byte offset ", offset,
-                      " has a non-finite score (", score, ")"));
-    if (length < 1 || length > maxLength)
-      return fail(KVRT_ERR_BAD_MODEL,
-                  str(bad, "entry ", entry, " has length ", length,
-                      " at byte offset ", offset + 4,
-                      "; a piece has 1 to max_token_length = ", maxLength,
-                      " bytes"));
-    if (static_cast<uint64_t>(length) > left - 8)
-      return fail(KVRT_ERR_BAD_MODEL,
-                  str(bad, "truncated inside entry ", entry, ": its piece of ",
-                      length, " bytes at byte offset ", offset + 8,
-                      " runs past the end of the file (", left - 8,
-                      " bytes remain)"));
-    pieces.emplace_back(data.data() + offset + 8, length);
-    scores.push_back(score);
-    offset += 8 + static_cast<uint64_t>(length);
-  }
-  if (pieces.empty())
-    return fail(KVRT_ERR_BAD_MODEL,
-                str(bad, "no pieces after the header (empty vocabulary)"));
-  if (pieces.size() < 3)
-    return fail(KVRT_ERR_BAD_MODEL,
-                str(bad, "only ", pieces.size(),
-                    " pieces; the llama2.c format reserves ids 0 (unk), 1 "
-                    "(BOS) and 2 (EOS)"));
-  return buildTokenizer(pieces, scores.data(), 0, 1, 2, bad, out);
-}
-
-/// Appends the tokens of one UTF-8 character (or stray byte sequence) `text`
-/// found at `offset` in the caller's text (-1 for the dummy prefix space).
-kvrt_status encodeCharacter(const kvrt_tokenizer &t, std::string_view text,
-                            int64_t offset, std::vector<int32_t> &symbols) {
-  int32_t id = t.lookup(text);
-  if (id >= 0) {
-    symbols.push_back(id);
-    return KVRT_OK;
-  }
-  for (size_t i = 0; i < text.size(); ++i) {
-    unsigned char byte = static_cast<unsigned char>(text[i]);
-    id = t.byteIds[byte] >= 0 ? t.byteIds[byte] : t.unk;
-    if (id < 0) {
-      std::string where = offset < 0 ? std::string("the dummy prefix space")
-                                     : str("text offset ", offset + i);
-      return fail(KVRT_ERR_INVALID_ARGUMENT,
-                  str("kvrt_tokenizer_encode: the byte 0x", std::hex,
-                      std::uppercase, std::setw(2), std::setfill('0'), +byte,
-                      std::dec, " at ", where,
-                      " is no piece, and the vocabulary has neither its byte "
-                      "piece nor an unk token"));
-    }
-    symbols.push_back(id);
-  }
-  return KVRT_OK;
-}
-
-/// llama2.c's merge loop: while some adjacent pair concatenates to a piece,
-/// merge the pair whose piece scores highest, the leftmost on a tie.
-/// llama2.c rescans all pairs after each merge (quadratic); a heap of
-/// candidate pairs with stale entries skipped on pop picks the same pair each
-/// step: the heap orders by score then by the left symbol's original index,
-/// and merging keeps the left index, so original order is current order.
-void mergePairs(const kvrt_tokenizer &t, std::vector<int32_t> &symbols) {
-  struct Symbol {
-    int32_t id; // -1 once merged into its left neighbour
-    int64_t prev, next;
-  };
-  struct Candidate {
-    float score;
-    int64_t left, right;
-    int32_t leftId, rightId, merged;
-  };
-  auto lower = [](const Candidate &a, const Candidate &b) {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, decltype(lower)> heap(
-      lower);
-  int64_t n = static_cast<int64_t>(symbols.size());
-  std::vector<Symbol> list(n);
-  for (int64_t i = 0; i < n; ++i)
-    list[i] = {symbols[i], i - 1, i + 1 < n ? i + 1 : -1};
-
-  std::string pair;
-  auto consider = [&](int64_t left, int64_t right) {
-    if (left < 0 || right < 0)
-      return;
-    std::string_view a = t.piece(list[left].id), b = t.piece(list[right].id);
-    if (a.size() + b.size() > t.maxPieceBytes)
-      return;
-    pair.assign(a);
-    pair.append(b);
-    int32_t merged = t.lookup(pair);
-    if (merged >= 0)
-      heap.push({t.scores[merged], left, right, list[left].id, list[right].id,
-                 merged});
-  };
-  for (int64_t i = 0; i + 1 < n; ++i)
-    consider(i, i + 1);
-  while (!heap.empty()) {
-    Candidate c = heap.top();
-    heap.pop();
-    Symbol &left = list[c.left];
-    // A merge changes the left symbol's id (to a longer piece) and kills the
-    // right one, so an entry whose ids still hold is a current pair.
-    if (left.id != c.leftId || left.next != c.right ||
-        list[c.right].id != c.rightId)
-      continue;
-    left.id = c.merged;
-    left.next = list[c.right].next;
-    list[c.right].id = -1;
-    if (left.next >= 0)
-      list[left.next].prev = c.left;
-    consider(left.prev, c.left);
-    consider(c.left, left.next);
-  }
-  symbols.clear();
-  for (int64_t i = n > 0 ? 0 : -1; i >= 0; i = list[i].next)
-    symbols.push_back(list[i].id);
-}
-
-kvrt_status encodeText(const kvrt_tokenizer &t, std::string_view text, bool bos,
-                       bool eos, std::vector<int32_t> &out) {
-  if (bos && t.bos < 0)
-    return fail(KVRT_ERR_INVALID_ARGUMENT,
-                "kvrt_tokenizer_encode: BOS asked for, but the vocabulary has "
-                "no BOS token");
-  if (eos && t.eos < 0)
-    return fail(KVRT_ERR_INVALID_ARGUMENT,
-                "kvrt_tokenizer_encode: EOS asked for, but the vocabulary has "
-                "no EOS token");
-  out.clear();
-  if (bos)
-    out.push_back(t.bos);
-  if (!text.empty()) {
-    std::vector<int32_t> symbols;
-    symbols.reserve(text.size() + 1);
-    // SentencePiece's add_dummy_prefix: words are spelled with their
-    // leading space, so the first word needs one too.
-    if (kvrt_status s = encodeCharacter(t, " ", -1, symbols))
-      return s;
-    auto continuation = [&](size_t i) {
-      return (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80;
-    };
-    for (size_t begin = 0; begin < text.size();) {
-      // llama2.c's grouping: a byte and the continuation bytes after it, at
-      // most four bytes in all, whether or not they form valid UTF-8.
-      size_t end = begin + 1;
-      while (end < text.size() && continuation(end) && end - begin < 4)
-        ++end;
-      if (kvrt_status s = encodeCharacter(t, text.substr(begin, end - begin),
-                                          static_cast<int64_t>(begin), symbols))
-        return s;
-      begin = end;
-    }
-    mergePairs(t, symbols);
-    out.insert(out.end(), symbols.begin(), symbols.end());
-  }
-  if (eos)
-    out.push_back(t.eos);
-  return KVRT_OK;
-}
-
-/// The text of `token` after `prev`; both ids are in the vocabulary or -1.
-std::string_view decodeToken(const kvrt_tokenizer &t, int32_t prev,
-                             int32_t token) {
-  if (token == t.bos || token == t.eos)
-    return {};
-  if (t.byteValue[token] >= 0)
-    return std::string_view(&t.byteChars[t.byteValue[token]], 1);
-  std::string_view piece = t.piece(token);
-  // Drop the space encoding put in front of the text (the dummy prefix).
-  if (prev >= 0 && prev == t.bos && piece[0] == ' ')
-    piece.remove_prefix(1);
-  return piece;
-}
-
-kvrt_status checkToken(const kvrt_tokenizer &t, int32_t token,
+kvrt_status checkToken(const tok::Tokenizer &t, int32_t token,
                        const std::string &what) {
   if (token < 0 || token >= t.size())
     return fail(
         KVRT_ERR_INVALID_ARGUMENT,
         str(what, token, " is outside the vocabulary [0, ", t.size(), ")"));
   return KVRT_OK;
+}
+
+/// Wraps a built tokenizer in its handle.
+kvrt_status wrap(kvrt_status status, std::unique_ptr<tok::Tokenizer> impl,
+                 kvrt_tokenizer **out) {
+  if (status != KVRT_OK)
+    return status;
+  auto handle = std::make_unique<kvrt_tokenizer>();
+  handle->impl = std::move(impl);
+  *out = handle.release();
+  return KVRT_OK;
+}
+
+/// The number of bytes at the end of `text` (at most 3) that begin a UTF-8
+/// character the text does not finish: what a stream holds back.
+size_t incompleteTail(std::string_view text) {
+  size_t n = text.size();
+  for (size_t back = 1; back <= std::min<size_t>(3, n); ++back) {
+    unsigned char b = static_cast<unsigned char>(text[n - back]);
+    if ((b & 0xC0) == 0x80)
+      continue; // a continuation byte: look further back for its lead
+    size_t need = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
+    if (need <= back)
+      return 0;
+    // Held back only if what is there can still become a character: pad
+    // with the smallest continuation bytes the lead allows and check.
+    std::string probe(text.substr(n - back));
+    for (size_t k = back; k < need; ++k)
+      probe += static_cast<char>(k == 1 && (b == 0xE0 || b == 0xF0)
+                                     ? (b == 0xE0 ? 0xA0 : 0x90)
+                                     : 0x80);
+    return unicode::utf8SequenceLength(probe) == need ? back : 0;
+  }
+  return 0;
 }
 
 } // namespace
@@ -399,8 +73,11 @@ extern "C" kvrt_status kvrt_tokenizer_load(const char *path,
     return nullArgument(__func__);
   *out = nullptr;
   return guard([&] {
-    if (!kvrt::gguf::fileHasMagic(path))
-      return loadTokenizer(path, out);
+    if (!kvrt::gguf::fileHasMagic(path)) {
+      std::unique_ptr<tok::Tokenizer> impl;
+      kvrt_status s = tok::loadLlama2cTokenizer(path, impl);
+      return wrap(s, std::move(impl), out);
+    }
     std::string error = kvrt::gguf::readFile(path, nullptr, out);
     if (error.empty() && !*out)
       error = kvrt::str("GGUF file '", path,
@@ -430,8 +107,26 @@ kvrt_tokenizer_create(const char *const *pieces, const size_t *lengths,
                     str(__func__, ": piece ", i, " is NULL"));
       views[i] = std::string_view(pieces[i] ? pieces[i] : "", lengths[i]);
     }
-    return buildTokenizer(views, scores, unk_id, bos_id, eos_id,
-                          str(__func__, ": "), out);
+    std::unique_ptr<tok::Tokenizer> impl;
+    kvrt_status s = tok::createSentencePiece(views, scores, unk_id, bos_id,
+                                             eos_id, str(__func__, ": "), impl);
+    return wrap(s, std::move(impl), out);
+  });
+}
+
+extern "C" kvrt_status kvrt_tokenizer_create_bpe(const kvrt_bpe_vocab *vocab,
+                                                 kvrt_tokenizer **out) {
+  if (!out || !vocab)
+    return nullArgument(__func__);
+  *out = nullptr;
+  if ((!vocab->tokens || !vocab->token_lengths) && vocab->n_tokens > 0)
+    return nullArgument(__func__);
+  if ((!vocab->merges || !vocab->merge_lengths) && vocab->n_merges > 0)
+    return nullArgument(__func__);
+  return guard([&] {
+    std::unique_ptr<tok::Tokenizer> impl;
+    kvrt_status s = tok::createByteLevelBPE(*vocab, str(__func__, ": "), impl);
+    return wrap(s, std::move(impl), out);
   });
 }
 
@@ -443,20 +138,49 @@ extern "C" void kvrt_tokenizer_release(kvrt_tokenizer *tokenizer) {
   release(tokenizer);
 }
 
+extern "C" kvrt_tokenizer_kind
+kvrt_tokenizer_get_kind(const kvrt_tokenizer *tokenizer) {
+  return tokenizer ? tokenizer->impl->kind() : KVRT_TOKENIZER_SENTENCEPIECE;
+}
+
+extern "C" const char *
+kvrt_tokenizer_pre_tokenizer(const kvrt_tokenizer *tokenizer) {
+  return tokenizer ? tokenizer->impl->preTokenizer().c_str() : "";
+}
+
+extern "C" kvrt_token_type
+kvrt_tokenizer_token_type(const kvrt_tokenizer *tokenizer, int32_t id) {
+  if (!tokenizer || id < 0 || id >= tokenizer->impl->size())
+    return KVRT_TOKEN_UNDEFINED;
+  return tokenizer->impl->type(id);
+}
+
+extern "C" int32_t kvrt_tokenizer_add_bos(const kvrt_tokenizer *tokenizer) {
+  return tokenizer && tokenizer->impl->addBos;
+}
+
+extern "C" int32_t kvrt_tokenizer_add_eos(const kvrt_tokenizer *tokenizer) {
+  return tokenizer && tokenizer->impl->addEos;
+}
+
 extern "C" int32_t kvrt_tokenizer_vocab_size(const kvrt_tokenizer *tokenizer) {
-  return tokenizer ? tokenizer->size() : 0;
+  return tokenizer ? tokenizer->impl->size() : 0;
 }
 
 extern "C" int32_t kvrt_tokenizer_unk_id(const kvrt_tokenizer *tokenizer) {
-  return tokenizer ? tokenizer->unk : -1;
+  return tokenizer ? tokenizer->impl->unk : -1;
 }
 
 extern "C" int32_t kvrt_tokenizer_bos_id(const kvrt_tokenizer *tokenizer) {
-  return tokenizer ? tokenizer->bos : -1;
+  return tokenizer ? tokenizer->impl->bos : -1;
 }
 
 extern "C" int32_t kvrt_tokenizer_eos_id(const kvrt_tokenizer *tokenizer) {
-  return tokenizer ? tokenizer->eos : -1;
+  return tokenizer ? tokenizer->impl->eos : -1;
+}
+
+extern "C" int32_t kvrt_tokenizer_pad_id(const kvrt_tokenizer *tokenizer) {
+  return tokenizer ? tokenizer->impl->pad : -1;
 }
 
 extern "C" kvrt_status kvrt_tokenizer_get_piece(const kvrt_tokenizer *tokenizer,
@@ -465,13 +189,14 @@ extern "C" kvrt_status kvrt_tokenizer_get_piece(const kvrt_tokenizer *tokenizer,
   if (!tokenizer || !bytes || !length)
     return nullArgument(__func__);
   return guard([&] {
-    if (kvrt_status s = checkToken(*tokenizer, id, str(__func__, ": id ")))
+    const tok::Tokenizer &t = *tokenizer->impl;
+    if (kvrt_status s = checkToken(t, id, str(__func__, ": id ")))
       return s;
-    std::string_view piece = tokenizer->piece(id);
+    std::string_view piece = t.piece(id);
     *bytes = piece.data();
     *length = piece.size();
     if (score)
-      *score = tokenizer->scores[id];
+      *score = t.score(id);
     return KVRT_OK;
   });
 }
@@ -482,10 +207,40 @@ kvrt_tokenizer_check_vocab(const kvrt_tokenizer *tokenizer,
   if (!tokenizer)
     return nullArgument(__func__);
   return guard([&] {
-    if (tokenizer->size() != model_vocab)
+    if (tokenizer->impl->size() != model_vocab)
       return fail(KVRT_ERR_BAD_MODEL,
-                  str("the tokenizer has ", tokenizer->size(),
+                  str("the tokenizer has ", tokenizer->impl->size(),
                       " pieces, the model's vocabulary has ", model_vocab));
+    return KVRT_OK;
+  });
+}
+
+extern "C" kvrt_status kvrt_tokenizer_encode_ex(const kvrt_tokenizer *tokenizer,
+                                                const char *text, size_t length,
+                                                uint32_t flags, int32_t *tokens,
+                                                int64_t capacity,
+                                                int64_t *n_tokens) {
+  if (!tokenizer || !n_tokens || (!text && length > 0))
+    return nullArgument("kvrt_tokenizer_encode");
+  *n_tokens = 0;
+  if (capacity < 0 || (!tokens && capacity > 0))
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("kvrt_tokenizer_encode: capacity ", capacity,
+                    " needs a buffer of that many tokens (NULL only with 0)"));
+  return guard([&] {
+    std::vector<int32_t> out;
+    std::string_view view = length ? std::string_view(text, length) : "";
+    if (kvrt_status s = tokenizer->impl->encode(view, flags, out))
+      return s;
+    int64_t n = static_cast<int64_t>(out.size());
+    *n_tokens = n;
+    if (!tokens)
+      return KVRT_OK;
+    if (n > capacity)
+      return fail(KVRT_ERR_INVALID_ARGUMENT,
+                  str("kvrt_tokenizer_encode: the text encodes to ", n,
+                      " tokens, the buffer has room for ", capacity));
+    std::copy(out.begin(), out.end(), tokens);
     return KVRT_OK;
   });
 }
@@ -495,27 +250,29 @@ extern "C" kvrt_status kvrt_tokenizer_encode(const kvrt_tokenizer *tokenizer,
                                              int32_t bos, int32_t eos,
                                              int32_t *tokens, int64_t capacity,
                                              int64_t *n_tokens) {
-  if (!tokenizer || !n_tokens || (!text && length > 0))
-    return nullArgument(__func__);
-  *n_tokens = 0;
-  if (capacity < 0 || (!tokens && capacity > 0))
-    return fail(KVRT_ERR_INVALID_ARGUMENT,
-                str(__func__, ": capacity ", capacity,
-                    " needs a buffer of that many tokens (NULL only with 0)"));
+  uint32_t flags = (bos ? KVRT_ENCODE_BOS : 0u) | (eos ? KVRT_ENCODE_EOS : 0u);
+  return kvrt_tokenizer_encode_ex(tokenizer, text, length, flags, tokens,
+                                  capacity, n_tokens);
+}
+
+extern "C" kvrt_status
+kvrt_tokenizer_decode_token_ex(const kvrt_tokenizer *tokenizer, int32_t prev,
+                               int32_t token, uint32_t flags, const char **text,
+                               size_t *length) {
+  if (!tokenizer || !text || !length)
+    return nullArgument("kvrt_tokenizer_decode_token");
   return guard([&] {
-    std::vector<int32_t> out;
-    std::string_view view = length ? std::string_view(text, length) : "";
-    if (kvrt_status s = encodeText(*tokenizer, view, bos, eos, out))
+    const tok::Tokenizer &t = *tokenizer->impl;
+    if (prev != -1)
+      if (kvrt_status s = checkToken(
+              t, prev, "kvrt_tokenizer_decode_token: previous token "))
+        return s;
+    if (kvrt_status s =
+            checkToken(t, token, "kvrt_tokenizer_decode_token: token "))
       return s;
-    int64_t n = static_cast<int64_t>(out.size());
-    *n_tokens = n;
-    if (!tokens)
-      return KVRT_OK;
-    if (n > capacity)
-      return fail(KVRT_ERR_INVALID_ARGUMENT,
-                  str(__func__, ": the text encodes to ", n,
-                      " tokens, the buffer has room for ", capacity));
-    std::copy(out.begin(), out.end(), tokens);
+    std::string_view piece = t.decodeToken(prev, token, flags);
+    *text = piece.data();
+    *length = piece.size();
     return KVRT_OK;
   });
 }
@@ -523,19 +280,49 @@ extern "C" kvrt_status kvrt_tokenizer_encode(const kvrt_tokenizer *tokenizer,
 extern "C" kvrt_status
 kvrt_tokenizer_decode_token(const kvrt_tokenizer *tokenizer, int32_t prev,
                             int32_t token, const char **text, size_t *length) {
-  if (!tokenizer || !text || !length)
-    return nullArgument(__func__);
+  return kvrt_tokenizer_decode_token_ex(tokenizer, prev, token, 0, text,
+                                        length);
+}
+
+extern "C" kvrt_status
+kvrt_tokenizer_decode_ex(const kvrt_tokenizer *tokenizer, const int32_t *tokens,
+                         int64_t n_tokens, uint32_t flags, char *text,
+                         size_t capacity, size_t *length) {
+  if (!tokenizer || !length || (!tokens && n_tokens > 0))
+    return nullArgument("kvrt_tokenizer_decode");
+  *length = 0;
+  if (n_tokens < 0)
+    return fail(
+        KVRT_ERR_INVALID_ARGUMENT,
+        str("kvrt_tokenizer_decode: n_tokens = ", n_tokens, " is negative"));
+  if (!text && capacity > 0)
+    return nullArgument("kvrt_tokenizer_decode");
   return guard([&] {
-    if (prev != -1)
-      if (kvrt_status s =
-              checkToken(*tokenizer, prev, str(__func__, ": previous token ")))
-        return s;
-    if (kvrt_status s =
-            checkToken(*tokenizer, token, str(__func__, ": token ")))
-      return s;
-    std::string_view piece = decodeToken(*tokenizer, prev, token);
-    *text = piece.data();
-    *length = piece.size();
+    const tok::Tokenizer &t = *tokenizer->impl;
+    size_t total = 0;
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      if (tokens[i] < 0 || tokens[i] >= t.size())
+        return fail(KVRT_ERR_INVALID_ARGUMENT,
+                    str("kvrt_tokenizer_decode: token ", tokens[i],
+                        " at index ", i, " is outside the vocabulary [0, ",
+                        t.size(), ")"));
+      total += t.decodeToken(i ? tokens[i - 1] : -1, tokens[i], flags).size();
+    }
+    *length = total;
+    if (!text)
+      return KVRT_OK;
+    if (capacity < total + 1)
+      return fail(KVRT_ERR_INVALID_ARGUMENT,
+                  str("kvrt_tokenizer_decode: the text needs ", total + 1,
+                      " bytes with its terminating NUL, the buffer has ",
+                      capacity));
+    char *p = text;
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      std::string_view piece =
+          t.decodeToken(i ? tokens[i - 1] : -1, tokens[i], flags);
+      p = std::copy(piece.begin(), piece.end(), p);
+    }
+    *p = '\0';
     return KVRT_OK;
   });
 }
@@ -544,40 +331,68 @@ extern "C" kvrt_status kvrt_tokenizer_decode(const kvrt_tokenizer *tokenizer,
                                              const int32_t *tokens,
                                              int64_t n_tokens, char *text,
                                              size_t capacity, size_t *length) {
-  if (!tokenizer || !length || (!tokens && n_tokens > 0))
+  return kvrt_tokenizer_decode_ex(tokenizer, tokens, n_tokens, 0, text,
+                                  capacity, length);
+}
+
+extern "C" void kvrt_decode_stream_init(kvrt_decode_stream *stream,
+                                        uint32_t flags) {
+  if (!stream)
+    return;
+  std::memset(stream, 0, sizeof(*stream));
+  stream->prev = -1;
+  stream->flags = flags;
+}
+
+extern "C" kvrt_status
+kvrt_tokenizer_decode_next(const kvrt_tokenizer *tokenizer,
+                           kvrt_decode_stream *stream, int32_t token,
+                           char *text, size_t capacity, size_t *length) {
+  if (!tokenizer || !stream || !length || (!text && capacity > 0))
     return nullArgument(__func__);
   *length = 0;
-  if (n_tokens < 0)
-    return fail(KVRT_ERR_INVALID_ARGUMENT,
-                str(__func__, ": n_tokens = ", n_tokens, " is negative"));
-  if (!text && capacity > 0)
-    return nullArgument(__func__);
   return guard([&] {
-    size_t total = 0;
-    for (int64_t i = 0; i < n_tokens; ++i) {
-      if (tokens[i] < 0 || tokens[i] >= tokenizer->size())
-        return fail(KVRT_ERR_INVALID_ARGUMENT,
-                    str(__func__, ": token ", tokens[i], " at index ", i,
-                        " is outside the vocabulary [0, ", tokenizer->size(),
-                        ")"));
-      total +=
-          decodeToken(*tokenizer, i ? tokens[i - 1] : -1, tokens[i]).size();
-    }
-    *length = total;
-    if (!text)
-      return KVRT_OK;
-    if (capacity < total + 1)
+    const tok::Tokenizer &t = *tokenizer->impl;
+    if (kvrt_status s = checkToken(t, token, str(__func__, ": token ")))
+      return s;
+    if (stream->n_pending > 3 || stream->prev < -1 || stream->prev >= t.size())
       return fail(KVRT_ERR_INVALID_ARGUMENT,
-                  str(__func__, ": the text needs ", total + 1,
-                      " bytes with its terminating NUL, the buffer has ",
-                      capacity));
-    char *p = text;
-    for (int64_t i = 0; i < n_tokens; ++i) {
-      std::string_view piece =
-          decodeToken(*tokenizer, i ? tokens[i - 1] : -1, tokens[i]);
-      p = std::copy(piece.begin(), piece.end(), p);
-    }
-    *p = '\0';
+                  str(__func__, ": the stream state is corrupt (start it "
+                                "with kvrt_decode_stream_init)"));
+    std::string all(reinterpret_cast<const char *>(stream->pending),
+                    stream->n_pending);
+    all.append(t.decodeToken(stream->prev, token, stream->flags));
+    size_t hold = incompleteTail(all);
+    size_t give = all.size() - hold;
+    *length = give;
+    if (give > capacity)
+      return fail(KVRT_ERR_INVALID_ARGUMENT,
+                  str(__func__, ": the text needs ", give,
+                      " bytes, the buffer has ", capacity));
+    std::copy(all.begin(), all.begin() + give, text);
+    std::copy(all.begin() + give, all.end(), stream->pending);
+    stream->n_pending = static_cast<uint32_t>(hold);
+    stream->prev = token;
     return KVRT_OK;
   });
+}
+
+extern "C" kvrt_status kvrt_tokenizer_decode_finish(kvrt_decode_stream *stream,
+                                                    char *text, size_t capacity,
+                                                    size_t *length) {
+  if (!stream || !length || (!text && capacity > 0))
+    return nullArgument(__func__);
+  *length = 0;
+  if (stream->n_pending > 3)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str(__func__, ": the stream state is corrupt (start it with "
+                              "kvrt_decode_stream_init)"));
+  *length = stream->n_pending;
+  if (stream->n_pending > capacity)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str(__func__, ": the text needs ", stream->n_pending,
+                    " bytes, the buffer has ", capacity));
+  std::copy(stream->pending, stream->pending + stream->n_pending, text);
+  kvrt_decode_stream_init(stream, stream->flags);
+  return KVRT_OK;
 }

@@ -9,9 +9,11 @@ GGUF seeds (*.gguf in corpus/model-loader and corpus/gguf) were made from the
 tiny checkpoints below with kv-convert (F32 tied; Q8_0 with a separate
 classifier) and are not remade here.
 """
+import importlib
 import os
 import shutil
 import struct
+import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(os.path.dirname(here))
@@ -69,6 +71,31 @@ put("tokenizer", "file-cut", b"\x00" + tokenizer_file(pieces)[:50])
 put("tokenizer", "text-story", b"\x01Once upon a time, there was a little girl named Lily.")
 put("tokenizer", "text-utf8", "\x01Le caf\u00e9 \u65e5\u672c \U0001F600\n\t".encode())
 put("tokenizer", "text-bytes", b"\x01 \x00\x80\xff  two  spaces")
+# Byte-level BPE: 2, a GGUF vocabulary (the 256 byte tokens, a few merges,
+# control and user-defined tokens), written with the goldens' GGUF writer;
+# 3, texts for the llama-bpe test vocabulary.
+sys.path.insert(0, os.path.join(root, "test", "golden", "tokenizer"))
+vocabs = importlib.import_module("make-vocabs")
+order, chars = vocabs.byte_alphabet()
+bpe_tokens = [chars[b] for b in order] + ["\u0120t", "he", "\u0120the", "in"]
+bpe_merges = ["\u0120 t", "h e", "\u0120t he", "i n"]
+bpe = vocabs.Writer()
+bpe.text("tokenizer.ggml.model", "gpt2")
+bpe.text("tokenizer.ggml.pre", "llama-bpe")
+bpe.strings("tokenizer.ggml.tokens",
+            bpe_tokens + ["<|eot_id|>", "<|begin_of_text|>", "<tool>"])
+bpe.i32s("tokenizer.ggml.token_type",
+         [vocabs.NORMAL] * len(bpe_tokens) +
+         [vocabs.CONTROL, vocabs.CONTROL, vocabs.USER_DEFINED])
+bpe.strings("tokenizer.ggml.merges", bpe_merges)
+bpe.u32("tokenizer.ggml.bos_token_id", len(bpe_tokens) + 1)
+bpe.u32("tokenizer.ggml.eos_token_id", len(bpe_tokens))
+put("tokenizer", "gguf-bpe",
+    b"\x02GGUF" + struct.pack("<IQQ", 3, 0, bpe.n) + bytes(bpe.out))
+put("tokenizer", "text-bpe-mix",
+    "\x03It's 2024: caf\u00e9 \u041f\u0440\u0438\u0432\u0435\u0442 "
+    "\u6211\u60f3 \U0001F999\n\n  x <|eot_id|>".encode())
+put("tokenizer", "text-bpe-bytes", b"\x03a\x80\xe2\x82 \xf0\x9f\x98 \xff\t\r\n")
 
 # The token-list parser.
 for name, text in [("ids", "1 403 407 261 378\n"), ("spaces", "\t 7\n\n8  9 "),

@@ -679,9 +679,16 @@ TEST(GGUFTest, MalformedFilesAreNamed) {
        "tokenizer.ggml.tokens has 15 tokens, the model's vocabulary 16"},
       {"tokenizer of another kind",
        [](Builder &b) {
+         b.key("tokenizer.ggml.model")->value = Builder::string("bert");
+       },
+       "tokenizer model 'bert' is not supported (llama, SentencePiece BPE, "
+       "and gpt2, byte-level BPE, are)"},
+      {"gpt2 tokenizer without merges",
+       [](Builder &b) {
          b.key("tokenizer.ggml.model")->value = Builder::string("gpt2");
        },
-       "tokenizer model 'gpt2' is not supported"},
+       "missing key 'tokenizer.ggml.merges' (a gpt2 tokenizer needs its "
+       "merges)"},
       {"byte token not spelled <0xHH>",
        [](Builder &b) {
          std::string &v = b.key("tokenizer.ggml.token_type")->value;
