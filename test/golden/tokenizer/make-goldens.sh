@@ -16,7 +16,7 @@
 # It builds golden-maker.cpp against them, writes the vocabularies with
 # make-vocabs.py (vocabulary-only GGUF files, from the committed merges) and
 # runs golden-maker on each with texts.txt. The goldens are committed;
-# test/unit/TokenizerGoldenTest.cpp compares KVIR's ids with them.
+# test/unit/core/TokenizerGoldenTest.cpp compares KVIR's ids with them.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

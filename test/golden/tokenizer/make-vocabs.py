@@ -15,7 +15,7 @@ CONTROL whatever the file says; KVIR keeps the file's types): the goldens
 compare the algorithms, not that heuristic. `gguf` writes vocabulary-only GGUF files
 (no tensors) with tokenizer.ggml.model = gpt2, the name as
 tokenizer.ggml.pre, and each vocabulary's special tokens, ids and flags:
-the build makes them from the committed merges (test/unit/CMakeLists.txt),
+the build makes them from the committed merges (test/unit/core/CMakeLists.txt),
 and make-goldens.sh gives the same files to llama.cpp.
 
 Token ids: the 256 byte-alphabet tokens in GPT-2's order, then the merge

@@ -13,7 +13,7 @@
 #include "runtime/core/KVTokenizer.h"
 #include "runtime/core/tokenizer/PreTokenizer.h"
 #include "runtime/core/tokenizer/Unicode.h"
-#include "test/unit/GoldenTexts.h"
+#include "test/unit/core/GoldenTexts.h"
 
 #include "gtest/gtest.h"
 

@@ -14,7 +14,7 @@
 
 #include "runtime/core/KVRuntime.h"
 #include "runtime/core/KVTokenizer.h"
-#include "test/unit/GoldenTexts.h"
+#include "test/unit/core/GoldenTexts.h"
 
 #include <gtest/gtest.h>
 
