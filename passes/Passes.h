@@ -22,8 +22,9 @@ struct OptimizePipelineOptions
     : public PassPipelineOptions<OptimizePipelineOptions> {
   PassOptions::Option<bool> emitPlan{
       *this, "emit-plan",
-      llvm::cl::desc(
-          "Emit each edit and compose plan with its cost as remarks"),
+      llvm::cl::desc("Emit each edit and compose plan with its cost as remarks "
+                     "(formulas of the dynamic sizes, and their value at the "
+                     "arguments' kv.sample_length)"),
       llvm::cl::init(false)};
   PassOptions::Option<bool> emitStatistics{
       *this, "emit-statistics",
