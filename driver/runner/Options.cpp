@@ -171,6 +171,10 @@ bool OptionParser::parse(int argc, char **argv, int first,
       help = true;
       return true;
     }
+    if (body == "version") {
+      version = true;
+      return true;
+    }
     size_t eq = body.find('=');
     std::string name = body.substr(0, eq);
     Option *option = find(name);
@@ -236,4 +240,7 @@ void OptionParser::printHelp(std::FILE *out, const std::string &usage) const {
         std::fprintf(out, "%*s%s\n", int(kHelpColumn), "", lines[i].c_str());
     }
   }
+  std::fprintf(out, "\nthe tool:\n%-*s%s\n%-*s%s\n", int(kHelpColumn),
+               "  --help", "this text", int(kHelpColumn), "  --version",
+               "KVIR's version and the LLVM/MLIR it was built with");
 }

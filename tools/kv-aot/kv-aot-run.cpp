@@ -26,6 +26,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "driver/runner/Runner.h"
+#include "driver/version/Version.h"
 
 #include "runtime/core/ForwardCall.h"
 #include "runtime/core/KVElement.h"
@@ -110,7 +111,7 @@ bool parse(int argc, char **argv, OptionParser &parser, Args &a,
   std::vector<std::string> positionals;
   if (!parser.parse(argc, argv, first, positionals, problem))
     return false;
-  if (parser.helpRequested())
+  if (parser.helpRequested() || parser.versionRequested())
     return true;
   if (a.command == "compare") {
     a.files = positionals;
@@ -468,6 +469,10 @@ int main(int argc, char **argv) {
     return usageError(problem);
   if (parser.helpRequested()) {
     parser.printHelp(stdout, kUsage);
+    return 0;
+  }
+  if (parser.versionRequested()) {
+    std::fputs(versionText("kv-aot-run").c_str(), stdout);
     return 0;
   }
   if (!applyThreads(args.run.runner.threads, problem) ||

@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "driver/compiler/Compiler.h"
+#include "driver/compiler/VersionOption.h"
 
 #include "runtime/core/ModelConfig.h"
 
@@ -118,6 +119,7 @@ std::optional<std::string> binaryOf(ModuleOp module) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  kvir::compiler::setVersionPrinter("kv-aot");
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,

@@ -26,6 +26,7 @@
 #include "driver/compiler/Attribution.h"
 #include "driver/compiler/Compiler.h"
 #include "driver/runner/Runner.h"
+#include "driver/version/Version.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -450,6 +451,10 @@ int main(int argc, char **argv) {
     return fail(problem);
   if (parser.helpRequested()) {
     parser.printHelp(stdout, kUsage);
+    return 0;
+  }
+  if (parser.versionRequested()) {
+    std::fputs(versionText("kv-run").c_str(), stdout);
     return 0;
   }
   if (positionals.size() > 1)
