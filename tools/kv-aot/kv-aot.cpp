@@ -67,12 +67,16 @@ cl::opt<std::string>
                        "the program does not use its config (runners compare "
                        "against a full prefill with it)"),
               cl::value_desc("file"), cl::cat(category));
-cl::opt<std::string> chip("chip", cl::desc("GPU architecture (sm_90: H200)"),
-                          cl::value_desc("sm_XX"), cl::init("sm_90"),
-                          cl::cat(category));
-cl::opt<std::string> features("features", cl::desc("PTX features"),
-                              cl::value_desc("+ptxNN"), cl::init("+ptx80"),
-                              cl::cat(category));
+cl::opt<std::string>
+    chip("chip",
+         cl::desc("GPU architecture, as kv-lower-to-nvvm's chip (kv-opt "
+                  "--help lists them; sm_90: H200)"),
+         cl::value_desc("sm_XX"), cl::init("sm_90"), cl::cat(category));
+cl::opt<std::string>
+    features("features",
+             cl::desc("PTX version (default: the lowest the chip needs, at "
+                      "least +ptx80)"),
+             cl::value_desc("+ptxNN"), cl::cat(category));
 cl::opt<std::string>
     cpu("cpu",
         cl::desc("host CPU to generate code for: native (this machine's), "
