@@ -100,10 +100,11 @@ void OptionParser::integer(const char *name, const char *value,
 }
 
 void OptionParser::unsignedInteger(const char *name, const char *value,
-                                   const char *help, uint64_t &out) {
+                                   const char *help, uint64_t &out,
+                                   bool *given) {
   std::string spelling = std::string("--") + name;
   custom(name, value, help,
-         [&out, spelling](const std::string &v, std::string &error) {
+         [&out, given, spelling](const std::string &v, std::string &error) {
            char *end = nullptr;
            errno = 0;
            unsigned long long n = std::strtoull(v.c_str(), &end, 10);
@@ -113,6 +114,8 @@ void OptionParser::unsignedInteger(const char *name, const char *value,
              return false;
            }
            out = n;
+           if (given)
+             *given = true;
            return true;
          });
 }

@@ -51,7 +51,7 @@ public:
                int64_t &out, bool *given = nullptr);
   /// A non-negative decimal integer value.
   void unsignedInteger(const char *name, const char *value, const char *help,
-                       uint64_t &out);
+                       uint64_t &out, bool *given = nullptr);
   /// A repeatable option: every value, in order.
   void list(const char *name, const char *value, const char *help,
             std::vector<std::string> &out);
