@@ -370,9 +370,9 @@ LogicalResult PrefillOp::verify() {
 
 /// The static size `context` declares for `segment`, where the static
 /// `tokens` hold another number of tokens; else nothing.
-static std::optional<int64_t>
-conflictingDeclaredSize(ContextOp context, StringRef segment,
-                        RankedTensorType tokens) {
+static std::optional<int64_t> conflictingDeclaredSize(ContextOp context,
+                                                      StringRef segment,
+                                                      RankedTensorType tokens) {
   if (!context || tokens.isDynamicDim(0))
     return std::nullopt;
   SegmentOp declared = context.lookupSegment(segment);
@@ -441,8 +441,8 @@ LogicalResult EditOp::verifySymbolUses(SymbolTableCollection &tables) {
   // New tokens of another static length than a segment of static size: the
   // edited context would contradict its declaration (reported here, at the
   // op the user wrote, not at the prefill the plan makes of it).
-  if (std::optional<int64_t> declared = conflictingDeclaredSize(
-          context, getSegment(), getTokens().getType()))
+  if (std::optional<int64_t> declared =
+          conflictingDeclaredSize(context, getSegment(), getTokens().getType()))
     return emitOpError() << "replaces segment @" << getSegment() << " by "
                          << getTokens().getType().getDimSize(0)
                          << " tokens, but context @" << context.getSymName()

@@ -60,12 +60,12 @@ struct Chip {
 /// with the PTX version each needs (the PTX ISA's target notes, as LLVM 22
 /// enforces them). kv-lower-to-nvvm's help lists the same (Passes.h), and
 /// test/Tools/nvvm-chips.test lowers each of those.
-constexpr Chip kChips[] = {
-    {"sm_75", 63},   {"sm_80", 70},   {"sm_86", 71},   {"sm_87", 74},
-    {"sm_89", 78},   {"sm_90", 78},   {"sm_90a", 80},  {"sm_100", 86},
-    {"sm_100a", 86}, {"sm_103", 88},  {"sm_103a", 88}, {"sm_110", 90},
-    {"sm_110a", 90}, {"sm_120", 87},  {"sm_120a", 87}, {"sm_121", 88},
-    {"sm_121a", 88}};
+constexpr Chip kChips[] = {{"sm_75", 63},   {"sm_80", 70},   {"sm_86", 71},
+                           {"sm_87", 74},   {"sm_89", 78},   {"sm_90", 78},
+                           {"sm_90a", 80},  {"sm_100", 86},  {"sm_100a", 86},
+                           {"sm_103", 88},  {"sm_103a", 88}, {"sm_110", 90},
+                           {"sm_110a", 90}, {"sm_120", 87},  {"sm_120a", 87},
+                           {"sm_121", 88},  {"sm_121a", 88}};
 
 /// The PTX version KVIR is tested with; the default where the chip allows.
 constexpr unsigned kDefaultPtx = 80;
@@ -149,8 +149,8 @@ std::string mlir::kv::checkLowerToNVVMPipelineOptions(
     os << "kv-lower-to-nvvm: unknown features '" << options.features
        << "' (expected +ptxNN, e.g. +ptx80)";
   } else if (!known.empty() && !known.count(*ptx)) {
-    os << "kv-lower-to-nvvm: features " << options.features
-       << " asks for PTX " << ptxVersionText(*ptx)
+    os << "kv-lower-to-nvvm: features " << options.features << " asks for PTX "
+       << ptxVersionText(*ptx)
        << ", which LLVM's NVPTX backend does not know (it knows up to PTX "
        << ptxVersionText(*known.rbegin()) << ")";
   } else if (*ptx < chip->minPtx) {
