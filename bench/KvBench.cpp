@@ -16,6 +16,7 @@
 #include "bench/kernels/HardwareReport.h"
 #include "driver/compiler/Compiler.h"
 #include "driver/compiler/ThreadsOption.h"
+#include "driver/compiler/VersionOption.h"
 
 #include "runtime/core/ComputeBackend.h"
 #include "runtime/exec/Session.h"
@@ -288,6 +289,7 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  kvir::compiler::setVersionPrinter("kv-bench");
   cl::opt<int> &threads = compiler::registerThreadsOption(category);
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(

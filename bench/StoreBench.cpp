@@ -25,6 +25,7 @@
 
 #include "bench/BenchProgram.h"
 #include "driver/compiler/Compiler.h"
+#include "driver/compiler/VersionOption.h"
 
 #include "runtime/core/ComputeBackend.h"
 #include "runtime/exec/BlockStoreOptions.h"
@@ -287,6 +288,7 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  kvir::compiler::setVersionPrinter("kv-bench-store");
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,

@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bench/StorySuite.h"
+#include "driver/compiler/VersionOption.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
@@ -66,6 +67,7 @@ cl::opt<bool> details("details", cl::desc("print every story's continuations"),
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  kvir::compiler::setVersionPrinter("kv-bench-stories");
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,

@@ -22,8 +22,9 @@ struct OptimizePipelineOptions
     : public PassPipelineOptions<OptimizePipelineOptions> {
   PassOptions::Option<bool> emitPlan{
       *this, "emit-plan",
-      llvm::cl::desc(
-          "Emit each edit and compose plan with its cost as remarks"),
+      llvm::cl::desc("Emit each edit and compose plan with its cost as remarks "
+                     "(formulas of the dynamic sizes, and their value at the "
+                     "arguments' kv.sample_length)"),
       llvm::cl::init(false)};
   PassOptions::Option<bool> emitStatistics{
       *this, "emit-statistics",
@@ -64,12 +65,16 @@ struct LowerToNVVMPipelineOptions
     : public PassPipelineOptions<LowerToNVVMPipelineOptions> {
   PassOptions::Option<std::string> chip{
       *this, "chip",
-      llvm::cl::desc("Target GPU architecture: sm_70 .. sm_120a (sm_90 is the "
-                     "H200)"),
+      llvm::cl::desc("Target GPU architecture: sm_75, sm_80, sm_86, sm_87, "
+                     "sm_89, sm_90, sm_90a, sm_100, sm_100a, sm_103, sm_103a, "
+                     "sm_110, sm_110a, sm_120, sm_120a, sm_121, sm_121a "
+                     "(sm_90 is the H200)"),
       llvm::cl::init("sm_90")};
   PassOptions::Option<std::string> features{
-      *this, "features", llvm::cl::desc("PTX features, e.g. +ptx80"),
-      llvm::cl::init("+ptx80")};
+      *this, "features",
+      llvm::cl::desc("PTX version as +ptxNN, e.g. +ptx86 (default: the "
+                     "lowest the chip needs, at least +ptx80)"),
+      llvm::cl::init("")};
   PassOptions::Option<unsigned> optLevel{
       *this, "opt-level",
       llvm::cl::desc("Optimization level of the NVPTX "

@@ -198,6 +198,17 @@ def KVDeriveCotSlicesPass : Pass<"kv-derive-cot-slices", "ModuleOp"> {
     (a hit in the block store fetches it, a miss prefills and stores it);
     `emit-plan` prints both costs.
 
+    `emit-plan` prints each plan and its cost (tokens and model FLOPs, next
+    to the exact strategy and a full prefill) as remarks. Where a size is
+    dynamic, the cost is a formula of the dynamic sizes (`len(@city')` is
+    the new tokens' length), followed by its value at the arguments'
+    `kv.sample_length` where every one has one:
+    ```
+    remark: cost: plan (72 + len(@city')) tokens (70427648 + ...) FLOPs; ...
+    remark: cost at the arguments' kv.sample_length (len(@city) = 12,
+            len(@city') = 16): plan 88 tokens 84405248 FLOPs; ...
+    ```
+
     Before:
     ```mlir
     %e = kv.edit %m, %c[@city] = %new strategy <cot_slice>
@@ -221,7 +232,9 @@ def KVDeriveCotSlicesPass : Pass<"kv-derive-cot-slices", "ModuleOp"> {
   let options = [
     Option<"emitPlan", "emit-plan", "bool", /*default=*/"false",
            "Emit each plan and its cost (tokens recomputed, model FLOPs, next "
-           "to the exact strategy and a full prefill) as remarks">,
+           "to the exact strategy and a full prefill) as remarks: formulas "
+           "of the dynamic sizes, and their value at the arguments' "
+           "kv.sample_length">,
     Option<"emitStatistics", "emit-statistics", "bool", /*default=*/"false",
            "Emit the pass statistics as a remark on the module (Debian's "
            "LLVM is built without the statistics -mlir-pass-statistics "

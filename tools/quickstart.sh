@@ -12,8 +12,7 @@ cmake -G Ninja -S . -B build
 cmake --build build --target kv-opt kv-run
 
 echo "== kv-opt --kv-optimize=emit-plan examples/agent-edit.mlir (the plan)"
-build/bin/kv-opt --kv-optimize=emit-plan -mlir-print-op-on-diagnostic=false \
-  examples/agent-edit.mlir -o /dev/null
+build/bin/kv-opt --kv-optimize=emit-plan examples/agent-edit.mlir -o /dev/null
 echo
 echo "== kv-run examples/agent-edit.mlir (the plan, run and compared)"
 build/bin/kv-run examples/agent-edit.mlir --backend cpu --synthesize-inputs \

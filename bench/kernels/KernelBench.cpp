@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bench/kernels/KernelFixtures.h"
+#include "driver/version/Version.h"
 
 #include <cstring>
 
@@ -144,6 +145,9 @@ int main(int argc, char **argv) {
       std::fprintf(stderr, "kv-bench-kernels: the hardware report is "
                            "`kv-bench --hw` (docs/cpu-backend.md)\n");
       return 1;
+    } else if (std::strcmp(argv[i], "--version") == 0) {
+      std::fputs(kvir::versionText("kv-bench-kernels").c_str(), stdout);
+      return 0;
     }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv))

@@ -368,6 +368,20 @@ LogicalResult PrefillOp::verify() {
   return success();
 }
 
+/// The static size `context` declares for `segment`, where the static
+/// `tokens` hold another number of tokens; else nothing.
+static std::optional<int64_t> conflictingDeclaredSize(ContextOp context,
+                                                      StringRef segment,
+                                                      RankedTensorType tokens) {
+  if (!context || tokens.isDynamicDim(0))
+    return std::nullopt;
+  SegmentOp declared = context.lookupSegment(segment);
+  if (!declared || declared.isDynamic() ||
+      int64_t(*declared.getTokens()) == tokens.getDimSize(0))
+    return std::nullopt;
+  return int64_t(*declared.getTokens());
+}
+
 /// Checks the context a new run's cache type names and, when the op labels
 /// the run with `segment`, that the segment is one of it and that `tokens`
 /// (what the op `verb`s) agree with its static size.
@@ -384,16 +398,14 @@ static LogicalResult verifyNewRunLabel(Operation *op, CacheType type,
                               /*requireContext=*/false)))
     return failure();
   // The tokens of a segment of static size are that many.
-  if (!*context || tokens.isDynamicDim(0))
-    return success();
-  SegmentOp declared = (*context).lookupSegment(segment.getValue());
-  if (!declared || declared.isDynamic() ||
-      int64_t(*declared.getTokens()) == tokens.getDimSize(0))
+  std::optional<int64_t> declared =
+      conflictingDeclaredSize(*context, segment.getValue(), tokens);
+  if (!declared)
     return success();
   return op->emitOpError() << verb << " " << tokens.getDimSize(0)
                            << " tokens as segment " << segment
                            << ", which context @" << (*context).getSymName()
-                           << " declares with " << *declared.getTokens();
+                           << " declares with " << *declared;
 }
 
 LogicalResult PrefillOp::verifySymbolUses(SymbolTableCollection &tables) {
@@ -424,10 +436,21 @@ LogicalResult EditOp::verifySymbolUses(SymbolTableCollection &tables) {
                               /*requireContext=*/true,
                               /*allowCorrection=*/false)))
     return failure();
-  if (getStrategy().getKind() != StrategyKind::Erratum)
-    return success();
   auto context = cast<ContextOp>(
       tables.lookupNearestSymbolFrom(*this, type.getContextName()));
+  // New tokens of another static length than a segment of static size: the
+  // edited context would contradict its declaration (reported here, at the
+  // op the user wrote, not at the prefill the plan makes of it).
+  if (std::optional<int64_t> declared =
+          conflictingDeclaredSize(context, getSegment(), getTokens().getType()))
+    return emitOpError() << "replaces segment @" << getSegment() << " by "
+                         << getTokens().getType().getDimSize(0)
+                         << " tokens, but context @" << context.getSymName()
+                         << " declares it with " << *declared
+                         << " (declare it tokens(?) for an edit that changes "
+                            "its length)";
+  if (getStrategy().getKind() != StrategyKind::Erratum)
+    return success();
   SmallVector<SegmentKind> kinds;
   std::optional<unsigned> edited;
   for (SegmentOp segment : context.getSegments()) {

@@ -103,9 +103,10 @@ struct LowerOptions {
   /// with it.
   std::optional<kvrt_model_config> exportModel;
   kvrt_kv_dtype exportDtype = KVRT_KV_F32;
-  /// GPU only: kv-lower-to-nvvm's chip, PTX features and what the kernels
-  /// become (`bin`: cubin; `isa`: PTX, JIT-compiled by the driver).
-  std::string chip = "sm_90", features = "+ptx80", format = "bin";
+  /// GPU only: kv-lower-to-nvvm's chip, PTX features ("": the lowest PTX
+  /// version the chip needs, at least +ptx80) and what the kernels become
+  /// (`bin`: cubin; `isa`: PTX, JIT-compiled by the driver).
+  std::string chip = "sm_90", features, format = "bin";
   /// CPU only: the vector width kv-lower-to-cpu's register blocking is
   /// chosen for (512, 256; 0: the host's).
   int64_t cpuVectorBits = 0;

@@ -100,10 +100,11 @@ void OptionParser::integer(const char *name, const char *value,
 }
 
 void OptionParser::unsignedInteger(const char *name, const char *value,
-                                   const char *help, uint64_t &out) {
+                                   const char *help, uint64_t &out,
+                                   bool *given) {
   std::string spelling = std::string("--") + name;
   custom(name, value, help,
-         [&out, spelling](const std::string &v, std::string &error) {
+         [&out, given, spelling](const std::string &v, std::string &error) {
            char *end = nullptr;
            errno = 0;
            unsigned long long n = std::strtoull(v.c_str(), &end, 10);
@@ -113,6 +114,8 @@ void OptionParser::unsignedInteger(const char *name, const char *value,
              return false;
            }
            out = n;
+           if (given)
+             *given = true;
            return true;
          });
 }
@@ -169,6 +172,10 @@ bool OptionParser::parse(int argc, char **argv, int first,
     std::string body = arg.substr(arg[1] == '-' ? 2 : 1);
     if (body == "help" || arg == "-h") {
       help = true;
+      return true;
+    }
+    if (body == "version") {
+      version = true;
       return true;
     }
     size_t eq = body.find('=');
@@ -236,4 +243,7 @@ void OptionParser::printHelp(std::FILE *out, const std::string &usage) const {
         std::fprintf(out, "%*s%s\n", int(kHelpColumn), "", lines[i].c_str());
     }
   }
+  std::fprintf(out, "\nthe tool:\n%-*s%s\n%-*s%s\n", int(kHelpColumn),
+               "  --help", "this text", int(kHelpColumn), "  --version",
+               "KVIR's version and the LLVM/MLIR it was built with");
 }

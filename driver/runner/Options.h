@@ -51,7 +51,7 @@ public:
                int64_t &out, bool *given = nullptr);
   /// A non-negative decimal integer value.
   void unsignedInteger(const char *name, const char *value, const char *help,
-                       uint64_t &out);
+                       uint64_t &out, bool *given = nullptr);
   /// A repeatable option: every value, in order.
   void list(const char *name, const char *value, const char *help,
             std::vector<std::string> &out);
@@ -67,10 +67,12 @@ public:
   /// the rest into `positionals`. False with `error` at the first problem:
   /// an unknown option, a missing or refused value, an option given twice
   /// that takes one value. `--help`, `-help` or `-h` stops the parse and
-  /// sets helpRequested().
+  /// sets helpRequested(); `--version` or `-version` stops it and sets
+  /// versionRequested().
   bool parse(int argc, char **argv, int first,
              std::vector<std::string> &positionals, std::string &error);
   bool helpRequested() const { return help; }
+  bool versionRequested() const { return version; }
 
   /// Prints `usage` (the synopsis and examples, as given), then every
   /// option under its section, its help wrapped to 80 columns.
@@ -88,7 +90,7 @@ private:
 
   std::string tool, currentSection;
   std::vector<Option> options;
-  bool help = false;
+  bool help = false, version = false;
 };
 
 } // namespace kvir::run

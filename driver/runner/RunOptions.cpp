@@ -30,10 +30,11 @@ void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
   parser.text("synthetic", "NAME",
               "without --model, the seeded synthetic model to run: default "
               "(stories260K's shape), synthetic-test or synthetic-bench",
-              r.synthetic);
+              r.synthetic, &r.syntheticGiven);
   parser.unsignedInteger("model-seed", "N",
-                         "seed of the synthetic model (default: the preset's)",
-                         r.modelSeed);
+                         "without --model, the seed of the synthetic model "
+                         "(default: the preset's)",
+                         r.modelSeed, &r.modelSeedGiven);
   parser.text("backend", "NAME",
               "where the math runs: cpu (the program's generated CPU code), "
               "cuda (its generated GPU code; needs a GPU) or reference (the "
@@ -161,6 +162,15 @@ bool kvir::run::checkRunOptions(const RunOptions &options, std::string &error) {
             std::to_string(r.maxContext);
     return false;
   }
+  // The synthetic model's options would be ignored next to a model file.
+  for (auto [given, option] : {std::pair{r.syntheticGiven, "--synthetic"},
+                               std::pair{r.modelSeedGiven, "--model-seed"}})
+    if (given && !r.model.empty()) {
+      error = std::string(option) + " applies to the built-in synthetic " +
+              "model, run without --model; --model " + r.model +
+              " names a model file: give one of them";
+      return false;
+    }
   if (q.dumpLogitsGiven && q.dumpLogits.empty()) {
     error = "--dump-logits: an empty output file name";
     return false;

@@ -31,6 +31,7 @@ struct RunnerOptions {
   /// `--model-seed N`, 0 for the preset's seed).
   std::string model, synthetic = "default";
   uint64_t modelSeed = 0;
+  bool syntheticGiven = false, modelSeedGiven = false;
   /// `--backend NAME`; without it the tool chooses (kv-run: cpu; kv-aot-run:
   /// the library's target).
   std::string backend;

@@ -124,8 +124,13 @@ bool Runner::encodeInputs(const exec::TextOptions &text,
   // A synthesized input is an allocation and then work: it is bounded by
   // what a run may compute and the pool may hold.
   inputs.maxSynthesized = options.poolPages * options.pageTokens;
-  if (limit > 0)
-    inputs.maxSynthesized = std::min(inputs.maxSynthesized, limit);
+  inputs.maxSynthesizedBy =
+      "the KV pool holds (--pool-pages " + std::to_string(options.poolPages) +
+      " x --page-tokens " + std::to_string(options.pageTokens) + ")";
+  if (limit > 0 && limit < inputs.maxSynthesized) {
+    inputs.maxSynthesized = limit;
+    inputs.maxSynthesizedBy = "the run's context may hold (--max-context)";
+  }
   return true;
 }
 

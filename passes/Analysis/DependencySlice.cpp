@@ -6,11 +6,16 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/Interfaces/CallInterfaces.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <cassert>
 #include <cmath>
+#include <type_traits>
 
 using namespace mlir;
 using namespace mlir::kv;
@@ -147,54 +152,103 @@ CostModel CostModel::get(ModelType model) {
   return cost;
 }
 
+// The arithmetic of a cost over numbers and over formulas of the sizes: where
+// a formula has no polynomial result, it says why.
+static bool isEmptyRange(int64_t n) { return n <= 0; }
+static bool isEmptyRange(const SizePolynomial &n) {
+  std::optional<int64_t> constant = n.getConstant();
+  return constant && *constant <= 0;
+}
+static int64_t minWith(int64_t n, int64_t k) { return std::min(n, k); }
+static SizePolynomial minWith(const SizePolynomial &n, int64_t k) {
+  if (std::optional<int64_t> constant = n.getConstant())
+    return std::min(*constant, k);
+  return SizePolynomial(k).inexact(
+      "a first_k budget over a segment of dynamic length");
+}
+static int64_t halve(int64_t n) { return n / 2; }
+static SizePolynomial halve(const SizePolynomial &n) { return n.halve(); }
+static int64_t ceilFraction(double fraction, int64_t n) {
+  return static_cast<int64_t>(std::ceil(fraction * static_cast<double>(n)));
+}
+static SizePolynomial ceilFraction(double fraction, const SizePolynomial &n) {
+  if (std::optional<int64_t> constant = n.getConstant())
+    return ceilFraction(fraction, *constant);
+  return n.inexact("a fraction budget over a segment of dynamic length");
+}
+
+/// ModelCost's FLOPs over numbers or formulas (the same formula; checked
+/// against ModelCost's in the numeric case).
+/// FLOPs of layers [0, layers) for the tokens [begin, end) of a contiguous
+/// context, each attending every earlier token and itself.
+template <typename N>
+static N rangeFlops(const CostModel &model, const N &begin, const N &end,
+                    int64_t layers) {
+  int64_t perLayer = model.layers ? model.tokenFlops(0) / model.layers : 0;
+  N n = end - begin;
+  // 4·dim FLOPs per key and layer; the keys sum to (begin + 1 + end)·n / 2.
+  N flops = n * (layers * perLayer) +
+            (begin + 1 + end) * n * (2 * layers * model.dim);
+  if constexpr (std::is_same_v<N, int64_t>)
+    assert(layers != model.layers || flops == model.rangeFlops(begin, end));
+  return flops;
+}
+/// FLOPs of one token that attends `ctx` keys, without logits.
+template <typename N>
+static N tokenFlops(const CostModel &model, const N &ctx) {
+  return ctx * (4 * model.layers * model.dim) + model.tokenFlops(0);
+}
+
 /// Adds the cost of recomputing the tokens [begin, end) of the final context.
-static void addRange(Cost &cost, const CostModel &model, int64_t begin,
-                     int64_t end) {
-  if (end <= begin)
+template <typename N>
+static void addRange(BasicCost<N> &cost, const CostModel &model, const N &begin,
+                     const N &end) {
+  if (isEmptyRange(end - begin))
     return;
   cost.tokens += end - begin;
-  cost.flops += model.rangeFlops(begin, end);
+  cost.flops += rangeFlops(model, begin, end, model.layers);
 }
 
 /// Adds the cost of a repair budget spent on a reused range [begin, end) of
 /// the final context.
-static void addRepair(Cost &cost, const CostModel &model, RepairAttr repair,
-                      int64_t begin, int64_t end) {
-  if (!repair || end <= begin)
+template <typename N>
+static void addRepair(BasicCost<N> &cost, const CostModel &model,
+                      RepairAttr repair, const N &begin, const N &end) {
+  if (!repair || isEmptyRange(end - begin))
     return;
-  int64_t n = end - begin;
+  N n = end - begin;
   if (repair.getKind() == RepairKind::FirstK) {
-    addRange(cost, model, begin, begin + std::min(n, repair.getFirstK()));
+    addRange(cost, model, begin, begin + minWith(n, repair.getFirstK()));
     return;
   }
   // Fraction and deviation: layers 0 and 1 of every candidate are recomputed
-  // to find the deviating tokens; the chosen ones are recomputed fully. Which
-  // ones is a run-time choice: price them at the candidates' mean position.
-  cost.flops += model.scanRangeFlops(begin, end);
-  int64_t meanKeys = (begin + 1 + end) / 2;
+  // to find the deviating tokens (ModelCost::scanRangeFlops); the chosen ones
+  // are recomputed fully. Which ones is a run-time choice: price them at the
+  // candidates' mean position.
+  cost.flops +=
+      rangeFlops(model, begin, end, std::min<int64_t>(model.layers, 2));
+  N meanKeys = halve(begin + 1 + end);
   cost.estimated = true;
   if (repair.getKind() == RepairKind::Deviation) {
     // How many exceed the threshold is unknown until run time: 0 to n.
     cost.runTimeTokens += n;
-    cost.runTimeFlops += n * model.tokenFlops(meanKeys);
+    cost.runTimeFlops += n * tokenFlops(model, meanKeys);
     return;
   }
-  auto chosen = static_cast<int64_t>(
-      std::ceil(repair.getFractionValue() * static_cast<double>(n)));
+  N chosen = ceilFraction(repair.getFractionValue(), n);
   cost.tokens += chosen;
-  cost.flops += chosen * model.tokenFlops(meanKeys);
+  cost.flops += chosen * tokenFlops(model, meanKeys);
 }
 
-EditCost mlir::kv::computeEditCost(const DependencyGraph &graph,
-                                   const EditPlan &plan,
-                                   ArrayRef<int64_t> sizes, int64_t newSize,
-                                   const CostModel &model,
-                                   int64_t correctionSize) {
-  EditCost result;
+template <typename N>
+static BasicEditCost<N>
+editCost(const DependencyGraph &graph, const EditPlan &plan, ArrayRef<N> sizes,
+         const N &newSize, const CostModel &model, const N &correctionSize) {
+  BasicEditCost<N> result;
   if (plan.correctionBefore) {
     // Erratum: the old context up to the answer is kept; the correction and
     // everything from the answer on are prefilled after it.
-    int64_t position = 0;
+    N position = 0;
     for (unsigned i = 0; i < graph.size(); ++i) {
       if (i == *plan.correctionBefore) {
         addRange(result.plan, model, position, position + correctionSize);
@@ -207,10 +261,10 @@ EditCost mlir::kv::computeEditCost(const DependencyGraph &graph,
   }
   // Walk the final context, segment by segment (for an erratum: the edited
   // context, its reference).
-  int64_t position = 0, editedBegin = 0;
+  N position = 0, editedBegin = 0;
   for (unsigned i = 0; i < graph.size(); ++i) {
-    int64_t size = i == plan.edited ? newSize : sizes[i];
-    int64_t begin = position, end = position + size;
+    N size = i == plan.edited ? newSize : sizes[i];
+    N begin = position, end = position + size;
     if (i == plan.edited)
       editedBegin = begin;
     position = end;
@@ -228,29 +282,57 @@ EditCost mlir::kv::computeEditCost(const DependencyGraph &graph,
     }
   }
   addRange(result.exact, model, editedBegin, position);
-  addRange(result.full, model, 0, position);
+  addRange(result.full, model, N(0), position);
   // Answer logits: the rows of the last segment, in all three.
-  int64_t answerRows =
-      graph.size() == 0
-          ? 0
-          : (graph.size() - 1 == plan.edited ? newSize : sizes.back());
-  for (Cost *cost : {&result.plan, &result.exact, &result.full})
-    cost->flops += model.logitsFlops(answerRows);
+  N answerRows = graph.size() == 0                 ? N(0)
+                 : graph.size() - 1 == plan.edited ? newSize
+                                                   : sizes.back();
+  for (BasicCost<N> *cost : {&result.plan, &result.exact, &result.full})
+    cost->flops += answerRows * model.logitsFlops(1);
+  return result;
+}
+
+EditCost mlir::kv::computeEditCost(const DependencyGraph &graph,
+                                   const EditPlan &plan,
+                                   ArrayRef<int64_t> sizes, int64_t newSize,
+                                   const CostModel &model,
+                                   int64_t correctionSize) {
+  return editCost(graph, plan, sizes, newSize, model, correctionSize);
+}
+
+SymbolicEditCost
+mlir::kv::computeEditCost(const DependencyGraph &graph, const EditPlan &plan,
+                          ArrayRef<SizePolynomial> sizes,
+                          const SizePolynomial &newSize, const CostModel &model,
+                          const SizePolynomial &correctionSize) {
+  return editCost(graph, plan, sizes, newSize, model, correctionSize);
+}
+
+template <typename N>
+static BasicEditCost<N> composeCost(const N &prefixSize, const N &blockSize,
+                                    RepairAttr repair, const CostModel &model) {
+  BasicEditCost<N> result;
+  addRepair(result.plan, model, repair, prefixSize, prefixSize + blockSize);
+  addRange(result.exact, model, prefixSize, prefixSize + blockSize);
+  addRange(result.full, model, N(0), prefixSize + blockSize);
   return result;
 }
 
 EditCost mlir::kv::computeComposeCost(int64_t prefixSize, int64_t blockSize,
                                       RepairAttr repair,
                                       const CostModel &model) {
-  EditCost result;
-  addRepair(result.plan, model, repair, prefixSize, prefixSize + blockSize);
-  addRange(result.exact, model, prefixSize, prefixSize + blockSize);
-  addRange(result.full, model, 0, prefixSize + blockSize);
-  return result;
+  return composeCost(prefixSize, blockSize, repair, model);
+}
+
+SymbolicEditCost mlir::kv::computeComposeCost(const SizePolynomial &prefixSize,
+                                              const SizePolynomial &blockSize,
+                                              RepairAttr repair,
+                                              const CostModel &model) {
+  return composeCost(prefixSize, blockSize, repair, model);
 }
 
 //===----------------------------------------------------------------------===//
-// Static lengths and positions
+// Lengths and positions of views
 //===----------------------------------------------------------------------===//
 
 static std::optional<int64_t> getConstantIndex(Value value) {
@@ -260,87 +342,243 @@ static std::optional<int64_t> getConstantIndex(Value value) {
   return std::nullopt;
 }
 
-std::optional<int64_t> mlir::kv::getStaticLength(Value cache) {
+/// The sum of the lengths of `views`, where each is known.
+static std::optional<SizePolynomial> sumOf(ViewSizes &sizes, ValueRange views) {
+  SizePolynomial total;
+  for (Value view : views) {
+    std::optional<SizePolynomial> length = sizes.length(view);
+    if (!length)
+      return std::nullopt;
+    total += *length;
+  }
+  return total;
+}
+
+/// A position operand, where it is a constant.
+static std::optional<SizePolynomial> positionOf(Value position) {
+  if (std::optional<int64_t> constant = getConstantIndex(position))
+    return SizePolynomial(*constant);
+  return std::nullopt;
+}
+
+/// Whether `size` is known to be 0.
+static bool isZero(const std::optional<SizePolynomial> &size) {
+  return size && size->getConstant() == 0;
+}
+
+Value ViewSizes::resolve(Value value) const {
+  auto bound = bindings.find(value);
+  return bound == bindings.end() ? value : bound->second;
+}
+
+template <typename T>
+std::optional<T>
+ViewSizes::throughCall(Value value,
+                       function_ref<std::optional<T>(Value)> body) {
+  auto result = dyn_cast<OpResult>(value);
+  auto call = result ? dyn_cast<CallOpInterface>(result.getOwner()) : nullptr;
+  // Calls nest only so deep here: a recursive program is not followed.
+  constexpr unsigned kMaxCallDepth = 16;
+  if (!call || callDepth >= kMaxCallDepth)
+    return std::nullopt;
+  auto callee = dyn_cast_or_null<FunctionOpInterface>(call.resolveCallable());
+  if (!callee || callee.isExternal() || !callee.getFunctionBody().hasOneBlock())
+    return std::nullopt;
+  Block &entry = callee.getFunctionBody().front();
+  Operation *terminator = entry.getTerminator();
+  if (result.getResultNumber() >= terminator->getNumOperands() ||
+      entry.getNumArguments() != call.getArgOperands().size())
+    return std::nullopt;
+  llvm::DenseMap<Value, Value> inner;
+  for (auto [argument, operand] :
+       llvm::zip(entry.getArguments(), call.getArgOperands()))
+    inner[argument] = resolve(operand);
+  std::swap(bindings, inner);
+  ++callDepth;
+  std::optional<T> out = body(terminator->getOperand(result.getResultNumber()));
+  --callDepth;
+  std::swap(bindings, inner);
+  return out;
+}
+
+SizePolynomial ViewSizes::tokenCount(Value tokens) {
+  tokens = resolve(tokens);
+  auto type = dyn_cast<RankedTensorType>(tokens.getType());
+  if (type && type.getRank() == 1 && !type.isDynamicDim(0))
+    return type.getDimSize(0);
+  for (auto [i, variable] : llvm::enumerate(vars))
+    if (variable.tokens == tokens)
+      return SizePolynomial::variable(i);
+  Variable variable{tokens, "", std::nullopt};
+  if (auto argument = dyn_cast<BlockArgument>(tokens)) {
+    unsigned index = argument.getArgNumber();
+    variable.name = "len(arg" + std::to_string(index) + ")";
+    auto function =
+        dyn_cast<FunctionOpInterface>(argument.getOwner()->getParentOp());
+    if (function && argument.getOwner()->isEntryBlock()) {
+      if (auto name = function.getArgAttrOfType<StringAttr>(index, "kv.name"))
+        variable.name = ("len(" + name.getValue() + ")").str();
+      if (auto sample =
+              function.getArgAttrOfType<IntegerAttr>(index, "kv.sample_length");
+          sample && sample.getInt() > 0)
+        variable.sample = sample.getInt();
+    }
+  } else {
+    std::string where;
+    if (auto file = dyn_cast<FileLineColLoc>(tokens.getLoc()))
+      where = " at line " + std::to_string(file.getLine());
+    variable.name = ("len(" + tokens.getDefiningOp()->getName().getStringRef() +
+                     where + ")")
+                        .str();
+  }
+  vars.push_back(std::move(variable));
+  return SizePolynomial::variable(vars.size() - 1);
+}
+
+std::optional<int64_t> ViewSizes::sampleLength(Value tokens) {
+  SizePolynomial count = tokenCount(tokens);
+  if (std::optional<int64_t> constant = count.getConstant())
+    return constant;
+  Value resolved = resolve(tokens);
+  for (const Variable &variable : vars)
+    if (variable.tokens == resolved)
+      return variable.sample;
+  return std::nullopt;
+}
+
+std::optional<SizePolynomial> ViewSizes::length(Value cache) {
+  cache = resolve(cache);
   Operation *def = cache.getDefiningOp();
   if (!def)
     return std::nullopt;
-  auto sumOf = [](ValueRange views) -> std::optional<int64_t> {
-    int64_t total = 0;
-    for (Value view : views) {
-      std::optional<int64_t> length = getStaticLength(view);
-      if (!length)
-        return std::nullopt;
-      total += *length;
-    }
-    return total;
-  };
-  return llvm::TypeSwitch<Operation *, std::optional<int64_t>>(def)
-      .Case([](EmptyOp) { return 0; })
-      .Case([&](PrefillOp op) -> std::optional<int64_t> {
-        auto tokens = op.getTokens().getType();
-        std::optional<int64_t> before = sumOf(op.getViews());
-        if (!before || tokens.isDynamicDim(0))
+  using Result = std::optional<SizePolynomial>;
+  return llvm::TypeSwitch<Operation *, Result>(def)
+      .Case([](EmptyOp) { return SizePolynomial(0); })
+      .Case([&](PrefillOp op) -> Result {
+        Result before = sumOf(*this, op.getViews());
+        if (!before)
           return std::nullopt;
-        return *before + tokens.getDimSize(0);
+        return *before + tokenCount(op.getTokens());
       })
       .Case([&](ComposeOp op) {
-        return sumOf({op.getCache(), op.getBlock()});
+        return sumOf(*this, {op.getCache(), op.getBlock()});
       })
-      .Case([](LoadBlockOp op) -> std::optional<int64_t> {
-        auto tokens = op.getTokens().getType();
-        if (tokens.isDynamicDim(0))
-          return std::nullopt;
-        return tokens.getDimSize(0);
-      })
-      .Case([&](ConcatOp op) { return sumOf(op.getInputs()); })
-      .Case([](RopeShiftOp op) { return getStaticLength(op.getCache()); })
-      .Case([](MaterializeOp op) { return getStaticLength(op.getCache()); })
-      .Case([](SelectiveRecomputeOp op) {
-        return getStaticLength(op.getCache());
+      .Case([&](LoadBlockOp op) { return tokenCount(op.getTokens()); })
+      .Case([&](ConcatOp op) { return sumOf(*this, op.getInputs()); })
+      .Case<RopeShiftOp, MaterializeOp, SelectiveRecomputeOp>(
+          [&](auto op) { return length(op.getCache()); })
+      .Case([&](CallOpInterface) {
+        return throughCall<SizePolynomial>(cache,
+                                           [&](Value v) { return length(v); });
       })
       .Default([](Operation *) { return std::nullopt; });
 }
 
-std::optional<int64_t> mlir::kv::getStaticStartPosition(Value cache) {
+std::optional<SizePolynomial> ViewSizes::startPosition(Value cache) {
+  cache = resolve(cache);
   Operation *def = cache.getDefiningOp();
   if (!def)
     return std::nullopt;
-  return llvm::TypeSwitch<Operation *, std::optional<int64_t>>(def)
-      .Case([](EmptyOp) { return 0; })
-      .Case([](PrefillOp op) -> std::optional<int64_t> {
-        // A prefill over an empty view starts where it places its tokens.
-        if (getStaticLength(op.getViews().front()) == 0 &&
-            op.getViews().size() == 1) {
-          if (!op.getPosition())
-            return 0;
-          return getConstantIndex(op.getPosition());
-        }
-        return getStaticStartPosition(op.getViews().front());
+  using Result = std::optional<SizePolynomial>;
+  // A block placed on an empty view starts where it is placed.
+  auto placed = [](Value position) -> Result {
+    return position ? positionOf(position) : SizePolynomial(0);
+  };
+  return llvm::TypeSwitch<Operation *, Result>(def)
+      .Case([](EmptyOp) { return SizePolynomial(0); })
+      .Case([&](PrefillOp op) -> Result {
+        if (op.getViews().size() == 1 && isZero(length(op.getViews().front())))
+          return placed(op.getPosition());
+        return startPosition(op.getViews().front());
       })
-      .Case([](LoadBlockOp op) -> std::optional<int64_t> {
-        if (!op.getPosition())
-          return 0;
-        return getConstantIndex(op.getPosition());
-      })
-      .Case([](RopeShiftOp op) -> std::optional<int64_t> {
-        std::optional<int64_t> start = getStaticStartPosition(op.getCache());
-        std::optional<int64_t> delta = getConstantIndex(op.getDelta());
+      .Case([&](LoadBlockOp op) { return placed(op.getPosition()); })
+      .Case([&](RopeShiftOp op) -> Result {
+        Result start = startPosition(op.getCache());
+        Result delta = positionOf(op.getDelta());
         if (!start || !delta)
           return std::nullopt;
         return *start + *delta;
       })
-      .Case([](ComposeOp op) -> std::optional<int64_t> {
-        if (getStaticLength(op.getCache()) != 0)
-          return getStaticStartPosition(op.getCache());
-        // Composed into an empty cache: the block starts where it is placed.
-        if (!op.getPosition())
-          return 0;
-        return getConstantIndex(op.getPosition());
+      .Case([&](ComposeOp op) -> Result {
+        if (!isZero(length(op.getCache())))
+          return startPosition(op.getCache());
+        return placed(op.getPosition());
       })
-      .Case([](ConcatOp op) {
-        return getStaticStartPosition(op.getInputs().front());
+      .Case([&](ConcatOp op) { return startPosition(op.getInputs().front()); })
+      .Case([&](CallOpInterface) {
+        return throughCall<SizePolynomial>(
+            cache, [&](Value v) { return startPosition(v); });
       })
       .Default([](Operation *) { return std::nullopt; });
+}
+
+template <typename T>
+std::optional<T> ViewSizes::findInViews(
+    Value cache, function_ref<std::optional<T>(Operation *, Value)> visit) {
+  SmallVector<Value> work = {cache};
+  llvm::DenseSet<Value> seen;
+  while (!work.empty()) {
+    Value view = resolve(work.pop_back_val());
+    Operation *def = view.getDefiningOp();
+    if (!def || !seen.insert(view).second)
+      continue;
+    if (std::optional<T> found = visit(def, view))
+      return found;
+    for (Value operand : def->getOperands())
+      if (isa<CacheType>(operand.getType()))
+        work.push_back(operand);
+  }
+  return std::nullopt;
+}
+
+Value ViewSizes::segmentTokens(Value cache, StringRef segment) {
+  std::optional<Value> tokens = findInViews<Value>(
+      cache, [&](Operation *def, Value) -> std::optional<Value> {
+        if (auto prefill = dyn_cast<PrefillOp>(def);
+            prefill && prefill.getSegment() == segment)
+          return prefill.getTokens();
+        if (auto edit = dyn_cast<EditOp>(def);
+            edit && edit.getSegment() == segment)
+          return edit.getTokens();
+        return std::nullopt;
+      });
+  return tokens.value_or(nullptr);
+}
+
+ModelType ViewSizes::modelOf(Value cache) {
+  std::optional<ModelType> model = findInViews<ModelType>(
+      cache, [&](Operation *def, Value view) -> std::optional<ModelType> {
+        if (auto prefill = dyn_cast<PrefillOp>(def))
+          return prefill.getModel().getType();
+        if (!isa<CallOpInterface>(def))
+          return std::nullopt;
+        return throughCall<ModelType>(view,
+                                      [&](Value v) -> std::optional<ModelType> {
+                                        if (ModelType type = modelOf(v))
+                                          return type;
+                                        return std::nullopt;
+                                      });
+      });
+  return model.value_or(nullptr);
+}
+
+std::vector<std::string> ViewSizes::names() const {
+  std::vector<std::string> out;
+  for (const Variable &variable : vars)
+    out.push_back(variable.name);
+  return out;
+}
+
+std::optional<int64_t> mlir::kv::getStaticLength(Value cache) {
+  ViewSizes sizes;
+  std::optional<SizePolynomial> length = sizes.length(cache);
+  return length ? length->getConstant() : std::nullopt;
+}
+
+std::optional<int64_t> mlir::kv::getStaticStartPosition(Value cache) {
+  ViewSizes sizes;
+  std::optional<SizePolynomial> start = sizes.startPosition(cache);
+  return start ? start->getConstant() : std::nullopt;
 }
 
 //===----------------------------------------------------------------------===//
@@ -392,25 +630,65 @@ std::string mlir::kv::describeEditPlan(const DependencyGraph &graph,
   return text;
 }
 
-std::string mlir::kv::describeCost(const EditCost &cost) {
+/// A figure as a number, or as a formula of the sizes `names` (in
+/// parentheses, so that "(48 + len(x)) tokens" reads as one figure).
+static std::string formatFigure(int64_t n, ArrayRef<std::string>) {
+  return std::to_string(n);
+}
+static std::string formatFigure(const SizePolynomial &p,
+                                ArrayRef<std::string> names) {
+  if (std::optional<int64_t> constant = p.getConstant())
+    return std::to_string(*constant);
+  return "(" + p.str(names) + ")";
+}
+static bool isZeroFigure(int64_t n) { return n == 0; }
+static bool isZeroFigure(const SizePolynomial &p) {
+  return p.getConstant() == 0;
+}
+static StringRef inexactReason(int64_t) { return ""; }
+static StringRef inexactReason(const SizePolynomial &p) {
+  return p.inexactReason();
+}
+
+/// "plan 5 tokens 7680 FLOPs; exact ...; full ...", with `names` for the
+/// sizes of formulas.
+template <typename N>
+static std::string describeFigures(const BasicEditCost<N> &cost,
+                                   ArrayRef<std::string> names) {
   std::string text;
   llvm::raw_string_ostream os(text);
-  auto describe = [&](StringRef name, const Cost &c) {
-    os << name << " " << c.tokens << " tokens " << c.flops << " FLOPs";
-    if (c.runTimeTokens)
-      os << " + 0 to " << c.runTimeTokens << " tokens (up to " << c.runTimeFlops
-         << " FLOPs) chosen at run time, unknown at compile "
-         << "time";
+  auto describe = [&](StringRef name, const BasicCost<N> &c) {
+    for (const N *figure :
+         {&c.tokens, &c.flops, &c.runTimeTokens, &c.runTimeFlops})
+      if (!inexactReason(*figure).empty()) {
+        os << name << " not a polynomial of the sizes ("
+           << inexactReason(*figure) << ")";
+        return;
+      }
+    os << name << " " << formatFigure(c.tokens, names) << " tokens "
+       << formatFigure(c.flops, names) << " FLOPs";
+    if (!isZeroFigure(c.runTimeTokens))
+      os << " + 0 to " << formatFigure(c.runTimeTokens, names)
+         << " tokens (up to " << formatFigure(c.runTimeFlops, names)
+         << " FLOPs) chosen at run time, unknown at compile time";
     if (c.estimated)
       os << " (estimated)";
   };
-  os << "cost: ";
   describe("plan", cost.plan);
   os << "; ";
   describe("exact", cost.exact);
   os << "; ";
   describe("full", cost.full);
   return text;
+}
+
+std::string mlir::kv::describeCost(const EditCost &cost) {
+  return "cost: " + describeFigures(cost, {});
+}
+
+std::string mlir::kv::describeCost(const SymbolicEditCost &cost,
+                                   ArrayRef<std::string> names) {
+  return "cost: " + describeFigures(cost, names);
 }
 
 FailureOr<EditTarget> mlir::kv::getEditTarget(EditOp edit) {
@@ -442,6 +720,79 @@ FailureOr<EditTarget> mlir::kv::getEditTarget(EditOp edit) {
   return EditTarget{context, std::move(*graph), *edited};
 }
 
+namespace {
+/// The sizes a cost depends on: each a number where the IR or `dynamicSize`
+/// gives it, else a variable of its own, with its value at the arguments'
+/// kv.sample_length where there is one.
+struct CostSizes {
+  std::optional<int64_t> dynamicSize;
+  std::vector<std::string> names;
+  SmallVector<std::optional<int64_t>> samples;
+
+  /// `size` as a number where it is known (or stands for `dynamicSize`),
+  /// else a new variable `name` with `sample`.
+  SizePolynomial get(const std::optional<SizePolynomial> &size,
+                     const std::string &name, std::optional<int64_t> sample) {
+    if (size && size->getConstant())
+      return *size;
+    if (dynamicSize)
+      return *dynamicSize;
+    names.push_back(name);
+    samples.push_back(sample);
+    return SizePolynomial::variable(names.size() - 1);
+  }
+
+  /// The sizes of `views` become variables of their own, in order.
+  void adopt(const ViewSizes &views) {
+    for (const ViewSizes::Variable &variable : views.variables()) {
+      names.push_back(variable.name);
+      samples.push_back(dynamicSize ? dynamicSize : variable.sample);
+    }
+  }
+
+  /// The value of `size` with every variable at its sample (or at
+  /// `dynamicSize`), where each has one.
+  std::optional<int64_t> atSamples(const SizePolynomial &size) const {
+    SmallVector<int64_t> values;
+    for (std::optional<int64_t> sample : samples) {
+      if (!sample)
+        return std::nullopt;
+      values.push_back(*sample);
+    }
+    return size.evaluate(values);
+  }
+
+  /// "len(@city) = 12, len(@city') = 16".
+  std::string describeSamples() const {
+    std::string text;
+    for (auto [name, sample] : llvm::zip(names, samples))
+      text += (text.empty() ? "" : ", ") + name + " = " +
+              std::to_string(sample.value_or(0));
+    return text;
+  }
+};
+} // namespace
+
+/// Emits a cost at `loc`: as numbers where it depends on no dynamic size
+/// (`numeric` of no values), else as formulas and, where every size has a
+/// sample, `numeric` of the sizes at their samples (exact where a formula
+/// has no polynomial form).
+static void
+emitCostRemarks(Location loc, const SymbolicEditCost &cost,
+                const CostSizes &sizes,
+                function_ref<std::optional<EditCost>(bool atSamples)> numeric) {
+  if (sizes.names.empty() || sizes.dynamicSize) {
+    if (std::optional<EditCost> figures = numeric(false))
+      emitRemark(loc) << describeCost(*figures);
+    return;
+  }
+  emitRemark(loc) << describeCost(cost, sizes.names);
+  if (std::optional<EditCost> figures = numeric(true))
+    emitRemark(loc) << "cost at the arguments' kv.sample_length ("
+                    << sizes.describeSamples()
+                    << "): " << describeFigures(*figures, {});
+}
+
 LogicalResult
 mlir::kv::emitEditPlanRemarks(EditOp edit, std::optional<int64_t> dynamicSize) {
   FailureOr<EditTarget> target = getEditTarget(edit);
@@ -449,80 +800,135 @@ mlir::kv::emitEditPlanRemarks(EditOp edit, std::optional<int64_t> dynamicSize) {
     return failure();
   const DependencyGraph &graph = target->graph;
   EditPlan plan = EditPlan::build(graph, target->edited, edit.getStrategy());
-  edit.emitRemark() << describeEditPlan(graph, plan);
+  // Remarks report, they do not point at a problem: no op attached.
+  Location loc = edit.getLoc();
+  emitRemark(loc) << describeEditPlan(graph, plan);
 
-  SmallVector<int64_t> sizes;
-  SmallVector<std::string> unknown;
+  // Every dynamic size is a variable of its own: the old length of a
+  // dynamic segment, the new tokens', the correction's.
+  ViewSizes views;
+  CostSizes sizes{dynamicSize, {}, {}};
+  auto sampleOf = [&](Value tokens) -> std::optional<int64_t> {
+    return tokens ? views.sampleLength(tokens) : std::nullopt;
+  };
+  auto staticSize = [](Value tokens) -> std::optional<SizePolynomial> {
+    auto type = cast<RankedTensorType>(tokens.getType());
+    if (type.isDynamicDim(0))
+      return std::nullopt;
+    return SizePolynomial(type.getDimSize(0));
+  };
+  SmallVector<SizePolynomial> segmentSizes;
   for (unsigned i = 0; i < graph.size(); ++i) {
-    std::optional<int64_t> size = graph.segment(i).size;
-    if (!size)
-      size = dynamicSize;
-    if (!size)
-      unknown.push_back("@" + graph.segment(i).name);
-    sizes.push_back(size.value_or(0));
+    const SegmentInfo &segment = graph.segment(i);
+    std::optional<SizePolynomial> declared;
+    if (segment.size)
+      declared = SizePolynomial(*segment.size);
+    segmentSizes.push_back(sizes.get(
+        declared, "len(@" + segment.name + ")",
+        declared
+            ? std::nullopt
+            : sampleOf(views.segmentTokens(edit.getCache(), segment.name))));
   }
-  RankedTensorType tokens = edit.getTokens().getType();
-  std::optional<int64_t> newSize =
-      tokens.isDynamicDim(0) ? dynamicSize
-                             : std::optional<int64_t>(tokens.getDimSize(0));
-  if (!newSize)
-    unknown.push_back("the new @" + graph.segment(target->edited).name);
-  std::optional<int64_t> correctionSize = 0;
-  if (TypedValue<RankedTensorType> correction = edit.getCorrection()) {
-    RankedTensorType type = correction.getType();
-    correctionSize = type.isDynamicDim(0)
-                         ? dynamicSize
-                         : std::optional<int64_t>(type.getDimSize(0));
-    if (!correctionSize)
-      unknown.push_back("the correction");
-  }
-  if (!unknown.empty()) {
-    edit.emitRemark() << "cost: depends on the run-time sizes of "
-                      << llvm::join(unknown, ", ");
-    return success();
-  }
+  StringRef edited = graph.segment(target->edited).name;
+  SizePolynomial newSize =
+      sizes.get(staticSize(edit.getTokens()), ("len(@" + edited + "')").str(),
+                sampleOf(edit.getTokens()));
+  SizePolynomial correctionSize = 0;
+  if (TypedValue<RankedTensorType> correction = edit.getCorrection())
+    correctionSize = sizes.get(staticSize(correction),
+                               "len(@" + correctionLabel(edited) + ")",
+                               sampleOf(correction));
+
   CostModel model = CostModel::get(edit.getModel().getType());
-  edit.emitRemark() << describeCost(
-      computeEditCost(graph, plan, sizes, *newSize, model, *correctionSize));
+  emitCostRemarks(
+      loc,
+      computeEditCost(graph, plan, segmentSizes, newSize, model,
+                      correctionSize),
+      sizes, [&](bool atSamples) -> std::optional<EditCost> {
+        auto value = [&](const SizePolynomial &size) {
+          return atSamples ? sizes.atSamples(size) : size.getConstant();
+        };
+        SmallVector<int64_t> numbers;
+        for (const SizePolynomial &size : segmentSizes) {
+          std::optional<int64_t> number = value(size);
+          if (!number)
+            return std::nullopt;
+          numbers.push_back(*number);
+        }
+        std::optional<int64_t> newNumber = value(newSize);
+        std::optional<int64_t> correctionNumber = value(correctionSize);
+        if (!newNumber || !correctionNumber)
+          return std::nullopt;
+        return computeEditCost(graph, plan, numbers, *newNumber, model,
+                               *correctionNumber);
+      });
   return success();
 }
 
 void mlir::kv::emitComposePlanRemarks(ComposeOp compose,
                                       std::optional<int64_t> dynamicSize) {
-  std::optional<int64_t> prefix = getStaticLength(compose.getCache());
-  std::optional<int64_t> block = getStaticLength(compose.getBlock());
-  std::optional<int64_t> start = getStaticStartPosition(compose.getBlock());
-  std::optional<int64_t> position =
-      compose.getPosition() ? getConstantIndex(compose.getPosition()) : prefix;
-  if (!prefix)
-    prefix = dynamicSize;
-  if (!block)
-    block = dynamicSize;
+  Location loc = compose.getLoc();
+  ViewSizes views;
+  std::optional<SizePolynomial> prefix = views.length(compose.getCache());
+  std::optional<SizePolynomial> block = views.length(compose.getBlock());
+  std::optional<SizePolynomial> start = views.startPosition(compose.getBlock());
+  std::optional<SizePolynomial> position =
+      compose.getPosition() ? positionOf(compose.getPosition()) : prefix;
+  // The lengths' variables, then the lengths the IR does not tell.
+  CostSizes sizes{dynamicSize, {}, {}};
+  sizes.adopt(views);
+  auto orDynamic = [&](std::optional<SizePolynomial> &size) {
+    if (!size && dynamicSize)
+      size = SizePolynomial(*dynamicSize);
+  };
+  orDynamic(prefix);
+  orDynamic(block);
+  // With dynamic-size, every variable stands for it (numbers, as before).
+  auto shown = [&](const SizePolynomial &size) {
+    std::optional<int64_t> number =
+        dynamicSize ? sizes.atSamples(size) : size.getConstant();
+    return number ? std::to_string(*number) : size.str(sizes.names);
+  };
   {
-    InFlightDiagnostic remark = compose.emitRemark() << "compose: ";
+    InFlightDiagnostic remark = emitRemark(loc) << "compose: ";
     if (block)
-      remark << "block of " << *block << " tokens";
+      remark << "block of " << shown(*block) << " tokens";
     else
       remark << "block of run-time length";
     if (position && start)
-      remark << " at position " << *position << ", shift "
-             << *position - *start;
+      remark << " at position " << shown(*position) << ", shift "
+             << shown(*position - *start);
     else
       remark << " shifted by position - start_position(block) at run time";
   }
   if (!prefix || !block)
     return;
-  TypedValue<ModelType> model = compose.getModel();
+  TypedValue<ModelType> operand = compose.getModel();
+  ModelType model =
+      operand ? operand.getType() : views.modelOf(compose.getCache());
+  if (!model)
+    model = views.modelOf(compose.getBlock());
   if (!model) {
-    // No model operand (no repair budget): composing computes nothing; say
-    // what prefilling the block again would have computed, in tokens.
-    compose.emitRemark() << "cost: plan 0 tokens; exact " << *block
-                         << " tokens; full " << *prefix + *block << " tokens";
+    // No model to price it with: composing computes nothing; say what
+    // prefilling the block again would have computed, in tokens.
+    emitRemark(loc) << "cost: plan 0 tokens; exact " << shown(*block)
+                    << " tokens; full " << shown(*prefix + *block) << " tokens";
     return;
   }
-  compose.emitRemark() << describeCost(
-      computeComposeCost(*prefix, *block, compose.getRepairAttr(),
-                         CostModel::get(model.getType())));
+  CostModel cost = CostModel::get(model);
+  RepairAttr repair = compose.getRepairAttr();
+  emitCostRemarks(loc, computeComposeCost(*prefix, *block, repair, cost), sizes,
+                  [&](bool atSamples) -> std::optional<EditCost> {
+                    bool numbers = atSamples || dynamicSize;
+                    std::optional<int64_t> p = numbers
+                                                   ? sizes.atSamples(*prefix)
+                                                   : prefix->getConstant();
+                    std::optional<int64_t> b = numbers ? sizes.atSamples(*block)
+                                                       : block->getConstant();
+                    if (!p || !b)
+                      return std::nullopt;
+                    return computeComposeCost(*p, *b, repair, cost);
+                  });
 }
 
 void mlir::kv::emitLoadBlockPlanRemarks(LoadBlockOp load,
@@ -531,7 +937,8 @@ void mlir::kv::emitLoadBlockPlanRemarks(LoadBlockOp load,
   if (!n)
     n = dynamicSize;
   std::optional<int64_t> base = getStaticStartPosition(load.getResult());
-  InFlightDiagnostic remark = load.emitRemark() << "load_block: block of ";
+  InFlightDiagnostic remark = emitRemark(load.getLoc())
+                              << "load_block: block of ";
   if (n)
     remark << *n << " tokens";
   else

@@ -13,15 +13,19 @@
 #define KVIR_PASSES_ANALYSIS_DEPENDENCYSLICE_H
 
 #include "dialects/KV/KVOps.h"
+#include "passes/Analysis/SizePolynomial.h"
 #include "runtime/core/ModelCost.h"
 
 #include "llvm/ADT/BitVector.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mlir::kv {
 
@@ -105,10 +109,11 @@ struct CostModel : kvir::ModelCost {
   static CostModel get(ModelType model);
 };
 
-/// Tokens and FLOPs of one way to reach the same final context.
-struct Cost {
-  int64_t tokens = 0;
-  int64_t flops = 0;
+/// Tokens and FLOPs of one way to reach the same final context, as numbers
+/// (N = int64_t) or as formulas of the run-time sizes (N = SizePolynomial).
+template <typename N> struct BasicCost {
+  N tokens = 0;
+  N flops = 0;
   /// True when the figure depends on a run-time choice (fraction or
   /// deviation repair): the FLOPs assume the chosen tokens sit at the mean
   /// position of the candidates.
@@ -116,16 +121,17 @@ struct Cost {
   /// Tokens a deviation repair may add at run time (0 to this many, unknown
   /// at compile time), and their FLOPs if all were chosen; not included in
   /// `tokens` and `flops`, which count the deviation scan only.
-  int64_t runTimeTokens = 0;
-  int64_t runTimeFlops = 0;
+  N runTimeTokens = 0;
+  N runTimeFlops = 0;
 };
+using Cost = BasicCost<int64_t>;
 
 /// A plan's cost next to the exact strategy and a full prefill of the final
 /// context. Logits are counted for the tokens of the context's last segment in
 /// all three (the answer), so the three compare like with like.
-struct EditCost {
-  Cost plan, exact, full;
-};
+template <typename N> struct BasicEditCost { BasicCost<N> plan, exact, full; };
+using EditCost = BasicEditCost<int64_t>;
+using SymbolicEditCost = BasicEditCost<SizePolynomial>;
 
 /// Prices `plan` with concrete sizes: `sizes[i]` tokens for segment i before
 /// the edit and `newSize` tokens for the edited segment after it. An erratum
@@ -135,12 +141,81 @@ struct EditCost {
 EditCost computeEditCost(const DependencyGraph &graph, const EditPlan &plan,
                          llvm::ArrayRef<int64_t> sizes, int64_t newSize,
                          const CostModel &model, int64_t correctionSize = 0);
+/// computeEditCost with sizes that are formulas of the run-time sizes.
+SymbolicEditCost computeEditCost(const DependencyGraph &graph,
+                                 const EditPlan &plan,
+                                 llvm::ArrayRef<SizePolynomial> sizes,
+                                 const SizePolynomial &newSize,
+                                 const CostModel &model,
+                                 const SizePolynomial &correctionSize);
 
 /// The cost of composing a block of `blockSize` tokens after a context of
 /// `prefixSize` tokens, with an optional repair budget, next to prefilling
 /// the block again over the context (exact and full are the same here).
 EditCost computeComposeCost(int64_t prefixSize, int64_t blockSize,
                             RepairAttr repair, const CostModel &model);
+SymbolicEditCost computeComposeCost(const SizePolynomial &prefixSize,
+                                    const SizePolynomial &blockSize,
+                                    RepairAttr repair, const CostModel &model);
+
+/// Lengths and positions of views, and the lengths of token tensors, as
+/// formulas of the dynamic token tensors they were built from: function
+/// arguments (named by their kv.name, with their kv.sample_length) or the
+/// results of ops. Follows views through kv ops and function calls.
+class ViewSizes {
+public:
+  /// A dynamic token tensor a size depends on.
+  struct Variable {
+    Value tokens;
+    /// "len(city)" for an argument with kv.name "city".
+    std::string name;
+    /// Its kv.sample_length, where it is an argument that has one.
+    std::optional<int64_t> sample;
+  };
+
+  /// The number of tokens `cache` holds, where the IR tells it.
+  std::optional<SizePolynomial> length(Value cache);
+  /// The effective position of the first token of `cache` (0 for a view
+  /// built from kv.empty without shifts), where the IR tells it.
+  std::optional<SizePolynomial> startPosition(Value cache);
+  /// The length of a 1-D token tensor: its static size, or a variable.
+  SizePolynomial tokenCount(Value tokens);
+  /// The length of a token tensor where it is static, else its variable's
+  /// sample.
+  std::optional<int64_t> sampleLength(Value tokens);
+  /// The tokens that filled segment `segment` of `cache` (the prefill or
+  /// edit that labelled them), or null.
+  Value segmentTokens(Value cache, StringRef segment);
+  /// The model of a prefill that built `cache`, or null.
+  ModelType modelOf(Value cache);
+
+  llvm::ArrayRef<Variable> variables() const { return vars; }
+  /// The name of every variable, in order (for SizePolynomial::str).
+  std::vector<std::string> names() const;
+
+private:
+  /// Follows `value` from a callee's argument to the caller's operand while
+  /// inside a call.
+  Value resolve(Value value) const;
+  /// Runs `body` with `value` (a result of a call) replaced by what the
+  /// callee returns, its arguments bound to the call's operands; null when
+  /// the callee is unknown or returns from more than one place.
+  template <typename T>
+  std::optional<T>
+  throughCall(Value value, llvm::function_ref<std::optional<T>(Value)> body);
+  /// Calls `visit` on the op that defines `cache`, then on those of the
+  /// views it was built from (its cache operands, not through calls), until
+  /// it returns something.
+  template <typename T>
+  std::optional<T>
+  findInViews(Value cache,
+              llvm::function_ref<std::optional<T>(Operation *, Value)> visit);
+
+  std::vector<Variable> vars;
+  /// Callee arguments bound to the outermost values they stand for.
+  llvm::DenseMap<Value, Value> bindings;
+  unsigned callDepth = 0;
+};
 
 /// The number of tokens a view holds when it can be known from the IR alone
 /// (built from kv.empty by prefills of static token tensors, composes,
@@ -158,15 +233,20 @@ std::string describeEditPlan(const DependencyGraph &graph,
 /// Describes a cost in one line: tokens and FLOPs of the plan, the exact
 /// strategy and a full prefill.
 std::string describeCost(const EditCost &cost);
+/// The same with formulas of the sizes named `names`.
+std::string describeCost(const SymbolicEditCost &cost,
+                         llvm::ArrayRef<std::string> names);
 
-/// Emits the plan of `edit` and, when every size it needs is known (or
-/// `dynamicSize` stands in for the unknown ones), its cost, as remarks on the
-/// edit. Fails (with a diagnostic) when the edit cannot be planned.
+/// Emits the plan of `edit` and its cost as remarks at the edit. Where a size
+/// is dynamic, the cost is a formula of the dynamic sizes, and a second
+/// remark gives its value at the arguments' kv.sample_length when every one
+/// has one; `dynamicSize`, when given, stands in for every dynamic size
+/// instead. Fails (with a diagnostic) when the edit cannot be planned.
 LogicalResult emitEditPlanRemarks(EditOp edit,
                                   std::optional<int64_t> dynamicSize);
 
-/// Emits where `compose` places its block and, when the lengths are known,
-/// its cost, as remarks on the compose.
+/// Emits where `compose` places its block and its cost (as an edit's, in
+/// formulas of dynamic lengths) as remarks at the compose.
 void emitComposePlanRemarks(ComposeOp compose,
                             std::optional<int64_t> dynamicSize);
 

@@ -349,8 +349,10 @@ void KVDeriveCotSlicesPass::runOnOperation() {
   numLogitsReused = counts.logitsReused;
   numCorrections = counts.corrections;
   numBlockLoads = counts.blockLoads;
+  // A report, not a problem: no module dump attached (emitRemark on the
+  // module would print it whole under -mlir-print-op-on-diagnostic).
   if (emitStatistics)
-    getOperation().emitRemark()
+    emitRemark(getOperation().getLoc())
         << "kv-derive-cot-slices: " << counts.edits << " edits, "
         << counts.composes << " composes, " << counts.segmentsRecomputed
         << " segments recomputed, " << counts.segmentsReused

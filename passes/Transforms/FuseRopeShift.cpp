@@ -157,8 +157,10 @@ void KVFuseRopeShiftPass::runOnOperation() {
   numConcatsFlattened = counts.concatsFlattened;
   numMaterializeBypassed = counts.materializeBypassed;
   numMaterializeKept = counts.materializeKept;
+  // A report, not a problem: no module dump attached (emitRemark on the
+  // module would print it whole under -mlir-print-op-on-diagnostic).
   if (emitStatistics)
-    getOperation().emitRemark()
+    emitRemark(getOperation().getLoc())
         << "kv-fuse-rope-shift: " << counts.shiftsFused << " shifts fused, "
         << counts.concatsFlattened << " concats flattened, "
         << counts.materializeBypassed << " materialize bypassed, "

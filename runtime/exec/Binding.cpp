@@ -75,8 +75,8 @@ bool synthesizable(const std::string &what, int64_t length,
   if (length >= 0 && length <= options.maxSynthesized)
     return true;
   error = str("cannot synthesize ", length, " tokens for ", what,
-              ": more than the ", options.maxSynthesized,
-              " the run's context may hold (--max-context)");
+              ": more than the ", options.maxSynthesized, " ",
+              options.maxSynthesizedBy);
   return false;
 }
 

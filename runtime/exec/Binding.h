@@ -49,6 +49,9 @@ struct InputOptions {
   /// longer one is an error, not an allocation (runners pass their context
   /// limit).
   int64_t maxSynthesized = int64_t(1) << 20;
+  /// What sets maxSynthesized, for the message: "the KV pool holds
+  /// (--pool-pages ...)", "the run's context may hold (--max-context)".
+  std::string maxSynthesizedBy = "the runner synthesizes";
 };
 
 /// One bound argument, for the report.

@@ -2,6 +2,7 @@
 
 #include "runtime/exec/TokenInput.h"
 #include "runtime/core/Support.h"
+#include "runtime/exec/Text.h"
 
 #include <cerrno>
 #include <cmath>
@@ -27,8 +28,14 @@ bool parseList(const std::string &text, const std::string &source,
   for (size_t i = 1; in >> word; ++i) {
     T value;
     if (!parse(word, value)) {
-      error = str("malformed ", what, " list in ", source, ": item ", i, " '",
-                  word, "' is not ",
+      // Escaped and cut short: a binary file is not echoed to the terminal.
+      constexpr size_t kShown = 24;
+      std::string quoted = exec::quoteText(word.substr(0, kShown));
+      std::string shown = "'" + quoted.substr(1, quoted.size() - 2) + "'";
+      if (word.size() > kShown)
+        shown += str(" (the first ", kShown, " of ", word.size(), " bytes)");
+      error = str("malformed ", what, " list in ", source, ": item ", i, " ",
+                  shown, " is not ",
                   what == std::string("token") ? "a non-negative int32 token id"
                                                : "a finite float");
       return false;

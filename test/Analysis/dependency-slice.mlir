@@ -30,14 +30,15 @@ func.func @edit_chain(%m: !model, %c: !kv.cache<1x1x4xf32, @chain>, %t: tensor<2
 
 // -----
 
-// A diamond, edited at the start with a longer fact (2 -> 4 tokens): both
-// branches and the join are in the slice, the independent @u is reused.
+// A diamond, edited at the start with a fact of 4 tokens (a dynamic segment,
+// since the edit changes its length; its old length does not matter here):
+// both branches and the join are in the slice, the independent @u is reused.
 //   final positions: @f [0,4) @l [4,7) @r [7,10) @j [10,12) @u [12,16)
 //   plan:  [0,12) = 12 tokens, 12·1152 + 32·78 = 16320, + 4·160 = 16960
 //   exact = full: [0,16) = 16 tokens, 18432 + 32·136 = 22784, + 640 = 23424
 !model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>
 kv.context @diamond {
-  kv.segment @f kind(fact) tokens(2)
+  kv.segment @f kind(fact) tokens(?)
   kv.segment @l kind(thought) tokens(3) deps(@f)
   kv.segment @r kind(thought) tokens(3) deps(@f)
   kv.segment @j kind(thought) tokens(2) deps(@l, @r)
@@ -76,12 +77,12 @@ func.func @edit_facts(%m: !model, %c: !kv.cache<1x1x4xf32, @facts>, %t: tensor<2
 
 // -----
 
-// The exact strategy, edited at the start (3 -> 5 tokens): everything is
-// recomputed, and the three figures agree.
+// The exact strategy, edited at the start (a dynamic segment, 5 tokens after
+// the edit): everything is recomputed, and the three figures agree.
 //   [0,9) = 9 tokens, 9·1152 + 32·45 = 11808, + 2·160 = 12128
 !model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>
 kv.context @start {
-  kv.segment @s kind(system) tokens(3)
+  kv.segment @s kind(system) tokens(?)
   kv.segment @h kind(history) tokens(2)
   kv.segment @q kind(user) tokens(2)
 }
@@ -94,14 +95,15 @@ func.func @edit_start(%m: !model, %c: !kv.cache<1x1x4xf32, @start>, %t: tensor<5
 
 // -----
 
-// An edit of the last segment (2 -> 1 token) recomputes it alone.
+// An edit of the last segment (dynamic, 1 token after the edit) recomputes it
+// alone.
 //   plan = exact: [5,6) = 1 token, 1152 + 32·6 = 1344, + 160 = 1504
 //   full: [0,6) = 6 tokens, 6912 + 32·21 = 7584, + 160 = 7744
 !model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>
 kv.context @end {
   kv.segment @s kind(system) tokens(3)
   kv.segment @h kind(history) tokens(2)
-  kv.segment @q kind(user) tokens(2)
+  kv.segment @q kind(user) tokens(?)
 }
 func.func @edit_end(%m: !model, %c: !kv.cache<1x1x4xf32, @end>, %t: tensor<1xi32>) -> !kv.cache<1x1x4xf32, @end> {
   // expected-remark @below {{edit of @q (cot_slice); keep: @s, @h; recompute: @q; reuse: none}}
@@ -112,8 +114,12 @@ func.func @edit_end(%m: !model, %c: !kv.cache<1x1x4xf32, @end>, %t: tensor<1xi32
 
 // -----
 
-// Dynamic sizes: the plan is known, its cost only at run time, or with
-// dynamic-size=6 standing in for @f (6 tokens before and after the edit):
+// Dynamic sizes: the plan is known, its cost a formula of the new @f's length
+// y = len(@f') (the old length does not matter to cot_slice):
+//   positions: @a [0,4) @f [4,4+y) @t [4+y,7+y) @b [7+y,12+y)
+//   plan:  [4,7+y) = 3 + y tokens, (3+y)·1152 + 32·(5+...+(7+y)) + 5·160
+//          = 4832 + 1392·y + 16·y²
+// or, with dynamic-size=6 standing in for @f (6 tokens before and after):
 //   positions: @a [0,4) @f [4,10) @t [10,13) @b [13,18)
 //   plan:  [4,13) = 9 tokens, 9·1152 + 32·(5+...+13) = 12960, + 5·160 = 13760
 //   exact: [4,18) = 14 tokens, 16128 + 32·161 = 21280, + 800 = 22080
@@ -128,7 +134,7 @@ kv.context @dyn {
 }
 func.func @edit_dyn(%m: !model, %c: !kv.cache<1x1x4xf32, @dyn>, %t: tensor<?xi32>) -> !kv.cache<1x1x4xf32, @dyn> {
   // expected-remark @below {{edit of @f (cot_slice); keep: @a; recompute: @f, @t; reuse: @b; reused segments shift by len(@f') - len(@f)}}
-  // expected-remark @below {{cost: depends on the run-time sizes of @f, the new @f}}
+  // expected-remark @below {{cost: plan (3 + len(@f')) tokens (4832 + 1392*len(@f') + 16*len(@f')^2) FLOPs; exact (8 + len(@f')) tokens (12192 + 1552*len(@f') + 16*len(@f')^2) FLOPs; full (12 + len(@f')) tokens (17120 + 1552*len(@f') + 16*len(@f')^2) FLOPs}}
   %e = kv.edit %m, %c[@f] = %t strategy <cot_slice> : !model, !kv.cache<1x1x4xf32, @dyn>, tensor<?xi32>
   return %e : !kv.cache<1x1x4xf32, @dyn>
 }
@@ -178,31 +184,33 @@ func.func @edit_deviation(%m: !model, %c: !kv.cache<1x1x4xf32, @dev>, %t: tensor
 
 // -----
 
-// An erratum keeps the old context up to the answer (the old @f of 2 tokens),
-// then prefills the 3-token correction and the answer after it:
-//   plan: correction [9,12) and @ans [12,14) = 5 tokens,
-//         5·1152 + 32·(10+11+12+13+14) = 7680, + 2·160 = 8000
+// An erratum keeps the old context up to the answer (the old @f, of dynamic
+// length x), then prefills the 3-token correction and the answer after it:
+//   plan: correction [7+x,10+x) and @ans [10+x,12+x) = 5 tokens,
+//         5·1152 + 32·(8+...+12 + 5·x) = 7360 + 160·x, + 2·160
+//         = 7680 + 160·x (8000 for x = 2)
 // Its reference is the edited context (@f of 4 tokens):
 //   exact: [4,13) = 9 tokens, 10368 + 32·81 = 12960, + 320 = 13280
 //   full:  [0,13) = 13 tokens, 14976 + 32·91 = 17888, + 320 = 18208
 !model = !kv.model<dim = 8, hidden = 16, layers = 1, heads = 2, kv_heads = 1, vocab = 10>
 kv.context @err {
   kv.segment @a kind(system) tokens(4)
-  kv.segment @f kind(fact) tokens(2)
+  kv.segment @f kind(fact) tokens(?)
   kv.segment @t kind(thought) tokens(3) deps(@f)
   kv.segment @ans kind(answer) tokens(2) deps(@t)
 }
 func.func @edit_erratum(%m: !model, %c: !kv.cache<1x1x4xf32, @err>, %t: tensor<4xi32>, %fix: tensor<3xi32>) -> !kv.cache<1x1x4xf32, @err> {
   // expected-remark @below {{edit of @f (erratum); keep: @a, @f, @t (@f with its old tokens); correction @f.erratum prefilled before @ans; recompute: @ans; reuse: none}}
-  // expected-remark @below {{cost: plan 5 tokens 8000 FLOPs; exact 9 tokens 13280 FLOPs; full 13 tokens 18208 FLOPs}}
+  // expected-remark @below {{cost: plan 5 tokens (7680 + 160*len(@f)) FLOPs; exact 9 tokens 13280 FLOPs; full 13 tokens 18208 FLOPs}}
   %e = kv.edit %m, %c[@f] = %t strategy <erratum> correction(%fix) : !model, !kv.cache<1x1x4xf32, @err>, tensor<4xi32>, tensor<3xi32>
   return %e : !kv.cache<1x1x4xf32, @err>
 }
 
 // -----
 
-// An erratum whose correction has a run-time size is priced at run time only
-// (with dynamic-size=6: correction [9,15) and @ans [15,17) = 8 tokens,
+// An erratum whose correction has a run-time size z is priced as a formula of
+// z: correction [9,9+z) and @ans [9+z,11+z) = 2 + z tokens; exact and full do
+// not depend on it (with dynamic-size=6: correction [9,15) and @ans [15,17) = 8 tokens,
 // 8·1152 + 32·(10+...+17) = 12672, + 320 = 12992; exact and full as above
 // with the new @f of 2 tokens: [4,11) = 7 tokens 10176, [0,11) 15104).
 // DYN: remark: cost: plan 8 tokens 12992 FLOPs; exact 7 tokens 10176 FLOPs; full 11 tokens 15104 FLOPs
@@ -215,7 +223,7 @@ kv.context @err {
 }
 func.func @edit_erratum_dyn(%m: !model, %c: !kv.cache<1x1x4xf32, @err>, %t: tensor<2xi32>, %fix: tensor<?xi32>) -> !kv.cache<1x1x4xf32, @err> {
   // expected-remark @below {{edit of @f (erratum); keep: @a, @f, @t (@f with its old tokens); correction @f.erratum prefilled before @ans; recompute: @ans; reuse: none}}
-  // expected-remark @below {{cost: depends on the run-time sizes of the correction}}
+  // expected-remark @below {{cost: plan (2 + len(@f.erratum)) tokens (3296 + 1520*len(@f.erratum) + 16*len(@f.erratum)^2) FLOPs; exact 7 tokens 10176 FLOPs; full 11 tokens 15104 FLOPs}}
   %e = kv.edit %m, %c[@f] = %t strategy <erratum> correction(%fix) : !model, !kv.cache<1x1x4xf32, @err>, tensor<2xi32>, tensor<?xi32>
   return %e : !kv.cache<1x1x4xf32, @err>
 }
@@ -223,7 +231,9 @@ func.func @edit_erratum_dyn(%m: !model, %c: !kv.cache<1x1x4xf32, @err>, %t: tens
 // -----
 
 // Compose: blocks whose lengths are known from the IR are placed after the
-// context; with a first_k repair the cost counts the recomputed tokens.
+// context; without a repair composing computes nothing (the model of the
+// prefills that built the views prices prefilling the block again); with a
+// first_k repair the cost counts the recomputed tokens.
 //   main: 4 tokens [0,4); block of 3 tokens prefilled alone at 0 -> shift 4.
 //   repair first_k = 2: [4,6) = 2 tokens, 2·1152 + 32·(5+6) = 2656
 //   exact (prefill the block again): [4,7) = 3 tokens, 3456 + 32·18 = 4032
@@ -235,7 +245,7 @@ func.func @compose(%m: !model, %main: tensor<4xi32>, %skill: tensor<3xi32>) -> !
   %c, %l = kv.prefill %m, %e, %main : !model, (!kv.cache<1x1x4xf32>), tensor<4xi32> -> !kv.cache<1x1x4xf32>, tensor<4x10xf32>
   %b, %l2 = kv.prefill %m, %e, %skill : !model, (!kv.cache<1x1x4xf32>), tensor<3xi32> -> !kv.cache<1x1x4xf32>, tensor<3x10xf32>
   // expected-remark @below {{compose: block of 3 tokens at position 4, shift 4}}
-  // expected-remark @below {{cost: plan 0 tokens; exact 3 tokens; full 7 tokens}}
+  // expected-remark @below {{cost: plan 0 tokens 0 FLOPs; exact 3 tokens 4032 FLOPs; full 7 tokens 8960 FLOPs}}
   %r = kv.compose %c, %b : !kv.cache<1x1x4xf32>, !kv.cache<1x1x4xf32>
   // expected-remark @below {{compose: block of 3 tokens at position 7, shift 7}}
   // expected-remark @below {{cost: plan 2 tokens 2656 FLOPs; exact 3 tokens 4032 FLOPs; full 7 tokens 8960 FLOPs}}

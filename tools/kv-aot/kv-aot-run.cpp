@@ -26,6 +26,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "driver/runner/Runner.h"
+#include "driver/version/Version.h"
 
 #include "runtime/core/ForwardCall.h"
 #include "runtime/core/KVElement.h"
@@ -35,6 +36,7 @@
 
 #include <dlfcn.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -110,7 +112,7 @@ bool parse(int argc, char **argv, OptionParser &parser, Args &a,
   std::vector<std::string> positionals;
   if (!parser.parse(argc, argv, first, positionals, problem))
     return false;
-  if (parser.helpRequested())
+  if (parser.helpRequested() || parser.versionRequested())
     return true;
   if (a.command == "compare") {
     a.files = positionals;
@@ -199,6 +201,37 @@ bool openLibrary(const std::string &path, const std::string &entry,
   return true;
 }
 
+/// Checks, before any backend is created, that `path` is a file that can be
+/// a program library (an ELF shared object, as kv-aot writes): a missing
+/// file or a program's source is named as such, not hidden behind a backend
+/// that cannot start.
+bool checkLibraryFile(const std::string &path, std::string &error) {
+  std::FILE *file = std::fopen(path.c_str(), "rb");
+  if (!file) {
+    error = "cannot open the program library '" + path +
+            "': " + std::strerror(errno);
+    return false;
+  }
+  char magic[4] = {};
+  size_t n = std::fread(magic, 1, sizeof(magic), file);
+  std::fclose(file);
+  if (n == sizeof(magic) && std::memcmp(magic,
+                                        "\x7f"
+                                        "ELF",
+                                        4) == 0)
+    return true;
+  std::string hint =
+      path.size() > 5 && path.compare(path.size() - 5, 5, ".mlir") == 0
+          ? "; a kv program in MLIR runs with kv-run, or is "
+            "compiled for kv-aot-run by kv-aot"
+          : "";
+  error = "'" + path +
+          "' is not a program library (an ELF shared object kv-aot wrote, "
+          "libNAME.so)" +
+          hint;
+  return false;
+}
+
 /// The target of the program library at `path` as its NAME.manifest beside
 /// it says (kv-aot writes lib NAME.so and NAME.manifest), or "". Read without
 /// loading the library: its constructor loads GPU kernels, which needs the
@@ -262,7 +295,8 @@ int runProgram(const Args &a) {
   std::string error;
   exec::InputOptions inputs;
   exec::TextOptions text;
-  if (!readInputFiles(o.request, inputs, error) ||
+  if (!checkLibraryFile(a.library, error) ||
+      !readInputFiles(o.request, inputs, error) ||
       !readTextOptions(o.runner, o.request, /*onePrompt=*/false, text, error))
     return usageError(error);
   // Which backend: the library's target decides the default, read from the
@@ -391,6 +425,8 @@ kvrt_status patternView(const kvrt_model *model, kvrt_kv_dtype dtype,
 /// GPU: bytes of K/V read per second, and R shifted runs against one run.
 int benchAttention(Args &a) {
   std::string error, description;
+  if (!checkLibraryFile(a.library, error))
+    return usageError(error);
   if (a.run.runner.synthetic == "default")
     a.run.runner.synthetic = "synthetic-bench";
   ModelPtr model(exec::loadModel(a.run.runner.model, a.run.runner.synthetic,
@@ -468,6 +504,10 @@ int main(int argc, char **argv) {
     return usageError(problem);
   if (parser.helpRequested()) {
     parser.printHelp(stdout, kUsage);
+    return 0;
+  }
+  if (parser.versionRequested()) {
+    std::fputs(versionText("kv-aot-run").c_str(), stdout);
     return 0;
   }
   if (!applyThreads(args.run.runner.threads, problem) ||

@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "driver/compiler/Compiler.h"
+#include "driver/compiler/VersionOption.h"
 
 #include "runtime/core/ModelConfig.h"
 
@@ -53,25 +54,31 @@ cl::opt<std::string> targetName(
     cl::desc("where the generated code runs: gpu (NVIDIA, the default) or "
              "cpu"),
     cl::value_desc("gpu|cpu"), cl::init("gpu"), cl::cat(category));
-cl::opt<std::string> outDir("o", cl::desc("output folder"),
-                            cl::value_desc("dir"), cl::init("."),
-                            cl::cat(category));
+cl::opt<std::string> outDir("o",
+                            cl::desc("output folder (created if absent; "
+                                     "required)"),
+                            cl::value_desc("dir"), cl::cat(category));
 cl::opt<std::string> name("name",
                           cl::desc("name of the outputs (default: the "
                                    "program file's stem)"),
                           cl::value_desc("name"), cl::cat(category));
 cl::opt<std::string>
     modelPath("model",
-              cl::desc("llama2.c checkpoint whose forward to include even if "
-                       "the program does not use its config (runners compare "
-                       "against a full prefill with it)"),
+              cl::desc("model file (a llama2.c checkpoint or a GGUF v3 llama "
+                       "file) whose forward to include even if the program "
+                       "does not use its config (runners compare against a "
+                       "full prefill with it)"),
               cl::value_desc("file"), cl::cat(category));
-cl::opt<std::string> chip("chip", cl::desc("GPU architecture (sm_90: H200)"),
-                          cl::value_desc("sm_XX"), cl::init("sm_90"),
-                          cl::cat(category));
-cl::opt<std::string> features("features", cl::desc("PTX features"),
-                              cl::value_desc("+ptxNN"), cl::init("+ptx80"),
-                              cl::cat(category));
+cl::opt<std::string>
+    chip("chip",
+         cl::desc("GPU architecture, as kv-lower-to-nvvm's chip (kv-opt "
+                  "--help lists them; sm_90: H200)"),
+         cl::value_desc("sm_XX"), cl::init("sm_90"), cl::cat(category));
+cl::opt<std::string>
+    features("features",
+             cl::desc("PTX version (default: the lowest the chip needs, at "
+                      "least +ptx80)"),
+             cl::value_desc("+ptxNN"), cl::cat(category));
 cl::opt<std::string>
     cpu("cpu",
         cl::desc("host CPU to generate code for: native (this machine's), "
@@ -118,6 +125,7 @@ std::optional<std::string> binaryOf(ModuleOp module) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  kvir::compiler::setVersionPrinter("kv-aot");
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,
@@ -126,6 +134,9 @@ int main(int argc, char **argv) {
       "  kv-aot examples/agent-edit.mlir --target gpu -o bundle/lib\n"
       "  kv-aot-run bundle/lib/libagent-edit.so --backend cuda "
       "--synthesize-inputs\n");
+  if (outDir.empty())
+    return fail("no output folder: give -o DIR (kv-aot writes NAME.o, "
+                "libNAME.so and NAME.manifest there)");
   if (targetName != "gpu" && targetName != "cpu")
     return fail("unknown --target '" + targetName + "' (available: gpu, cpu)");
   bool gpu = targetName == "gpu";
@@ -222,6 +233,13 @@ int main(int argc, char **argv) {
     return 1;
   if (failed(kvir::compiler::emitObject(*lowered, manifests, stem + ".o", cpu)))
     return 1;
+  // What was written, for the user and the runner's command line.
+  std::string entries;
+  for (const kvir::exec::EntryManifest &manifest : manifests)
+    entries += (entries.empty() ? "@" : ", @") + manifest.entry;
+  llvm::outs() << "kv-aot: wrote " << stem << ".o, " << stem << ".manifest"
+               << (gpu ? ", " + stem + ".cubin, " + stem + ".ptx" : "")
+               << " (entries " << entries << ", target " << targetName << ")\n";
   if (!link)
     return 0;
   // A shared library whose kvrt_exec_* (and mgpu*) references the runner
@@ -240,5 +258,7 @@ int main(int argc, char **argv) {
   if (status != 0)
     return fail("linking " + library + " failed" +
                 (message.empty() ? "" : ": " + message));
+  llvm::outs() << "kv-aot: wrote " << library << " (run it with kv-aot-run "
+               << library << ")\n";
   return 0;
 }

@@ -1,5 +1,4 @@
-//===- kv-convert.cpp - Convert models between llama2.c and GGUF -*- C++
-//-*-===//
+//===- kv-convert.cpp - Convert models between llama2.c and GGUF ---------===//
 //
 //   kv-convert IN OUT [--to gguf|llama2c] [--type f32|f16|bf16|q8_0]
 //              [--tokenizer FILE]
@@ -13,6 +12,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "driver/runner/Options.h"
+#include "driver/version/Version.h"
 #include "runtime/core/GGUF.h"
 #include "runtime/core/KVRuntime.h"
 #include "runtime/core/KVTokenizer.h"
@@ -21,34 +22,28 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace {
 
 const char *kUsage =
+    "kv-convert: convert a model between llama2.c checkpoints and GGUF v3 "
+    "(llama\narchitecture); IN's format is told by its first bytes "
+    "(docs/models.md)\n"
+    "\n"
     "usage: kv-convert IN OUT [--to gguf|llama2c] [--type f32|f16|bf16|q8_0]\n"
     "                  [--tokenizer FILE]\n"
-    "\n"
-    "Converts a model between llama2.c checkpoints and GGUF v3 (llama\n"
-    "architecture). IN's format is told by its first bytes.\n"
-    "\n"
-    "options:\n"
-    "  --to FORMAT      gguf or llama2c (default: gguf when OUT ends in\n"
-    "                   .gguf, else llama2c)\n"
-    "  --type TYPE      GGUF only: f32 (default), f16, bf16 or q8_0 for the\n"
-    "                   matrices; norms stay f32, and q8_0 matrices whose\n"
-    "                   rows are not a multiple of 32 are written f16\n"
-    "  --tokenizer FILE GGUF only: the vocabulary to embed (a llama2.c\n"
-    "                   tokenizer.bin or a GGUF file); by default a GGUF\n"
-    "                   IN's own, else none\n"
-    "  --help           this text\n"
     "\n"
     "A GGUF model converts to llama2.c only where that format can hold it:\n"
     "interleaved RoPE over the whole head, theta 10000, eps 1e-5, no RoPE\n"
     "scaling. Every weight is read as f32, so a quantised GGUF converts\n"
     "with its dequantised values.\n";
 
+/// A usage error: the message and where the options are listed, not the
+/// whole help.
 int usageError(const std::string &message) {
-  std::fprintf(stderr, "kv-convert: error: %s\n%s", message.c_str(), kUsage);
+  std::fprintf(stderr, "kv-convert: error: %s (kv-convert --help)\n",
+               message.c_str());
   return 2;
 }
 
@@ -65,42 +60,42 @@ bool endsWith(const std::string &s, const char *suffix) {
 } // namespace
 
 int main(int argc, char **argv) {
-  std::string in, out, to, type = "f32", tokenizerPath;
-  bool typeGiven = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&](std::string &dst) {
-      if (i + 1 >= argc)
-        return false;
-      dst = argv[++i];
-      return true;
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (arg == "--to") {
-      if (!value(to))
-        return usageError("--to needs a value");
-    } else if (arg == "--type") {
-      if (!value(type))
-        return usageError("--type needs a value");
-      typeGiven = true;
-    } else if (arg == "--tokenizer") {
-      if (!value(tokenizerPath) || tokenizerPath.empty())
-        return usageError("--tokenizer needs a file name");
-    } else if (!arg.empty() && arg[0] == '-') {
-      return usageError("unknown option '" + arg + "'");
-    } else if (in.empty()) {
-      in = arg;
-    } else if (out.empty()) {
-      out = arg;
-    } else {
-      return usageError("unexpected argument '" + arg + "'");
-    }
+  std::string to, type = "f32", tokenizerPath;
+  bool typeGiven = false, tokenizerGiven = false;
+  kvir::run::OptionParser parser("kv-convert");
+  parser.section("options");
+  parser.text("to", "FORMAT",
+              "gguf or llama2c (default: gguf when OUT ends in .gguf, else "
+              "llama2c)",
+              to);
+  parser.text("type", "TYPE",
+              "GGUF only: f32 (default), f16, bf16 or q8_0 for the matrices; "
+              "norms stay f32, and q8_0 matrices whose rows are not a "
+              "multiple of 32 are written f16",
+              type, &typeGiven);
+  parser.text("tokenizer", "FILE",
+              "GGUF only: the vocabulary to embed (a llama2.c tokenizer.bin "
+              "or a GGUF file); by default a GGUF IN's own, else none",
+              tokenizerPath, &tokenizerGiven);
+  std::vector<std::string> files;
+  std::string problem;
+  if (!parser.parse(argc, argv, 1, files, problem))
+    return usageError(problem);
+  if (parser.helpRequested()) {
+    parser.printHelp(stdout, kUsage);
+    return 0;
   }
-  if (in.empty() || out.empty())
+  if (parser.versionRequested()) {
+    std::fputs(kvir::versionText("kv-convert").c_str(), stdout);
+    return 0;
+  }
+  if (files.size() > 2)
+    return usageError("unexpected argument '" + files[2] + "'");
+  if (files.size() < 2)
     return usageError("expected IN and OUT files");
+  const std::string &in = files[0], &out = files[1];
+  if (tokenizerGiven && tokenizerPath.empty())
+    return usageError("--tokenizer needs a file name");
   if (to.empty())
     to = endsWith(out, ".gguf") ? "gguf" : "llama2c";
   if (to != "gguf" && to != "llama2c")
@@ -117,7 +112,7 @@ int main(int argc, char **argv) {
   else
     return usageError("--type must be f32, f16, bf16 or q8_0, got '" + type +
                       "'");
-  if (to == "llama2c" && (typeGiven || !tokenizerPath.empty()))
+  if (to == "llama2c" && (typeGiven || tokenizerGiven))
     return usageError("--type and --tokenizer apply to GGUF output only");
 
   kvrt_model *rawModel = nullptr;

@@ -3,10 +3,17 @@
 // mlir-opt with the kv dialect and passes, the upstream dialects and passes the
 // kv pipelines build on, and the GPU translations `gpu-module-to-binary` needs.
 //
+// `--help` lists kv-opt's own: the kv passes and pipelines and MLIR's driver
+// options. libLLVM registers hundreds of code generation flags (every
+// target's) when it is loaded, and upstream MLIR has hundreds of passes; both
+// stay usable, but --help does not list them (`--list-passes` lists every
+// pass).
+//
 //===----------------------------------------------------------------------===//
 
 #include "dialects/KV/KVDialect.h"
 #include "driver/compiler/ParserGuard.h"
+#include "driver/compiler/VersionOption.h"
 #include "passes/Passes.h"
 #include "test/lib/TestPasses.h"
 
@@ -18,6 +25,8 @@
 #include "mlir/Target/LLVM/NVVM/Target.h"
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -26,10 +35,88 @@
 /// The largest input file kv-opt reads (256 MiB).
 constexpr uint64_t kMaxInputBytes = uint64_t(256) << 20;
 
+namespace cl = llvm::cl;
+
+namespace {
+
+/// The options --help lists: MLIR's driver options.
+cl::OptionCategory kvOptCategory("kv-opt options");
+
+/// MLIR options for developing MLIR itself (action tracing, IRDL, plugins,
+/// the optimization-remark engine, which the kv passes do not use: their
+/// plans and statistics are diagnostic remarks): usable, not listed.
+constexpr const char *kUnlistedMlirOptions[] = {
+    "irdl-file",
+    "load-dialect-plugin",
+    "load-pass-plugin",
+    "log-actions-to",
+    "log-mlir-actions-filter",
+    "mlir-debug-counter",
+    "mlir-enable-debugger-hook",
+    "mlir-print-debug-counter",
+    "profile-actions-to",
+    "remark-format",
+    "remark-policy",
+    "remarks-filter",
+    "remarks-filter-analyse",
+    "remarks-filter-failed",
+    "remarks-filter-missed",
+    "remarks-filter-passed",
+    "remarks-output-file",
+};
+
+/// Whether the command line asks for help (any of LLVM's spellings), before
+/// a `--` that ends the options.
+bool asksForHelp(int argc, char **argv) {
+  for (int i = 1; i < argc; ++i) {
+    llvm::StringRef arg = argv[i];
+    if (arg == "--")
+      return false;
+    if (!arg.consume_front("-"))
+      continue;
+    arg.consume_front("-");
+    if (arg == "h" || arg.starts_with("help"))
+      return true;
+  }
+  return false;
+}
+
+/// The options registered so far: libLLVM's and libMLIR's, from when they
+/// were loaded.
+llvm::DenseSet<cl::Option *> registeredOptions() {
+  llvm::DenseSet<cl::Option *> options;
+  for (auto &entry : cl::getRegisteredOptions())
+    options.insert(entry.second);
+  return options;
+}
+
+/// Lists in --help only the options registered after `loaded` (MLIR's
+/// driver options), except kUnlistedMlirOptions; LLVM's generic options
+/// (--help, --version) stay.
+void hideOtherOptions(const llvm::DenseSet<cl::Option *> &loaded) {
+  auto &registered = cl::getRegisteredOptions();
+  for (auto &entry : registered)
+    if (!loaded.contains(entry.second))
+      entry.second->addCategory(kvOptCategory);
+  cl::HideUnrelatedOptions(kvOptCategory);
+  for (const char *name : kUnlistedMlirOptions) {
+    auto it = registered.find(name);
+    if (it != registered.end())
+      it->second->setHiddenFlag(cl::ReallyHidden);
+  }
+}
+
+} // namespace
+
 int main(int argc, char **argv) {
-  mlir::registerAllPasses();
+  // --help lists the kv passes and pipelines only: the upstream passes and
+  // the test passes are registered when kv-opt runs passes.
+  bool help = asksForHelp(argc, argv);
+  if (!help) {
+    mlir::registerAllPasses();
+    mlir::kv::test::registerTestPasses();
+  }
   mlir::kv::registerKVPassesAndPipelines();
-  mlir::kv::test::registerTestPasses();
 
   mlir::DialectRegistry registry;
   registry.insert<mlir::kv::KVDialect>();
@@ -38,9 +125,15 @@ int main(int argc, char **argv) {
   mlir::registerAllGPUToLLVMIRTranslations(registry);
   mlir::NVVM::registerNVVMTargetInterfaceExternalModels(registry);
 
-  auto [input, output] = mlir::registerAndParseCLIOptions(
-      argc, argv, "KVIR optimizer driver: the kv dialect and its passes\n",
+  kvir::compiler::setVersionPrinter("kv-opt");
+  llvm::DenseSet<cl::Option *> loaded = registeredOptions();
+  std::string helpHeader = mlir::registerCLIOptions(
+      "kv-opt: the kv dialect and its passes and pipelines over MLIR; every "
+      "upstream MLIR pass and pipeline runs too (kv-opt --list-passes lists "
+      "the passes)\n",
       registry);
+  hideOtherOptions(loaded);
+  auto [input, output] = mlir::parseCLIOptions(argc, argv, helpHeader);
   // mlir-opt reads its input whole: a FIFO or a device would block or never
   // end, and a huge file would exhaust memory. Refuse them by name.
   if (input != "-") {

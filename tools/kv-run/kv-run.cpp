@@ -26,6 +26,7 @@
 #include "driver/compiler/Attribution.h"
 #include "driver/compiler/Compiler.h"
 #include "driver/runner/Runner.h"
+#include "driver/version/Version.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -163,6 +164,13 @@ llvm::Expected<Forward> forwardFor(const ComputeBackend &backend,
 /// The first form: prefill a token list from position 0.
 llvm::Error runTokens(const Options &options) {
   const RunOptions &o = options.run;
+  if (!options.tokensGiven && !options.tokensFileGiven &&
+      o.request.texts.empty())
+    return makeError(
+        "nothing to run: give a program (kv-run PROGRAM.mlir, e.g. kv-run "
+        "examples/agent-edit.mlir --synthesize-inputs) or a token list "
+        "(--tokens, --tokens-file, --text or --text-file); kv-run --help "
+        "lists the options");
   if (options.attribute)
     return makeError("--attribute belongs to the program form (kv-run "
                      "PROGRAM.mlir --attribute)");
@@ -450,6 +458,10 @@ int main(int argc, char **argv) {
     return fail(problem);
   if (parser.helpRequested()) {
     parser.printHelp(stdout, kUsage);
+    return 0;
+  }
+  if (parser.versionRequested()) {
+    std::fputs(versionText("kv-run").c_str(), stdout);
     return 0;
   }
   if (positionals.size() > 1)

@@ -98,6 +98,21 @@ func.func @edit_unknown_segment(%m: !m, %c: !kv.cache<5x4x8xf32, @agent>, %t: te
 
 // -----
 
+// An edit whose new tokens have another static length than the segment's
+// static size: the edited context would contradict its declaration.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @city kind(fact) tokens(12)
+  kv.segment @answer kind(answer) tokens(8) deps(@city)
+}
+func.func @edit_static_size_mismatch(%m: !m, %c: !kv.cache<5x4x8xf32, @agent>, %t: tensor<16xi32>) {
+  // expected-error@+1 {{'kv.edit' op replaces segment @city by 16 tokens, but context @agent declares it with 12 (declare it tokens(?) for an edit that changes its length)}}
+  %0 = kv.edit %m, %c[@city] = %t strategy <cot_slice> : !m, !kv.cache<5x4x8xf32, @agent>, tensor<16xi32>
+  return
+}
+
+// -----
+
 // An erratum needs the correction it appends.
 !m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
 kv.context @agent {

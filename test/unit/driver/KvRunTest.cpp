@@ -143,7 +143,7 @@ TEST(KvRunTest, ClearErrors) {
   expectFailure({"--model", model, "--tokens", "1 -4"}, "'-4'");
   expectFailure({"--model", model, "--tokens", "  "}, "no token ids");
   expectFailure({"--model", model},
-                "exactly one of --tokens and --tokens-file");
+                "nothing to run: give a program (kv-run PROGRAM.mlir");
   expectFailure(
       {"--model", model, "--tokens", "1", "--tokens-file", greedyTokensPath()},
       "exactly one of");
