@@ -535,9 +535,7 @@ __attribute__((destructor)) void unloadStub() {
     logLine(format("summary of pid %d: %llu modules loaded, %llu launches, "
                    "%llu copies (%.1f MB), %llu streams, peak %.1f MB of "
                    "device memory, %llu refused, %llu faults",
-                   int(getpid()),
-                   (unsigned long long)(s.calls["cuModuleLoadData"] +
-                                        s.calls["cuModuleLoadDataEx"]),
+                   int(getpid()), (unsigned long long)s.modules.size(),
                    (unsigned long long)launches, (unsigned long long)copies,
                    double(s.copiedBytes) / 1e6,
                    (unsigned long long)s.calls["cuStreamCreate"],
