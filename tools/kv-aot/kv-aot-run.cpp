@@ -471,7 +471,7 @@ int benchAttention(Args &a) {
                       configKey(c, library.manifest.kvDtype) + "]");
   if (a.context <= 0 || a.runs <= 0 || a.iters <= 0)
     return usageError("--context, --runs and --iters must be positive");
-  std::printf("device: %s\nmodel: %s\n", kvrt_cuda_device_name(),
+  std::printf("device: %s\nmodel: %s\n", kvrt_cuda_device_description(),
               description.c_str());
   double seconds[2] = {0, 0};
   int64_t runCounts[2] = {1, a.runs};
