@@ -101,6 +101,8 @@ struct Context {
   /// Tokens computed since the last generation (the turn's work).
   int64_t computedSinceGenerate = 0;
   int64_t generations = 0, errata = 0;
+  /// Deleted: the requests queued behind the delete find it gone.
+  bool deleted = false;
   // Under Impl::contextsMutex:
   Clock::time_point lastUsed;
   int active = 0;
@@ -548,12 +550,19 @@ public:
     if (!impl.acquire(tenant, id, context, error))
       return false;
     locked = context->lock.lock(impl.deadlineFrom(start));
-    if (!locked)
+    if (!locked) {
       error = requestError(503, "timeout",
                            "timed out waiting for the requests before this one "
                            "on context " +
                                id + " (--request-timeout)");
-    return locked;
+      return false;
+    }
+    if (context->deleted) {
+      error = requestError(404, "context_not_found",
+                           "context " + id + " was deleted");
+      return false;
+    }
+    return true;
   }
   Context &operator*() { return *context; }
   Context *operator->() { return context.get(); }
@@ -1563,6 +1572,7 @@ bool Engine::deleteContext(const std::string &tenant, const std::string &id,
       return false;
     std::lock_guard<std::mutex> lock(impl->contextsMutex);
     impl->contexts.erase(id);
+    held->deleted = true;
     held->view.reset();
   }
   out = {{"id", id}, {"object", "context"}, {"deleted", true}};
@@ -1601,8 +1611,11 @@ bool Engine::append(const std::string &tenant, const std::string &id,
     return false;
   int64_t before = c->total();
   c->segments.push_back(std::move(s));
+  // Deferred by default: the next request that needs the cache (a
+  // generation, an edit, a compose) prefills every pending token in one
+  // forward call, which reads the weights once.
   int64_t computed = 0;
-  if (m.options.mode == ReuseMode::Kvir) {
+  if (m.options.mode == ReuseMode::Kvir && request.prefill) {
     if (!m.syncView(*c, computed, error)) {
       c->segments.pop_back();
       return false;

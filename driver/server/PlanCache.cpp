@@ -103,7 +103,13 @@ std::shared_ptr<const Plan> PlanCache::get(const std::string &program,
     slots[program] = slot;
   }
   std::string problem;
-  std::shared_ptr<const Plan> plan = compile(program, problem);
+  std::shared_ptr<const Plan> plan;
+  try {
+    plan = compile(program, problem);
+  } catch (const std::exception &e) {
+    // Whatever happens, the slot is finished: requests wait on it.
+    problem = std::string("compiling the plan failed: ") + e.what();
+  }
   std::lock_guard<std::mutex> lock(mutex);
   slot->done = true;
   slot->plan = plan;

@@ -349,8 +349,10 @@ std::vector<std::string> readNames(const json &value, const std::string &param,
 }
 
 SegmentSpec readSegment(const json &value, const std::string &path,
-                        const RequestLimits &limits) {
+                        const RequestLimits &limits, bool *prefill = nullptr) {
   Object o(value, path);
+  if (prefill)
+    o.boolean("prefill", *prefill);
   SegmentSpec s;
   s.name = readName(o.require("name"), o.at("name"));
   if (const json *kind = o.take("kind"))
@@ -595,7 +597,8 @@ bool kvir::serve::decodeAppend(const std::string &body,
                                RequestError &error) {
   return decode(error, [&] {
     out = AppendRequest();
-    out.segment = readSegment(parseBody(body, limits), "", limits);
+    out.segment =
+        readSegment(parseBody(body, limits), "", limits, &out.prefill);
   });
 }
 

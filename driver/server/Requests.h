@@ -101,9 +101,11 @@ struct CreateContextRequest {
   std::vector<SegmentSpec> segments;
 };
 
-/// POST /v1/contexts/{id}/segments: one segment.
+/// POST /v1/contexts/{id}/segments: one segment, and whether to prefill it
+/// now (else with the next request that needs the cache).
 struct AppendRequest {
   SegmentSpec segment;
+  bool prefill = false;
 };
 
 /// POST /v1/contexts/{id}/edit

@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "test/unit/server/ServeTestSupport.h"
+#include "driver/server/ServeProcess.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -21,7 +21,7 @@
 #include <set>
 #include <thread>
 
-using namespace kvir::serve::test;
+using namespace kvir::serve;
 
 namespace {
 
@@ -41,8 +41,12 @@ std::unique_ptr<ServeProcess> startServer(std::vector<std::string> extra = {}) {
   auto server = std::make_unique<ServeProcess>();
   std::vector<std::string> args = {"--model", kModel, "--threads", "1"};
   args.insert(args.end(), extra.begin(), extra.end());
+  static int count = 0;
+  std::string log = ::testing::TempDir() + "/kv-serve-" +
+                    std::to_string(getpid()) + "-" + std::to_string(count++) +
+                    ".log";
   std::string error;
-  EXPECT_TRUE(server->start(kServe, args, error)) << error;
+  EXPECT_TRUE(server->start(kServe, args, log, error)) << error;
   return server;
 }
 
@@ -94,16 +98,25 @@ TEST(Serve, ContextLifecycle) {
   EXPECT_EQ(gen.json["segment"], "gen1");
   EXPECT_GE(gen.json["ttft_ms"].get<double>(), 0);
 
-  // An append is an incremental prefill: only its tokens are computed.
+  // An append is an incremental prefill, deferred to the next request
+  // that needs the cache unless asked for now; the generated tokens are
+  // part of the context (the last one computed with the next prefill).
   Reply append = s->post(
       "/v1/contexts/" + id + "/segments",
       {{"name", "turn"}, {"kind", "user"}, {"text", "Then she went home."}});
   ASSERT_EQ(append.status, 200) << append.body;
   EXPECT_EQ(append.json["work"]["reused"], 43);
-  // The generated tokens are part of the context (the last one computed
-  // with the append).
+  EXPECT_EQ(append.json["work"]["prefilled"], 0);
+  EXPECT_EQ(append.json["cached_tokens"], 42);
   EXPECT_EQ(append.json["tokens"].get<int64_t>(),
             43 + append.json["segments"][5]["tokens"].get<int64_t>());
+  Reply eager =
+      s->post("/v1/contexts/" + id + "/segments",
+              {{"name", "turn2"}, {"text", "The end."}, {"prefill", true}});
+  ASSERT_EQ(eager.status, 200) << eager.body;
+  EXPECT_EQ(eager.json["work"]["prefilled"],
+            eager.json["tokens"].get<int64_t>() - 42);
+  EXPECT_EQ(eager.json["cached_tokens"], eager.json["tokens"]);
 
   Reply del = s->request("DELETE", "/v1/contexts/" + id);
   EXPECT_EQ(del.status, 200) << del.body;
@@ -442,7 +455,8 @@ TEST(Serve, Concurrency) {
         Reply a = s->post(
             "/v1/contexts/" + shared + "/segments",
             {{"name", "t" + std::to_string(t) + "_" + std::to_string(i)},
-             {"text", "and then"}});
+             {"text", "and then"},
+             {"prefill", true}});
         Reply g = s->post("/v1/contexts/" + own + "/generate",
                           {{"max_tokens", 4}, {"temperature", 0}});
         failures += a.status != 200;
@@ -532,6 +546,95 @@ TEST(Serve, SigtermDrains) {
   late.set_connection_timeout(1);
   EXPECT_FALSE(late.Get("/health"));
   EXPECT_NE(s->log().find("\"event\":\"stopped\""), std::string::npos);
+}
+
+/// With the block store's Redis killed and restarted mid-run, requests keep
+/// succeeding (policy fallback: blocks are prefilled locally) and no live
+/// context loses a token; a second server fetches what the first stored.
+/// Runs under tools/with-redis.sh (ctest: Serve.RedisFaults.with-redis),
+/// else skips.
+TEST(Serve, RedisFaults) {
+  REQUIRE_MODEL();
+  const char *url = std::getenv("KVIR_REDIS_URL");
+  const char *pid = std::getenv("KVIR_REDIS_PID");
+  const char *port = std::getenv("KVIR_REDIS_PORT");
+  if (!url || !pid || !port)
+    GTEST_SKIP() << "no Redis (run under tools/with-redis.sh)";
+  std::vector<std::string> store = {"--kv-store", url, "--kv-store-timeout-ms",
+                                    "300"};
+  auto s = startServer(store);
+  auto other = startServer(store);
+  std::string id = create(*s);
+  auto block = [](const std::string &name, const std::string &text) {
+    return Json{{"name", name}, {"text", text}};
+  };
+  Reply stored = s->post("/v1/blocks", block("a", "The park had a slide."));
+  ASSERT_EQ(stored.status, 201) << stored.body;
+  EXPECT_EQ(stored.json["source"], "prefilled (block store miss; stored)");
+  Reply fetched =
+      other->post("/v1/blocks", block("a", "The park had a slide."));
+  ASSERT_EQ(fetched.status, 201) << fetched.body;
+  EXPECT_EQ(fetched.json["source"], "block store (hit)");
+  EXPECT_EQ(fetched.json["prefilled"], 0);
+  std::vector<int32_t> before =
+      ids(s->get("/v1/contexts/" + id + "?tokens=1").json["token_ids"]["hero"]);
+
+  // Redis goes away: blocks are prefilled locally, contexts carry on.
+  kill(std::atoi(pid), SIGKILL);
+  Reply down = s->post("/v1/blocks", block("b", "The pond was blue."));
+  ASSERT_EQ(down.status, 201) << down.body;
+  EXPECT_EQ(down.json["source"].get<std::string>().rfind(
+                "prefilled (block store fault", 0),
+            0u)
+      << down.body;
+  EXPECT_EQ(s->post("/v1/contexts/" + id + "/compose", {{"block", "b"}}).status,
+            200);
+  Reply gen = s->post("/v1/contexts/" + id + "/generate",
+                      {{"max_tokens", 4}, {"temperature", 0}});
+  EXPECT_EQ(gen.status, 200) << gen.body;
+
+  // Redis comes back on its port: the store is used again.
+  pid_t redis = -1;
+  std::string dir = ::testing::TempDir();
+  std::vector<std::string> args = {
+      "redis-server", "--bind", "127.0.0.1", "--port", port, "--save", "",
+      "--appendonly", "no",     "--dir",     dir};
+  std::vector<char *> argv;
+  for (std::string &a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ASSERT_EQ(posix_spawnp(&redis, "redis-server", nullptr, nullptr, argv.data(),
+                         environ),
+            0);
+  std::string ping = std::string("redis-cli -p ") + port + " ping >/dev/null";
+  for (int i = 0; i < 100 && std::system(ping.c_str()) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Reply up;
+  for (int i = 0; i < 20; ++i) {
+    up = s->post("/v1/blocks", block("c" + std::to_string(i), "A new day."));
+    ASSERT_EQ(up.status, 201) << up.body;
+    if (up.json["source"] != "prefilled (block store miss; stored)" &&
+        up.json["source"] != "block store (hit)")
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    else
+      break;
+  }
+  EXPECT_TRUE(up.json["source"] == "prefilled (block store miss; stored)" ||
+              up.json["source"] == "block store (hit)")
+      << up.body;
+  // No token of the live context was lost.
+  Reply after = s->get("/v1/contexts/" + id + "?tokens=1");
+  EXPECT_EQ(ids(after.json["token_ids"]["hero"]), before);
+  EXPECT_EQ(after.json["cached_tokens"].get<int64_t>() + 1,
+            after.json["tokens"].get<int64_t>());
+  std::string metrics = s->get("/metrics").body;
+  EXPECT_NE(metrics.find("kvserve_block_store_events_total{outcome=\"fault\"}"),
+            std::string::npos)
+      << metrics;
+  kill(redis, SIGTERM);
+  waitpid(redis, nullptr, 0);
+  EXPECT_EQ(s->stop(), 0);
+  EXPECT_EQ(other->stop(), 0);
 }
 
 /// Eight clients drive contexts through every operation for a while: no

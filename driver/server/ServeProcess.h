@@ -1,14 +1,17 @@
-//===- ServeTestSupport.h - A kv-serve process for tests --------*- C++ -*-===//
+//===- ServeProcess.h - A kv-serve process and its client -------*- C++ -*-===//
 //
-// Starts the real kv-serve binary on an ephemeral port (it prints the port
-// first on stdout), talks to it over real HTTP with cpp-httplib's client,
-// reads its log (stderr, kept in a file) and its resident memory, and stops
-// it with a signal.
+// What the tests (test/unit/server) and the serving benchmark
+// (bench/ServeBench.cpp) share: starting the real kv-serve binary on an
+// ephemeral port (it prints the port first on stdout), talking to it over
+// real HTTP with cpp-httplib's client (JSON, and server-sent events as they
+// arrive), reading its log (stderr, kept in a file) and its resident
+// memory, and stopping it with a signal. Header-only: its users link
+// cpp-httplib and nlohmann::json, not the server.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef KVIR_TEST_UNIT_SERVER_SERVETESTSUPPORT_H
-#define KVIR_TEST_UNIT_SERVER_SERVETESTSUPPORT_H
+#ifndef KVIR_DRIVER_SERVER_SERVEPROCESS_H
+#define KVIR_DRIVER_SERVER_SERVEPROCESS_H
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +20,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,7 +33,7 @@
 
 extern char **environ;
 
-namespace kvir::serve::test {
+namespace kvir::serve {
 
 using Json = nlohmann::json;
 
@@ -52,13 +56,11 @@ public:
     }
   }
 
-  /// Starts `binary` with `args` and --port 0; false with `error` when it
-  /// does not print a port within 60 s.
+  /// Starts `binary` with `args` and --port 0, its stderr into `log`;
+  /// false with `error` when it does not print a port within 60 s.
   bool start(const std::string &binary, std::vector<std::string> args,
-             std::string &error) {
-    static int count = 0;
-    logPath = ::testing::TempDir() + "/kv-serve-" + std::to_string(getpid()) +
-              "-" + std::to_string(count++) + ".log";
+             const std::string &log, std::string &error) {
+    logPath = log;
     int out[2];
     if (pipe(out)) {
       error = "pipe failed";
@@ -103,7 +105,7 @@ public:
     close(out[0]);
     port = std::atoi(line.c_str());
     if (port <= 0) {
-      error = "kv-serve printed no port; its log:\n" + log();
+      error = "kv-serve printed no port; its log:\n" + this->log();
       return false;
     }
     return true;
@@ -169,9 +171,10 @@ public:
   }
 
   /// POSTs `body` and collects the `data:` events of the event stream, in
-  /// order, as they arrive.
-  std::vector<std::string> stream(const std::string &path, const Json &body,
-                                  int &status) {
+  /// order, as they arrive; `onEvent` (when given) sees each at once.
+  std::vector<std::string>
+  stream(const std::string &path, const Json &body, int &status,
+         const std::function<void(const std::string &)> &onEvent = nullptr) {
     httplib::Client c = client();
     httplib::Request req;
     req.method = "POST";
@@ -186,8 +189,11 @@ public:
       for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
         std::string event = pending.substr(0, end);
         pending.erase(0, end + 2);
-        if (event.rfind("data: ", 0) == 0)
+        if (event.rfind("data: ", 0) == 0) {
           events.push_back(event.substr(6));
+          if (onEvent)
+            onEvent(events.back());
+        }
       }
       return true;
     };
@@ -201,6 +207,6 @@ public:
   std::string logPath;
 };
 
-} // namespace kvir::serve::test
+} // namespace kvir::serve
 
-#endif // KVIR_TEST_UNIT_SERVER_SERVETESTSUPPORT_H
+#endif // KVIR_DRIVER_SERVER_SERVEPROCESS_H
