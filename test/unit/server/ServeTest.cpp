@@ -717,6 +717,15 @@ TEST(Serve, Soak) {
     t.join();
   EXPECT_EQ(failures, 0) << firstFailure;
   EXPECT_GT(requests, 100);
+  if (std::string(KVIR_SANITIZE).find("address") != std::string::npos) {
+    // ASan keeps freed memory in quarantine (256 MiB): memory grows by
+    // design there.
+    std::printf("soak: %d requests; resident memory not checked under "
+                "ASan\n",
+                requests.load());
+    EXPECT_EQ(s->stop(), 0);
+    return;
+  }
   // Flat: within 10% (and 16 MiB of slack for allocator noise) of the
   // warm-up's peak.
   EXPECT_LE(peak, baseline + std::max(baseline / 10, 16L * 1024))
