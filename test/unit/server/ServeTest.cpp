@@ -500,6 +500,35 @@ TEST(Serve, Audit) {
   EXPECT_NE(log.find("\"greedy_tokens\":8"), std::string::npos);
 }
 
+/// Beyond --max-contexts, and under pool pressure, the least recently used
+/// idle context is evicted (410 names it); every create succeeds.
+TEST(Serve, Eviction) {
+  REQUIRE_MODEL();
+  auto s = startServer({"--max-contexts", "3", "--pool-pages", "48",
+                        "--prefix-cache-entries", "0"});
+  std::string first = create(*s), second = create(*s), third = create(*s);
+  // Using the first makes the second the least recently used.
+  EXPECT_EQ(s->get("/v1/contexts/" + first).status, 200);
+  std::string fourth = create(*s);
+  Reply gone = s->get("/v1/contexts/" + second);
+  EXPECT_EQ(gone.status, 410) << gone.body;
+  EXPECT_NE(gone.body.find("was evicted"), std::string::npos);
+  EXPECT_EQ(s->get("/v1/contexts/" + first).status, 200);
+  // 48 pages of 16 tokens hold 768 tokens: long contexts push the others
+  // out.
+  std::vector<int> many(300, 7);
+  for (int i = 0; i < 6; ++i) {
+    Reply r = s->post("/v1/contexts",
+                      {{"segments", {{{"name", "a"}, {"tokens", many}}}}});
+    EXPECT_EQ(r.status, 201) << r.body;
+  }
+  std::string metrics = s->get("/metrics").body;
+  EXPECT_NE(metrics.find("kvserve_evictions_total{what=\"context\"}"),
+            std::string::npos)
+      << metrics;
+  EXPECT_EQ(s->stop(), 0);
+}
+
 /// SIGTERM: the stream in flight finishes, the process exits 0 and takes
 /// no new connection.
 TEST(Serve, SigtermDrains) {
