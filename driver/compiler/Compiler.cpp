@@ -282,6 +282,10 @@ kvir::compiler::describeEntry(func::FuncOp entry) {
     if (auto model = dyn_cast<kv::ModelType>(type)) {
       spec.kind = exec::ValueKind::Model;
       spec.model = model.getConfig();
+    } else if (isa<kv::CacheType>(type)) {
+      // A cache the caller holds (a server's context): bound by the caller,
+      // never from files (bindArguments says so).
+      spec.kind = exec::ValueKind::Cache;
     } else if (isTokens(type) || isQueries(type)) {
       auto tensor = cast<RankedTensorType>(type);
       spec.kind =
@@ -293,7 +297,8 @@ kvir::compiler::describeEntry(func::FuncOp entry) {
              << "argument arg" << i << " of @" << entry.getName()
              << " has type " << type
              << ", which a runner cannot bind (it binds !kv.model, "
-                "tensor<?xi32> tokens and tensor<?xHxDxf32> queries)";
+                "!kv.cache, tensor<?xi32> tokens and tensor<?xHxDxf32> "
+                "queries)";
     }
     manifest.args.push_back(spec);
   }
