@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/BenchModels.h"
 #include "bench/BenchProgram.h"
 #include "bench/kernels/HardwareReport.h"
 #include "driver/compiler/Compiler.h"
@@ -289,11 +290,9 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  kvir::compiler::setVersionPrinter("kv-bench");
   cl::opt<int> &threads = compiler::registerThreadsOption(category);
-  cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(
-      argc, argv,
+  compiler::parseToolOptions(
+      argc, argv, "kv-bench", category,
       "kv-bench: edit (cot_slice, exact) and compose vs full prefill\n");
   if (!compiler::applyThreadsOption(threads, "kv-bench"))
     return 1;
@@ -323,17 +322,11 @@ int main(int argc, char **argv) {
   }
   bool ok = true;
   if (!skipSynthetic) {
-    kvrt_model_config c;
-    kvrt_model_config_init(&c);
-    c.dim = synthDim;
-    c.hidden_dim = synthDim * 8 / 3 / 32 * 32 + 32;
-    c.n_layers = synthLayers;
-    c.n_heads = 8;
-    c.n_kv_heads = 4;
-    c.vocab_size = synthVocab;
     // Room for the longest context a scenario builds.
-    c.seq_len = std::max({4096, int(history) + 2200,
-                          64 + int(blockCount) * int(blockTokens) + 64});
+    kvrt_model_config c = bench::syntheticConfig(
+        synthDim, synthLayers, synthVocab,
+        std::max({4096, int(history) + 2200,
+                  64 + int(blockCount) * int(blockTokens) + 64}));
     kvrt_model *model = nullptr;
     if (kvrt_model_synthetic(&c, 42, &model)) {
       llvm::errs() << "kv-bench: " << kvrt_last_error() << "\n";
@@ -342,14 +335,10 @@ int main(int argc, char **argv) {
     ok &= benchModel(model, "synthetic model (seed 42)");
     kvrt_model_release(model);
   }
-  if (!storiesPath.empty()) {
-    kvrt_model *model = nullptr;
-    if (kvrt_model_load(storiesPath.c_str(), &model)) {
-      llvm::outs() << "\n== stories260K skipped: " << kvrt_last_error() << "\n";
-    } else {
+  if (!storiesPath.empty())
+    if (kvrt_model *model = bench::loadOrSkip(storiesPath, "stories260K")) {
       ok &= benchModel(model, "stories260K");
       kvrt_model_release(model);
     }
-  }
   return ok ? 0 : 1;
 }

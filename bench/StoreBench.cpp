@@ -23,6 +23,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/BenchModels.h"
 #include "bench/BenchProgram.h"
 #include "driver/compiler/Compiler.h"
 #include "driver/compiler/VersionOption.h"
@@ -288,10 +289,8 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  kvir::compiler::setVersionPrinter("kv-bench-store");
-  cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(
-      argc, argv,
+  kvir::compiler::parseToolOptions(
+      argc, argv, "kv-bench-store", category,
       "kv-bench-store: a block fetched from the block store vs prefilled\n");
   if (storeUrl.empty()) {
     const char *env = std::getenv("KVIR_REDIS_URL");
@@ -312,25 +311,13 @@ int main(int argc, char **argv) {
                   "after a miss, run = the whole entry (system 64 + block + "
                   "question 24 tokens)\n";
   bool ok = true;
-  if (!storiesPath.empty()) {
-    kvrt_model *model = nullptr;
-    if (kvrt_model_load(storiesPath.c_str(), &model)) {
-      llvm::outs() << "\n== stories260K skipped: " << kvrt_last_error() << "\n";
-    } else {
+  if (!storiesPath.empty())
+    if (kvrt_model *model = bench::loadOrSkip(storiesPath, "stories260K")) {
       ok &= benchModel(model, "stories260K");
       kvrt_model_release(model);
     }
-  }
   if (ok && !skipSynthetic) {
-    kvrt_model_config c;
-    kvrt_model_config_init(&c);
-    c.dim = 512;
-    c.hidden_dim = 1376;
-    c.n_layers = 8;
-    c.n_heads = 8;
-    c.n_kv_heads = 4;
-    c.vocab_size = 32000;
-    c.seq_len = 4096;
+    kvrt_model_config c = bench::syntheticConfig(512, 8, 32000, 4096);
     kvrt_model *model = nullptr;
     if (kvrt_model_synthetic(&c, 42, &model)) {
       llvm::errs() << "kv-bench-store: " << kvrt_last_error() << "\n";
