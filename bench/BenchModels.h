@@ -10,6 +10,7 @@
 #define KVIR_BENCH_BENCHMODELS_H
 
 #include "runtime/core/KVRuntime.h"
+#include "runtime/core/Model.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -23,16 +24,8 @@ namespace kvir::bench {
 /// (1376 for dim 512).
 inline kvrt_model_config syntheticConfig(int32_t dim, int32_t layers,
                                          int32_t vocab, int32_t seqLen) {
-  kvrt_model_config c;
-  kvrt_model_config_init(&c);
-  c.dim = dim;
-  c.hidden_dim = dim * 8 / 3 / 32 * 32 + 32;
-  c.n_layers = layers;
-  c.n_heads = 8;
-  c.n_kv_heads = 4;
-  c.vocab_size = vocab;
-  c.seq_len = seqLen;
-  return c;
+  return kvrt::sizedConfig(dim, dim * 8 / 3 / 32 * 32 + 32, layers, 8, 4, vocab,
+                           seqLen);
 }
 
 /// The model file at `path` (stories260K), or null after a line saying that

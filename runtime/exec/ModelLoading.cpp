@@ -1,6 +1,7 @@
 //===- ModelLoading.cpp - The model a runner runs ---------------*- C++ -*-===//
 
 #include "runtime/exec/ModelLoading.h"
+#include "runtime/core/Model.h"
 #include "runtime/core/Support.h"
 
 using namespace kvir;
@@ -25,13 +26,7 @@ kvrt_model *kvir::exec::loadModel(const std::string &file,
   // separate classifier.
   auto shape = [&c](int32_t dim, int32_t hidden, int32_t layers, int32_t heads,
                     int32_t kvHeads, int32_t vocab) {
-    c.dim = dim;
-    c.hidden_dim = hidden;
-    c.n_layers = layers;
-    c.n_heads = heads;
-    c.n_kv_heads = kvHeads;
-    c.vocab_size = vocab;
-    c.seq_len = 1 << 16;
+    c = kvrt::sizedConfig(dim, hidden, layers, heads, kvHeads, vocab, 1 << 16);
     c.shared_classifier = 0;
   };
   uint64_t presetSeed = 1;
