@@ -12,6 +12,7 @@
 #include "runtime/core/KVRuntime.h"
 #include "runtime/core/Model.h"
 
+#include "llvm/Support/CommandLine.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdint>
@@ -28,15 +29,37 @@ inline kvrt_model_config syntheticConfig(int32_t dim, int32_t layers,
                            seqLen);
 }
 
-/// The model file at `path` (stories260K), or null after a line saying that
-/// the benchmark of `name` is skipped and why.
-inline kvrt_model *loadOrSkip(const std::string &path, const char *name) {
-  kvrt_model *model = nullptr;
-  if (kvrt_model_load(path.c_str(), &model) == KVRT_OK)
-    return model;
-  llvm::outs() << "\n== " << name << " skipped: " << kvrt_last_error() << "\n";
-  return nullptr;
-}
+/// The options of a benchmark that runs on stories260K and on a synthetic
+/// model: --stories FILE ('' skips it) and --skip-synthetic.
+struct ModelOptions {
+  llvm::cl::opt<std::string> stories;
+  llvm::cl::opt<bool> skipSynthetic;
+
+  /// `storiesDefault`: the checkpoint used by default; `skipDescription`:
+  /// what --skip-synthetic skips (both literals).
+  ModelOptions(llvm::cl::OptionCategory &category, const char *storiesDefault,
+               const char *skipDescription)
+      : stories("stories", llvm::cl::desc("stories260K checkpoint ('' skips)"),
+                llvm::cl::init(storiesDefault), llvm::cl::cat(category)),
+        skipSynthetic("skip-synthetic", llvm::cl::desc(skipDescription),
+                      llvm::cl::init(false), llvm::cl::cat(category)) {}
+
+  /// `bench(model, "stories260K")` on the --stories checkpoint: true when
+  /// --stories is '' or the file does not load (a line says it is skipped
+  /// and why), else what `bench` returns.
+  template <typename Bench> bool onStories(Bench bench) const {
+    if (stories.empty())
+      return true;
+    kvrt_model *model = nullptr;
+    if (kvrt_model_load(stories.c_str(), &model) != KVRT_OK) {
+      llvm::outs() << "\n== stories260K skipped: " << kvrt_last_error() << "\n";
+      return true;
+    }
+    bool ok = bench(model, "stories260K");
+    kvrt_model_release(model);
+    return ok;
+  }
+};
 
 } // namespace kvir::bench
 

@@ -51,12 +51,8 @@ cl::opt<std::string> backendName(
     cl::desc("where the math runs: cpu (generated, the default), cuda or "
              "reference"),
     cl::init("cpu"), cl::cat(category));
-cl::opt<std::string> storiesPath("stories",
-                                 cl::desc("stories260K checkpoint ('' skips)"),
-                                 cl::init(KVIR_TEST_MODEL), cl::cat(category));
-cl::opt<bool> skipSynthetic("skip-synthetic",
-                            cl::desc("skip the realistic synthetic model"),
-                            cl::init(false), cl::cat(category));
+bench::ModelOptions models(category, KVIR_TEST_MODEL,
+                           "skip the realistic synthetic model");
 cl::opt<int> history("history",
                      cl::desc("tokens of the agent scenario's history "
                               "(context = history + 2100)"),
@@ -308,8 +304,8 @@ int main(int argc, char **argv) {
       blockCount = 8;
     if (!blockTokens.getNumOccurrences())
       blockTokens = 1024;
-    if (!storiesPath.getNumOccurrences())
-      storiesPath = "";
+    if (!models.stories.getNumOccurrences())
+      models.stories = "";
     // The scenarios run on the threads --threads chose (every core).
     compiler::applyThreadsOption(threads, "kv-bench");
     llvm::outs() << "\n== edit and compose vs full prefill\n";
@@ -321,7 +317,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   bool ok = true;
-  if (!skipSynthetic) {
+  if (!models.skipSynthetic) {
     // Room for the longest context a scenario builds.
     kvrt_model_config c = bench::syntheticConfig(
         synthDim, synthLayers, synthVocab,
@@ -335,10 +331,6 @@ int main(int argc, char **argv) {
     ok &= benchModel(model, "synthetic model (seed 42)");
     kvrt_model_release(model);
   }
-  if (!storiesPath.empty())
-    if (kvrt_model *model = bench::loadOrSkip(storiesPath, "stories260K")) {
-      ok &= benchModel(model, "stories260K");
-      kvrt_model_release(model);
-    }
+  ok &= models.onStories(benchModel);
   return ok ? 0 : 1;
 }

@@ -61,12 +61,8 @@ cl::opt<std::string>
              cl::desc("block store to fetch from (default: $KVIR_REDIS_URL, "
                       "which tools/with-redis.sh sets)"),
              cl::value_desc("url"), cl::cat(category));
-cl::opt<std::string> storiesPath("stories",
-                                 cl::desc("stories260K checkpoint ('' skips)"),
-                                 cl::init(KVIR_TEST_MODEL), cl::cat(category));
-cl::opt<bool> skipSynthetic("skip-synthetic",
-                            cl::desc("skip the dim-512 synthetic model"),
-                            cl::init(false), cl::cat(category));
+bench::ModelOptions models(category, KVIR_TEST_MODEL,
+                           "skip the dim-512 synthetic model");
 cl::list<int>
     blockSizes("blocks",
                cl::desc("block sizes in tokens (default 64,256,1024)"),
@@ -311,12 +307,8 @@ int main(int argc, char **argv) {
                   "after a miss, run = the whole entry (system 64 + block + "
                   "question 24 tokens)\n";
   bool ok = true;
-  if (!storiesPath.empty())
-    if (kvrt_model *model = bench::loadOrSkip(storiesPath, "stories260K")) {
-      ok &= benchModel(model, "stories260K");
-      kvrt_model_release(model);
-    }
-  if (ok && !skipSynthetic) {
+  ok &= models.onStories(benchModel);
+  if (ok && !models.skipSynthetic) {
     kvrt_model_config c = bench::syntheticConfig(512, 8, 32000, 4096);
     kvrt_model *model = nullptr;
     if (kvrt_model_synthetic(&c, 42, &model)) {

@@ -38,10 +38,9 @@ public:
     if (!model || !view || !logits || !out)
       return kvrt::nullArgument("cpu prefill");
     *out = nullptr;
-    return kvrt::guard([&]() -> kvrt_status {
-      Model m;
+    return withModel(forward, model, ForwardEntry::Prefill, [&](Model &m) {
       if (kvrt_status s =
-              preparePrefill(forward, model, tokens, n, pos, "prefill", m))
+              kvrt::checkPrefillArguments(m.config, tokens, n, pos, "prefill"))
         return s;
       Scratch scratch;
       std::vector<float> result;
@@ -63,10 +62,9 @@ public:
                       std::vector<float> *v) override {
     if (!model || !view || !k || !v)
       return kvrt::nullArgument("cpu layerKV");
-    return kvrt::guard([&]() -> kvrt_status {
-      Model m;
+    return withModel(forward, model, ForwardEntry::Prefill, [&](Model &m) {
       if (kvrt_status s =
-              preparePrefill(forward, model, tokens, n, pos, "layerKV", m))
+              kvrt::checkPrefillArguments(m.config, tokens, n, pos, "layerKV"))
         return s;
       if (kvrt_status s = checkLayer("layerKV", layer, m.config))
         return s;
@@ -89,10 +87,7 @@ public:
                         std::vector<float> *out) override {
     if (!model || !view || (n > 0 && !q) || !out)
       return kvrt::nullArgument("cpu attention");
-    return kvrt::guard([&]() -> kvrt_status {
-      Model m;
-      if (kvrt_status s = prepare(forward, model, ForwardEntry::Attention, m))
-        return s;
+    return withModel(forward, model, ForwardEntry::Attention, [&](Model &m) {
       const kvrt_model_config &c = m.config;
       if (kvrt_status s = checkLayer("attention", layer, c))
         return s;
@@ -132,10 +127,7 @@ public:
     if (!model || !view || !out)
       return kvrt::nullArgument("cpu materialize");
     *out = nullptr;
-    return kvrt::guard([&]() -> kvrt_status {
-      Model m;
-      if (kvrt_status s = prepare(forward, model, ForwardEntry::Materialize, m))
-        return s;
+    return withModel(forward, model, ForwardEntry::Materialize, [&](Model &m) {
       kvrt_page_layout layout;
       if (kvrt_status s = poolLayout(forward, m.config, view, layout))
         return s;
@@ -177,15 +169,17 @@ private:
     return kvrt::allocationFault(KVRT_FAULT_SCRATCH, "cpu backend");
   }
 
-  /// prepare() for a prefill of the tokens at `pos` (prefill, layerKV), with
-  /// the arguments checked; messages start with `what`.
-  static kvrt_status preparePrefill(const Forward &forward,
-                                    const kvrt_model *model,
-                                    const int32_t *tokens, int64_t n,
-                                    int64_t pos, const char *what, Model &m) {
-    if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, m))
-      return s;
-    return kvrt::checkPrefillArguments(m.config, tokens, n, pos, what);
+  /// `body(m)` with `m` prepared for `entry`, under kvrt::guard (no
+  /// exception leaves a call).
+  template <typename Body>
+  static kvrt_status withModel(const Forward &forward, const kvrt_model *model,
+                               ForwardEntry entry, Body body) {
+    return kvrt::guard([&]() -> kvrt_status {
+      Model m;
+      if (kvrt_status s = prepare(forward, model, entry, m))
+        return s;
+      return body(m);
+    });
   }
 
   /// Fails unless `layer` is one of the model's; messages start with `what`.
