@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 using namespace kvir;
@@ -68,16 +69,31 @@ std::string modelMismatch(const kvrt_model_config &type,
   return "";
 }
 
-/// Whether an input of `length` tokens (or rows) may be synthesized: a
-/// length is an allocation and then work, so it is bounded first.
-bool synthesizable(const std::string &what, int64_t length,
-                   const InputOptions &options, std::string &error) {
-  if (length >= 0 && length <= options.maxSynthesized)
-    return true;
-  error = str("cannot synthesize ", length, " tokens for ", what,
-              ": more than the ", options.maxSynthesized, " ",
-              options.maxSynthesizedBy);
-  return false;
+/// How a synthesized argument is made: its length in tokens (or rows) and
+/// the splitmix64 state its values start from.
+struct Synthesis {
+  int64_t length;
+  uint64_t state;
+};
+
+/// The synthesis of argument `i`: its static size, else its sample length,
+/// else the default length, seeded by --seed and its position. Nullopt (with
+/// `error`) when that length may not be synthesized: a length is an
+/// allocation and then work, so it is bounded first.
+std::optional<Synthesis> synthesis(const ArgSpec &spec, size_t i,
+                                   const std::string &what,
+                                   const InputOptions &options,
+                                   std::string &error) {
+  int64_t length = spec.dims[0] >= 0        ? spec.dims[0]
+                   : spec.sampleLength >= 0 ? spec.sampleLength
+                                            : options.dynamicLength;
+  if (length < 0 || length > options.maxSynthesized) {
+    error = str("cannot synthesize ", length, " tokens for ", what,
+                ": more than the ", options.maxSynthesized, " ",
+                options.maxSynthesizedBy);
+    return std::nullopt;
+  }
+  return Synthesis{length, options.seed * 0x100000001b3ULL + i};
 }
 
 } // namespace
@@ -165,13 +181,12 @@ bool kvir::exec::bindArguments(const EntryManifest &manifest,
         if (!parseTokenList(given->first, given->second, value.tokens, error))
           return false;
       } else if (options.synthesize) {
-        int64_t length = spec.dims[0] >= 0        ? spec.dims[0]
-                         : spec.sampleLength >= 0 ? spec.sampleLength
-                                                  : options.dynamicLength;
-        if (!synthesizable(what, length, options, error))
+        std::optional<Synthesis> made =
+            synthesis(spec, i, what, options, error);
+        if (!made)
           return false;
-        uint64_t state = options.seed * 0x100000001b3ULL + i;
-        for (int64_t t = 0; t < length; ++t)
+        uint64_t state = made->state;
+        for (int64_t t = 0; t < made->length; ++t)
           value.tokens.push_back(
               int32_t(splitmix64(state) % uint64_t(config.vocab_size)));
         synthesized = true;
@@ -221,13 +236,12 @@ bool kvir::exec::bindArguments(const EntryManifest &manifest,
           return false;
         }
       } else if (options.synthesize) {
-        int64_t rows = spec.dims[0] >= 0        ? spec.dims[0]
-                       : spec.sampleLength >= 0 ? spec.sampleLength
-                                                : options.dynamicLength;
-        if (!synthesizable(what, rows, options, error))
+        std::optional<Synthesis> made =
+            synthesis(spec, i, what, options, error);
+        if (!made)
           return false;
-        uint64_t state = options.seed * 0x100000001b3ULL + i;
-        for (int64_t f = 0; f < rows * rowFloats; ++f)
+        uint64_t state = made->state;
+        for (int64_t f = 0; f < made->length * rowFloats; ++f)
           tensor->data.push_back(
               float(double(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0));
         synthesized = true;
