@@ -69,21 +69,16 @@ std::string modelMismatch(const kvrt_model_config &type,
   return "";
 }
 
-/// How a synthesized argument is made: its length in tokens (or rows) and
-/// the splitmix64 state its values start from.
-struct Synthesis {
-  int64_t length;
-  uint64_t state;
-};
-
-/// The synthesis of argument `i`: its static size, else its sample length,
-/// else the default length, seeded by --seed and its position. Nullopt (with
-/// `error`) when that length may not be synthesized: a length is an
-/// allocation and then work, so it is bounded first.
-std::optional<Synthesis> synthesis(const ArgSpec &spec, size_t i,
-                                   const std::string &what,
-                                   const InputOptions &options,
-                                   std::string &error) {
+/// Appends to `out` the synthesized values of argument `i`: its static
+/// size, else its sample length, else the default length, in tokens or rows
+/// of `perRow` values, each `draw(state)` from splitmix64 seeded by --seed
+/// and the position. False (with `error`) when that length may not be
+/// synthesized: a length is an allocation and then work, so it is bounded
+/// first.
+template <typename T, typename Draw>
+bool synthesize(const ArgSpec &spec, size_t i, const std::string &what,
+                const InputOptions &options, int64_t perRow, Draw draw,
+                std::vector<T> &out, std::string &error) {
   int64_t length = spec.dims[0] >= 0        ? spec.dims[0]
                    : spec.sampleLength >= 0 ? spec.sampleLength
                                             : options.dynamicLength;
@@ -91,9 +86,12 @@ std::optional<Synthesis> synthesis(const ArgSpec &spec, size_t i,
     error = str("cannot synthesize ", length, " tokens for ", what,
                 ": more than the ", options.maxSynthesized, " ",
                 options.maxSynthesizedBy);
-    return std::nullopt;
+    return false;
   }
-  return Synthesis{length, options.seed * 0x100000001b3ULL + i};
+  uint64_t state = options.seed * 0x100000001b3ULL + i;
+  for (int64_t k = 0; k < length * perRow; ++k)
+    out.push_back(draw(state));
+  return true;
 }
 
 } // namespace
@@ -181,14 +179,11 @@ bool kvir::exec::bindArguments(const EntryManifest &manifest,
         if (!parseTokenList(given->first, given->second, value.tokens, error))
           return false;
       } else if (options.synthesize) {
-        std::optional<Synthesis> made =
-            synthesis(spec, i, what, options, error);
-        if (!made)
+        auto token = [&](uint64_t &state) {
+          return int32_t(splitmix64(state) % uint64_t(config.vocab_size));
+        };
+        if (!synthesize(spec, i, what, options, 1, token, value.tokens, error))
           return false;
-        uint64_t state = made->state;
-        for (int64_t t = 0; t < made->length; ++t)
-          value.tokens.push_back(
-              int32_t(splitmix64(state) % uint64_t(config.vocab_size)));
         synthesized = true;
       } else {
         error =
@@ -236,14 +231,13 @@ bool kvir::exec::bindArguments(const EntryManifest &manifest,
           return false;
         }
       } else if (options.synthesize) {
-        std::optional<Synthesis> made =
-            synthesis(spec, i, what, options, error);
-        if (!made)
+        // Uniform in [-1, 1).
+        auto uniform = [](uint64_t &state) {
+          return float(double(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0);
+        };
+        if (!synthesize(spec, i, what, options, rowFloats, uniform,
+                        tensor->data, error))
           return false;
-        uint64_t state = made->state;
-        for (int64_t f = 0; f < made->length * rowFloats; ++f)
-          tensor->data.push_back(
-              float(double(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0));
         synthesized = true;
       } else {
         error = "no input for " + what + " (an f32 tensor): give --input " +
