@@ -185,16 +185,12 @@ std::unique_ptr<ComputeBackend> makeBackend(const kvrt_model *model) {
 bool measure(ComputeBackend &backend, const kvrt_model *model, kvrt_pool *pool,
              const std::string &program, const std::string &scenario,
              const std::string &strategy, std::vector<Row> &rows) {
-  mlir::DialectRegistry registry;
-  compiler::registerDialects(registry);
-  mlir::MLIRContext context(registry);
-  llvm::SourceMgr sourceMgr;
-  mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+  bench::ProgramContext context;
   kvrt_model_config config;
   kvrt_model_get_config(model, &config);
   std::vector<Value> args;
   auto compiled = bench::compileBenchProgram(
-      context, program, config,
+      context.get(), program, config,
       backendName == "cuda" ? compiler::Target::Gpu : compiler::Target::Cpu,
       args, "kv-bench");
   if (mlir::failed(compiled))

@@ -142,16 +142,12 @@ bool Bench::run(const compiler::CompiledProgram &compiled,
 }
 
 bool Bench::measure(int block, Row &row) {
-  mlir::DialectRegistry registry;
-  compiler::registerDialects(registry);
-  mlir::MLIRContext context(registry);
-  llvm::SourceMgr sourceMgr;
-  mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+  bench::ProgramContext context;
   kvrt_model_config config;
   kvrt_model_get_config(model, &config);
   std::vector<Value> args;
   auto compiled =
-      bench::compileBenchProgram(context, program(config, block), config,
+      bench::compileBenchProgram(context.get(), program(config, block), config,
                                  compiler::Target::Cpu, args, "kv-bench-store");
   if (mlir::failed(compiled))
     return false;
