@@ -43,25 +43,9 @@ using namespace mlir::kv;
 
 namespace {
 
-/// The module attribute listing the location of every site, by site index.
-constexpr llvm::StringLiteral kSitesAttrName = "kv.exec_sites";
 /// The prefix of the generated entry wrappers.
 constexpr llvm::StringLiteral kEntryPrefix = "_kvrt_entry_";
 
-bool isTokensType(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  return tensor && tensor.getRank() == 1 &&
-         tensor.getElementType().isInteger(32);
-}
-bool isLogitsType(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  return tensor && tensor.getRank() == 2 && tensor.getElementType().isF32();
-}
-/// Attention queries and outputs: [n][heads][head_size] f32.
-bool isQueryType(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  return tensor && tensor.getRank() == 3 && tensor.getElementType().isF32();
-}
 /// The types the conversion turns into pointers.
 bool isHandleType(Type type) {
   return isa<CacheType, ModelType>(type) || isTokensType(type) ||
@@ -252,13 +236,8 @@ protected:
                        ExecFn fn, ArrayRef<Value> args) const {
     StringRef name = execFunction(fn).name;
     FunctionType type = getExecFunctionType(rewriter.getContext(), fn);
-    if (!state.module.lookupSymbol(name)) {
-      OpBuilder::InsertionGuard guard(rewriter);
-      rewriter.setInsertionPointToEnd(state.module.getBody());
-      auto decl =
-          func::FuncOp::create(rewriter, state.module.getLoc(), name, type);
-      decl.setPrivate();
-    }
+    if (!state.module.lookupSymbol(name))
+      declareExecFunction(rewriter, state.module, fn);
     return func::CallOp::create(rewriter, loc, name, type.getResults(), args)
         .getResults();
   }
@@ -1013,7 +992,7 @@ void ConvertKVToRuntimePass::runOnOperation() {
     }
   }
   buildEntryWrappers(state);
-  module->setAttr(kSitesAttrName, ArrayAttr::get(context, state.siteLocs));
+  module->setAttr(kExecSitesAttrName, ArrayAttr::get(context, state.siteLocs));
   numSites = state.siteLocs.size();
   numFunctions = state.hostFuncs.size();
 }

@@ -111,6 +111,18 @@ constexpr const ExecFunction &execFunction(ExecFn fn) {
   return kExecFunctions[static_cast<size_t>(fn)];
 }
 
+/// The module attribute in which convert-kv-to-runtime lists the location of
+/// every site, by site index (runners read it to report a failure at its op).
+constexpr llvm::StringLiteral kExecSitesAttrName = "kv.exec_sites";
+
+/// The tensors that cross the exec ABI as runtime handles, as the conversion
+/// and the runners that bind entries classify them: token lists (1-D i32),
+/// logits ([n][vocab] f32) and attention queries and outputs
+/// ([n][heads][head_size] f32).
+bool isTokensType(Type type);
+bool isLogitsType(Type type);
+bool isQueryType(Type type);
+
 /// The type of a forward entry point at the func level: (!llvm.ptr) -> ().
 FunctionType getForwardEntryType(MLIRContext *context);
 
