@@ -69,6 +69,17 @@ std::string modelMismatch(const kvrt_model_config &type,
   return "";
 }
 
+/// Fails unless an input of `size` tokens (or rows: `unit`) fits the static
+/// size of `spec`, where it has one.
+bool fitsStaticSize(const ArgSpec &spec, int64_t size, const char *unit,
+                    const std::string &what, std::string &error) {
+  if (spec.dims[0] < 0 || size == spec.dims[0])
+    return true;
+  error = str(what, " has ", spec.dims[0], " ", unit,
+              " in its type, its input has ", size);
+  return false;
+}
+
 /// Appends to `out` the synthesized values of argument `i`: its static
 /// size, else its sample length, else the default length, in tokens or rows
 /// of `perRow` values, each `draw(state)` from splitmix64 seeded by --seed
@@ -194,13 +205,8 @@ bool kvir::exec::bindArguments(const EntryManifest &manifest,
         return false;
       }
       size = int64_t(value.tokens.size());
-      if (spec.dims[0] >= 0 && size != spec.dims[0]) {
-        error = str(what, " has ", spec.dims[0],
-                    " tokens in its type, its "
-                    "input has ",
-                    size);
+      if (!fitsStaticSize(spec, size, "tokens", what, error))
         return false;
-      }
       for (size_t t = 0; t < value.tokens.size(); ++t)
         if (value.tokens[t] >= config.vocab_size) {
           error = str(
@@ -245,13 +251,8 @@ bool kvir::exec::bindArguments(const EntryManifest &manifest,
         return false;
       }
       size = int64_t(tensor->data.size()) / rowFloats;
-      if (spec.dims[0] >= 0 && size != spec.dims[0]) {
-        error = str(what, " has ", spec.dims[0],
-                    " rows in its type, its "
-                    "input has ",
-                    size);
+      if (!fitsStaticSize(spec, size, "rows", what, error))
         return false;
-      }
       tensor->dims[0] = size;
       tensor->dims[1] = config.n_heads;
       tensor->dims[2] = headSize;
