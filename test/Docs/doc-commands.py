@@ -128,7 +128,7 @@ NOT_RUN = {
     "build/bin/KVProgramTests && build/bin/KVRuntimeTests && build/bin/KVSessionTests": SUITE,
     "build/bin/kv-bench --backend cpu": BENCH,
     "build/bin/kv-bench --history 6000 --blocks 8 --block 1024 --stories ''": BENCH,
-    "cmake -G Ninja -S . -B build && ninja -C build KVRuntimeTests kv-run": BUILDS,
+    "cmake -G Ninja -S . -B build && ninja -C build KVRuntimeTests KVReferenceTests KVToolTests kv-run": BUILDS,
     "ctest --test-dir build -R 'Test\\.'": SUITE,
     "ninja -C build kv-bench-attention": BUILDS,
     "build/bin/kv-bench-attention --benchmark_repetitions=3 --benchmark_report_aggregates_only=true": BENCH,

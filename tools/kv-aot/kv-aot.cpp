@@ -127,10 +127,8 @@ std::optional<std::string> binaryOf(ModuleOp module) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  kvir::compiler::setVersionPrinter("kv-aot");
-  cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(
-      argc, argv,
+  kvir::compiler::parseToolOptions(
+      argc, argv, "kv-aot", category,
       "kv-aot: a kv program compiled ahead of time for a machine without "
       "LLVM\n\n"
       "  kv-aot examples/agent-edit.mlir --target gpu -o bundle/lib\n"
