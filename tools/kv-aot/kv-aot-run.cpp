@@ -264,7 +264,8 @@ int compare(const Args &a) {
     if (bytes.size() % sizeof(float) != 0)
       return usageError(a.files[i] + " is not a file of float32 values");
     values[i].resize(bytes.size() / sizeof(float));
-    std::memcpy(values[i].data(), bytes.data(), bytes.size());
+    if (!bytes.empty()) // memcpy from an empty string's data() is undefined
+      std::memcpy(values[i].data(), bytes.data(), bytes.size());
   }
   // A comparison of nothing would pass whatever the GPU computed.
   if (values[0].empty() || values[1].empty()) {
