@@ -99,13 +99,15 @@ bool useMoreBits(int32_t layer, int32_t layers) {
          (layer - layers / 8) % 3 == 2;
 }
 
-/// The format a matrix of `e` is written in for `type` (docs/models.md):
-/// the type's, or for the _M mixes llama.cpp's llama-quantize rules for
-/// the llama architecture (Q6_K for the classifier, and for attn_v and
-/// ffn_down of the layers useMoreBits picks); then, where rows are not
-/// whole blocks of it, a K-quant falls back to Q8_0 (llama.cpp takes Q5_0,
-/// Q5_1 and Q8_0 for Q4_K, Q5_K and Q6_K; KVIR reads none of the first two,
-/// so it takes the larger Q8_0) and what still does not fit to F16.
+/// The format a matrix of `e` is written in for `type` (docs/models.md), by
+/// llama.cpp's llama-quantize rules for the llama architecture (without
+/// --pure): the type's, but the classifier (output.weight, or the embedding
+/// a tied classifier is) in Q6_K for every block type but Q8_0, and for the
+/// _M mixes attn_v and ffn_down of the layers useMoreBits picks in Q6_K too;
+/// then, where rows are not whole blocks of it, a K-quant falls back to Q8_0
+/// (llama.cpp takes Q5_0, Q5_1 and Q8_0 for Q4_K, Q5_K and Q6_K; KVIR reads
+/// none of the first two, so it takes the larger Q8_0, as llama.cpp does for
+/// a classifier) and what still does not fit to F16.
 kvrt_weight_format formatFor(kvrt_gguf_type type, const Expected &e,
                              const kvrt_model_config &c) {
   kvrt_weight_format f = KVRT_WEIGHT_F32;
@@ -139,16 +141,14 @@ kvrt_weight_format formatFor(kvrt_gguf_type type, const Expected &e,
     break;
   }
   uint64_t cols = e.dims[0];
-  if (mix) {
-    TensorId id = e.decl->id;
-    bool classifier = id == TensorId::wcls ||
-                      (id == TensorId::token_embedding && c.shared_classifier);
-    if (classifier)
-      f = cols % 256 ? KVRT_WEIGHT_Q8_0 : KVRT_WEIGHT_Q6_K;
-    else if ((id == TensorId::wv || id == TensorId::w2) &&
-             useMoreBits(e.layer, c.n_layers))
-      f = KVRT_WEIGHT_Q6_K;
-  }
+  TensorId id = e.decl->id;
+  bool classifier = id == TensorId::wcls ||
+                    (id == TensorId::token_embedding && c.shared_classifier);
+  if (classifier && isBlockFormat(f) && f != KVRT_WEIGHT_Q8_0)
+    f = cols % 256 ? KVRT_WEIGHT_Q8_0 : KVRT_WEIGHT_Q6_K;
+  else if (mix && (id == TensorId::wv || id == TensorId::w2) &&
+           useMoreBits(e.layer, c.n_layers))
+    f = KVRT_WEIGHT_Q6_K;
   if (cols % uint64_t(blockLayout(f).elements) != 0 &&
       blockLayout(f).elements == 256)
     f = KVRT_WEIGHT_Q8_0;

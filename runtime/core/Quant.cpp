@@ -92,21 +92,13 @@ int quantizeOne(float x, float inverse, int lo, int hi) {
   return static_cast<int>(std::clamp<long>(q, lo, hi));
 }
 
-/// x ≈ a * q with q in [lo, hi]: a fitted to the `n` values, starting from
-/// the largest magnitude mapped to lo (the longer side of the range), then
-/// assign-and-refit rounds (each q nearest for a; a least squares for the
-/// q), keeping the best. Returns a (0 for an all-zero block).
-float fitSymmetric(const float *x, int n, int lo, int hi) {
-  float extreme = 0;
-  for (int i = 0; i < n; ++i)
-    if (std::fabs(x[i]) > std::fabs(extreme))
-      extreme = x[i];
-  if (extreme == 0)
-    return 0;
-  float a = extreme / static_cast<float>(lo);
+/// Assign-and-refit rounds for x ≈ a * q, q in [lo, hi], from a: each q
+/// nearest, then a least squares for those q; the best a seen and its
+/// squared error.
+double refitSymmetric(const float *x, int n, int lo, int hi, float &a) {
   float best = a;
   double bestError = INFINITY;
-  for (int round = 0; round < 6; ++round) {
+  for (int round = 0; round < 4; ++round) {
     double sqq = 0, sqx = 0, error = 0;
     for (int i = 0; i < n; ++i) {
       int q = quantizeOne(x[i], 1.0f / a, lo, hi);
@@ -126,26 +118,40 @@ float fitSymmetric(const float *x, int n, int lo, int hi) {
       break;
     a = next;
   }
+  a = best;
+  return bestError;
+}
+
+/// x ≈ a * q with q in [lo, hi]: refits (refitSymmetric) from the largest
+/// magnitude mapped to lo + t (the longer side of the range), t from -0.5 to
+/// 1 by 0.1, keeping the best. Returns a (0 for an all-zero block).
+float fitSymmetric(const float *x, int n, int lo, int hi) {
+  float extreme = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > std::fabs(extreme))
+      extreme = x[i];
+  if (extreme == 0)
+    return 0;
+  float best = extreme / static_cast<float>(lo);
+  double bestError = INFINITY;
+  for (int t = -5; t <= 10; ++t) {
+    float a = extreme / (static_cast<float>(lo) + 0.1f * float(t));
+    double error = refitSymmetric(x, n, lo, hi, a);
+    if (error < bestError) {
+      bestError = error;
+      best = a;
+    }
+  }
   return best;
 }
 
-/// x ≈ a * q - b with q in [0, hi], a >= 0, b >= 0 (the offset of a
-/// K-quant's sub-block is a subtracted min): from the range of the values
-/// (a minimum above 0 taken as 0), assign-and-refit rounds by least squares
-/// in (a, b), keeping the best.
-void fitAffine(const float *x, int n, int hi, float &a, float &b) {
-  float lo = 0, top = 0;
-  for (int i = 0; i < n; ++i) {
-    lo = std::min(lo, x[i]);
-    top = std::max(top, x[i]);
-  }
-  a = (top - lo) / static_cast<float>(hi);
-  b = -lo;
-  if (a == 0)
-    return;
+/// Assign-and-refit rounds for x ≈ a * q - b from (a, b): each q nearest,
+/// then (a, b) least squares for those q (b >= 0); the best pair seen and its
+/// squared error.
+double refitAffine(const float *x, int n, int hi, float &a, float &b) {
   float bestA = a, bestB = b;
   double bestError = INFINITY;
-  for (int round = 0; round < 6; ++round) {
+  for (int round = 0; round < 4 && a > 0; ++round) {
     double sq = 0, sqq = 0, sx = 0, sqx = 0, error = 0;
     for (int i = 0; i < n; ++i) {
       int q = quantizeOne(x[i] + b, 1.0f / a, 0, hi);
@@ -174,6 +180,38 @@ void fitAffine(const float *x, int n, int hi, float &a, float &b) {
       break;
     a = static_cast<float>(na);
     b = static_cast<float>(nb);
+  }
+  a = bestA;
+  b = bestB;
+  return bestError;
+}
+
+/// x ≈ a * q - b with q in [0, hi], a >= 0, b >= 0 (the offset of a
+/// K-quant's sub-block is a subtracted min): refits (refitAffine) from the
+/// range of the values (a minimum above 0 taken as 0) spread over hi + t
+/// steps, t from -1 to 1 by 0.1 (a slightly wider or narrower grid often
+/// rounds better), keeping the best.
+void fitAffine(const float *x, int n, int hi, float &a, float &b) {
+  float lo = 0, top = 0;
+  for (int i = 0; i < n; ++i) {
+    lo = std::min(lo, x[i]);
+    top = std::max(top, x[i]);
+  }
+  a = (top - lo) / static_cast<float>(hi);
+  b = -lo;
+  if (a == 0)
+    return;
+  double bestError = INFINITY;
+  float bestA = a, bestB = b;
+  for (int t = -10; t <= 10; ++t) {
+    float ta = (top - lo) / (static_cast<float>(hi) + 0.1f * float(t));
+    float tb = -lo;
+    double error = refitAffine(x, n, hi, ta, tb);
+    if (error < bestError) {
+      bestError = error;
+      bestA = ta;
+      bestB = tb;
+    }
   }
   a = bestA;
   b = bestB;
