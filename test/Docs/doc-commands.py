@@ -60,12 +60,14 @@ RUN = {
     "build/bin/kv-convert stories260K.gguf stories260K.bin": [MODEL],
     'build/bin/kv-run --model stories260K.q8_0.gguf --text "Once upon a time" --bos prompt': [MODEL],
     'build/bin/kv-run examples/story-edit.mlir --model stories260K.q8_0.gguf --text opening="Once upon a time, there was a little" --bos opening --text hero="girl named Lily." --text new_hero="boy named Tim." --text notes="She loved to play outside in the park." --text answer="One day," --compare-full-prefill': [MODEL],
+    "build/bin/kv-convert synthetic:dim=256,hidden=768,layers=4,heads=4,kv_heads=2,vocab=512 d256.q4_k_m.gguf --type q4_k_m": [],
 }
 
 BUILDS = "builds the project (the test suite runs inside a build)"
 BENCH = "a benchmark: minutes of timing on an idle machine, not a test"
 SUITE = "runs a test suite ctest already runs"
 NOT_RUN = {
+    "bench/peer/llama-agreement.sh": "fetches llama.cpp with npm (a peer to compare with, not a dependency) and runs for minutes",
     "bash tools/quickstart.sh": "installs Debian packages (as root) and builds",
     "cmake -G Ninja -S . -B build && cmake --build build && ctest --test-dir build --output-on-failure": BUILDS,
     "cmake -G Ninja -S . -B build-sanitize -DKVIR_SANITIZE=address,undefined -DKVIR_BUILD_FUZZERS=ON": BUILDS,
