@@ -341,6 +341,12 @@ kvir::compiler::lowerProgram(ModuleOp module, const LowerOptions &options,
         ArrayAttr::get(context,
                        {kv::exportForwardEntry(context, *options.exportModel,
                                                options.exportDtype)}));
+  if (options.exportModel && !options.exportFormats.allF32())
+    (*lowered)->setAttr(
+        kv::kWeightFormatsAttrName,
+        ArrayAttr::get(context,
+                       {kv::weightFormatsEntry(context, *options.exportModel,
+                                               options.exportFormats)}));
   PassManager pm(context);
   if (options.target == Target::Cpu) {
     kv::LowerToCPUPipelineOptions cpu;
@@ -449,15 +455,16 @@ exec::EntryFn JitProgram::entry(StringRef name) {
 }
 
 Forward JitProgram::forward(const kvrt_model_config &config,
-                            kvrt_kv_dtype dtype) {
+                            kvrt_kv_dtype dtype,
+                            const kvir::WeightFormats &formats) {
   Forward f;
-  std::string key = configKey(config, dtype);
+  std::string key = forwardKey(config, dtype, formats);
   std::unique_ptr<std::string> &stored = keys[key];
   if (!stored)
     stored = std::make_unique<std::string>(key);
   f.key = stored->c_str();
   auto entry = [&](kv::ForwardEntryPoint point) {
-    return lookup(kv::forwardEntryName(config, dtype, point));
+    return lookup(kv::forwardEntryName(config, dtype, formats, point));
   };
   f.prefill =
       reinterpret_cast<kvrt_prefill_fn>(entry(kv::ForwardEntryPoint::Prefill));
@@ -496,8 +503,8 @@ kvir::compiler::compileProgram(OwningOpRef<ModuleOp> planned,
     return emitError(entry->getLoc()) << "the compiled program has no "
                                       << exec::entrySymbol(entryName.str());
   if (options.exportModel)
-    program.forward =
-        program.jit->forward(*options.exportModel, options.exportDtype);
+    program.forward = program.jit->forward(
+        *options.exportModel, options.exportDtype, options.exportFormats);
   return program;
 }
 
@@ -519,14 +526,19 @@ MLIRContext &forwardContext() {
   return *context;
 }
 
-/// A module asking for the forward of `config`.
+/// A module asking for the forward of `config` with weights in `formats`.
 OwningOpRef<ModuleOp> forwardModule(MLIRContext &ctx,
                                     const kvrt_model_config &config,
-                                    kvrt_kv_dtype dtype) {
+                                    kvrt_kv_dtype dtype,
+                                    const kvir::WeightFormats &formats) {
   OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&ctx));
   (*module)->setAttr(
       kv::kExportForwardsAttrName,
       ArrayAttr::get(&ctx, {kv::exportForwardEntry(&ctx, config, dtype)}));
+  if (!formats.allF32())
+    (*module)->setAttr(
+        kv::kWeightFormatsAttrName,
+        ArrayAttr::get(&ctx, {kv::weightFormatsEntry(&ctx, config, formats)}));
   return module;
 }
 
@@ -535,7 +547,8 @@ OwningOpRef<ModuleOp> forwardModule(MLIRContext &ctx,
 kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
                                            Target target, Forward *out,
                                            kvrt_kv_dtype dtype,
-                                           int64_t cpuVectorBits) {
+                                           int64_t cpuVectorBits,
+                                           const kvir::WeightFormats &formats) {
   if (!out)
     return kvrt::nullArgument(__func__);
   static std::mutex mutex;
@@ -543,7 +556,7 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
   static auto &programs = *new std::vector<std::unique_ptr<JitProgram>>();
   std::lock_guard<std::mutex> lock(mutex);
   std::string key =
-      configKey(config, dtype) +
+      forwardKey(config, dtype, formats) +
       (target == Target::Gpu ? " gpu" : " cpu" + std::to_string(cpuVectorBits));
   auto it = cache.find(key);
   if (it != cache.end()) {
@@ -556,7 +569,7 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
                 str("unsupported model config: ", problem));
   MLIRContext &ctx = forwardContext();
   CollectDiagnostics diagnostics(ctx);
-  OwningOpRef<ModuleOp> module = forwardModule(ctx, config, dtype);
+  OwningOpRef<ModuleOp> module = forwardModule(ctx, config, dtype, formats);
   std::vector<Location> sites;
   LowerOptions options;
   options.target = target;
@@ -571,7 +584,7 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
   if (!jit)
     return fail(KVRT_ERR_INTERNAL,
                 str("cannot JIT-compile the forward: ", diagnostics.text));
-  Forward forward = jit->forward(config, dtype);
+  Forward forward = jit->forward(config, dtype, formats);
   if (!forward.prefill || !forward.attention || !forward.materialize)
     return fail(KVRT_ERR_INTERNAL, "the compiled forward lacks entry points");
   programs.push_back(std::move(jit));
@@ -643,7 +656,8 @@ kvrt_status kvir::compiler::getForwardSource(const kvrt_model_config &config,
     return kvrt::nullArgument(__func__);
   MLIRContext &ctx = forwardContext();
   CollectDiagnostics diagnostics(ctx);
-  OwningOpRef<ModuleOp> module = forwardModule(ctx, config, KVRT_KV_F32);
+  OwningOpRef<ModuleOp> module =
+      forwardModule(ctx, config, KVRT_KV_F32, kvir::WeightFormats());
   PassManager pm(&ctx);
   if (!lowered)
     pm.addPass(target == Target::Cpu ? kv::createConvertKVToCPUPass()

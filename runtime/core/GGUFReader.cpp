@@ -12,6 +12,7 @@
 #include "runtime/core/KVElement.h"
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/core/Quant.h"
 #include "runtime/core/Support.h"
 #include "runtime/core/tokenizer/PreTokenizer.h"
 #include "runtime/core/tokenizer/TokenizerImpl.h"
@@ -74,23 +75,6 @@ uint64_t scalarBytes(uint32_t type) {
   default:
     return 0;
   }
-}
-
-/// The name of a ggml type id (ggml.h), "" past the known ones.
-const char *ggmlTypeName(uint32_t type) {
-  static const char *names[] = {
-      "F32",        "F16",        "Q4_0",       "Q4_1",     "Q4_2",    "Q4_3",
-      "Q5_0",       "Q5_1",       "Q8_0",       "Q8_1",     "Q2_K",    "Q3_K",
-      "Q4_K",       "Q5_K",       "Q6_K",       "Q8_K",     "IQ2_XXS", "IQ2_XS",
-      "IQ3_XXS",    "IQ1_S",      "IQ4_NL",     "IQ3_S",    "IQ2_S",   "IQ4_XS",
-      "I8",         "I16",        "I32",        "I64",      "F64",     "IQ1_M",
-      "BF16",       "Q4_0_4_4",   "Q4_0_4_8",   "Q4_0_8_8", "TQ1_0",   "TQ2_0",
-      "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
-  return type < std::size(names) ? names[type] : "";
-}
-
-bool supportedType(uint32_t type) {
-  return type == kTF32 || type == kTF16 || type == kTQ8_0 || type == kTBF16;
 }
 
 /// A metadata value: scalars decoded, strings and arrays as positions.
@@ -254,36 +238,28 @@ struct Parsed {
   std::map<std::string_view, Value, std::less<>> keys;
   std::vector<TensorInfo> tensors;
   uint64_t dataStart = 0;
+  /// Bytes from dataStart to the end of the file.
+  uint64_t dataBytes = 0;
   uint32_t alignment = kDefaultAlignment;
 };
 
 /// Bytes of a tensor of `elements` elements of `type` whose rows are `row`
-/// long; nullopt (with `error`) when the type cannot hold that shape.
+/// long; nullopt (with `error`) when the type cannot hold that shape (rows
+/// that are not whole blocks).
 std::optional<uint64_t> tensorBytes(uint32_t type, uint64_t elements,
                                     uint64_t row, std::string &error) {
-  uint64_t bytes;
-  switch (type) {
-  case kTF32:
-    if (__builtin_mul_overflow(elements, 4, &bytes))
-      break;
-    return bytes;
-  case kTF16:
-  case kTBF16:
-    if (__builtin_mul_overflow(elements, 2, &bytes))
-      break;
-    return bytes;
-  case kTQ8_0:
-    if (row % kQ8Block != 0) {
-      error = str("has rows of ", row, " elements, not a multiple of the ",
-                  kQ8Block, " of a Q8_0 block");
-      return std::nullopt;
-    }
-    if (__builtin_mul_overflow(elements / kQ8Block, kQ8BlockBytes, &bytes))
-      break;
-    return bytes;
+  kvrt_weight_format format = *formatOfGgmlType(type);
+  BlockLayout block = blockLayout(format);
+  if (row % uint64_t(block.elements) != 0) {
+    error = str("has rows of ", row, " elements, not a multiple of the ",
+                block.elements, " of a ", ggmlTypeName(type), " block");
+    return std::nullopt;
   }
-  error = "has a size beyond 2^64 bytes";
-  return std::nullopt;
+  uint64_t bytes;
+  if (__builtin_mul_overflow(elements / uint64_t(block.elements),
+                             uint64_t(block.bytes), &bytes))
+    return std::nullopt;
+  return bytes;
 }
 
 std::string parseStructure(const uint8_t *data, size_t size, Parsed &out) {
@@ -362,19 +338,21 @@ std::string parseStructure(const uint8_t *data, size_t size, Parsed &out) {
     if (!r.scalar(info.type, what + " type") ||
         !r.scalar(info.offset, what + " offset"))
       return r.error();
-    if (!supportedType(info.type)) {
+    if (!formatOfGgmlType(info.type)) {
       const char *name = ggmlTypeName(info.type);
       if (!*name)
         return str(what, " has unknown tensor type ", info.type);
       return str(what, " has type ", name, " (", info.type,
-                 "), which is not supported (F32, F16, BF16 and Q8_0 are)");
+                 "), which is not supported (F32, F16, BF16, Q8_0, Q4_0, "
+                 "Q4_K, Q5_K and Q6_K are)");
     }
     std::string problem;
     std::optional<uint64_t> bytes =
         tensorBytes(info.type, info.elements, info.dims[0], problem);
     if (!bytes)
       return str(what, " of type ", ggmlTypeName(info.type), " and shape ",
-                 shapeText(info.dims, info.nDims), " ", problem);
+                 shapeText(info.dims, info.nDims), " ",
+                 problem.empty() ? "has more than 2^64 bytes" : problem);
     info.bytes = *bytes;
     if (info.offset % out.alignment != 0)
       return str(what, " offset ", info.offset,
@@ -391,6 +369,7 @@ std::string parseStructure(const uint8_t *data, size_t size, Parsed &out) {
     return str("truncated file: the data section would start at byte ",
                out.dataStart, ", past the end of the file (", size, " bytes)");
   uint64_t dataBytes = out.dataStart > size ? 0 : size - out.dataStart;
+  out.dataBytes = dataBytes;
   std::vector<const TensorInfo *> byOffset;
   for (const TensorInfo &info : out.tensors) {
     if (info.offset > dataBytes || info.bytes > dataBytes - info.offset)
@@ -555,46 +534,15 @@ private:
 // The model
 //===----------------------------------------------------------------------===//
 
-/// Dequantises `info` (validated) from `src` into `dst`; "" or what is
-/// wrong (a non-finite value or scale).
-std::string dequantize(const TensorInfo &info, const uint8_t *src, float *dst) {
-  auto bad = [&](uint64_t i, float v) {
-    return str("tensor '", info.name, "' element ", i, " is ", v,
-               " (weights must be finite)");
-  };
-  switch (info.type) {
-  case kTF32:
-    std::memcpy(dst, src, info.elements * sizeof(float));
-    for (uint64_t i = 0; i < info.elements; ++i)
-      if (!std::isfinite(dst[i]))
-        return bad(i, dst[i]);
-    return "";
-  case kTF16:
-  case kTBF16:
-    for (uint64_t i = 0; i < info.elements; ++i) {
-      uint16_t bits;
-      std::memcpy(&bits, src + 2 * i, 2);
-      dst[i] = info.type == kTF16 ? halfToFloat(bits) : bfloatToFloat(bits);
-      if (!std::isfinite(dst[i]))
-        return bad(i, dst[i]);
-    }
-    return "";
-  case kTQ8_0:
-    for (uint64_t b = 0; b < info.elements / kQ8Block; ++b) {
-      const uint8_t *block = src + b * kQ8BlockBytes;
-      uint16_t bits;
-      std::memcpy(&bits, block, 2);
-      float scale = halfToFloat(bits);
-      if (!std::isfinite(scale))
-        return str("tensor '", info.name, "' Q8_0 block ", b,
-                   " has a non-finite scale (", scale, ")");
-      for (int j = 0; j < kQ8Block; ++j)
-        dst[b * kQ8Block + j] =
-            scale * static_cast<float>(static_cast<int8_t>(block[2 + j]));
-    }
-    return "";
-  }
-  return str("tensor '", info.name, "' has an unsupported type");
+/// The format of a validated tensor, and what is wrong with its data
+/// (its elements or block scales), or "".
+kvrt_weight_format formatOf(const TensorInfo &info) {
+  return *formatOfGgmlType(info.type);
+}
+std::string checkTensor(const TensorInfo &info, const uint8_t *src) {
+  std::string problem =
+      checkWeightData(formatOf(info), src, int64_t(info.elements));
+  return problem.empty() ? "" : str("tensor '", info.name, "' ", problem);
 }
 
 std::string readConfig(const Metadata &meta, const Parsed &parsed,
@@ -700,8 +648,15 @@ std::string readConfig(const Metadata &meta, const Parsed &parsed,
   return "";
 }
 
+/// Reads the model of a parsed file whose bytes are `data`. The model's
+/// weights point into `storage` where it is given (the file's mapping, which
+/// the model keeps), else into a copy of the data section the model owns;
+/// norm vectors of a format other than f32 (and f32 tensors a file puts at
+/// an address that is not a multiple of 4) are converted into memory of its
+/// own. Every tensor's data is checked first: finite elements, finite block
+/// scales.
 std::string readModel(const uint8_t *data, const Parsed &parsed,
-                      kvrt_model **out) {
+                      std::shared_ptr<const void> storage, kvrt_model **out) {
   Metadata meta(parsed);
   kvrt_model_config c;
   const TensorInfo *ropeFreqs = nullptr;
@@ -716,10 +671,8 @@ std::string readModel(const uint8_t *data, const Parsed &parsed,
   for (const TensorInfo &info : parsed.tensors)
     byName[info.name] = &info;
   // Every tensor is expected or rope_freqs, every expected one is there with
-  // its shape, and their sizes add up without overflow: all before the
-  // weights are allocated.
+  // its shape: all before anything is allocated.
   std::vector<const TensorInfo *> order;
-  uint64_t total = 0;
   for (const Expected &e : expected) {
     auto it = byName.find(e.name);
     if (it == byName.end())
@@ -733,36 +686,75 @@ std::string readModel(const uint8_t *data, const Parsed &parsed,
                  shapeText(info.dims, info.nDims), ", expected ",
                  shapeText(e.dims, e.nDims));
     order.push_back(&info);
-    if (__builtin_add_overflow(total, info.elements, &total))
-      return "the tensors hold more than 2^64 elements";
     byName.erase(it);
   }
   for (auto &[name, info] : byName)
     if (info != ropeFreqs)
       return str("unexpected tensor '", name, "' for the llama architecture");
+  const uint8_t *section = data + parsed.dataStart;
   if (ropeFreqs) {
-    std::vector<float> factors(ropeFreqs->elements);
-    error = dequantize(*ropeFreqs, data + parsed.dataStart + ropeFreqs->offset,
-                       factors.data());
-    if (!error.empty())
+    const uint8_t *src = section + ropeFreqs->offset;
+    if (!(error = checkTensor(*ropeFreqs, src)).empty())
       return error;
+    std::vector<float> factors(ropeFreqs->elements);
+    dequantizeRow(formatOf(*ropeFreqs), src, factors.data(),
+                  int64_t(factors.size()));
     c.n_rope_freq_factors = static_cast<int32_t>(factors.size());
     std::copy(factors.begin(), factors.end(), c.rope_freq_factors);
     std::string problem = describeConfigError(c);
     if (!problem.empty())
       return "invalid configuration: " + problem;
   }
+  for (const TensorInfo *info : order)
+    if (!(error = checkTensor(*info, section + info->offset)).empty())
+      return error;
   if (allocationFault(KVRT_FAULT_WEIGHTS, "model weights") != KVRT_OK)
     return kvrt_last_error();
-  std::vector<float> weights(total);
-  float *dst = weights.data();
-  for (const TensorInfo *info : order) {
-    error = dequantize(*info, data + parsed.dataStart + info->offset, dst);
-    if (!error.empty())
-      return error;
-    dst += info->elements;
+
+  ModelParts parts;
+  const uint8_t *base = section;
+  if (storage) {
+    parts.storage = std::move(storage);
+  } else {
+    // The caller's buffer may go away: the data section is copied, at an
+    // address as aligned as any tensor of the file needs (64 bytes).
+    uint64_t bytes = uint64_t(parsed.dataBytes);
+    auto *copy = static_cast<uint8_t *>(::operator new(
+        size_t(std::max<uint64_t>(bytes, 1)), std::align_val_t(64)));
+    std::memcpy(copy, section, size_t(bytes));
+    parts.storage = std::shared_ptr<const void>(copy, [](const void *p) {
+      ::operator delete(const_cast<void *>(p), std::align_val_t(64));
+    });
+    base = copy;
   }
-  *out = makeModel(c, std::move(weights));
+  // Where each slice's converted floats go: sized first, so that the
+  // pointers into `owned` stay valid.
+  auto converted = [](const TensorInfo &info, const TensorDecl &decl,
+                      const uint8_t *at) {
+    kvrt_weight_format format = formatOf(info);
+    return (decl.kind == TensorKind::Norm && format != KVRT_WEIGHT_F32) ||
+           (format == KVRT_WEIGHT_F32 &&
+            reinterpret_cast<uintptr_t>(at) % alignof(float) != 0);
+  };
+  size_t ownedFloats = 0;
+  for (size_t i = 0; i < order.size(); ++i)
+    if (converted(*order[i], *expected[i].decl, base + order[i]->offset))
+      ownedFloats += size_t(order[i]->elements);
+  parts.owned.resize(ownedFloats);
+  float *next = parts.owned.data();
+  for (size_t i = 0; i < order.size(); ++i) {
+    const TensorInfo &info = *order[i];
+    const uint8_t *at = base + info.offset;
+    kvrt_weight_format format = formatOf(info);
+    kvrt_weight_slice slice{at, format, int64_t(info.bytes)};
+    if (converted(info, *expected[i].decl, at)) {
+      dequantizeRow(format, at, next, int64_t(info.elements));
+      slice = {next, KVRT_WEIGHT_F32, int64_t(info.elements * sizeof(float))};
+      next += info.elements;
+    }
+    parts.slices[static_cast<size_t>(expected[i].decl->id)].push_back(slice);
+  }
+  *out = makeModel(c, std::move(parts));
   return "";
 }
 
@@ -1005,16 +997,16 @@ std::string readTokenizer(const uint8_t *data, size_t size,
 // Files
 //===----------------------------------------------------------------------===//
 
+/// A read-only mapping of a whole file: its bytes, and the handle that
+/// unmaps them when the last owner (the reader, then the model) lets go.
 struct Mapping {
   const uint8_t *data = nullptr;
   size_t size = 0;
-  ~Mapping() {
-    if (data)
-      ::munmap(const_cast<uint8_t *>(data), size);
-  }
+  std::shared_ptr<const void> owner;
 };
 
-/// Maps `path` read-only; "" or what went wrong.
+/// Maps `path` read-only (private: the page cache is shared between the
+/// processes that map the file, nothing is copied); "" or what went wrong.
 std::string mapFile(const char *path, Mapping &out) {
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
@@ -1026,17 +1018,70 @@ std::string mapFile(const char *path, Mapping &out) {
   } else if (!S_ISREG(st.st_mode)) {
     error = str("'", path, "' is not a regular file");
   } else if (st.st_size > 0) {
-    void *p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ,
-                     MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED)
+    size_t size = static_cast<size_t>(st.st_size);
+    void *p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
       error = str("cannot map '", path, "': ", std::strerror(errno));
-    else {
+    } else {
       out.data = static_cast<const uint8_t *>(p);
-      out.size = static_cast<size_t>(st.st_size);
+      out.size = size;
+      out.owner = std::shared_ptr<const void>(
+          p, [size](const void *q) { ::munmap(const_cast<void *>(q), size); });
     }
   }
   ::close(fd);
   return error;
+}
+
+/// readBuffer, with the model's weights pointing into `storage` where it is
+/// given (the bytes `data` belongs to), else into a copy.
+std::string readAll(const uint8_t *data, size_t size,
+                    std::shared_ptr<const void> storage, kvrt_model **model,
+                    kvrt_tokenizer **tokenizer) {
+  if (model)
+    *model = nullptr;
+  if (tokenizer)
+    *tokenizer = nullptr;
+  Parsed parsed;
+  std::string error = parseStructure(data, size, parsed);
+  if (!error.empty())
+    return error;
+  kvrt_model *m = nullptr;
+  int32_t vocab = -1;
+  if (model || tokenizer) {
+    // The tokenizer is checked against the model's vocabulary: read the
+    // model's config even when only the tokenizer is asked for.
+    if (model) {
+      error = readModel(data, parsed, std::move(storage), &m);
+      if (!error.empty())
+        return error;
+      vocab = m->config.vocab_size;
+    } else if (!parsed.tensors.empty()) {
+      // (A vocabulary-only file, with no tensors, is a tokenizer alone.)
+      Metadata meta(parsed);
+      kvrt_model_config c;
+      const TensorInfo *ropeFreqs = nullptr;
+      error = readConfig(meta, parsed, c, ropeFreqs);
+      if (!error.empty())
+        return error;
+      vocab = c.vocab_size;
+    }
+  }
+  kvrt_tokenizer *t = nullptr;
+  error = readTokenizer(data, size, parsed, vocab, &t);
+  if (!error.empty()) {
+    kvrt_model_release(m);
+    return error;
+  }
+  if (model)
+    *model = m;
+  else
+    kvrt_model_release(m);
+  if (tokenizer)
+    *tokenizer = t;
+  else
+    kvrt_tokenizer_release(t);
+  return "";
 }
 
 } // namespace
@@ -1070,50 +1115,7 @@ bool kvrt::gguf::fileHasMagic(const char *path) {
 std::string kvrt::gguf::readBuffer(const uint8_t *data, size_t size,
                                    kvrt_model **model,
                                    kvrt_tokenizer **tokenizer) {
-  if (model)
-    *model = nullptr;
-  if (tokenizer)
-    *tokenizer = nullptr;
-  Parsed parsed;
-  std::string error = parseStructure(data, size, parsed);
-  if (!error.empty())
-    return error;
-  kvrt_model *m = nullptr;
-  int32_t vocab = -1;
-  if (model || tokenizer) {
-    // The tokenizer is checked against the model's vocabulary: read the
-    // model's config even when only the tokenizer is asked for.
-    if (model) {
-      error = readModel(data, parsed, &m);
-      if (!error.empty())
-        return error;
-      vocab = m->config.vocab_size;
-    } else if (!parsed.tensors.empty()) {
-      // (A vocabulary-only file, with no tensors, is a tokenizer alone.)
-      Metadata meta(parsed);
-      kvrt_model_config c;
-      const TensorInfo *ropeFreqs = nullptr;
-      error = readConfig(meta, parsed, c, ropeFreqs);
-      if (!error.empty())
-        return error;
-      vocab = c.vocab_size;
-    }
-  }
-  kvrt_tokenizer *t = nullptr;
-  error = readTokenizer(data, size, parsed, vocab, &t);
-  if (!error.empty()) {
-    kvrt_model_release(m);
-    return error;
-  }
-  if (model)
-    *model = m;
-  else
-    kvrt_model_release(m);
-  if (tokenizer)
-    *tokenizer = t;
-  else
-    kvrt_tokenizer_release(t);
-  return "";
+  return readAll(data, size, nullptr, model, tokenizer);
 }
 
 std::string kvrt::gguf::readFile(const char *path, kvrt_model **model,
@@ -1121,7 +1123,8 @@ std::string kvrt::gguf::readFile(const char *path, kvrt_model **model,
   Mapping mapping;
   std::string error = mapFile(path, mapping);
   if (error.empty())
-    error = readBuffer(mapping.data, mapping.size, model, tokenizer);
+    error =
+        readAll(mapping.data, mapping.size, mapping.owner, model, tokenizer);
   if (!error.empty() && error.find(path) == std::string::npos)
     error = str("bad GGUF file '", path, "': ", error);
   return error;

@@ -163,7 +163,7 @@ private:
       return s;
     if (kvrt_status s = kvrt_model_get_weights(model, &m.weights))
       return s;
-    if (kvrt_status s = checkForward(forward, m.config, entry))
+    if (kvrt_status s = checkForward(forward, model, entry))
       return s;
     // Every call then allocates its working memory (tables, activations).
     return kvrt::allocationFault(KVRT_FAULT_SCRATCH, "cpu backend");
@@ -239,7 +239,8 @@ private:
     std::vector<float> result((n - logitsFrom) * int64_t(c.vocab_size));
     kvrt_prefill_args args{};
     args.x = memrefF32(x.data(), int64_t(x.size()));
-    fillWeightFields(args, m.weights);
+    WeightTable weights = hostWeightTable(c, m.weights);
+    weights.fill(args);
     args.kv = arena(layout);
     args.pages = table.pagesRef();
     args.runs = table.rowsRef();

@@ -69,18 +69,28 @@ Type cacheElementOf(Operation *op) {
   return Float32Type::get(op->getContext());
 }
 
-/// The forward entry point an op needs, for its model and the element type
-/// of its caches.
+/// The formats of the weights of an op's model (kv.weight_formats; a
+/// malformed attribute was refused where the forwards were built).
+kvir::WeightFormats formatsOf(Operation *op) {
+  auto model = cast<ModelType>(op->getOperand(0).getType());
+  FailureOr<kvir::WeightFormats> formats = weightFormatsOf(
+      op->getParentOfType<ModuleOp>(), model.getConfig(), op->getLoc());
+  return succeeded(formats) ? *formats : kvir::WeightFormats();
+}
+
+/// The forward entry point an op needs, for its model, the element type of
+/// its caches and the formats of the model's weights.
 std::string forwardEntryOf(Operation *op, ForwardEntryPoint entry) {
   auto model = cast<ModelType>(op->getOperand(0).getType());
   return forwardEntryName(model.getConfig(), kvDtypeOf(cacheElementOf(op)),
-                          entry);
+                          formatsOf(op), entry);
 }
 
-/// The config key of the forward an op needs (what the runtime checks).
+/// The key of the forward an op needs (what the runtime checks).
 std::string forwardKeyOf(Operation *op) {
   auto model = cast<ModelType>(op->getOperand(0).getType());
-  return kvir::configKey(model.getConfig(), kvDtypeOf(cacheElementOf(op)));
+  return kvir::forwardKey(model.getConfig(), kvDtypeOf(cacheElementOf(op)),
+                          formatsOf(op));
 }
 
 /// The entry point each op that needs math calls.
@@ -923,6 +933,7 @@ void ConvertKVToRuntimePass::runOnOperation() {
     // Nothing to lower; contexts are metadata.
     for (auto ctxOp : llvm::make_early_inc_range(module.getOps<ContextOp>()))
       ctxOp.erase();
+    module->removeAttr(kWeightFormatsAttrName);
     return;
   }
 
@@ -975,6 +986,7 @@ void ConvertKVToRuntimePass::runOnOperation() {
 
   for (auto ctxOp : llvm::make_early_inc_range(module.getOps<ContextOp>()))
     ctxOp.erase();
+  module->removeAttr(kWeightFormatsAttrName);
   // kv.* argument attributes (kv.name, kv.sample_length) mean nothing to
   // LLVM, whose translation warns about them.
   for (auto func : module.getOps<func::FuncOp>()) {
