@@ -24,6 +24,8 @@ usage: doc-commands.py SOURCE_ROOT WORK_DIR
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +35,7 @@ MODEL = "model"  # ../shared/models/stories260K.bin and tok512.bin
 TOOLKIT = "cuda-toolkit"  # the CUDA toolkit CMake found (ptxas, libdevice)
 UNSANITIZED = "unsanitized"  # our code loaded into uninstrumented executables
 HTTP = "http-client"  # curl and jq, the clients the kv-serve examples use
+SERVE_PORT = 8080  # the port the kv-serve examples listen on
 
 # The commands run here, each with what it needs. A command is written as the
 # document shows it, its continuation lines joined and a trailing comment
@@ -212,7 +215,25 @@ def cmake_cache(build):
     return values
 
 
-def missing(need, src, build, cache):
+def port_taken(port):
+    """Whether something already listens on localhost:`port`: the kv-serve
+    examples would talk to it instead of the server they start."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def stop_servers(root):
+    """Stops the server the last kv-serve example started (its pid is in
+    kv-serve.pid), so that no server outlives the test."""
+    try:
+        with open(os.path.join(root, "kv-serve.pid"), encoding="utf-8") as f:
+            os.kill(int(f.read().strip()), signal.SIGTERM)
+    except (OSError, ValueError):
+        pass
+
+
+def missing(need, src, build, cache, port_busy=False):
     """Why `need` is not met here, or None."""
     if need == MODEL:
         models = os.path.join(src, "..", "shared", "models")
@@ -227,6 +248,9 @@ def missing(need, src, build, cache):
         for tool in ("curl", "jq"):
             if not shutil.which(tool):
                 return "no " + tool + " on PATH"
+        if port_busy:
+            return (f"port {SERVE_PORT} was taken by another process when the "
+                    f"test began")
     elif need == UNSANITIZED:
         if cache.get("KVIR_SANITIZE", ""):
             return "a sanitizer build (uninstrumented executables cannot load it)"
@@ -252,25 +276,11 @@ def make_root(src, build, work):
     return root
 
 
-def main():
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    src, work = sys.argv[1], sys.argv[2]
-    kv_opt = shutil.which("kv-opt")
-    if not kv_opt:
-        sys.exit("doc-commands: kv-opt is not on PATH (the build's bin folder)")
-    bindir = os.path.dirname(os.path.realpath(kv_opt))
-    build = os.path.dirname(bindir)
-    cache = cmake_cache(build)
-    root = make_root(src, build, work)
-    env = dict(os.environ)
-    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-
-    docs = ["README.md"] + sorted(
-        os.path.join("docs", f) for f in os.listdir(os.path.join(src, "docs"))
-        if f.endswith(".md"))
-    problems, seen, ran, skipped = [], set(), 0, 0
-    started = time.monotonic()
+def run_docs(docs, src, build, cache, root, env, port_busy, problems, seen):
+    """Runs or classifies every command of `docs` in document order, adding
+    what went wrong to `problems` and each command's key to `seen`; returns
+    how many commands ran and how many were skipped."""
+    ran, skipped = 0, 0
     for doc in docs:
         last_c = None
         for language, line, body in read_blocks(os.path.join(src, doc)):
@@ -295,7 +305,8 @@ def main():
                         f"{where}: a command neither run nor listed in NOT_RUN "
                         f"(test/Docs/doc-commands.py): {key}")
                     continue
-                why = [m for m in (missing(n, src, build, cache) for n in RUN[key]) if m]
+                why = [m for m in (missing(n, src, build, cache, port_busy)
+                                   for n in RUN[key]) if m]
                 if why:
                     skipped += 1
                     print(f"skipped   {where}: {key}\n          ({'; '.join(why)})")
@@ -319,6 +330,34 @@ def main():
                 if status != 0:
                     tail = output.decode("utf-8", "replace")[-3000:]
                     problems.append(f"{where}: exit {status}: {key}\n{tail}")
+    return ran, skipped
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    src, work = sys.argv[1], sys.argv[2]
+    kv_opt = shutil.which("kv-opt")
+    if not kv_opt:
+        sys.exit("doc-commands: kv-opt is not on PATH (the build's bin folder)")
+    bindir = os.path.dirname(os.path.realpath(kv_opt))
+    build = os.path.dirname(bindir)
+    cache = cmake_cache(build)
+    root = make_root(src, build, work)
+    env = dict(os.environ)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+
+    docs = ["README.md"] + sorted(
+        os.path.join("docs", f) for f in os.listdir(os.path.join(src, "docs"))
+        if f.endswith(".md"))
+    problems, seen = [], set()
+    started = time.monotonic()
+    port_busy = port_taken(SERVE_PORT)
+    try:
+        ran, skipped = run_docs(docs, src, build, cache, root, env, port_busy,
+                                problems, seen)
+    finally:
+        stop_servers(root)
     for key in sorted(set(RUN) | set(NOT_RUN)):
         if key not in seen:
             problems.append(f"listed in doc-commands.py but in no document: {key}")
