@@ -14,6 +14,7 @@
 
 #include "bench/BenchProgram.h"
 #include "bench/kernels/HardwareReport.h"
+#include "driver/compiler/CacheOption.h"
 #include "driver/compiler/Compiler.h"
 #include "driver/compiler/ThreadsOption.h"
 #include "driver/compiler/VersionOption.h"
@@ -291,11 +292,13 @@ int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   kvir::compiler::setVersionPrinter("kv-bench");
   cl::opt<int> &threads = compiler::registerThreadsOption(category);
+  compiler::registerCacheOptions(category);
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,
       "kv-bench: edit (cot_slice, exact) and compose vs full prefill\n");
-  if (!compiler::applyThreadsOption(threads, "kv-bench"))
+  if (!compiler::applyThreadsOption(threads, "kv-bench") ||
+      !compiler::applyCacheOptions("kv-bench"))
     return 1;
   if (hardware) {
     // The kernels against the machine, then the scenarios at 8K tokens
