@@ -12,6 +12,7 @@
 
 #include "driver/server/Engine.h"
 
+#include "driver/compiler/CompileCache.h"
 #include "driver/compiler/Compiler.h"
 #include "driver/runner/Runner.h"
 #include "driver/server/ChatTemplate.h"
@@ -1383,7 +1384,8 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions &options,
                   "of those, tokens not computed during the turn");
   metrics.counter("kvserve_evictions_total",
                   "contexts and cached prefixes evicted");
-  metrics.counter("kvserve_plan_compiles_total", "plans compiled");
+  metrics.counter("kvserve_plan_compiles_total",
+                  "plans compiled (or loaded from the compile cache on disk)");
   metrics.counter("kvserve_plan_cache_hits_total",
                   "plans found compiled in the cache");
   metrics.histogram("kvserve_plan_compile_seconds", "time to compile a plan",
@@ -2114,5 +2116,24 @@ std::string Engine::metricsText() {
        "reused context tokens / context tokens, over all generations",
        context > 0 ? reused / context : 0},
   };
+  // The compile cache on disk (plans and the forward an earlier process
+  // compiled), where the server has one.
+  if (std::shared_ptr<compiler::CompileCache> cache =
+          compiler::compileCache()) {
+    compiler::CacheStats s = cache->stats();
+    gauges.push_back({"kvserve_compile_cache_hits",
+                      "compiled code loaded from the compile cache",
+                      double(s.hits)});
+    gauges.push_back({"kvserve_compile_cache_misses",
+                      "compiles the compile cache had no entry for",
+                      double(s.misses)});
+    gauges.push_back({"kvserve_compile_cache_rejected",
+                      "compile cache entries that failed a check (compiled "
+                      "afresh)",
+                      double(s.rejected)});
+    gauges.push_back({"kvserve_compile_cache_stored",
+                      "entries written to the compile cache",
+                      double(s.stored)});
+  }
   return m.metrics.render(gauges);
 }

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <set>
 #include <thread>
@@ -527,6 +528,66 @@ TEST(Serve, Eviction) {
             std::string::npos)
       << metrics;
   EXPECT_EQ(s->stop(), 0);
+}
+
+/// The value of an unlabelled sample in /metrics (-1 when absent).
+double metric(const std::string &text, const std::string &name) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(name + " ", 0) == 0)
+      return std::atof(line.c_str() + name.size() + 1);
+  return -1;
+}
+
+/// A restarted server loads the forward and the plans an earlier one
+/// compiled from the compile cache on disk (KVIR_CACHE_DIR), and its edit
+/// gives the same tokens; with --no-cache it compiles them again.
+TEST(Serve, RestartLoadsCompiledPlans) {
+  REQUIRE_MODEL();
+  std::string dir =
+      ::testing::TempDir() + "/kv-serve-cache-" + std::to_string(getpid());
+  std::string previous =
+      std::getenv("KVIR_CACHE_DIR") ? std::getenv("KVIR_CACHE_DIR") : "";
+  setenv("KVIR_CACHE_DIR", dir.c_str(), 1);
+  auto session = [](ServeProcess &s, Json &edit, std::string &metrics) {
+    std::string id = create(s);
+    Reply r = s.post("/v1/contexts/" + id + "/edit",
+                     {{"segment", "hero"}, {"text", "boy named Tim."}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    Reply gen = s.post("/v1/contexts/" + id + "/generate",
+                       {{"max_tokens", 8}, {"temperature", 0}});
+    ASSERT_EQ(gen.status, 200) << gen.body;
+    edit = gen.json["token_ids"];
+    metrics = s.get("/metrics").body;
+    EXPECT_EQ(s.stop(), 0) << s.log();
+  };
+  Json first, second, third;
+  std::string before, after, uncached;
+  auto s = startServer();
+  session(*s, first, before);
+  // The forward and the edit plan, compiled and stored.
+  EXPECT_EQ(metric(before, "kvserve_compile_cache_misses"), 2) << before;
+  EXPECT_EQ(metric(before, "kvserve_compile_cache_stored"), 2) << before;
+  EXPECT_EQ(metric(before, "kvserve_compile_cache_hits"), 0) << before;
+  s = startServer();
+  session(*s, second, after);
+  EXPECT_EQ(metric(after, "kvserve_compile_cache_hits"), 2) << after;
+  EXPECT_EQ(metric(after, "kvserve_compile_cache_misses"), 0) << after;
+  EXPECT_EQ(metric(after, "kvserve_compile_cache_stored"), 0) << after;
+  EXPECT_NE(s->log().find("\"compile_cache\":{\"dir\":"), std::string::npos)
+      << s->log();
+  EXPECT_EQ(second, first);
+  s = startServer({"--no-cache"});
+  session(*s, third, uncached);
+  EXPECT_EQ(metric(uncached, "kvserve_compile_cache_hits"), -1) << uncached;
+  EXPECT_NE(s->log().find("\"compile_cache\":\"off\""), std::string::npos)
+      << s->log();
+  EXPECT_EQ(third, first);
+  if (previous.empty())
+    unsetenv("KVIR_CACHE_DIR");
+  else
+    setenv("KVIR_CACHE_DIR", previous.c_str(), 1);
+  std::filesystem::remove_all(dir);
 }
 
 /// SIGTERM: the stream in flight finishes, the process exits 0 and takes
