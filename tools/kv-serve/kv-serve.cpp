@@ -163,8 +163,9 @@ bool parseOptions(int argc, char **argv, Options &o, run::OptionParser &parser,
                  "most tokens one generation may ask for (default 4096)",
                  o.maxGenerate);
   parser.integer("max-contexts", "N",
-                 "live contexts; beyond, the least recently used idle one is "
-                 "evicted (default 1024)",
+                 "contexts in the pool; beyond, the least recently used idle "
+                 "one is evicted: spilled to --kv-store and restored on use "
+                 "when one is given, else gone (default 1024)",
                  o.maxContexts);
   parser.integer("max-contexts-per-tenant", "N",
                  "live contexts of one tenant; beyond, creating one is "
