@@ -8,6 +8,7 @@
 #include "driver/compiler/ParserGuard.h"
 #include "passes/Conversion/Forward/BuildForward.h"
 #include "passes/Conversion/KVToCPU/CpuTarget.h"
+#include "passes/Conversion/KVToRuntime/ExecABI.h"
 #include "passes/Passes.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
@@ -58,26 +59,10 @@ using kvrt::str;
 
 namespace {
 
-/// The module attribute convert-kv-to-runtime records the sites in.
-constexpr llvm::StringLiteral kSitesAttrName = "kv.exec_sites";
-
 /// The entry points of a forward (JitProgram::forward looks them up).
 constexpr kv::ForwardEntryPoint kForwardEntryPoints[] = {
     kv::ForwardEntryPoint::Prefill, kv::ForwardEntryPoint::Attention,
     kv::ForwardEntryPoint::Materialize};
-
-bool isTokens(Type type) {
-  auto t = dyn_cast<RankedTensorType>(type);
-  return t && t.getRank() == 1 && t.getElementType().isInteger(32);
-}
-bool isLogits(Type type) {
-  auto t = dyn_cast<RankedTensorType>(type);
-  return t && t.getRank() == 2 && t.getElementType().isF32();
-}
-bool isQueries(Type type) {
-  auto t = dyn_cast<RankedTensorType>(type);
-  return t && t.getRank() == 3 && t.getElementType().isF32();
-}
 
 void initializeNativeTarget() {
   static std::once_flag once;
@@ -299,10 +284,10 @@ kvir::compiler::describeEntry(func::FuncOp entry) {
       // A cache the caller holds (a server's context): bound by the caller,
       // never from files (bindArguments says so).
       spec.kind = exec::ValueKind::Cache;
-    } else if (isTokens(type) || isQueries(type)) {
+    } else if (kv::isTokensType(type) || kv::isQueryType(type)) {
       auto tensor = cast<RankedTensorType>(type);
-      spec.kind =
-          isTokens(type) ? exec::ValueKind::Tokens : exec::ValueKind::Tensor;
+      spec.kind = kv::isTokensType(type) ? exec::ValueKind::Tokens
+                                         : exec::ValueKind::Tensor;
       for (int64_t d = 0; d < tensor.getRank(); ++d)
         spec.dims[d] = tensor.isDynamicDim(d) ? -1 : tensor.getDimSize(d);
     } else {
@@ -320,11 +305,11 @@ kvir::compiler::describeEntry(func::FuncOp entry) {
       manifest.results.push_back(exec::ValueKind::Cache);
     else if (isa<kv::ModelType>(type))
       manifest.results.push_back(exec::ValueKind::Model);
-    else if (isTokens(type))
+    else if (kv::isTokensType(type))
       manifest.results.push_back(exec::ValueKind::Tokens);
-    else if (isLogits(type))
+    else if (kv::isLogitsType(type))
       manifest.results.push_back(exec::ValueKind::Logits);
-    else if (isQueries(type))
+    else if (kv::isQueryType(type))
       manifest.results.push_back(exec::ValueKind::Tensor);
     else if (type.isIntOrIndex())
       manifest.results.push_back(exec::ValueKind::Index);
@@ -371,6 +356,11 @@ OwningOpRef<ModuleOp> loweringInput(ModuleOp module,
                       ArrayAttr::get(context, {kv::exportForwardEntry(
                                                   context, *options.exportModel,
                                                   options.exportDtype)}));
+  if (options.exportModel && !options.exportFormats.allF32())
+    (*input)->setAttr(kv::kWeightFormatsAttrName,
+                      ArrayAttr::get(context, {kv::weightFormatsEntry(
+                                                  context, *options.exportModel,
+                                                  options.exportFormats)}));
   return input;
 }
 
@@ -408,10 +398,10 @@ LogicalResult runLowering(PassManager &pm, ModuleOp input,
                                   : "kv-lower-to-nvvm")
                           << " failed";
   sites.clear();
-  if (auto attr = input->getAttrOfType<ArrayAttr>(kSitesAttrName)) {
+  if (auto attr = input->getAttrOfType<ArrayAttr>(kv::kExecSitesAttrName)) {
     for (Attribute site : attr)
       sites.push_back(cast<LocationAttr>(site));
-    input->removeAttr(kSitesAttrName);
+    input->removeAttr(kv::kExecSitesAttrName);
   }
   return success();
 }
@@ -611,15 +601,16 @@ exec::EntryFn JitProgram::entry(StringRef name) {
 }
 
 Forward JitProgram::forward(const kvrt_model_config &config,
-                            kvrt_kv_dtype dtype) {
+                            kvrt_kv_dtype dtype,
+                            const kvir::WeightFormats &formats) {
   Forward f;
-  std::string key = configKey(config, dtype);
+  std::string key = forwardKey(config, dtype, formats);
   std::unique_ptr<std::string> &stored = keys[key];
   if (!stored)
     stored = std::make_unique<std::string>(key);
   f.key = stored->c_str();
   auto entry = [&](kv::ForwardEntryPoint point) {
-    return lookup(kv::forwardEntryName(config, dtype, point));
+    return lookup(kv::forwardEntryName(config, dtype, formats, point));
   };
   f.prefill =
       reinterpret_cast<kvrt_prefill_fn>(entry(kv::ForwardEntryPoint::Prefill));
@@ -747,7 +738,8 @@ kvir::compiler::compileProgram(OwningOpRef<ModuleOp> planned,
   if (options.exportModel)
     for (kv::ForwardEntryPoint point : kForwardEntryPoints)
       symbols.push_back(kv::forwardEntryName(*options.exportModel,
-                                             options.exportDtype, point));
+                                             options.exportDtype,
+                                             options.exportFormats, point));
   program.jit = compileModule(*program.planned, options, entry->getLoc(),
                               symbols, program.sites);
   if (!program.jit)
@@ -759,8 +751,8 @@ kvir::compiler::compileProgram(OwningOpRef<ModuleOp> planned,
     return emitError(entry->getLoc()) << "the compiled program has no "
                                       << exec::entrySymbol(entryName.str());
   if (options.exportModel)
-    program.forward =
-        program.jit->forward(*options.exportModel, options.exportDtype);
+    program.forward = program.jit->forward(
+        *options.exportModel, options.exportDtype, options.exportFormats);
   return program;
 }
 
@@ -782,14 +774,19 @@ MLIRContext &forwardContext() {
   return *context;
 }
 
-/// A module asking for the forward of `config`.
+/// A module asking for the forward of `config` with weights in `formats`.
 OwningOpRef<ModuleOp> forwardModule(MLIRContext &ctx,
                                     const kvrt_model_config &config,
-                                    kvrt_kv_dtype dtype) {
+                                    kvrt_kv_dtype dtype,
+                                    const kvir::WeightFormats &formats) {
   OwningOpRef<ModuleOp> module = ModuleOp::create(UnknownLoc::get(&ctx));
   (*module)->setAttr(
       kv::kExportForwardsAttrName,
       ArrayAttr::get(&ctx, {kv::exportForwardEntry(&ctx, config, dtype)}));
+  if (!formats.allF32())
+    (*module)->setAttr(
+        kv::kWeightFormatsAttrName,
+        ArrayAttr::get(&ctx, {kv::weightFormatsEntry(&ctx, config, formats)}));
   return module;
 }
 
@@ -798,7 +795,8 @@ OwningOpRef<ModuleOp> forwardModule(MLIRContext &ctx,
 kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
                                            Target target, Forward *out,
                                            kvrt_kv_dtype dtype,
-                                           int64_t cpuVectorBits) {
+                                           int64_t cpuVectorBits,
+                                           const kvir::WeightFormats &formats) {
   if (!out)
     return kvrt::nullArgument(__func__);
   static std::mutex mutex;
@@ -806,7 +804,7 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
   static auto &programs = *new std::vector<std::unique_ptr<JitProgram>>();
   std::lock_guard<std::mutex> lock(mutex);
   std::string key =
-      configKey(config, dtype) +
+      forwardKey(config, dtype, formats) +
       (target == Target::Gpu ? " gpu" : " cpu" + std::to_string(cpuVectorBits));
   auto it = cache.find(key);
   if (it != cache.end()) {
@@ -819,7 +817,7 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
                 str("unsupported model config: ", problem));
   MLIRContext &ctx = forwardContext();
   CollectDiagnostics diagnostics(ctx);
-  OwningOpRef<ModuleOp> module = forwardModule(ctx, config, dtype);
+  OwningOpRef<ModuleOp> module = forwardModule(ctx, config, dtype, formats);
   std::vector<Location> sites;
   LowerOptions options;
   options.target = target;
@@ -827,13 +825,13 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
   options.cpuVectorBits = cpuVectorBits;
   std::vector<std::string> symbols;
   for (kv::ForwardEntryPoint point : kForwardEntryPoints)
-    symbols.push_back(kv::forwardEntryName(config, dtype, point));
+    symbols.push_back(kv::forwardEntryName(config, dtype, formats, point));
   std::unique_ptr<JitProgram> jit =
       compileModule(*module, options, module->getLoc(), symbols, sites);
   if (!jit)
     return fail(KVRT_ERR_INVALID_ARGUMENT,
                 str("cannot compile the forward: ", diagnostics.text));
-  Forward forward = jit->forward(config, dtype);
+  Forward forward = jit->forward(config, dtype, formats);
   if (!forward.prefill || !forward.attention || !forward.materialize)
     return fail(KVRT_ERR_INTERNAL, "the compiled forward lacks entry points");
   programs.push_back(std::move(jit));
@@ -905,7 +903,8 @@ kvrt_status kvir::compiler::getForwardSource(const kvrt_model_config &config,
     return kvrt::nullArgument(__func__);
   MLIRContext &ctx = forwardContext();
   CollectDiagnostics diagnostics(ctx);
-  OwningOpRef<ModuleOp> module = forwardModule(ctx, config, KVRT_KV_F32);
+  OwningOpRef<ModuleOp> module =
+      forwardModule(ctx, config, KVRT_KV_F32, kvir::WeightFormats());
   PassManager pm(&ctx);
   if (!lowered)
     pm.addPass(target == Target::Cpu ? kv::createConvertKVToCPUPass()

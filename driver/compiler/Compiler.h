@@ -20,6 +20,7 @@
 #define KVIR_DRIVER_COMPILER_COMPILER_H
 
 #include "runtime/core/ForwardABI.h"
+#include "runtime/core/WeightFormat.h"
 #include "runtime/exec/Session.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -107,6 +108,11 @@ struct LowerOptions {
   /// with it.
   std::optional<kvrt_model_config> exportModel;
   kvrt_kv_dtype exportDtype = KVRT_KV_F32;
+  /// The formats of the weights of the model the program runs on: every
+  /// forward of exportModel's config (the program's and the exported one)
+  /// is built for them (kv.weight_formats, passes/Conversion/Forward/
+  /// BuildForward.h). A program names a model's shape, not its file.
+  kvir::WeightFormats exportFormats;
   /// GPU only: kv-lower-to-nvvm's chip, PTX features ("": the lowest PTX
   /// version the chip needs, at least +ptx80) and what the kernels become
   /// (`bin`: cubin; `isa`: PTX, JIT-compiled by the driver).
@@ -142,9 +148,10 @@ public:
 
   /// `_kvrt_entry_<name>`, or null.
   exec::EntryFn entry(llvm::StringRef name);
-  /// The entry points of the forward of `config` for pages of `dtype` the
-  /// module holds; null members where it has none.
-  Forward forward(const kvrt_model_config &config, kvrt_kv_dtype dtype);
+  /// The entry points of the forward of `config` for pages of `dtype` and
+  /// weights in `formats` the module holds; null members where it has none.
+  Forward forward(const kvrt_model_config &config, kvrt_kv_dtype dtype,
+                  const kvir::WeightFormats &formats = kvir::WeightFormats());
 
   /// The address of a symbol of the compiled module, or null.
   void *lookup(llvm::StringRef symbol);
@@ -178,18 +185,20 @@ mlir::FailureOr<CompiledProgram>
 compileProgram(mlir::OwningOpRef<mlir::ModuleOp> planned,
                llvm::StringRef entryName, const LowerOptions &options);
 
-/// The forward of one config alone, for K/V pages of `dtype`,
-/// JIT-compiled for `target` (or loaded from the compile cache, as
-/// compileProgram does; benchmarks
+/// The forward of one config alone, for K/V pages of `dtype` and weights in
+/// `formats` (a model's: kvir::WeightFormats::of), JIT-compiled for `target`
+/// (or loaded from the compile cache, as compileProgram does; kv-run's
+/// token-list form, benchmarks
 /// and tests; cached per config for the life of the process, never
 /// destroyed: an ExecutionEngine destroyed by an exit handler runs the JIT's
 /// deinitializers after LLVM's statics are gone), its CPU register blocking
 /// chosen for `cpuVectorBits` (LowerOptions). KVRT_ERR_INVALID_ARGUMENT
 /// for a config the target cannot compile, with the message in
 /// kvrt_last_error().
-kvrt_status compileForward(const kvrt_model_config &config, Target target,
-                           Forward *out, kvrt_kv_dtype dtype = KVRT_KV_F32,
-                           int64_t cpuVectorBits = 0);
+kvrt_status
+compileForward(const kvrt_model_config &config, Target target, Forward *out,
+               kvrt_kv_dtype dtype = KVRT_KV_F32, int64_t cpuVectorBits = 0,
+               const kvir::WeightFormats &formats = kvir::WeightFormats());
 
 /// The generated CPU matmul alone, for benchmarks against BLAS: c = a · bᵀ
 /// with a [n][k], the weights b [m][k] and c [n][m] (contiguous buffers), as

@@ -85,11 +85,12 @@ public:
 /// Which entry point of a Forward a call needs.
 enum class ForwardEntry { Prefill, Attention, Materialize };
 
-/// Checks that `forward` was compiled for `config` (K/V pages of the element
-/// type its key names: the backend checks the pool's against it) and has
-/// `entry`; the message names the two configs or the missing entry.
-kvrt_status checkForward(const Forward &forward,
-                         const kvrt_model_config &config, ForwardEntry entry);
+/// Checks that `forward` was compiled for the config and the weights'
+/// formats of `model` (K/V pages of the element type its key names: the
+/// backend checks the pool's against it) and has `entry`; the message names
+/// the two configs, the two sets of formats, or the missing entry.
+kvrt_status checkForward(const Forward &forward, const kvrt_model *model,
+                         ForwardEntry entry);
 
 /// The reference oracle as a backend (runtime/reference).
 std::unique_ptr<ComputeBackend> createReferenceBackend();

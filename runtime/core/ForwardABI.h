@@ -58,9 +58,9 @@ typedef struct kvrt_memref_kv {
   int64_t strides[1];
 } kvrt_memref_kv;
 
-/// A 1-D buffer of a model weight's data (runtime/core/ModelTensors.def),
-/// counted in the elements the forward reads for the weight's format (floats
-/// for KVRT_WEIGHT_F32): the same descriptor whatever the format.
+/// The bytes of a model weight (runtime/core/ModelTensors.def): a buffer its
+/// slices lie in, at the offsets of the OFFSETS table (ForwardABI.def), in
+/// bytes whatever the format.
 typedef struct kvrt_memref_weight {
   void *allocated;
   void *aligned;
@@ -69,8 +69,18 @@ typedef struct kvrt_memref_weight {
   int64_t strides[1];
 } kvrt_memref_weight;
 
+/// A 1-D i64 buffer (the weight offsets).
+typedef struct kvrt_memref_i64 {
+  int64_t *allocated;
+  int64_t *aligned;
+  int64_t offset;
+  int64_t sizes[1];
+  int64_t strides[1];
+} kvrt_memref_i64;
+
 typedef kvrt_memref_f32 kvrt_field_F32;
 typedef kvrt_memref_weight kvrt_field_WEIGHT;
+typedef kvrt_memref_i64 kvrt_field_OFFSETS;
 typedef kvrt_memref_kv kvrt_field_KV;
 typedef kvrt_memref_i32 kvrt_field_I32;
 typedef kvrt_memref_i64x2 kvrt_field_RUNS;
@@ -132,8 +142,9 @@ enum { KVRT_TILE_WIDTH = 4 };
 namespace kvir {
 
 /// The generated forward of one model config: the entry points a compiled
-/// module holds for it, and the config key they were compiled for
-/// (ModelConfig.h). An entry a call does not need may be null.
+/// module holds for it, and the key they were compiled for (ModelConfig.h's
+/// forwardKey: the config, the K/V element type and the weights' formats).
+/// An entry a call does not need may be null.
 struct Forward {
   const char *key = nullptr;
   kvrt_prefill_fn prefill = nullptr;

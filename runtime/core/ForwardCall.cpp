@@ -2,6 +2,7 @@
 
 #include "runtime/core/ForwardCall.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/core/Quant.h"
 #include "runtime/core/Support.h"
 
 #include <algorithm>
@@ -87,12 +88,23 @@ int64_t kvir::prefillScratchFloats(const kvrt_model_config &c, int64_t n) {
 std::vector<float> kvir::embedTokens(const kvrt_model_config &c,
                                      const kvrt_model_weights &w,
                                      const int32_t *tokens, int64_t n) {
-  const float *embedding = kvrt::f32Data(w.token_embedding);
+  const kvrt_weight_slice &embedding = w.token_embedding.slices[0];
+  int64_t rowBytes = kvrt::weightRowBytes(embedding.format, c.dim);
+  const auto *bytes = static_cast<const uint8_t *>(embedding.data);
   std::vector<float> x(n * c.dim);
   for (int64_t t = 0; t < n; ++t)
-    std::memcpy(&x[t * c.dim], embedding + int64_t(tokens[t]) * c.dim,
-                sizeof(float) * c.dim);
+    kvrt::dequantizeRow(embedding.format, bytes + int64_t(tokens[t]) * rowBytes,
+                        &x[t * c.dim], c.dim);
   return x;
+}
+
+WeightFormats kvir::modelWeightFormats(const kvrt_model *model) {
+  kvrt_model_config config;
+  kvrt_model_weights weights;
+  if (kvrt_model_get_config(model, &config) != KVRT_OK ||
+      kvrt_model_get_weights(model, &weights) != KVRT_OK)
+    return WeightFormats();
+  return WeightFormats::of(weights, config.n_layers);
 }
 
 ForwardWeights kvir::forwardWeights(const kvrt_model_weights &w) {
@@ -122,21 +134,89 @@ kvir::weightFields(kvrt_prefill_args &a) {
   return out;
 }
 
-kvrt_memref_weight kvir::memrefWeight(const kvrt_weight &w, const void *data) {
-  void *p = const_cast<void *>(data);
-  switch (w.format) {
-  case KVRT_WEIGHT_F32:
-    return {p, p, 0, {w.rows * w.cols}, {1}};
-  }
-  return {p, p, 0, {0}, {1}};
+void WeightTable::fill(kvrt_prefill_args &args) {
+  std::array<kvrt_memref_weight *, kForwardWeights> out = weightFields(args);
+  for (size_t i = 0; i < kForwardWeights; ++i)
+    *out[i] = fields[i];
+  args.weight_offsets = {
+      offsets.data(), offsets.data(), 0, {int64_t(offsets.size())}, {1}};
 }
 
-void kvir::fillWeightFields(kvrt_prefill_args &args,
-                            const kvrt_model_weights &weights) {
-  ForwardWeights tensors = forwardWeights(weights);
-  std::array<kvrt_memref_weight *, kForwardWeights> fields = weightFields(args);
-  for (size_t i = 0; i < kForwardWeights; ++i)
-    *fields[i] = memrefWeight(tensors[i], tensors[i].data);
+namespace {
+
+/// A descriptor of `bytes` bytes at `data`.
+kvrt_memref_weight memrefBytes(const void *data, int64_t bytes) {
+  void *p = const_cast<void *>(data);
+  return {p, p, 0, {bytes}, {1}};
+}
+
+/// Writes weight `i`'s offsets (one per slice, or the one of a global
+/// tensor repeated) into its row of `offsets`.
+void setRow(std::vector<int64_t> &offsets, size_t i, int64_t layers,
+            const std::vector<int64_t> &slices) {
+  for (int64_t l = 0; l < layers; ++l)
+    offsets[i * size_t(layers) + size_t(l)] =
+        slices.empty() ? 0
+                       : slices[std::min<size_t>(size_t(l), slices.size() - 1)];
+}
+
+} // namespace
+
+WeightTable kvir::hostWeightTable(const kvrt_model_config &c,
+                                  const kvrt_model_weights &w) {
+  WeightTable table;
+  ForwardWeights weights = forwardWeights(w);
+  table.offsets.assign(kForwardWeights * size_t(c.n_layers), 0);
+  for (size_t i = 0; i < kForwardWeights; ++i) {
+    const kvrt_weight &weight = weights[i];
+    if (weight.n_slices == 0) {
+      table.fields[i] = memrefBytes(nullptr, 0);
+      continue;
+    }
+    // Addresses as integers: the slices of one weight lie in one allocation
+    // (a file's mapping, or the model's memory), but the weights may not.
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int64_t s = 0; s < weight.n_slices; ++s) {
+      uintptr_t at = reinterpret_cast<uintptr_t>(weight.slices[s].data);
+      lo = std::min(lo, at);
+      hi = std::max(hi, at + uintptr_t(weight.slices[s].bytes));
+    }
+    std::vector<int64_t> slices;
+    for (int64_t s = 0; s < weight.n_slices; ++s)
+      slices.push_back(
+          int64_t(reinterpret_cast<uintptr_t>(weight.slices[s].data) - lo));
+    setRow(table.offsets, i, c.n_layers, slices);
+    table.fields[i] =
+        memrefBytes(reinterpret_cast<const void *>(lo), int64_t(hi - lo));
+  }
+  return table;
+}
+
+WeightUpload kvir::planWeightUpload(const kvrt_model_config &c,
+                                    const kvrt_model_weights &w) {
+  WeightUpload plan;
+  ForwardWeights weights = forwardWeights(w);
+  plan.offsets.assign(kForwardWeights * size_t(c.n_layers), 0);
+  for (size_t i = 0; i < kForwardWeights; ++i) {
+    std::vector<int64_t> slices;
+    for (int64_t s = 0; s < weights[i].n_slices; ++s) {
+      const kvrt_weight_slice &slice = weights[i].slices[s];
+      plan.pieces.push_back({slice.data, slice.bytes, plan.bytes});
+      slices.push_back(plan.bytes);
+      plan.bytes += (slice.bytes + 255) / 256 * 256;
+    }
+    setRow(plan.offsets, i, c.n_layers, slices);
+  }
+  return plan;
+}
+
+WeightTable WeightUpload::table(void *base) const {
+  // Every field is the whole buffer: the offsets count from its start.
+  WeightTable t;
+  for (kvrt_memref_weight &field : t.fields)
+    field = memrefBytes(base, bytes);
+  t.offsets = offsets;
+  return t;
 }
 
 kvrt_status kvir::checkForwardLayout(const Forward &forward,

@@ -14,6 +14,7 @@
 #include "runtime/core/ForwardABI.h"
 #include "runtime/core/KVRuntime.h"
 #include "runtime/core/ModelTensors.h"
+#include "runtime/core/WeightFormat.h"
 
 #include <array>
 #include <cstdint>
@@ -53,10 +54,16 @@ int64_t attentionPartialFloats(const kvrt_model_config &config, int64_t queries,
 /// Floats of a prefill's scratch buffer: n * (3 dim + 2 kv_dim + 2 hidden).
 int64_t prefillScratchFloats(const kvrt_model_config &config, int64_t n);
 
-/// The embedding rows of `n` tokens (a copy, not math): [n][dim] floats.
+/// The embedding rows of `n` tokens, [n][dim] floats: copied from an f32
+/// embedding, dequantised from another format (Quant.h; not the forward's
+/// math: the exact values every reader of the weight sees).
 std::vector<float> embedTokens(const kvrt_model_config &config,
                                const kvrt_model_weights &weights,
                                const int32_t *tokens, int64_t n);
+
+/// The formats of the weights of `model` the forward reads: what a forward
+/// that runs it must be built for (all f32 for a null model).
+WeightFormats modelWeightFormats(const kvrt_model *model);
 
 /// How many weights the forward reads: the weight fields of its prefill
 /// (ModelTensors.def's tensors read by the forward).
@@ -71,14 +78,46 @@ ForwardWeights forwardWeights(const kvrt_model_weights &weights);
 std::array<kvrt_memref_weight *, kForwardWeights>
 weightFields(kvrt_prefill_args &args);
 
-/// The field of a weight whose data is at `data` (its host memory, or a
-/// device copy of its bytes): addressed in the elements the forward reads
-/// for its format.
-kvrt_memref_weight memrefWeight(const kvrt_weight &weight, const void *data);
+/// The weight fields and the weight offsets of a prefill (ForwardABI.def):
+/// for each weight the forward reads, the buffer its slices lie in and the
+/// byte offset of each slice from its start.
+struct WeightTable {
+  std::array<kvrt_memref_weight, kForwardWeights> fields{};
+  /// [weight][layer] byte offsets (n_layers columns).
+  std::vector<int64_t> offsets;
 
-/// Fills every weight field of `args` with the weights in host memory.
-void fillWeightFields(kvrt_prefill_args &args,
-                      const kvrt_model_weights &weights);
+  /// Sets the weight fields and weight_offsets of `args` (the table must
+  /// outlive the call).
+  void fill(kvrt_prefill_args &args);
+};
+
+/// The table of weights in host memory: each weight's buffer starts at its
+/// lowest slice and ends after its highest (the slices of a GGUF tensor lie
+/// in the one mapping of the file; those of an f32 model in its memory).
+WeightTable hostWeightTable(const kvrt_model_config &config,
+                            const kvrt_model_weights &weights);
+
+/// Where the weights go in one device buffer: every slice of every weight
+/// the forward reads copied to `at` (aligned to 256 bytes), `bytes` in all.
+struct WeightUpload {
+  struct Piece {
+    const void *src;
+    int64_t bytes;
+    int64_t at;
+  };
+  std::vector<Piece> pieces;
+  int64_t bytes = 0;
+  /// The table with offsets from the device buffer's start; table(base)
+  /// points the fields at `base`.
+  WeightTable table(void *base) const;
+
+private:
+  friend WeightUpload planWeightUpload(const kvrt_model_config &,
+                                       const kvrt_model_weights &);
+  std::vector<int64_t> offsets;
+};
+WeightUpload planWeightUpload(const kvrt_model_config &config,
+                              const kvrt_model_weights &weights);
 
 /// Fails unless a view's pool `layout` is the shape of model `c` (layers,
 /// KV heads, head size) and has the K/V element type `forward` was compiled

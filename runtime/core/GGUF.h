@@ -9,8 +9,9 @@
 // Reading is hardened: every count, length, shape, type, offset and size is
 // checked against the bytes that are there, with overflow checks, before
 // anything is allocated for it or read through it. The configuration comes
-// from the llama.* keys, the weights are dequantised to f32 (F32, F16, BF16,
-// Q8_0), and a tokenizer comes from the tokenizer.ggml.* keys
+// from the llama.* keys, the weights stay in their formats (F32, F16, BF16,
+// Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; every block's scales checked), and a
+// tokenizer comes from the tokenizer.ggml.* keys
 // (tokenizer.ggml.model = llama or gpt2; a file without tensors is a
 // vocabulary alone). Error messages name the key, the tensor or
 // the byte offset that is wrong.
@@ -45,16 +46,11 @@ bool fileHasMagic(const char *path);
 std::string readBuffer(const uint8_t *data, size_t size, kvrt_model **model,
                        kvrt_tokenizer **tokenizer);
 
-/// readBuffer on the file at `path` (mapped, not copied); messages start
-/// with the file's name.
+/// readBuffer on the file at `path`, mapped read-only: the model keeps the
+/// mapping and its weights point into it (a model read by readBuffer keeps a
+/// copy of the data section instead). Messages start with the file's name.
 std::string readFile(const char *path, kvrt_model **model,
                      kvrt_tokenizer **tokenizer);
-
-/// llama.cpp's Q8_0 block: 32 weights as int8 times one f16 scale.
-constexpr int kQ8Block = 32;
-/// Quantises `kQ8Block` floats as llama.cpp's quantize_row_q8_0 does (scale
-/// max|x| / 127 rounded to f16, q = round(x / scale)) into 34 bytes.
-void quantizeQ8Block(const float *x, uint8_t *block);
 
 } // namespace kvrt::gguf
 

@@ -19,6 +19,7 @@
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/ModelTensors.h"
 #include "runtime/core/Support.h"
+#include "runtime/core/WeightFormat.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -30,7 +31,6 @@ namespace kvrt::gguf {
 constexpr uint32_t kMagic = 0x46554747; // "GGUF" little-endian
 constexpr uint32_t kVersion = 3;
 constexpr uint32_t kDefaultAlignment = 32;
-constexpr size_t kQ8BlockBytes = 2 + kQ8Block;
 
 /// GGUF metadata value types.
 enum ValueType : uint32_t {
@@ -47,14 +47,6 @@ enum ValueType : uint32_t {
   kU64 = 10,
   kI64 = 11,
   kF64 = 12,
-};
-
-/// ggml tensor types the reader dequantises and the writer writes.
-enum TensorType : uint32_t {
-  kTF32 = 0,
-  kTF16 = 1,
-  kTQ8_0 = 8,
-  kTBF16 = 30,
 };
 
 /// Token types of tokenizer.ggml.token_type (llama.cpp's llama_token_type).

@@ -12,6 +12,7 @@
 #include "runtime/core/KVElement.h"
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/core/Quant.h"
 #include "runtime/core/Support.h"
 #include "runtime/core/tokenizer/PreTokenizer.h"
 #include "runtime/core/tokenizer/TokenizerImpl.h"
@@ -74,23 +75,6 @@ uint64_t scalarBytes(uint32_t type) {
   default:
     return 0;
   }
-}
-
-/// The name of a ggml type id (ggml.h), "" past the known ones.
-const char *ggmlTypeName(uint32_t type) {
-  static const char *names[] = {
-      "F32",        "F16",        "Q4_0",       "Q4_1",     "Q4_2",    "Q4_3",
-      "Q5_0",       "Q5_1",       "Q8_0",       "Q8_1",     "Q2_K",    "Q3_K",
-      "Q4_K",       "Q5_K",       "Q6_K",       "Q8_K",     "IQ2_XXS", "IQ2_XS",
-      "IQ3_XXS",    "IQ1_S",      "IQ4_NL",     "IQ3_S",    "IQ2_S",   "IQ4_XS",
-      "I8",         "I16",        "I32",        "I64",      "F64",     "IQ1_M",
-      "BF16",       "Q4_0_4_4",   "Q4_0_4_8",   "Q4_0_8_8", "TQ1_0",   "TQ2_0",
-      "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
-  return type < std::size(names) ? names[type] : "";
-}
-
-bool supportedType(uint32_t type) {
-  return type == kTF32 || type == kTF16 || type == kTQ8_0 || type == kTBF16;
 }
 
 /// A metadata value: scalars decoded, strings and arrays as positions.
@@ -174,43 +158,31 @@ public:
     if (uint64_t bytes = scalarBytes(type)) {
       if (!need(bytes, what))
         return false;
+      // The value's bytes as an unsigned integer (a little-endian host),
+      // sign-extended for signed types, reinterpreted for floats.
       const uint8_t *p = data + pos;
-      auto load = [&](auto tag) {
-        decltype(tag) v;
-        std::memcpy(&v, p, sizeof(v));
-        return v;
-      };
+      uint64_t bits = 0;
+      std::memcpy(&bits, p, bytes);
       switch (type) {
-      case kU8:
-      case kBool:
-        out.u = load(uint8_t());
-        break;
-      case kU16:
-        out.u = load(uint16_t());
-        break;
-      case kU32:
-        out.u = load(uint32_t());
-        break;
-      case kU64:
-        out.u = load(uint64_t());
-        break;
       case kI8:
-        out.i = load(int8_t());
-        break;
       case kI16:
-        out.i = load(int16_t());
-        break;
       case kI32:
-        out.i = load(int32_t());
+      case kI64: {
+        unsigned unused = 64 - 8 * unsigned(bytes);
+        out.i = static_cast<int64_t>(bits << unused) >> unused;
         break;
-      case kI64:
-        out.i = load(int64_t());
+      }
+      case kF32: {
+        float f;
+        std::memcpy(&f, p, sizeof(f));
+        out.f = f;
         break;
-      case kF32:
-        out.f = load(float());
-        break;
+      }
       case kF64:
-        out.f = load(double());
+        std::memcpy(&out.f, p, sizeof(out.f));
+        break;
+      default: // unsigned integers and bool
+        out.u = bits;
         break;
       }
       pos += static_cast<size_t>(bytes);
@@ -266,36 +238,28 @@ struct Parsed {
   std::map<std::string_view, Value, std::less<>> keys;
   std::vector<TensorInfo> tensors;
   uint64_t dataStart = 0;
+  /// Bytes from dataStart to the end of the file.
+  uint64_t dataBytes = 0;
   uint32_t alignment = kDefaultAlignment;
 };
 
 /// Bytes of a tensor of `elements` elements of `type` whose rows are `row`
-/// long; nullopt (with `error`) when the type cannot hold that shape.
+/// long; nullopt (with `error`) when the type cannot hold that shape (rows
+/// that are not whole blocks).
 std::optional<uint64_t> tensorBytes(uint32_t type, uint64_t elements,
                                     uint64_t row, std::string &error) {
-  uint64_t bytes;
-  switch (type) {
-  case kTF32:
-    if (__builtin_mul_overflow(elements, 4, &bytes))
-      break;
-    return bytes;
-  case kTF16:
-  case kTBF16:
-    if (__builtin_mul_overflow(elements, 2, &bytes))
-      break;
-    return bytes;
-  case kTQ8_0:
-    if (row % kQ8Block != 0) {
-      error = str("has rows of ", row, " elements, not a multiple of the ",
-                  kQ8Block, " of a Q8_0 block");
-      return std::nullopt;
-    }
-    if (__builtin_mul_overflow(elements / kQ8Block, kQ8BlockBytes, &bytes))
-      break;
-    return bytes;
+  kvrt_weight_format format = *formatOfGgmlType(type);
+  BlockLayout block = blockLayout(format);
+  if (row % uint64_t(block.elements) != 0) {
+    error = str("has rows of ", row, " elements, not a multiple of the ",
+                block.elements, " of a ", ggmlTypeName(type), " block");
+    return std::nullopt;
   }
-  error = "has a size beyond 2^64 bytes";
-  return std::nullopt;
+  uint64_t bytes;
+  if (__builtin_mul_overflow(elements / uint64_t(block.elements),
+                             uint64_t(block.bytes), &bytes))
+    return std::nullopt;
+  return bytes;
 }
 
 std::string parseStructure(const uint8_t *data, size_t size, Parsed &out) {
@@ -374,19 +338,21 @@ std::string parseStructure(const uint8_t *data, size_t size, Parsed &out) {
     if (!r.scalar(info.type, what + " type") ||
         !r.scalar(info.offset, what + " offset"))
       return r.error();
-    if (!supportedType(info.type)) {
+    if (!formatOfGgmlType(info.type)) {
       const char *name = ggmlTypeName(info.type);
       if (!*name)
         return str(what, " has unknown tensor type ", info.type);
       return str(what, " has type ", name, " (", info.type,
-                 "), which is not supported (F32, F16, BF16 and Q8_0 are)");
+                 "), which is not supported (F32, F16, BF16, Q8_0, Q4_0, "
+                 "Q4_K, Q5_K and Q6_K are)");
     }
     std::string problem;
     std::optional<uint64_t> bytes =
         tensorBytes(info.type, info.elements, info.dims[0], problem);
     if (!bytes)
       return str(what, " of type ", ggmlTypeName(info.type), " and shape ",
-                 shapeText(info.dims, info.nDims), " ", problem);
+                 shapeText(info.dims, info.nDims), " ",
+                 problem.empty() ? "has more than 2^64 bytes" : problem);
     info.bytes = *bytes;
     if (info.offset % out.alignment != 0)
       return str(what, " offset ", info.offset,
@@ -403,6 +369,7 @@ std::string parseStructure(const uint8_t *data, size_t size, Parsed &out) {
     return str("truncated file: the data section would start at byte ",
                out.dataStart, ", past the end of the file (", size, " bytes)");
   uint64_t dataBytes = out.dataStart > size ? 0 : size - out.dataStart;
+  out.dataBytes = dataBytes;
   std::vector<const TensorInfo *> byOffset;
   for (const TensorInfo &info : out.tensors) {
     if (info.offset > dataBytes || info.bytes > dataBytes - info.offset)
@@ -428,9 +395,15 @@ std::string parseStructure(const uint8_t *data, size_t size, Parsed &out) {
 // Metadata access
 //===----------------------------------------------------------------------===//
 
+/// Typed access to the metadata keys. Like Reader, it keeps the first
+/// problem it meets: an accessor returns nullopt for an absent key (a problem
+/// when `required`) or one of the wrong type (a problem), and `error()` says
+/// what the first problem was.
 class Metadata {
 public:
   explicit Metadata(const Parsed &parsed) : parsed(parsed) {}
+
+  const std::string &error() const { return problem; }
 
   const Value *find(std::string_view key) const {
     auto it = parsed.keys.find(key);
@@ -438,14 +411,11 @@ public:
   }
 
   /// An integer key in [0, INT32_MAX], stored as any integer type.
-  std::optional<int32_t> count(std::string_view key, bool required,
-                               std::string &error) const {
-    const Value *v = find(key);
-    if (!v) {
-      if (required)
-        error = str("missing key '", key, "'");
+  std::optional<int32_t> count(std::string_view key,
+                               bool required = false) const {
+    const Value *v = lookup(key, required);
+    if (!v)
       return std::nullopt;
-    }
     int64_t value;
     switch (v->type) {
     case kU8:
@@ -461,51 +431,69 @@ public:
       value = v->i;
       break;
     default:
-      error = str("key '", key, "' has type ", valueTypeName(v->type),
-                  ", expected an integer (u32 or u64)");
-      return std::nullopt;
+      return wrongType(key, *v, "an integer (u32 or u64)");
     }
-    if (value < 0 || value > std::numeric_limits<int32_t>::max()) {
-      error = str("key '", key, "' = ", value, " is out of range [0, 2^31)");
-      return std::nullopt;
-    }
+    if (value < 0 || value > std::numeric_limits<int32_t>::max())
+      return failWith(
+          str("key '", key, "' = ", value, " is out of range [0, 2^31)"));
     return static_cast<int32_t>(value);
   }
 
   /// A float key (f32 or f64). An f32 becomes the double of its shortest
   /// decimal form, so that 1e-5f reads as 1e-5, as a llama2.c model has it.
-  std::optional<double> real(std::string_view key, bool required,
-                             std::string &error) const {
-    const Value *v = find(key);
-    if (!v) {
-      if (required)
-        error = str("missing key '", key, "'");
+  std::optional<double> real(std::string_view key,
+                             bool required = false) const {
+    const Value *v = lookup(key, required);
+    if (!v)
       return std::nullopt;
-    }
     if (v->type == kF64)
       return v->f;
-    if (v->type != kF32) {
-      error = str("key '", key, "' has type ", valueTypeName(v->type),
-                  ", expected f32");
-      return std::nullopt;
-    }
+    if (v->type != kF32)
+      return wrongType(key, *v, "f32");
     return shortestDouble(static_cast<float>(v->f));
   }
 
-  std::optional<std::string_view> text(std::string_view key, bool required,
-                                       std::string &error) const {
-    const Value *v = find(key);
-    if (!v) {
-      if (required)
-        error = str("missing key '", key, "'");
+  std::optional<std::string_view> text(std::string_view key,
+                                       bool required = false) const {
+    const Value *v = lookup(key, required);
+    if (!v)
       return std::nullopt;
-    }
-    if (v->type != kString) {
-      error = str("key '", key, "' has type ", valueTypeName(v->type),
-                  ", expected string");
-      return std::nullopt;
-    }
+    if (v->type != kString)
+      return wrongType(key, *v, "string");
     return v->s;
+  }
+
+  /// A bool key (tokenizer.ggml.add_bos_token, ...).
+  std::optional<bool> flag(std::string_view key) const {
+    const Value *v = lookup(key, false);
+    if (!v)
+      return std::nullopt;
+    if (v->type != kBool)
+      return wrongType(key, *v, "bool");
+    return v->u != 0;
+  }
+
+  /// An array key of `elementType` elements (an absent one is a problem
+  /// when `required`, another type always). With `perToken` (the
+  /// tokenizer.ggml.tokens array), it must have one element per token.
+  const Value *array(std::string_view key, uint32_t elementType,
+                     bool required = false,
+                     const Value *perToken = nullptr) const {
+    const Value *v = lookup(key, required);
+    if (!v)
+      return nullptr;
+    if (v->type != kArray || v->elementType != elementType) {
+      failWith(
+          str("key '", key, "' must be an array of ",
+              elementType == kString ? "strings" : valueTypeName(elementType)));
+      return nullptr;
+    }
+    if (perToken && v->count != perToken->count) {
+      failWith(str("key '", key, "' has ", v->count,
+                   " entries, tokenizer.ggml.tokens ", perToken->count));
+      return nullptr;
+    }
+    return v;
   }
 
   static double shortestDouble(float value) {
@@ -518,62 +506,51 @@ public:
   }
 
 private:
+  /// The value of `key`, or null where the file has none.
+  const Value *lookup(std::string_view key, bool required) const {
+    const Value *v = find(key);
+    if (!v && required)
+      failWith(str("missing key '", key, "'"));
+    return v;
+  }
+
+  std::nullopt_t failWith(std::string message) const {
+    if (problem.empty())
+      problem = std::move(message);
+    return std::nullopt;
+  }
+
+  std::nullopt_t wrongType(std::string_view key, const Value &v,
+                           const char *expected) const {
+    return failWith(str("key '", key, "' has type ", valueTypeName(v.type),
+                        ", expected ", expected));
+  }
+
   const Parsed &parsed;
+  mutable std::string problem;
 };
 
 //===----------------------------------------------------------------------===//
 // The model
 //===----------------------------------------------------------------------===//
 
-/// Dequantises `info` (validated) from `src` into `dst`; "" or what is
-/// wrong (a non-finite value or scale).
-std::string dequantize(const TensorInfo &info, const uint8_t *src, float *dst) {
-  auto bad = [&](uint64_t i, float v) {
-    return str("tensor '", info.name, "' element ", i, " is ", v,
-               " (weights must be finite)");
-  };
-  switch (info.type) {
-  case kTF32:
-    std::memcpy(dst, src, info.elements * sizeof(float));
-    for (uint64_t i = 0; i < info.elements; ++i)
-      if (!std::isfinite(dst[i]))
-        return bad(i, dst[i]);
-    return "";
-  case kTF16:
-  case kTBF16:
-    for (uint64_t i = 0; i < info.elements; ++i) {
-      uint16_t bits;
-      std::memcpy(&bits, src + 2 * i, 2);
-      dst[i] = info.type == kTF16 ? halfToFloat(bits) : bfloatToFloat(bits);
-      if (!std::isfinite(dst[i]))
-        return bad(i, dst[i]);
-    }
-    return "";
-  case kTQ8_0:
-    for (uint64_t b = 0; b < info.elements / kQ8Block; ++b) {
-      const uint8_t *block = src + b * kQ8BlockBytes;
-      uint16_t bits;
-      std::memcpy(&bits, block, 2);
-      float scale = halfToFloat(bits);
-      if (!std::isfinite(scale))
-        return str("tensor '", info.name, "' Q8_0 block ", b,
-                   " has a non-finite scale (", scale, ")");
-      for (int j = 0; j < kQ8Block; ++j)
-        dst[b * kQ8Block + j] =
-            scale * static_cast<float>(static_cast<int8_t>(block[2 + j]));
-    }
-    return "";
-  }
-  return str("tensor '", info.name, "' has an unsupported type");
+/// The format of a validated tensor, and what is wrong with its data
+/// (its elements or block scales), or "".
+kvrt_weight_format formatOf(const TensorInfo &info) {
+  return *formatOfGgmlType(info.type);
+}
+std::string checkTensor(const TensorInfo &info, const uint8_t *src) {
+  std::string problem =
+      checkWeightData(formatOf(info), src, int64_t(info.elements));
+  return problem.empty() ? "" : str("tensor '", info.name, "' ", problem);
 }
 
 std::string readConfig(const Metadata &meta, const Parsed &parsed,
                        kvrt_model_config &c, const TensorInfo *&ropeFreqs) {
-  std::string error;
   std::optional<std::string_view> arch =
-      meta.text("general.architecture", true, error);
+      meta.text("general.architecture", true);
   if (!arch)
-    return error;
+    return meta.error();
   if (*arch != "llama")
     return str("architecture '", *arch, "' is not supported (llama is)");
   kvrt_model_config_init(&c);
@@ -586,47 +563,35 @@ std::string readConfig(const Metadata &meta, const Parsed &parsed,
                {"llama.feed_forward_length", &c.hidden_dim},
                {"llama.attention.head_count", &c.n_heads}};
   for (const Size &s : sizes) {
-    std::optional<int32_t> v = meta.count(s.key, true, error);
+    std::optional<int32_t> v = meta.count(s.key, true);
     if (!v)
-      return error;
+      return meta.error();
     if (*v == 0)
       return str("key '", s.key, "' = 0 must be positive");
     *s.field = *v;
   }
   // Optional in the GGUF spec: head_count_kv defaults to head_count.
-  std::optional<int32_t> kvHeads =
-      meta.count("llama.attention.head_count_kv", false, error);
-  if (!error.empty())
-    return error;
-  c.n_kv_heads = kvHeads ? *kvHeads : c.n_heads;
+  std::optional<int32_t> kvHeads = meta.count("llama.attention.head_count_kv");
   std::optional<double> eps =
-      meta.real("llama.attention.layer_norm_rms_epsilon", true, error);
-  if (!eps)
-    return error;
+      meta.real("llama.attention.layer_norm_rms_epsilon", true);
+  std::optional<double> theta = meta.real("llama.rope.freq_base");
+  if (!meta.error().empty())
+    return meta.error();
+  c.n_kv_heads = kvHeads ? *kvHeads : c.n_heads;
   c.rms_eps = *eps;
-  std::optional<double> theta = meta.real("llama.rope.freq_base", false, error);
-  if (!error.empty())
-    return error;
   c.rope_theta = theta ? *theta : 10000.0;
   // llama.cpp's "normal" RoPE: interleaved pairs.
   c.rope_layout = KVRT_ROPE_INTERLEAVED;
   if (c.n_heads == 0 || c.dim % c.n_heads != 0)
     return str("invalid configuration: ", kvir::describeArchitectureError(c));
-  std::optional<int32_t> ropeDim =
-      meta.count("llama.rope.dimension_count", false, error);
-  if (!error.empty())
-    return error;
+  std::optional<int32_t> ropeDim = meta.count("llama.rope.dimension_count");
+  std::optional<std::string_view> scaling =
+      meta.text("llama.rope.scaling.type");
+  std::optional<double> factor = meta.real("llama.rope.scaling.factor");
+  if (!meta.error().empty())
+    return meta.error();
   if (ropeDim)
     c.rope_dim = *ropeDim == c.dim / c.n_heads ? 0 : *ropeDim;
-
-  std::optional<std::string_view> scaling =
-      meta.text("llama.rope.scaling.type", false, error);
-  if (!error.empty())
-    return error;
-  std::optional<double> factor =
-      meta.real("llama.rope.scaling.factor", false, error);
-  if (!error.empty())
-    return error;
   if (scaling && *scaling != "none" && *scaling != "linear")
     return str("RoPE scaling '", *scaling,
                "' is not supported (none and linear are)");
@@ -660,9 +625,9 @@ std::string readConfig(const Metadata &meta, const Parsed &parsed,
                shapeText(embedding->dims, embedding->nDims), ", expected [",
                c.dim, ", vocab]");
   c.vocab_size = static_cast<int32_t>(embedding->dims[1]);
-  std::optional<int32_t> vocab = meta.count("llama.vocab_size", false, error);
-  if (!error.empty())
-    return error;
+  std::optional<int32_t> vocab = meta.count("llama.vocab_size");
+  if (!meta.error().empty())
+    return meta.error();
   if (vocab && *vocab != c.vocab_size)
     return str("key 'llama.vocab_size' = ", *vocab,
                " but token_embd.weight has ", c.vocab_size, " rows");
@@ -683,8 +648,15 @@ std::string readConfig(const Metadata &meta, const Parsed &parsed,
   return "";
 }
 
+/// Reads the model of a parsed file whose bytes are `data`. The model's
+/// weights point into `storage` where it is given (the file's mapping, which
+/// the model keeps), else into a copy of the data section the model owns;
+/// norm vectors of a format other than f32 (and f32 tensors a file puts at
+/// an address that is not a multiple of 4) are converted into memory of its
+/// own. Every tensor's data is checked first: finite elements, finite block
+/// scales.
 std::string readModel(const uint8_t *data, const Parsed &parsed,
-                      kvrt_model **out) {
+                      std::shared_ptr<const void> storage, kvrt_model **out) {
   Metadata meta(parsed);
   kvrt_model_config c;
   const TensorInfo *ropeFreqs = nullptr;
@@ -699,10 +671,8 @@ std::string readModel(const uint8_t *data, const Parsed &parsed,
   for (const TensorInfo &info : parsed.tensors)
     byName[info.name] = &info;
   // Every tensor is expected or rope_freqs, every expected one is there with
-  // its shape, and their sizes add up without overflow: all before the
-  // weights are allocated.
+  // its shape: all before anything is allocated.
   std::vector<const TensorInfo *> order;
-  uint64_t total = 0;
   for (const Expected &e : expected) {
     auto it = byName.find(e.name);
     if (it == byName.end())
@@ -716,36 +686,75 @@ std::string readModel(const uint8_t *data, const Parsed &parsed,
                  shapeText(info.dims, info.nDims), ", expected ",
                  shapeText(e.dims, e.nDims));
     order.push_back(&info);
-    if (__builtin_add_overflow(total, info.elements, &total))
-      return "the tensors hold more than 2^64 elements";
     byName.erase(it);
   }
   for (auto &[name, info] : byName)
     if (info != ropeFreqs)
       return str("unexpected tensor '", name, "' for the llama architecture");
+  const uint8_t *section = data + parsed.dataStart;
   if (ropeFreqs) {
-    std::vector<float> factors(ropeFreqs->elements);
-    error = dequantize(*ropeFreqs, data + parsed.dataStart + ropeFreqs->offset,
-                       factors.data());
-    if (!error.empty())
+    const uint8_t *src = section + ropeFreqs->offset;
+    if (!(error = checkTensor(*ropeFreqs, src)).empty())
       return error;
+    std::vector<float> factors(ropeFreqs->elements);
+    dequantizeRow(formatOf(*ropeFreqs), src, factors.data(),
+                  int64_t(factors.size()));
     c.n_rope_freq_factors = static_cast<int32_t>(factors.size());
     std::copy(factors.begin(), factors.end(), c.rope_freq_factors);
     std::string problem = describeConfigError(c);
     if (!problem.empty())
       return "invalid configuration: " + problem;
   }
+  for (const TensorInfo *info : order)
+    if (!(error = checkTensor(*info, section + info->offset)).empty())
+      return error;
   if (allocationFault(KVRT_FAULT_WEIGHTS, "model weights") != KVRT_OK)
     return kvrt_last_error();
-  std::vector<float> weights(total);
-  float *dst = weights.data();
-  for (const TensorInfo *info : order) {
-    error = dequantize(*info, data + parsed.dataStart + info->offset, dst);
-    if (!error.empty())
-      return error;
-    dst += info->elements;
+
+  ModelParts parts;
+  const uint8_t *base = section;
+  if (storage) {
+    parts.storage = std::move(storage);
+  } else {
+    // The caller's buffer may go away: the data section is copied, at an
+    // address as aligned as any tensor of the file needs (64 bytes).
+    uint64_t bytes = uint64_t(parsed.dataBytes);
+    auto *copy = static_cast<uint8_t *>(::operator new(
+        size_t(std::max<uint64_t>(bytes, 1)), std::align_val_t(64)));
+    std::memcpy(copy, section, size_t(bytes));
+    parts.storage = std::shared_ptr<const void>(copy, [](const void *p) {
+      ::operator delete(const_cast<void *>(p), std::align_val_t(64));
+    });
+    base = copy;
   }
-  *out = makeModel(c, std::move(weights));
+  // Where each slice's converted floats go: sized first, so that the
+  // pointers into `owned` stay valid.
+  auto converted = [](const TensorInfo &info, const TensorDecl &decl,
+                      const uint8_t *at) {
+    kvrt_weight_format format = formatOf(info);
+    return (decl.kind == TensorKind::Norm && format != KVRT_WEIGHT_F32) ||
+           (format == KVRT_WEIGHT_F32 &&
+            reinterpret_cast<uintptr_t>(at) % alignof(float) != 0);
+  };
+  size_t ownedFloats = 0;
+  for (size_t i = 0; i < order.size(); ++i)
+    if (converted(*order[i], *expected[i].decl, base + order[i]->offset))
+      ownedFloats += size_t(order[i]->elements);
+  parts.owned.resize(ownedFloats);
+  float *next = parts.owned.data();
+  for (size_t i = 0; i < order.size(); ++i) {
+    const TensorInfo &info = *order[i];
+    const uint8_t *at = base + info.offset;
+    kvrt_weight_format format = formatOf(info);
+    kvrt_weight_slice slice{at, format, int64_t(info.bytes)};
+    if (converted(info, *expected[i].decl, at)) {
+      dequantizeRow(format, at, next, int64_t(info.elements));
+      slice = {next, KVRT_WEIGHT_F32, int64_t(info.elements * sizeof(float))};
+      next += info.elements;
+    }
+    parts.slices[static_cast<size_t>(expected[i].decl->id)].push_back(slice);
+  }
+  *out = makeModel(c, std::move(parts));
   return "";
 }
 
@@ -753,32 +762,13 @@ std::string readModel(const uint8_t *data, const Parsed &parsed,
 // The tokenizer
 //===----------------------------------------------------------------------===//
 
-/// A bool key (tokenizer.ggml.add_bos_token, ...), or nullopt where absent.
-std::optional<bool> flag(const Metadata &meta, std::string_view key,
-                         std::string &error) {
-  const Value *v = meta.find(key);
-  if (!v)
-    return std::nullopt;
-  if (v->type != kBool) {
-    error = str("key '", key, "' has type ", valueTypeName(v->type),
-                ", expected bool");
-    return std::nullopt;
-  }
-  return v->u != 0;
-}
-
 /// Sets the add_bos / add_eos defaults of a read tokenizer from the file's
 /// keys, where it has them.
 std::string readAddFlags(const Metadata &meta, kvrt_tokenizer *tokenizer) {
-  std::string error;
-  std::optional<bool> addBos =
-      flag(meta, "tokenizer.ggml.add_bos_token", error);
-  if (!error.empty())
-    return error;
-  std::optional<bool> addEos =
-      flag(meta, "tokenizer.ggml.add_eos_token", error);
-  if (!error.empty())
-    return error;
+  std::optional<bool> addBos = meta.flag("tokenizer.ggml.add_bos_token");
+  std::optional<bool> addEos = meta.flag("tokenizer.ggml.add_eos_token");
+  if (!meta.error().empty())
+    return meta.error();
   if (addBos)
     tokenizer->impl->addBos = *addBos;
   if (addEos)
@@ -790,11 +780,9 @@ std::string readAddFlags(const Metadata &meta, kvrt_tokenizer *tokenizer) {
 /// (-1: none).
 std::string tokenArray(const Metadata &meta, int32_t modelVocab,
                        const Value *&tokens) {
-  tokens = meta.find("tokenizer.ggml.tokens");
+  tokens = meta.array("tokenizer.ggml.tokens", kString, /*required=*/true);
   if (!tokens)
-    return "missing key 'tokenizer.ggml.tokens'";
-  if (tokens->type != kArray || tokens->elementType != kString)
-    return "key 'tokenizer.ggml.tokens' must be an array of strings";
+    return meta.error();
   if (tokens->count == 0 || tokens->count > KVRT_TOKENIZER_MAX_VOCAB)
     return str("tokenizer.ggml.tokens has ", tokens->count, " tokens (1 to ",
                KVRT_TOKENIZER_MAX_VOCAB, " are allowed)");
@@ -804,54 +792,56 @@ std::string tokenArray(const Metadata &meta, int32_t modelVocab,
   return "";
 }
 
-/// A byte-level BPE vocabulary (tokenizer.ggml.model = gpt2): tokens as
-/// they are spelled, token types, merges, the pre-tokenizer and the special
-/// ids (none by default).
+/// Reads the special token ids of `keys` into `ids`, which hold their
+/// defaults; "" or what is wrong (an id outside the `n` tokens).
+template <size_t N>
+std::string readSpecialIds(const Metadata &meta, const char *const (&keys)[N],
+                           int32_t (&ids)[N], int32_t n) {
+  for (size_t i = 0; i < N; ++i) {
+    std::optional<int32_t> id = meta.count(keys[i]);
+    if (!meta.error().empty())
+      return meta.error();
+    if (id)
+      ids[i] = *id;
+    if (ids[i] >= n)
+      return str("key '", keys[i], "' = ", ids[i], " is outside the ", n,
+                 " tokens");
+  }
+  return "";
+}
+
+/// A byte-level BPE vocabulary (tokenizer.ggml.model = gpt2) of `tokens`
+/// (tokenArray): tokens as they are spelled, token types, merges, the
+/// pre-tokenizer and the special ids (none by default).
 std::string readByteLevelBPE(const uint8_t *data, size_t size,
-                             const Metadata &meta, int32_t modelVocab,
+                             const Metadata &meta, const Value *tokens,
                              kvrt_tokenizer **out) {
-  const Value *tokens = nullptr;
-  std::string error = tokenArray(meta, modelVocab, tokens);
-  if (!error.empty())
-    return error;
   int32_t n = static_cast<int32_t>(tokens->count);
-  const Value *types = meta.find("tokenizer.ggml.token_type");
-  if (types && (types->type != kArray || types->elementType != kI32))
-    return "key 'tokenizer.ggml.token_type' must be an array of i32";
-  if (types && types->count != tokens->count)
-    return str("key 'tokenizer.ggml.token_type' has ", types->count,
-               " entries, tokenizer.ggml.tokens ", tokens->count);
-  const Value *merges = meta.find("tokenizer.ggml.merges");
+  const Value *types =
+      meta.array("tokenizer.ggml.token_type", kI32, false, tokens);
+  const Value *merges = meta.array("tokenizer.ggml.merges", kString);
+  if (!meta.error().empty())
+    return meta.error();
   if (!merges)
     return "missing key 'tokenizer.ggml.merges' (a gpt2 tokenizer needs its "
            "merges)";
-  if (merges->type != kArray || merges->elementType != kString)
-    return "key 'tokenizer.ggml.merges' must be an array of strings";
   if (merges->count > KVRT_TOKENIZER_MAX_VOCAB)
     return str("tokenizer.ggml.merges has ", merges->count, " merges (at most ",
                KVRT_TOKENIZER_MAX_VOCAB, " are allowed)");
-  std::optional<std::string_view> pre =
-      meta.text("tokenizer.ggml.pre", false, error);
-  if (!error.empty())
-    return error;
+  std::optional<std::string_view> pre = meta.text("tokenizer.ggml.pre");
+  if (!meta.error().empty())
+    return meta.error();
   // llama.cpp reads a gpt2 vocabulary without a pre-tokenizer name with its
   // default rules.
   std::string preName(pre ? *pre : "default");
 
-  const char *idKeys[4] = {
+  const char *const idKeys[4] = {
       "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.bos_token_id",
       "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id"};
   int32_t ids[4] = {-1, -1, -1, -1};
-  for (int i = 0; i < 4; ++i) {
-    std::optional<int32_t> id = meta.count(idKeys[i], false, error);
-    if (!error.empty())
-      return error;
-    if (id && *id >= n)
-      return str("key '", idKeys[i], "' = ", *id, " is outside the ", n,
-                 " tokens");
-    if (id)
-      ids[i] = *id;
-  }
+  std::string error = readSpecialIds(meta, idKeys, ids, n);
+  if (!error.empty())
+    return error;
 
   Reader r(data, size);
   std::vector<std::string_view> tokenTexts(n);
@@ -901,67 +891,29 @@ std::string readByteLevelBPE(const uint8_t *data, size_t size,
   vocab.add_eos = 0;
   if (kvrt_tokenizer_create_bpe(&vocab, out) != KVRT_OK)
     return str("bad tokenizer: ", kvrt_last_error());
-  return readAddFlags(meta, *out);
+  return "";
 }
 
-std::string readTokenizer(const uint8_t *data, size_t size,
-                          const Parsed &parsed, int32_t modelVocab,
-                          kvrt_tokenizer **out) {
-  Metadata meta(parsed);
-  std::string error;
-  std::optional<std::string_view> model =
-      meta.text("tokenizer.ggml.model", false, error);
-  if (!error.empty())
-    return error;
-  if (!model)
-    return "";
-  if (*model == "gpt2") {
-    error = readByteLevelBPE(data, size, meta, modelVocab, out);
-    if (!error.empty() && *out) {
-      kvrt_tokenizer_release(*out);
-      *out = nullptr;
-    }
-    return error;
-  }
-  if (*model != "llama")
-    return str("tokenizer model '", *model,
-               "' is not supported (llama, SentencePiece BPE, and gpt2, "
-               "byte-level BPE, are)");
-  const Value *tokens = nullptr;
-  error = tokenArray(meta, modelVocab, tokens);
-  if (!error.empty())
-    return error;
+/// A SentencePiece vocabulary (tokenizer.ggml.model = llama) of `tokens`
+/// (tokenArray): pieces with scores and token types, llama.cpp's special ids
+/// by default.
+std::string readSentencePiece(const uint8_t *data, size_t size,
+                              const Metadata &meta, const Value *tokens,
+                              kvrt_tokenizer **out) {
   int32_t n = static_cast<int32_t>(tokens->count);
-  auto array = [&](const char *key, uint32_t type,
-                   const Value *&v) -> std::string {
-    v = meta.find(key);
-    if (!v)
-      return "";
-    if (v->type != kArray || v->elementType != type)
-      return str("key '", key, "' must be an array of ", valueTypeName(type));
-    if (v->count != tokens->count)
-      return str("key '", key, "' has ", v->count, " entries, ",
-                 "tokenizer.ggml.tokens ", tokens->count);
-    return "";
-  };
-  const Value *scores = nullptr, *types = nullptr;
-  if (!(error = array("tokenizer.ggml.scores", kF32, scores)).empty() ||
-      !(error = array("tokenizer.ggml.token_type", kI32, types)).empty())
-    return error;
+  const Value *scores =
+      meta.array("tokenizer.ggml.scores", kF32, false, tokens);
+  const Value *types =
+      meta.array("tokenizer.ggml.token_type", kI32, false, tokens);
+  if (!meta.error().empty())
+    return meta.error();
+  const char *const specialKeys[3] = {"tokenizer.ggml.unknown_token_id",
+                                      "tokenizer.ggml.bos_token_id",
+                                      "tokenizer.ggml.eos_token_id"};
   int32_t special[3] = {0, 1, 2}; // llama.cpp's SentencePiece defaults
-  const char *specialKeys[3] = {"tokenizer.ggml.unknown_token_id",
-                                "tokenizer.ggml.bos_token_id",
-                                "tokenizer.ggml.eos_token_id"};
-  for (int i = 0; i < 3; ++i) {
-    std::optional<int32_t> id = meta.count(specialKeys[i], false, error);
-    if (!error.empty())
-      return error;
-    if (id)
-      special[i] = *id;
-    if (special[i] >= n)
-      return str("key '", specialKeys[i], "' = ", special[i],
-                 " is outside the ", n, " tokens");
-  }
+  std::string error = readSpecialIds(meta, specialKeys, special, n);
+  if (!error.empty())
+    return error;
 
   // Pieces with U+2581 turned into ' ', as llama2.c's tokenizer.bin has them.
   Reader r(data, size);
@@ -1010,8 +962,31 @@ std::string readTokenizer(const uint8_t *data, size_t size,
                             n, special[0], special[1], special[2],
                             out) != KVRT_OK)
     return str("bad tokenizer: ", kvrt_last_error());
-  error = readAddFlags(meta, *out);
-  if (!error.empty()) {
+  return "";
+}
+
+std::string readTokenizer(const uint8_t *data, size_t size,
+                          const Parsed &parsed, int32_t modelVocab,
+                          kvrt_tokenizer **out) {
+  Metadata meta(parsed);
+  std::optional<std::string_view> model = meta.text("tokenizer.ggml.model");
+  if (!meta.error().empty())
+    return meta.error();
+  if (!model)
+    return "";
+  bool byteLevel = *model == "gpt2";
+  if (!byteLevel && *model != "llama")
+    return str("tokenizer model '", *model,
+               "' is not supported (llama, SentencePiece BPE, and gpt2, "
+               "byte-level BPE, are)");
+  const Value *tokens = nullptr;
+  std::string error = tokenArray(meta, modelVocab, tokens);
+  if (error.empty())
+    error = byteLevel ? readByteLevelBPE(data, size, meta, tokens, out)
+                      : readSentencePiece(data, size, meta, tokens, out);
+  if (error.empty())
+    error = readAddFlags(meta, *out);
+  if (!error.empty() && *out) {
     kvrt_tokenizer_release(*out);
     *out = nullptr;
   }
@@ -1022,16 +997,16 @@ std::string readTokenizer(const uint8_t *data, size_t size,
 // Files
 //===----------------------------------------------------------------------===//
 
+/// A read-only mapping of a whole file: its bytes, and the handle that
+/// unmaps them when the last owner (the reader, then the model) lets go.
 struct Mapping {
   const uint8_t *data = nullptr;
   size_t size = 0;
-  ~Mapping() {
-    if (data)
-      ::munmap(const_cast<uint8_t *>(data), size);
-  }
+  std::shared_ptr<const void> owner;
 };
 
-/// Maps `path` read-only; "" or what went wrong.
+/// Maps `path` read-only (private: the page cache is shared between the
+/// processes that map the file, nothing is copied); "" or what went wrong.
 std::string mapFile(const char *path, Mapping &out) {
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
@@ -1043,17 +1018,70 @@ std::string mapFile(const char *path, Mapping &out) {
   } else if (!S_ISREG(st.st_mode)) {
     error = str("'", path, "' is not a regular file");
   } else if (st.st_size > 0) {
-    void *p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ,
-                     MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED)
+    size_t size = static_cast<size_t>(st.st_size);
+    void *p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
       error = str("cannot map '", path, "': ", std::strerror(errno));
-    else {
+    } else {
       out.data = static_cast<const uint8_t *>(p);
-      out.size = static_cast<size_t>(st.st_size);
+      out.size = size;
+      out.owner = std::shared_ptr<const void>(
+          p, [size](const void *q) { ::munmap(const_cast<void *>(q), size); });
     }
   }
   ::close(fd);
   return error;
+}
+
+/// readBuffer, with the model's weights pointing into `storage` where it is
+/// given (the bytes `data` belongs to), else into a copy.
+std::string readAll(const uint8_t *data, size_t size,
+                    std::shared_ptr<const void> storage, kvrt_model **model,
+                    kvrt_tokenizer **tokenizer) {
+  if (model)
+    *model = nullptr;
+  if (tokenizer)
+    *tokenizer = nullptr;
+  Parsed parsed;
+  std::string error = parseStructure(data, size, parsed);
+  if (!error.empty())
+    return error;
+  kvrt_model *m = nullptr;
+  int32_t vocab = -1;
+  if (model || tokenizer) {
+    // The tokenizer is checked against the model's vocabulary: read the
+    // model's config even when only the tokenizer is asked for.
+    if (model) {
+      error = readModel(data, parsed, std::move(storage), &m);
+      if (!error.empty())
+        return error;
+      vocab = m->config.vocab_size;
+    } else if (!parsed.tensors.empty()) {
+      // (A vocabulary-only file, with no tensors, is a tokenizer alone.)
+      Metadata meta(parsed);
+      kvrt_model_config c;
+      const TensorInfo *ropeFreqs = nullptr;
+      error = readConfig(meta, parsed, c, ropeFreqs);
+      if (!error.empty())
+        return error;
+      vocab = c.vocab_size;
+    }
+  }
+  kvrt_tokenizer *t = nullptr;
+  error = readTokenizer(data, size, parsed, vocab, &t);
+  if (!error.empty()) {
+    kvrt_model_release(m);
+    return error;
+  }
+  if (model)
+    *model = m;
+  else
+    kvrt_model_release(m);
+  if (tokenizer)
+    *tokenizer = t;
+  else
+    kvrt_tokenizer_release(t);
+  return "";
 }
 
 } // namespace
@@ -1087,50 +1115,7 @@ bool kvrt::gguf::fileHasMagic(const char *path) {
 std::string kvrt::gguf::readBuffer(const uint8_t *data, size_t size,
                                    kvrt_model **model,
                                    kvrt_tokenizer **tokenizer) {
-  if (model)
-    *model = nullptr;
-  if (tokenizer)
-    *tokenizer = nullptr;
-  Parsed parsed;
-  std::string error = parseStructure(data, size, parsed);
-  if (!error.empty())
-    return error;
-  kvrt_model *m = nullptr;
-  int32_t vocab = -1;
-  if (model || tokenizer) {
-    // The tokenizer is checked against the model's vocabulary: read the
-    // model's config even when only the tokenizer is asked for.
-    if (model) {
-      error = readModel(data, parsed, &m);
-      if (!error.empty())
-        return error;
-      vocab = m->config.vocab_size;
-    } else if (!parsed.tensors.empty()) {
-      // (A vocabulary-only file, with no tensors, is a tokenizer alone.)
-      Metadata meta(parsed);
-      kvrt_model_config c;
-      const TensorInfo *ropeFreqs = nullptr;
-      error = readConfig(meta, parsed, c, ropeFreqs);
-      if (!error.empty())
-        return error;
-      vocab = c.vocab_size;
-    }
-  }
-  kvrt_tokenizer *t = nullptr;
-  error = readTokenizer(data, size, parsed, vocab, &t);
-  if (!error.empty()) {
-    kvrt_model_release(m);
-    return error;
-  }
-  if (model)
-    *model = m;
-  else
-    kvrt_model_release(m);
-  if (tokenizer)
-    *tokenizer = t;
-  else
-    kvrt_tokenizer_release(t);
-  return "";
+  return readAll(data, size, nullptr, model, tokenizer);
 }
 
 std::string kvrt::gguf::readFile(const char *path, kvrt_model **model,
@@ -1138,7 +1123,8 @@ std::string kvrt::gguf::readFile(const char *path, kvrt_model **model,
   Mapping mapping;
   std::string error = mapFile(path, mapping);
   if (error.empty())
-    error = readBuffer(mapping.data, mapping.size, model, tokenizer);
+    error =
+        readAll(mapping.data, mapping.size, mapping.owner, model, tokenizer);
   if (!error.empty() && error.find(path) == std::string::npos)
     error = str("bad GGUF file '", path, "': ", error);
   return error;

@@ -1,7 +1,8 @@
 //===- GGUFWriter.cpp - Write GGUF v3 llama models --------------*- C++ -*-===//
 //
-// kvrt_model_save_gguf: a model's config as llama.* keys, its tensors in F32,
-// F16, BF16 or Q8_0 (GGUFFormat.h), and optionally a tokenizer's vocabulary.
+// kvrt_model_save_gguf: a model's config as llama.* keys, its matrices in one
+// of the weight formats or a mix of them (Quant.h quantises), and optionally a
+// tokenizer's vocabulary.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,6 +11,7 @@
 #include "runtime/core/KVElement.h"
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/core/Quant.h"
 #include "runtime/core/Support.h"
 #include "runtime/core/tokenizer/TokenizerImpl.h"
 
@@ -27,23 +29,6 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 using namespace kvrt;
 using namespace kvrt::gguf;
-
-//===----------------------------------------------------------------------===//
-// Q8_0
-//===----------------------------------------------------------------------===//
-
-void kvrt::gguf::quantizeQ8Block(const float *x, uint8_t *block) {
-  float amax = 0.0f;
-  for (int j = 0; j < kQ8Block; ++j)
-    amax = std::max(amax, std::fabs(x[j]));
-  float d = amax / 127.0f;
-  float id = d != 0.0f ? 1.0f / d : 0.0f;
-  uint16_t scale = floatToHalf(d);
-  std::memcpy(block, &scale, 2);
-  for (int j = 0; j < kQ8Block; ++j)
-    block[2 + j] =
-        static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[j] * id)));
-}
 
 //===----------------------------------------------------------------------===//
 // Writing
@@ -83,39 +68,138 @@ public:
   }
 };
 
-/// One tensor to write: its name, shape, type and f32 source.
+/// One tensor to write: its name, shape, format, and its data: `raw` bytes
+/// already in that format, or f32 `src` to convert.
 struct Outgoing {
   std::string name;
   uint64_t dims[2];
   uint32_t nDims;
-  uint32_t type;
+  kvrt_weight_format format;
   const float *src;
-  uint64_t elements;
+  const void *raw;
 };
 
 std::string encodeTensor(const Outgoing &t) {
-  std::string out;
-  switch (t.type) {
-  case kTF32:
-    out.assign(reinterpret_cast<const char *>(t.src), t.elements * 4);
+  int64_t cols = int64_t(t.dims[0]),
+          rows = t.nDims == 2 ? int64_t(t.dims[1]) : 1;
+  int64_t rowBytes = weightRowBytes(t.format, cols);
+  if (t.raw)
+    return std::string(static_cast<const char *>(t.raw),
+                       size_t(rows * rowBytes));
+  std::string out(size_t(rows * rowBytes), '\0');
+  for (int64_t r = 0; r < rows; ++r)
+    quantizeRow(t.format, t.src + r * cols, &out[size_t(r * rowBytes)], cols);
+  return out;
+}
+
+/// llama.cpp's choice of layers that get more bits in its _M mixes: the
+/// first and last eighth, and every third layer between.
+bool useMoreBits(int32_t layer, int32_t layers) {
+  return layer < layers / 8 || layer >= 7 * layers / 8 ||
+         (layer - layers / 8) % 3 == 2;
+}
+
+/// The format a matrix of `e` is written in for `type` (docs/models.md), by
+/// llama.cpp's llama-quantize rules for the llama architecture (without
+/// --pure): the type's, but the classifier (output.weight, or the embedding
+/// a tied classifier is) in Q6_K for every block type but Q8_0, and for the
+/// _M mixes attn_v and ffn_down of the layers useMoreBits picks in Q6_K too;
+/// then, where rows are not whole blocks of it, a K-quant falls back to Q8_0
+/// (llama.cpp takes Q5_0, Q5_1 and Q8_0 for Q4_K, Q5_K and Q6_K; KVIR reads
+/// none of the first two, so it takes the larger Q8_0, as llama.cpp does for
+/// a classifier) and what still does not fit to F16.
+kvrt_weight_format formatFor(kvrt_gguf_type type, const Expected &e,
+                             const kvrt_model_config &c) {
+  kvrt_weight_format f = KVRT_WEIGHT_F32;
+  bool mix = type == KVRT_GGUF_Q4_K_M || type == KVRT_GGUF_Q5_K_M;
+  switch (type) {
+  case KVRT_GGUF_F32:
+    f = KVRT_WEIGHT_F32;
     break;
-  case kTF16:
-  case kTBF16:
-    out.resize(t.elements * 2);
-    for (uint64_t i = 0; i < t.elements; ++i) {
-      uint16_t bits =
-          t.type == kTF16 ? floatToHalf(t.src[i]) : floatToBFloat(t.src[i]);
-      std::memcpy(&out[2 * i], &bits, 2);
-    }
+  case KVRT_GGUF_F16:
+    f = KVRT_WEIGHT_F16;
     break;
-  case kTQ8_0:
-    out.resize(t.elements / kQ8Block * kQ8BlockBytes);
-    for (uint64_t b = 0; b < t.elements / kQ8Block; ++b)
-      quantizeQ8Block(t.src + b * kQ8Block,
-                      reinterpret_cast<uint8_t *>(&out[b * kQ8BlockBytes]));
+  case KVRT_GGUF_BF16:
+    f = KVRT_WEIGHT_BF16;
+    break;
+  case KVRT_GGUF_Q8_0:
+    f = KVRT_WEIGHT_Q8_0;
+    break;
+  case KVRT_GGUF_Q4_0:
+    f = KVRT_WEIGHT_Q4_0;
+    break;
+  case KVRT_GGUF_Q4_K:
+  case KVRT_GGUF_Q4_K_M:
+    f = KVRT_WEIGHT_Q4_K;
+    break;
+  case KVRT_GGUF_Q5_K:
+  case KVRT_GGUF_Q5_K_M:
+    f = KVRT_WEIGHT_Q5_K;
+    break;
+  case KVRT_GGUF_Q6_K:
+    f = KVRT_WEIGHT_Q6_K;
     break;
   }
-  return out;
+  uint64_t cols = e.dims[0];
+  TensorId id = e.decl->id;
+  bool classifier = id == TensorId::wcls ||
+                    (id == TensorId::token_embedding && c.shared_classifier);
+  if (classifier && isBlockFormat(f) && f != KVRT_WEIGHT_Q8_0)
+    f = cols % 256 ? KVRT_WEIGHT_Q8_0 : KVRT_WEIGHT_Q6_K;
+  else if (mix && (id == TensorId::wv || id == TensorId::w2) &&
+           useMoreBits(e.layer, c.n_layers))
+    f = KVRT_WEIGHT_Q6_K;
+  if (cols % uint64_t(blockLayout(f).elements) != 0 &&
+      blockLayout(f).elements == 256)
+    f = KVRT_WEIGHT_Q8_0;
+  if (cols % uint64_t(blockLayout(f).elements) != 0)
+    f = KVRT_WEIGHT_F16;
+  return f;
+}
+
+/// llama.cpp's general.file_type of `type` (its llama_ftype).
+uint32_t fileTypeOf(kvrt_gguf_type type) {
+  switch (type) {
+  case KVRT_GGUF_F32:
+    return 0;
+  case KVRT_GGUF_F16:
+    return 1;
+  case KVRT_GGUF_Q4_0:
+    return 2;
+  case KVRT_GGUF_Q8_0:
+    return 7;
+  case KVRT_GGUF_Q4_K:
+    return 14; // Q4_K_S: every matrix Q4_K here
+  case KVRT_GGUF_Q4_K_M:
+    return 15;
+  case KVRT_GGUF_Q5_K:
+    return 16; // Q5_K_S
+  case KVRT_GGUF_Q5_K_M:
+    return 17;
+  case KVRT_GGUF_Q6_K:
+    return 18;
+  case KVRT_GGUF_BF16:
+    return 32;
+  }
+  return 0;
+}
+
+/// Whether `type` is one kv-convert and kvrt_model_save_gguf write.
+bool knownType(int type) {
+  switch (type) {
+  case KVRT_GGUF_F32:
+  case KVRT_GGUF_F16:
+  case KVRT_GGUF_Q4_0:
+  case KVRT_GGUF_Q8_0:
+  case KVRT_GGUF_Q4_K:
+  case KVRT_GGUF_Q5_K:
+  case KVRT_GGUF_Q6_K:
+  case KVRT_GGUF_BF16:
+  case KVRT_GGUF_Q4_K_M:
+  case KVRT_GGUF_Q5_K_M:
+    return true;
+  }
+  return false;
 }
 
 /// The keys of a SentencePiece tokenizer: pieces with U+2581 for spaces,
@@ -217,8 +301,7 @@ void writeTokenizer(Writer &w, const kvrt_tokenizer &tokenizer) {
 kvrt_status saveGGUF(const kvrt_model &model, const kvrt_tokenizer *tokenizer,
                      kvrt_gguf_type type, const char *path) {
   const kvrt_model_config &c = model.config;
-  if (type != KVRT_GGUF_F32 && type != KVRT_GGUF_F16 &&
-      type != KVRT_GGUF_BF16 && type != KVRT_GGUF_Q8_0)
+  if (!knownType(int(type)))
     return fail(
         KVRT_ERR_INVALID_ARGUMENT,
         str("cannot save '", path, "': unknown GGUF tensor type ", int(type)));
@@ -232,34 +315,49 @@ kvrt_status saveGGUF(const kvrt_model &model, const kvrt_tokenizer *tokenizer,
                 str("cannot save '", path, "': ", kvrt_last_error()));
   Writer w;
   std::vector<Outgoing> tensors;
+  // The f32 values of weights whose format is not the one written.
+  const std::vector<float> *f32 = nullptr;
+  uint64_t f32At = 0;
+  const TensorDecl *f32Decl = nullptr;
   for (const Expected &e : expectedTensors(c)) {
-    uint64_t elements = e.dims[0] * e.dims[1];
-    // Vectors stay F32, as llama.cpp keeps them; Q8_0 needs rows that are
-    // whole blocks, else the matrix falls back to F16 (as llama.cpp's
-    // converter does).
-    uint32_t t = e.nDims == 1 ? uint32_t(kTF32) : uint32_t(type);
-    if (t == kTQ8_0 && e.dims[0] % kQ8Block != 0)
-      t = kTF16;
-    const float *src =
-        f32Data(model.weights.*e.decl->member) + e.layer * elements;
-    tensors.push_back(
-        {e.name, {e.dims[0], e.dims[1]}, e.nDims, t, src, elements});
+    const kvrt_weight &w = model.weights.*e.decl->member;
+    // Vectors stay F32, as llama.cpp keeps them.
+    kvrt_weight_format f =
+        e.nDims == 1 ? KVRT_WEIGHT_F32 : formatFor(type, e, c);
+    const kvrt_weight_slice &slice = w.slices[e.layer];
+    Outgoing out{e.name, {e.dims[0], e.dims[1]}, e.nDims, f, nullptr, nullptr};
+    if (slice.format == f) {
+      out.raw = slice.data;
+    } else {
+      if (!f32)
+        f32 = &f32Weights(model);
+      // The slice's place in f32Weights: tensors in order, slices back to
+      // back.
+      if (f32Decl != e.decl) {
+        f32At = 0;
+        for (const TensorSpec &spec : specsOf(c)) {
+          if (spec.decl == e.decl)
+            break;
+          f32At += spec.count;
+        }
+        f32Decl = e.decl;
+      }
+      out.src = f32->data() + f32At + uint64_t(e.layer) * w.rows * w.cols;
+    }
+    tensors.push_back(out);
   }
   if (c.n_rope_freq_factors)
     tensors.push_back({"rope_freqs.weight",
                        {uint64_t(c.n_rope_freq_factors), 0},
                        1,
-                       kTF32,
+                       KVRT_WEIGHT_F32,
                        c.rope_freq_factors,
-                       uint64_t(c.n_rope_freq_factors)});
+                       nullptr});
 
   w.text("general.architecture", "llama");
   w.text("general.name", "kvir");
   w.u32("general.alignment", kDefaultAlignment);
-  w.u32("general.file_type", type == KVRT_GGUF_F32    ? 0
-                             : type == KVRT_GGUF_F16  ? 1
-                             : type == KVRT_GGUF_Q8_0 ? 7
-                                                      : 32);
+  w.u32("general.file_type", fileTypeOf(type));
   w.u32("llama.context_length", uint32_t(c.seq_len));
   w.u32("llama.embedding_length", uint32_t(c.dim));
   w.u32("llama.block_count", uint32_t(c.n_layers));
@@ -285,7 +383,7 @@ kvrt_status saveGGUF(const kvrt_model &model, const kvrt_tokenizer *tokenizer,
     w.scalar<uint32_t>(t.nDims);
     for (uint32_t d = 0; d < t.nDims; ++d)
       w.scalar<uint64_t>(t.dims[d]);
-    w.scalar<uint32_t>(t.type);
+    w.scalar<uint32_t>(ggmlTypeOf(t.format));
     w.scalar<uint64_t>(offset);
     offset += (payloads.back().size() + kDefaultAlignment - 1) /
               kDefaultAlignment * kDefaultAlignment;

@@ -169,31 +169,65 @@ typedef struct kvrt_model_config {
   float rope_freq_factors[KVRT_MAX_ROPE_PAIRS];
 } kvrt_model_config;
 
-/// The format of a weight's data. Every switch over it is exhaustive (no
-/// default), so a new format is a compile error wherever it must be handled;
+/// The format of a weight's data: IEEE floats, or one of ggml's block formats
+/// kept as a GGUF file stores them (a row is whole blocks of a fixed number
+/// of elements, each of a fixed number of bytes; runtime/core/WeightFormat.h
+/// has the layouts). Every switch over it is exhaustive (no default), so a
+/// new format is a compile error wherever it must be handled;
 /// docs/runtime.md says how to add one.
 typedef enum kvrt_weight_format {
   /// IEEE float32 elements.
   KVRT_WEIGHT_F32 = 0,
-  // Quantised formats kept as the file stores them (GGUF's Q8_0, Q4_K, ...)
-  // come here: blocks of a fixed number of elements along a row, each of a
-  // fixed number of bytes, rows of whole blocks.
+  /// IEEE binary16 elements.
+  KVRT_WEIGHT_F16 = 1,
+  /// bfloat16 elements.
+  KVRT_WEIGHT_BF16 = 2,
+  /// Blocks of 32 elements in 34 bytes: an f16 scale d, 32 int8 q; d * q.
+  KVRT_WEIGHT_Q8_0 = 3,
+  /// Blocks of 32 in 18 bytes: an f16 scale d, 16 bytes of 4-bit q (element
+  /// j < 16 in the low nibble of byte j, j >= 16 in the high nibble of byte
+  /// j - 16); d * (q - 8).
+  KVRT_WEIGHT_Q4_0 = 4,
+  /// Super-blocks of 256 in 144 bytes: f16 d and dmin, 12 bytes of eight
+  /// 6-bit scales and mins, 128 bytes of 4-bit q; d * sc * q - dmin * m per
+  /// sub-block of 32.
+  KVRT_WEIGHT_Q4_K = 5,
+  /// Super-blocks of 256 in 176 bytes: as Q4_K with a fifth bit of every q
+  /// (32 bytes qh, before the 128 bytes of low nibbles).
+  KVRT_WEIGHT_Q5_K = 6,
+  /// Super-blocks of 256 in 210 bytes: 128 bytes of low 4 bits, 64 bytes of
+  /// high 2 bits, sixteen int8 scales, an f16 d; d * sc * (q - 32) per
+  /// sub-block of 16.
+  KVRT_WEIGHT_Q6_K = 7,
 } kvrt_weight_format;
 
-/// One tensor of a model: its data in its format and what addresses it.
-typedef struct kvrt_weight {
-  /// The tensor's bytes; NULL where the model does not have it.
+/// The number of weight formats: they are numbered from 0 without gaps.
+#define KVRT_WEIGHT_FORMAT_COUNT 8
+
+/// One slice of a weight: the whole of a global tensor, or one layer's part
+/// of a per-layer tensor. Its `rows` x `cols` elements (kvrt_weight) are in
+/// `format`, row-major ([out][in] for a matrix), `bytes` in all: rows times
+/// the bytes of a row (4 * cols for f32; for a block format, cols / the
+/// block's elements * the block's bytes).
+typedef struct kvrt_weight_slice {
   const void *data;
   kvrt_weight_format format;
-  /// `rows` rows of `cols` elements, row-major ([out][in] for a matrix). A
-  /// per-layer tensor is its layers' slices back to back: layer l's starts
-  /// at row l * rows / n_layers.
+  int64_t bytes;
+} kvrt_weight_slice;
+
+/// One tensor of a model. Each slice has its own address (the layers of a
+/// GGUF tensor are separate tensors of the file, wherever the file put them)
+/// and its own format (a Q4_K_M file keeps some layers of attn_v and
+/// ffn_down in Q6_K).
+typedef struct kvrt_weight {
+  /// The shape of one slice: `rows` rows of `cols` elements.
   int64_t rows;
   int64_t cols;
-  /// Bytes of the whole tensor: rows times the bytes of a row in `format`
-  /// (4 * cols for f32; for a block format, cols / the block's elements *
-  /// the block's bytes).
-  int64_t bytes;
+  /// 1 for a global tensor, n_layers for a per-layer one, 0 where the model
+  /// does not have it.
+  int64_t n_slices;
+  /// The slices, slice l being layer l's; valid while the model is alive.
+  const kvrt_weight_slice *slices;
 } kvrt_weight;
 
 /// A model's tensors: one field per entry of runtime/core/ModelTensors.def
@@ -219,9 +253,12 @@ kvrt_status kvrt_model_config_validate(const kvrt_model_config *config);
 /// Loads a model with full validation; the format is told by the file's
 /// first bytes, not its name. A GGUF file (magic "GGUF", version 3, llama
 /// architecture: runtime/core/GGUF.h) gets the configuration its keys
-/// state and its weights dequantised to f32; any other file is read as a
-/// llama2.c ("version 0") checkpoint, which gets interleaved RoPE,
-/// rope_theta 10000 and rms_eps 1e-5.
+/// state, and is mapped read-only: its matrices stay in the file's formats,
+/// in the mapping (the page cache is shared between processes); only norm
+/// vectors stored in another format than f32 are converted. Any other file
+/// is read as a llama2.c ("version 0") checkpoint (f32 weights in memory the
+/// model owns), which gets interleaved RoPE, rope_theta 10000 and rms_eps
+/// 1e-5.
 kvrt_status kvrt_model_load(const char *path, kvrt_model **out);
 
 /// Builds a model of any valid config whose weights come from `seed` through
@@ -237,26 +274,39 @@ kvrt_status kvrt_model_synthetic(const kvrt_model_config *config, uint64_t seed,
 /// RoPE scaling or frequency factors).
 kvrt_status kvrt_model_save(const kvrt_model *model, const char *path);
 
-/// The ggml tensor type a GGUF file's matrices are written in (their ggml
-/// type ids).
+/// What a GGUF file's matrices are written in: one ggml tensor type (the
+/// value is its ggml type id), or a mix of types as llama.cpp's
+/// llama-quantize writes (docs/models.md: Q4_K with Q6_K for the output,
+/// for attn_v and ffn_down of some layers; the value is 0x10000 plus
+/// llama.cpp's file type).
 typedef enum kvrt_gguf_type {
   KVRT_GGUF_F32 = 0,
   KVRT_GGUF_F16 = 1,
+  KVRT_GGUF_Q4_0 = 2,
   KVRT_GGUF_Q8_0 = 8,
+  KVRT_GGUF_Q4_K = 12,
+  KVRT_GGUF_Q5_K = 13,
+  KVRT_GGUF_Q6_K = 14,
   KVRT_GGUF_BF16 = 30,
+  KVRT_GGUF_Q4_K_M = 0x10000 + 15,
+  KVRT_GGUF_Q5_K_M = 0x10000 + 17,
 } kvrt_gguf_type;
 
 /// Loads a GGUF v3 llama model from `size` bytes in memory, validated as
-/// kvrt_model_load validates a GGUF file (runtime/core/GGUF.h).
+/// kvrt_model_load validates a GGUF file (runtime/core/GGUF.h). The model
+/// keeps a copy of the tensor data (the buffer may go away).
 kvrt_status kvrt_model_load_gguf_buffer(const void *data, size_t size,
                                         kvrt_model **out);
 
 /// Writes a model as a GGUF v3 llama file: the llama.* keys of its config,
-/// matrices in `type` (vectors stay F32; Q8_0 matrices whose rows are not a
-/// multiple of 32 are written F16, as llama.cpp's converter does), a
-/// rope_freqs tensor for frequency factors, and the tokenizer's vocabulary
-/// (tokenizer.ggml.*, spaces as U+2581) when `tokenizer` is not NULL. Fails
-/// for half RoPE, which GGUF's llama architecture cannot express.
+/// matrices in `type` (vectors stay F32), a rope_freqs tensor for frequency
+/// factors, and the tokenizer's vocabulary (tokenizer.ggml.*, spaces as
+/// U+2581) when `tokenizer` is not NULL. A matrix whose rows are not whole
+/// blocks of its type falls back: a K-quant to Q8_0 where rows are whole
+/// 32-element blocks, else (and Q8_0, Q4_0 too) to F16, as llama.cpp's
+/// converter does (docs/models.md). Weights of another format are
+/// dequantised first, unless their format is the one written. Fails for half
+/// RoPE, which GGUF's llama architecture cannot express.
 kvrt_status kvrt_model_save_gguf(const kvrt_model *model,
                                  const struct kvrt_tokenizer *tokenizer,
                                  kvrt_gguf_type type, const char *path);

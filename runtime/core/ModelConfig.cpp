@@ -233,11 +233,19 @@ std::string kvir::configKey(const kvrt_model_config &c, kvrt_kv_dtype dtype) {
   return key;
 }
 
-std::string kvir::forwardPrefix(const kvrt_model_config &c,
-                                kvrt_kv_dtype dtype) {
+std::string kvir::forwardKey(const kvrt_model_config &c, kvrt_kv_dtype dtype,
+                             const WeightFormats &formats) {
+  std::string key = configKey(c, dtype);
+  if (!formats.allF32())
+    key += " weights=" + formats.spec();
+  return key;
+}
+
+std::string kvir::forwardPrefix(const kvrt_model_config &c, kvrt_kv_dtype dtype,
+                                const WeightFormats &formats) {
   // FNV-1a: stable across machines and compilers, unlike std::hash.
   uint64_t hash = 0xcbf29ce484222325ULL;
-  for (unsigned char ch : configKey(c, dtype)) {
+  for (unsigned char ch : forwardKey(c, dtype, formats)) {
     hash ^= ch;
     hash *= 0x100000001b3ULL;
   }

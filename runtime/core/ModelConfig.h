@@ -23,6 +23,7 @@
 #define KVIR_RUNTIME_CORE_MODELCONFIG_H
 
 #include "runtime/core/KVRuntime.h"
+#include "runtime/core/WeightFormat.h"
 
 #include <cstdint>
 #include <optional>
@@ -95,9 +96,17 @@ std::string describeArchitectureError(const kvrt_model_config &config);
 /// line. Two configs with the same key run the same code.
 std::string configKey(const kvrt_model_config &config, kvrt_kv_dtype dtype);
 
-/// The prefix of the generated functions of one config in a module:
-/// `kv_fwd_` and 16 hex digits of a hash of configKey().
-std::string forwardPrefix(const kvrt_model_config &config, kvrt_kv_dtype dtype);
+/// The key of a generated forward: configKey() and, unless every weight it
+/// reads is f32, " weights=" and the formats' spec (WeightFormat.h). A
+/// forward runs only a model with the same key (ComputeBackend.h).
+std::string forwardKey(const kvrt_model_config &config, kvrt_kv_dtype dtype,
+                       const WeightFormats &formats);
+
+/// The prefix of the generated functions of one forward in a module:
+/// `kv_fwd_` and 16 hex digits of a hash of forwardKey() (all-f32 weights
+/// where not given).
+std::string forwardPrefix(const kvrt_model_config &config, kvrt_kv_dtype dtype,
+                          const WeightFormats &formats = WeightFormats());
 
 /// Derived sizes.
 inline int32_t headSize(const kvrt_model_config &c) {

@@ -184,9 +184,12 @@ kvrt_status saveModel(const kvrt_model &model, const char *path) {
     return fail(KVRT_ERR_IO,
                 str("cannot create '", path, "': ", std::strerror(errno)));
   bool ok = std::fwrite(header, sizeof(int32_t), 7, file.get()) == 7;
+  // Weights of other formats (a quantised GGUF file) as the f32 they load
+  // as.
+  const std::vector<float> &weights = f32Weights(model);
   uint64_t beforeTables = floatsBeforeTables(*tensorSpecs(c));
-  uint64_t afterTables = model.data.size() - beforeTables;
-  ok = ok && writeFloats(file.get(), model.data.data(), beforeTables);
+  uint64_t afterTables = weights.size() - beforeTables;
+  ok = ok && writeFloats(file.get(), weights.data(), beforeTables);
   // The legacy tables: cos then sin of pos * theta^(-2i/head_size), as
   // llama2.c's exporter wrote them (readers skip them).
   int32_t headSize = c.dim / c.n_heads, half = headSize / 2;
@@ -200,8 +203,8 @@ kvrt_status saveModel(const kvrt_model &model, const char *path) {
       }
     ok = writeFloats(file.get(), table.data(), table.size());
   }
-  ok = ok &&
-       writeFloats(file.get(), model.data.data() + beforeTables, afterTables);
+  ok =
+      ok && writeFloats(file.get(), weights.data() + beforeTables, afterTables);
   std::FILE *raw = file.release();
   ok = (std::fclose(raw) == 0) && ok;
   if (!ok)

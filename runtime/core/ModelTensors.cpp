@@ -2,6 +2,7 @@
 
 #include "runtime/core/ModelTensors.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/core/WeightFormat.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -44,31 +45,18 @@ void kvrt::setTensorPresent(TensorPresence presence, kvrt_model_config &c) {
   }
 }
 
-const char *kvrt::weightFormatName(kvrt_weight_format format) {
-  switch (format) {
-  case KVRT_WEIGHT_F32:
-    return "f32";
-  }
-  return "unknown";
-}
-
-int64_t kvrt::weightRowBytes(kvrt_weight_format format, int64_t cols) {
-  switch (format) {
-  case KVRT_WEIGHT_F32:
-    return cols * static_cast<int64_t>(sizeof(float));
-  }
-  return 0;
-}
-
-const float *kvrt::f32Data(const kvrt_weight &weight) {
-  if (weight.format != KVRT_WEIGHT_F32) {
+const float *kvrt::f32Data(const kvrt_weight &weight, int64_t slice) {
+  if (slice < 0 || slice >= weight.n_slices)
+    return nullptr;
+  const kvrt_weight_slice &s = weight.slices[slice];
+  if (s.format != KVRT_WEIGHT_F32) {
     // A caller that reads f32 was handed another format: continuing would
     // read its bytes as floats.
     std::fprintf(stderr,
-                 "kvrt: a weight of format %s (%d) read as f32; only "
-                 "KVRT_WEIGHT_F32 weights have f32 data\n",
-                 weightFormatName(weight.format), int(weight.format));
+                 "kvrt: a weight slice of format %s (%d) read as f32; only "
+                 "KVRT_WEIGHT_F32 slices have f32 data\n",
+                 weightFormatName(s.format), int(s.format));
     std::abort();
   }
-  return static_cast<const float *>(weight.data);
+  return static_cast<const float *>(s.data);
 }

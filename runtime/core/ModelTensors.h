@@ -104,16 +104,11 @@ bool tensorPresent(TensorPresence presence, const kvrt_model_config &config);
 /// it.
 void setTensorPresent(TensorPresence presence, kvrt_model_config &config);
 
-/// The name of a weight format ("f32").
-const char *weightFormatName(kvrt_weight_format format);
-
-/// Bytes of a row of `cols` elements in `format`.
-int64_t weightRowBytes(kvrt_weight_format format, int64_t cols);
-
-/// The data of an f32 weight (NULL for an absent one). A weight of another
-/// format is a programming error: the call aborts with a message naming it
-/// (a reader that takes other formats switches on the format first).
-const float *f32Data(const kvrt_weight &weight);
+/// The f32 data of slice `slice` of a weight (NULL for an absent one). A
+/// slice of another format is a programming error: the call aborts with a
+/// message naming it (a reader that takes other formats switches on the
+/// slice's format first, or dequantises: Quant.h).
+const float *f32Data(const kvrt_weight &weight, int64_t slice = 0);
 
 } // namespace kvrt
 

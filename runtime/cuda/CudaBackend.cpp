@@ -71,9 +71,8 @@ struct DeviceModel {
   kvrt_model *model = nullptr;
   kvrt_model_config config{};
   DeviceBuffer weights;
-  /// The weights the forward reads and their byte offsets in `weights`.
-  ForwardWeights tensors{};
-  int64_t off[kForwardWeights] = {};
+  /// Where the slices of the weights the forward reads are in `weights`.
+  WeightUpload upload;
   ~DeviceModel() { kvrt_model_release(model); }
 };
 
@@ -351,19 +350,13 @@ private:
     kvrt_model_weights w;
     if (kvrt_status s = kvrt_model_get_weights(model, &w))
       return s;
-    const ForwardWeights &tensors = dm->tensors = forwardWeights(w);
-    int64_t total = 0;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      dm->off[i] = total;
-      // 64-byte aligned tensors.
-      total += (tensors[i].bytes + 63) / 64 * 64;
-    }
-    if (kvrt_status s = dm->weights.reserve(size_t(total)))
+    dm->upload = planWeightUpload(dm->config, w);
+    if (kvrt_status s = dm->weights.reserve(size_t(dm->upload.bytes)))
       return s;
-    for (size_t i = 0; i < tensors.size(); ++i)
-      if (kvrt_status s = kvrt_cuda_upload(
-              static_cast<char *>(dm->weights.ptr) + dm->off[i],
-              tensors[i].data, size_t(tensors[i].bytes)))
+    for (const WeightUpload::Piece &piece : dm->upload.pieces)
+      if (kvrt_status s =
+              kvrt_cuda_upload(static_cast<char *>(dm->weights.ptr) + piece.at,
+                               piece.src, size_t(piece.bytes)))
         return s;
     kvrt_model_retain(const_cast<kvrt_model *>(model));
     dm->model = const_cast<kvrt_model *>(model);
@@ -376,7 +369,7 @@ private:
                       ForwardEntry entry, DeviceModel **out) {
     if (kvrt_status s = deviceModel(model, out))
       return s;
-    return checkForward(forward, (*out)->config, entry);
+    return checkForward(forward, model, entry);
   }
 
   /// prepare() for a prefill of the tokens at `pos` (prefill, layerKV), with
@@ -534,11 +527,8 @@ private:
 
     kvrt_prefill_args args{};
     args.x = xBuf.f32(n * c.dim);
-    std::array<kvrt_memref_weight *, kForwardWeights> fields =
-        weightFields(args);
-    for (size_t i = 0; i < fields.size(); ++i)
-      *fields[i] = memrefWeight(
-          dm.tensors[i], static_cast<char *>(dm.weights.ptr) + dm.off[i]);
+    WeightTable weights = dm.upload.table(dm.weights.ptr);
+    weights.fill(args);
     args.kv = dp->arena.kv(dp->pages * layout.page_stride);
     args.pages = pagesBuf.i32(int64_t(table.pages.size()));
     args.runs = runsBuf.table(table.numRuns(), KVRT_RUN_WIDTH);

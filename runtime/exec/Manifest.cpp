@@ -123,6 +123,8 @@ std::string EntryManifest::serialize() const {
   os << "entry " << escape(entry) << "\n";
   os << "target " << escape(target) << "\n";
   os << "kv-dtype " << kvDtypeName(kvDtype) << "\n";
+  if (!weightFormats.empty())
+    os << "weights " << escape(weightFormats) << "\n";
   os << "plan-ops " << (hasPlanOps ? 1 : 0) << "\n";
   for (const ArgSpec &a : args) {
     os << "arg " << valueKindName(a.kind) << " " << escape(a.name) << " "
@@ -188,6 +190,9 @@ bool EntryManifest::parse(const std::string &text, EntryManifest &out,
       if (!dtype)
         return bad("unknown kv-dtype '" + w[1] + "'");
       out.kvDtype = *dtype;
+    } else if (w[0] == "weights" && w.size() == 2) {
+      if (!unescape(w[1], out.weightFormats))
+        return bad("bad weights");
     } else if (w[0] == "plan-ops" && w.size() == 2) {
       out.hasPlanOps = w[1] == "1";
     } else if (w[0] == "arg" && w.size() >= 7) {

@@ -42,6 +42,11 @@ struct EntryManifest {
   /// The element type of the program's K/V pages (its !kv.cache values);
   /// a runner creates its pool with it. A manifest without the line is f32.
   kvrt_kv_dtype kvDtype = KVRT_KV_F32;
+  /// The formats of the weights the program's forwards were built for
+  /// (kvir::WeightFormats::spec, runtime/core/WeightFormat.h): "" for all
+  /// f32; a runner refuses a model of other formats. A manifest without the
+  /// line is all f32.
+  std::string weightFormats;
   std::vector<ArgSpec> args;
   std::vector<ValueKind> results;
   /// The location of every site (the `site` of the exec ABI), as text.

@@ -2,6 +2,7 @@
 
 #include "runtime/reference/Reference.h"
 #include "runtime/core/KVElement.h"
+#include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/ModelTensors.h"
 #include "runtime/core/Support.h"
@@ -197,16 +198,27 @@ kvrt_status spanOf(const kvrt_model_config &c, const kvrt_view *view,
 }
 
 /// The oracle's view of a model's weights: every tensor of
-/// ModelTensors.def as f32 (NULL where the model does not have it). The
-/// place where a weight of another format would be dequantised, exactly.
+/// ModelTensors.def as f32, its slices back to back (NULL where the model
+/// does not have it). Weights of other formats are dequantised exactly
+/// (Quant.h), once per model (kvrt::f32Weights keeps the copy).
 struct Weights {
 #define KVRT_MODEL_TENSOR(field, ...) const float *field = nullptr;
 #include "runtime/core/ModelTensors.def"
 };
 
-Weights viewOf(const kvrt_model_weights &w) {
+Weights viewOf(const kvrt_model &model) {
+  const float *p = kvrt::f32Weights(model).data();
+  std::array<const float *, kvrt::kNumTensors> at{};
+  for (const kvrt::TensorSpec &spec : kvrt::specsOf(model.config)) {
+    at[size_t(spec.decl->id)] = p;
+    p += spec.count;
+  }
+  for (const kvrt::TensorDecl &t : kvrt::kTensors)
+    if (!at[size_t(t.id)] && t.absent != kvrt::TensorId::none)
+      at[size_t(t.id)] = at[size_t(t.absent)];
   Weights view;
-#define KVRT_MODEL_TENSOR(field, ...) view.field = kvrt::f32Data(w.field);
+#define KVRT_MODEL_TENSOR(field, ...)                                          \
+  view.field = at[size_t(kvrt::TensorId::field)];
 #include "runtime/core/ModelTensors.def"
   return view;
 }
@@ -281,12 +293,9 @@ void forward(const kvrt_model_config &c, const Weights &w, KVSpan &span,
 kvrt_status prepare(const kvrt_model *model, const kvrt_view *view,
                     const int32_t *tokens, int64_t n, int64_t pos,
                     kvrt_model_config &c, Weights &w, KVSpan &span) {
-  kvrt_model_weights weights;
   if (kvrt_status s = kvrt_model_get_config(model, &c))
     return s;
-  if (kvrt_status s = kvrt_model_get_weights(model, &weights))
-    return s;
-  w = viewOf(weights);
+  w = viewOf(*model);
   if (kvrt_status s = kvrt::checkPrefillArguments(c, tokens, n, pos, "prefill"))
     return s;
   return spanOf(c, view, span);

@@ -278,12 +278,14 @@ Digest kvir::store::modelFingerprint(const kvrt_model *model) {
   // SHA-256 over all of them would cost seconds on a large model, and the
   // fingerprint guards against mistakes (a block of another model), not
   // attacks (whoever can write to the store can write any K/V).
+  // The bytes are the weights as the model holds them (its f32 floats, a
+  // GGUF file's blocks), its slices back to back (Model.h).
   const size_t chunk = size_t(1) << 20;
-  const char *bytes = reinterpret_cast<const char *>(model->data.data());
-  size_t total = model->data.size() * sizeof(float);
-  hash.updateLE(uint64_t(total));
-  for (size_t at = 0, i = 0; at < total; at += chunk, ++i)
-    hash.updateLE(xxh64(bytes + at, std::min(chunk, total - at), i));
+  hash.updateLE(kvrt::weightBytes(*model));
+  kvrt::forEachWeightChunk(*model, chunk,
+                           [&](const void *bytes, size_t size, size_t i) {
+                             hash.updateLE(xxh64(bytes, size, i));
+                           });
   return hash.finish();
 }
 

@@ -89,12 +89,14 @@ RUN = {
     "curl -s localhost:8080/metrics | grep -E '^kvserve_(hit_rate|pool_pages_used|plan_compiles_total) '": [MODEL, HTTP],
     'curl -s localhost:8080/health': [MODEL, HTTP],
     'curl -s localhost:8080/v1/contexts -H \'Content-Type: application/json\' -d \'{"segments": [{"name": "a", "text": "x", "colour": "red"}]}\'': [MODEL, HTTP],
+    "build/bin/kv-convert synthetic:dim=256,hidden=768,layers=4,heads=4,kv_heads=2,vocab=512 d256.q4_k_m.gguf --type q4_k_m": [],
 }
 
 BUILDS = "builds the project (the test suite runs inside a build)"
 BENCH = "a benchmark: minutes of timing on an idle machine, not a test"
 SUITE = "runs a test suite ctest already runs"
 NOT_RUN = {
+    "bench/peer/llama-agreement.sh": "fetches llama.cpp with npm (a peer to compare with, not a dependency) and runs for minutes",
     "bash tools/quickstart.sh": "installs Debian packages (as root) and builds",
     "cmake -G Ninja -S . -B build && cmake --build build && ctest --test-dir build --output-on-failure": BUILDS,
     "cmake -G Ninja -S . -B build-sanitize -DKVIR_SANITIZE=address,undefined -DKVIR_BUILD_FUZZERS=ON": BUILDS,
@@ -128,7 +130,7 @@ NOT_RUN = {
     "build/bin/KVProgramTests && build/bin/KVRuntimeTests && build/bin/KVSessionTests": SUITE,
     "build/bin/kv-bench --backend cpu": BENCH,
     "build/bin/kv-bench --history 6000 --blocks 8 --block 1024 --stories ''": BENCH,
-    "cmake -G Ninja -S . -B build && ninja -C build KVRuntimeTests kv-run": BUILDS,
+    "cmake -G Ninja -S . -B build && ninja -C build KVRuntimeTests KVReferenceTests KVToolTests kv-run": BUILDS,
     "ctest --test-dir build -R 'Test\\.'": SUITE,
     "ninja -C build kv-bench-attention": BUILDS,
     "build/bin/kv-bench-attention --benchmark_repetitions=3 --benchmark_report_aggregates_only=true": BENCH,

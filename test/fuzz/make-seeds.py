@@ -7,7 +7,12 @@ from examples/ and test/) are copied by it too. Crash inputs found later are
 added by hand as corpus/<target>/crash-<what>, never by this script. The
 GGUF seeds (*.gguf in corpus/model-loader and corpus/gguf) were made from the
 tiny checkpoints below with kv-convert (F32 tied; Q8_0 with a separate
-classifier) and are not remade here.
+classifier) and are not remade here; so were those of the block formats, from
+kv-convert's synthetic models:
+  kv-convert synthetic:dim=256,hidden=1,layers=1,heads=1,kv_heads=1,vocab=2,seed=3
+      dim256-q4_k_m.gguf --type q4_k_m      (Q4_K, Q6_K and F16)
+  kv-convert synthetic:dim=32,hidden=32,layers=2,heads=2,kv_heads=1,vocab=8,seed=4,shared=0
+      tiny-separate-q4_0.gguf --type q4_0
 """
 import importlib
 import os

@@ -145,13 +145,18 @@ struct Library {
   exec::EntryManifest manifest;
   exec::EntryFn entry = nullptr;
 
-  /// The library's forward of `config` on pages of the manifest's type
-  /// (null members if it holds none).
+  /// The library's forward of `config` on pages of the manifest's type and
+  /// weights in the manifest's formats (null members if it holds none).
   Forward forward(const kvrt_model_config &config) {
     Forward f;
-    key = configKey(config, manifest.kvDtype);
+    std::string error;
+    std::optional<WeightFormats> formats =
+        WeightFormats::parse(manifest.weightFormats, config.n_layers, error);
+    if (!formats)
+      return f;
+    key = forwardKey(config, manifest.kvDtype, *formats);
     f.key = key.c_str();
-    std::string prefix = forwardPrefix(config, manifest.kvDtype);
+    std::string prefix = forwardPrefix(config, manifest.kvDtype, *formats);
     f.prefill = reinterpret_cast<kvrt_prefill_fn>(
         dlsym(handle, (prefix + "_prefill").c_str()));
     f.attention = reinterpret_cast<kvrt_attention_fn>(
@@ -159,6 +164,20 @@ struct Library {
     f.materialize = reinterpret_cast<kvrt_materialize_fn>(
         dlsym(handle, (prefix + "_materialize").c_str()));
     return f;
+  }
+
+  /// Why `model`'s weights cannot run on the library's forwards, or "": the
+  /// library was compiled for the formats its manifest names.
+  std::string checkFormats(const kvrt_model *model) const {
+    std::string theirs = modelWeightFormats(model).spec();
+    if (theirs == manifest.weightFormats)
+      return "";
+    auto name = [](const std::string &spec) {
+      return spec.empty() ? std::string("f32") : spec;
+    };
+    return "the program library was compiled for weights in " +
+           name(manifest.weightFormats) + ", the model's weights are in " +
+           name(theirs) + " (compile it for this model: kv-aot --model FILE)";
   }
 
 private:
@@ -264,7 +283,8 @@ int compare(const Args &a) {
     if (bytes.size() % sizeof(float) != 0)
       return usageError(a.files[i] + " is not a file of float32 values");
     values[i].resize(bytes.size() / sizeof(float));
-    std::memcpy(values[i].data(), bytes.data(), bytes.size());
+    if (!bytes.empty()) // memcpy from an empty string's data() is undefined
+      std::memcpy(values[i].data(), bytes.data(), bytes.size());
   }
   // A comparison of nothing would pass whatever the GPU computed.
   if (values[0].empty() || values[1].empty()) {
@@ -339,6 +359,10 @@ int runProgram(const Args &a) {
     return 1;
   }
   const kvrt_model_config &config = runner->config();
+  if (runner->backend().runsGeneratedCode())
+    if (std::string problem = library.checkFormats(runner->model());
+        !problem.empty())
+      return usageError(problem);
   Entry entry{library.entry, &library.manifest, library.forward(config),
               a.library};
   exec::RunOutcome outcome = runner->run(entry, args);
@@ -465,6 +489,8 @@ int benchAttention(Args &a) {
     return usageError(error);
   kvrt_model_config c;
   kvrt_model_get_config(model.get(), &c);
+  if (std::string problem = library.checkFormats(model.get()); !problem.empty())
+    return usageError(problem);
   Forward forward = library.forward(c);
   if (!forward.attention)
     return usageError("the library has no forward for [" +

@@ -19,6 +19,7 @@
 #include "driver/compiler/Compiler.h"
 #include "driver/compiler/VersionOption.h"
 
+#include "runtime/core/ForwardCall.h"
 #include "runtime/core/ModelConfig.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -69,6 +70,13 @@ cl::opt<std::string>
                        "does not use its config (runners compare against a "
                        "full prefill with it)"),
               cl::value_desc("file"), cl::cat(category));
+cl::opt<std::string> weightFormats(
+    "weight-formats",
+    cl::desc("formats of the weights the forwards are built for "
+             "(docs/models.md: e.g. 'wq:q8_0;wk:q8_0;...' or 'f32'; default: "
+             "--model's, else f32); kv-aot-run refuses a model of other "
+             "formats"),
+    cl::value_desc("spec"), cl::cat(category));
 cl::opt<std::string>
     chip("chip",
          cl::desc("GPU architecture, as kv-lower-to-nvvm's chip (kv-opt "
@@ -127,10 +135,8 @@ std::optional<std::string> binaryOf(ModuleOp module) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  kvir::compiler::setVersionPrinter("kv-aot");
-  cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(
-      argc, argv,
+  kvir::compiler::parseToolOptions(
+      argc, argv, "kv-aot", category,
       "kv-aot: a kv program compiled ahead of time for a machine without "
       "LLVM\n\n"
       "  kv-aot examples/agent-edit.mlir --target gpu -o bundle/lib\n"
@@ -146,12 +152,14 @@ int main(int argc, char **argv) {
                                   : std::string(name);
 
   std::optional<kvrt_model_config> exportModel;
+  kvir::WeightFormats formats;
   if (!modelPath.empty()) {
     kvrt_model *model = nullptr;
     if (kvrt_model_load(modelPath.c_str(), &model) != KVRT_OK)
       return fail(llvm::Twine("cannot load the model: ") + kvrt_last_error());
     kvrt_model_config config;
     kvrt_model_get_config(model, &config);
+    formats = kvir::modelWeightFormats(model);
     kvrt_model_release(model);
     exportModel = config;
   }
@@ -196,10 +204,29 @@ int main(int argc, char **argv) {
                   " can be run (see kv-aot --entry)");
   }
 
+  if (!weightFormats.empty()) {
+    // The formats apply to --model's config, else to the one the program's
+    // entries take.
+    if (!exportModel)
+      for (const kvir::exec::EntryManifest &manifest : manifests)
+        for (const kvir::exec::ArgSpec &arg : manifest.args)
+          if (arg.kind == kvir::exec::ValueKind::Model && !exportModel)
+            exportModel = arg.model;
+    if (!exportModel)
+      return fail("--weight-formats needs a model: give --model, or an "
+                  "entry that takes a !kv.model");
+    std::string error;
+    std::optional<kvir::WeightFormats> parsed =
+        kvir::WeightFormats::parse(weightFormats, exportModel->n_layers, error);
+    if (!parsed)
+      return fail("bad --weight-formats: " + error);
+    formats = *parsed;
+  }
   kvir::compiler::LowerOptions options;
   options.target =
       gpu ? kvir::compiler::Target::Gpu : kvir::compiler::Target::Cpu;
   options.exportModel = exportModel;
+  options.exportFormats = formats;
   options.chip = chip;
   options.features = features;
   std::vector<Location> sites;
@@ -209,6 +236,7 @@ int main(int argc, char **argv) {
     return 1;
   for (kvir::exec::EntryManifest &manifest : manifests) {
     manifest.target = targetName;
+    manifest.weightFormats = formats.spec();
     for (Location site : sites)
       manifest.sites.push_back(kvir::compiler::siteText(site));
   }

@@ -1,14 +1,18 @@
 //===- kv-convert.cpp - Convert models between llama2.c and GGUF ---------===//
 //
-//   kv-convert IN OUT [--to gguf|llama2c] [--type f32|f16|bf16|q8_0]
-//              [--tokenizer FILE]
+//   kv-convert IN OUT [--to gguf|llama2c] [--type TYPE] [--tokenizer FILE]
 //
 // IN is a llama2.c checkpoint or a GGUF file (told by its magic, as
-// kv-run --model does). OUT is written as GGUF when --to gguf or OUT ends in
-// .gguf, else as a llama2.c checkpoint. GGUF output takes --type for its
-// matrices (default f32) and the tokenizer of --tokenizer (a llama2.c
-// tokenizer.bin, or a GGUF file's), else the one inside a GGUF IN, else
-// none. Exit status: 0 success, 1 a failed conversion, 2 a usage error.
+// kv-run --model does), or `synthetic:dim=256,hidden=512,...`, a seeded
+// synthetic model of that shape (tests and benchmarks make their files from
+// it). OUT is written as GGUF when --to gguf or OUT ends in .gguf, else as a
+// llama2.c checkpoint. GGUF output takes --type for its matrices (default
+// f32; docs/models.md: f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, and the
+// q4_k_m and q5_k_m mixes), reports the quantisation error of the matrices
+// (the written file read back against IN), and takes the tokenizer of
+// --tokenizer (a llama2.c tokenizer.bin, or a GGUF file's), else the one
+// inside a GGUF IN, else none. Exit status: 0 success, 1 a failed
+// conversion, 2 a usage error.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,10 +21,16 @@
 #include "runtime/core/GGUF.h"
 #include "runtime/core/KVRuntime.h"
 #include "runtime/core/KVTokenizer.h"
+#include "runtime/core/Model.h"
+#include "runtime/core/WeightFormat.h"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,8 +41,13 @@ const char *kUsage =
     "(llama\narchitecture); IN's format is told by its first bytes "
     "(docs/models.md)\n"
     "\n"
-    "usage: kv-convert IN OUT [--to gguf|llama2c] [--type f32|f16|bf16|q8_0]\n"
+    "usage: kv-convert IN OUT [--to gguf|llama2c] [--type TYPE]\n"
     "                  [--tokenizer FILE]\n"
+    "\n"
+    "IN may be synthetic:dim=D,hidden=H,layers=L,heads=N,kv_heads=K,vocab=V"
+    "[,seed=S]\n"
+    "[,shared=0|1]: a seeded synthetic model of that shape (interleaved "
+    "RoPE).\n"
     "\n"
     "A GGUF model converts to llama2.c only where that format can hold it:\n"
     "interleaved RoPE over the whole head, theta 10000, eps 1e-5, no RoPE\n"
@@ -52,6 +67,94 @@ int failure(const std::string &message) {
   return 1;
 }
 
+/// A seeded synthetic model from `dim=256,hidden=512,...` (docs/models.md);
+/// false with `problem` for a malformed spec or an invalid config.
+bool syntheticModel(const std::string &spec, kvrt_model **out,
+                    std::string &problem) {
+  kvrt_model_config c;
+  kvrt_model_config_init(&c);
+  c.seq_len = 2048;
+  uint64_t seed = 1;
+  struct Field {
+    const char *name;
+    int32_t *value;
+  } fields[] = {{"dim", &c.dim},
+                {"hidden", &c.hidden_dim},
+                {"layers", &c.n_layers},
+                {"heads", &c.n_heads},
+                {"kv_heads", &c.n_kv_heads},
+                {"vocab", &c.vocab_size},
+                {"shared", &c.shared_classifier}};
+  std::stringstream in(spec);
+  for (std::string item; std::getline(in, item, ',');) {
+    size_t eq = item.find('=');
+    std::string key = item.substr(0, eq);
+    std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    char *end = nullptr;
+    unsigned long long v = std::strtoull(value.c_str(), &end, 10);
+    bool number = !value.empty() && *end == '\0' && v <= INT32_MAX;
+    bool known = false;
+    for (const Field &f : fields)
+      if (key == f.name) {
+        known = true;
+        *f.value = int32_t(v);
+      }
+    if (key == "seed") {
+      known = true;
+      seed = v;
+    }
+    if (!known || !number) {
+      problem = "bad synthetic model '" + item +
+                "' (dim, hidden, layers, heads, kv_heads, vocab, seed, "
+                "shared = an integer)";
+      return false;
+    }
+  }
+  if (kvrt_model_synthetic(&c, seed, out)) {
+    problem = kvrt_last_error();
+    return false;
+  }
+  return true;
+}
+
+/// The error of a model's matrices against another's (the same config).
+struct ErrorStats {
+  double sumSquares = 0, sumReference = 0, max = 0;
+  uint64_t count = 0;
+  /// The formats the matrices have, with how many slices each.
+  std::string formats;
+  double rms() const { return count ? std::sqrt(sumSquares / count) : 0; }
+  double scale() const { return count ? std::sqrt(sumReference / count) : 0; }
+};
+
+ErrorStats matrixError(const kvrt_model &reference, const kvrt_model &model) {
+  const std::vector<float> &a = kvrt::f32Weights(reference);
+  const std::vector<float> &b = kvrt::f32Weights(model);
+  ErrorStats stats;
+  std::map<std::string, int> slices;
+  const float *pa = a.data(), *pb = b.data();
+  for (const kvrt::TensorSpec &spec : kvrt::specsOf(model.config)) {
+    if (spec.kind != kvrt::TensorKind::Norm) {
+      for (uint64_t i = 0; i < spec.count; ++i) {
+        double d = double(pb[i]) - double(pa[i]);
+        stats.sumSquares += d * d;
+        stats.sumReference += double(pa[i]) * pa[i];
+        stats.max = std::max(stats.max, std::fabs(d));
+      }
+      stats.count += spec.count;
+      const kvrt_weight &w = model.weights.*spec.decl->member;
+      for (int64_t s = 0; s < w.n_slices; ++s)
+        ++slices[kvrt::weightFormatName(w.slices[s].format)];
+    }
+    pa += spec.count;
+    pb += spec.count;
+  }
+  for (auto &[name, n] : slices)
+    stats.formats +=
+        (stats.formats.empty() ? "" : ", ") + std::to_string(n) + " " + name;
+  return stats;
+}
+
 bool endsWith(const std::string &s, const char *suffix) {
   size_t n = std::strlen(suffix);
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
@@ -69,9 +172,11 @@ int main(int argc, char **argv) {
               "llama2c)",
               to);
   parser.text("type", "TYPE",
-              "GGUF only: f32 (default), f16, bf16 or q8_0 for the matrices; "
-              "norms stay f32, and q8_0 matrices whose rows are not a "
-              "multiple of 32 are written f16",
+              "GGUF only: the matrices' format: f32 (default), f16, bf16, "
+              "q8_0, q4_0, q4_k, q5_k, q6_k, or llama.cpp's mixes q4_k_m and "
+              "q5_k_m (Q6_K for the classifier and some layers' attn_v and "
+              "ffn_down); norms stay f32, and rows that are not whole "
+              "blocks fall back to q8_0 (K-quants) or f16 (docs/models.md)",
               type, &typeGiven);
   parser.text("tokenizer", "FILE",
               "GGUF only: the vocabulary to embed (a llama2.c tokenizer.bin "
@@ -100,24 +205,34 @@ int main(int argc, char **argv) {
     to = endsWith(out, ".gguf") ? "gguf" : "llama2c";
   if (to != "gguf" && to != "llama2c")
     return usageError("--to must be gguf or llama2c, got '" + to + "'");
-  kvrt_gguf_type ggufType;
-  if (type == "f32")
-    ggufType = KVRT_GGUF_F32;
-  else if (type == "f16")
-    ggufType = KVRT_GGUF_F16;
-  else if (type == "bf16")
-    ggufType = KVRT_GGUF_BF16;
-  else if (type == "q8_0")
-    ggufType = KVRT_GGUF_Q8_0;
-  else
-    return usageError("--type must be f32, f16, bf16 or q8_0, got '" + type +
-                      "'");
+  struct Type {
+    const char *name;
+    kvrt_gguf_type type;
+  } types[] = {{"f32", KVRT_GGUF_F32},       {"f16", KVRT_GGUF_F16},
+               {"bf16", KVRT_GGUF_BF16},     {"q8_0", KVRT_GGUF_Q8_0},
+               {"q4_0", KVRT_GGUF_Q4_0},     {"q4_k", KVRT_GGUF_Q4_K},
+               {"q5_k", KVRT_GGUF_Q5_K},     {"q6_k", KVRT_GGUF_Q6_K},
+               {"q4_k_m", KVRT_GGUF_Q4_K_M}, {"q5_k_m", KVRT_GGUF_Q5_K_M}};
+  const Type *chosen = nullptr;
+  for (const Type &t : types)
+    if (type == t.name)
+      chosen = &t;
+  if (!chosen)
+    return usageError("--type must be f32, f16, bf16, q8_0, q4_0, q4_k, "
+                      "q5_k, q6_k, q4_k_m or q5_k_m, got '" +
+                      type + "'");
+  kvrt_gguf_type ggufType = chosen->type;
   if (to == "llama2c" && (typeGiven || tokenizerGiven))
     return usageError("--type and --tokenizer apply to GGUF output only");
 
   kvrt_model *rawModel = nullptr;
-  if (kvrt_model_load(in.c_str(), &rawModel))
+  if (in.rfind("synthetic:", 0) == 0) {
+    std::string problem;
+    if (!syntheticModel(in.substr(10), &rawModel, problem))
+      return usageError(problem);
+  } else if (kvrt_model_load(in.c_str(), &rawModel)) {
     return failure(kvrt_last_error());
+  }
   std::unique_ptr<kvrt_model, void (*)(kvrt_model *)> model(rawModel,
                                                             kvrt_model_release);
 
@@ -149,5 +264,18 @@ int main(int argc, char **argv) {
   std::printf("wrote %s (GGUF, %s matrices, %s)\n", out.c_str(), type.c_str(),
               tokenizer ? ("tokenizer from " + source).c_str()
                         : "no tokenizer");
+  // The error of the matrices as written: the file read back, dequantised,
+  // against the model converted.
+  kvrt_model *rawBack = nullptr;
+  if (kvrt_model_load(out.c_str(), &rawBack))
+    return failure(kvrt_last_error());
+  std::unique_ptr<kvrt_model, void (*)(kvrt_model *)> back(rawBack,
+                                                           kvrt_model_release);
+  ErrorStats stats = matrixError(*model, *back);
+  std::printf("matrices: %s; error vs IN: RMS %.3e (%.2f%% of their RMS "
+              "%.3e), max %.3e over %llu weights\n",
+              stats.formats.c_str(), stats.rms(),
+              100.0 * stats.rms() / stats.scale(), stats.scale(), stats.max,
+              static_cast<unsigned long long>(stats.count));
   return 0;
 }

@@ -28,6 +28,7 @@
 #include "driver/compiler/Compiler.h"
 #include "driver/runner/Runner.h"
 #include "driver/version/Version.h"
+#include "runtime/core/ForwardCall.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -150,15 +151,18 @@ readTokens(const Options &options, const exec::TextOptions &prompt,
   return tokens;
 }
 
-/// The forward of `config` for the first form (no program).
+/// The forward of `model` (its config, its weights' formats) for the first
+/// form (no program).
 llvm::Expected<Forward> forwardFor(const ComputeBackend &backend,
+                                   const kvrt_model *model,
                                    const kvrt_model_config &config,
                                    compiler::Target target,
                                    kvrt_kv_dtype dtype) {
   Forward forward;
   if (!backend.runsGeneratedCode())
     return forward;
-  if (compiler::compileForward(config, target, &forward, dtype))
+  if (compiler::compileForward(config, target, &forward, dtype,
+                               /*cpuVectorBits=*/0, modelWeightFormats(model)))
     return runtimeError("cannot compile the forward of the model");
   return forward;
 }
@@ -210,8 +214,8 @@ llvm::Error runTokens(const Options &options) {
   warnBeyondTraining(r, int64_t(tokens->size()));
   if (!r.preparePool(KVRT_KV_F32, /*fromProgram=*/false, error))
     return makeError(error);
-  llvm::Expected<Forward> forward =
-      forwardFor(r.backend(), r.config(), target(o.runner), r.pageType());
+  llvm::Expected<Forward> forward = forwardFor(
+      r.backend(), r.model(), r.config(), target(o.runner), r.pageType());
   if (!forward)
     return forward.takeError();
   TokenListRun run;
@@ -379,6 +383,7 @@ llvm::Error runProgram(const Options &options) {
   lowering.format = "isa";
   lowering.exportModel = runner.config();
   lowering.exportDtype = runner.pageType();
+  lowering.exportFormats = modelWeightFormats(runner.model());
   mlir::FailureOr<compiler::CompiledProgram> program =
       compiler::compileProgram(std::move(planned), entryName, lowering);
   if (mlir::failed(program))

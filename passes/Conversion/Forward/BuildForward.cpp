@@ -27,7 +27,7 @@ namespace {
 // The argument structs of runtime/core/ForwardABI.def
 //===----------------------------------------------------------------------===//
 
-enum class FieldKind { F32, WEIGHT, KV, I32, RUNS, TILES, I64 };
+enum class FieldKind { F32, WEIGHT, OFFSETS, KV, I32, RUNS, TILES, I64 };
 
 struct Field {
   const char *name;
@@ -121,6 +121,7 @@ constexpr size_t fieldBytes(FieldKind kind) {
   switch (kind) {
   case FieldKind::F32:
   case FieldKind::WEIGHT:
+  case FieldKind::OFFSETS:
   case FieldKind::KV:
   case FieldKind::I32:
     return 2 * sizeof(void *) + 3 * sizeof(int64_t);
@@ -146,14 +147,15 @@ static_assert(structBytes(kMaterializeFields) == sizeof(kvrt_materialize_args),
               "ForwardABI.def and kvrt_materialize_args disagree");
 
 /// The type a field has in the entry's `_impl` function: a weight's buffer
-/// holds the elements of the format the forward is built for.
+/// is its bytes, whatever the formats of its slices.
 Type fieldType(ForwardEmitter &e, const Field &field) {
   switch (field.kind) {
   case FieldKind::F32:
     return e.buffer(e.f32());
   case FieldKind::WEIGHT:
-    return e.buffer(
-        e.weightElement(e.weightFormats[static_cast<size_t>(field.tensor)]));
+    return e.buffer(e.byte());
+  case FieldKind::OFFSETS:
+    return e.buffer(e.i64());
   case FieldKind::KV:
     return e.buffer(e.kvElement());
   case FieldKind::I32:
@@ -248,45 +250,76 @@ void emitPrefill(ForwardEmitter &e, ForwardTarget &target) {
   auto at = [&](Value buffer, Value offset) {
     return BufferRef{buffer, offset};
   };
-  // A weight field at an element offset, with the format it was built for.
-  auto weight = [&](PrefillField f, Value offset) {
-    kvrt::TensorId tensor = kPrefillFields[f].tensor;
-    return WeightRef(arg(f), offset,
-                     e.weightFormats[static_cast<size_t>(tensor)]);
+  // Slice `layer` (index) of a weight field: its byte offset from the
+  // weight_offsets table (row = the field's place among the weight fields),
+  // and the format the forward is built for there.
+  auto weight = [&](PrefillField f, Value layer, kvrt_weight_format format) {
+    int64_t row = 0;
+    for (int64_t i = 0; i < f; ++i)
+      row += kPrefillFields[i].kind == FieldKind::WEIGHT;
+    Value entry = e.add(e.cIndex(row * e.layers), layer);
+    Value offset = e.toIndex(e.load(arg(P_weight_offsets), entry));
+    return WeightRef{arg(f), offset, format};
   };
-  e.forLoop(zero, e.toIndex(arg(P_n_layers)), one, [&](Value l) {
-    Value oD = e.mul(l, e.cIndex(e.dim));
-    Value oDD = e.mul(l, e.cIndex(e.dim * e.dim));
-    Value oKD = e.mul(l, e.cIndex(e.kvDim * e.dim));
-    Value oHD = e.mul(l, e.cIndex(e.hidden * e.dim));
-    target.rmsnorm(e, at(x, zero), weight(P_rms_att, oD), xb, n);
-    target.matmul(e, xb, weight(P_wq, oDD), q, n, e.dim, e.dim,
-                  /*accumulate=*/false);
-    target.matmul(e, xb, weight(P_wk, oKD), k, n, e.kvDim, e.dim,
-                  /*accumulate=*/false);
-    target.matmul(e, xb, weight(P_wv, oKD), v, n, e.kvDim, e.dim,
-                  /*accumulate=*/false);
-    target.storeKV(e, k, v, n, pos, kv, l);
-    target.attention(e, q, att, n, pos, kv, l);
-    target.matmul(e, att, weight(P_wo, oDD), at(x, zero), n, e.dim, e.dim,
-                  /*accumulate=*/true);
-    target.rmsnorm(e, at(x, zero), weight(P_rms_ffn, oD), xb, n);
-    target.matmul(e, xb, weight(P_w1, oHD), h1, n, e.hidden, e.dim,
-                  /*accumulate=*/false);
-    target.matmul(e, xb, weight(P_w3, oHD), h3, n, e.hidden, e.dim,
-                  /*accumulate=*/false);
-    target.swiglu(e, h1, h3, nHID);
-    target.matmul(e, h1, weight(P_w2, oHD), at(x, zero), n, e.dim, e.hidden,
-                  /*accumulate=*/true);
-  });
+  auto format = [&](PrefillField f, int64_t layer) {
+    return e.formats.at(kPrefillFields[f].tensor, layer);
+  };
+  // The layer loop, split where the formats of a layer's weights change
+  // (llama.cpp's _M mixes give some layers Q6_K): one loop per run of
+  // layers whose weights have the same formats, each over the layers of its
+  // run below n_layers.
+  auto layerFormats = [&](int64_t l) {
+    SmallVector<kvrt_weight_format> formats;
+    for (const Field &f : kPrefillFields)
+      if (f.kind == FieldKind::WEIGHT)
+        formats.push_back(e.formats.at(f.tensor, l));
+    return formats;
+  };
+  Value nLayers = e.toIndex(arg(P_n_layers));
+  for (int64_t first = 0; first < e.layers;) {
+    int64_t end = first + 1;
+    while (end < e.layers && layerFormats(end) == layerFormats(first))
+      ++end;
+    Value lb = e.cIndex(first);
+    Value ub = first == 0 && end == e.layers
+                   ? nLayers
+                   : e.maxu(lb, e.minu(e.cIndex(end), nLayers));
+    int64_t fl = first;
+    auto w = [&](PrefillField f, Value l) {
+      return weight(f, l, format(f, fl));
+    };
+    e.forLoop(lb, ub, one, [&](Value l) {
+      target.rmsnorm(e, at(x, zero), w(P_rms_att, l), xb, n);
+      target.matmul(e, xb, w(P_wq, l), q, n, e.dim, e.dim,
+                    /*accumulate=*/false);
+      target.matmul(e, xb, w(P_wk, l), k, n, e.kvDim, e.dim,
+                    /*accumulate=*/false);
+      target.matmul(e, xb, w(P_wv, l), v, n, e.kvDim, e.dim,
+                    /*accumulate=*/false);
+      target.storeKV(e, k, v, n, pos, kv, l);
+      target.attention(e, q, att, n, pos, kv, l);
+      target.matmul(e, att, w(P_wo, l), at(x, zero), n, e.dim, e.dim,
+                    /*accumulate=*/true);
+      target.rmsnorm(e, at(x, zero), w(P_rms_ffn, l), xb, n);
+      target.matmul(e, xb, w(P_w1, l), h1, n, e.hidden, e.dim,
+                    /*accumulate=*/false);
+      target.matmul(e, xb, w(P_w3, l), h3, n, e.hidden, e.dim,
+                    /*accumulate=*/false);
+      target.swiglu(e, h1, h3, nHID);
+      target.matmul(e, h1, w(P_w2, l), at(x, zero), n, e.dim, e.hidden,
+                    /*accumulate=*/true);
+    });
+    first = end;
+  }
   // The final norm and the classifier, for the rows that want logits.
   Value from = e.toIndex(arg(P_logits_from));
   Value rows = e.sub(n, from);
   e.ifThen(e.cmp(arith::CmpIPredicate::ugt, rows, zero), [&] {
     Value xo = e.mul(from, e.cIndex(e.dim));
-    target.rmsnorm(e, at(x, xo), weight(P_rms_final, zero), xb, rows);
-    target.matmul(e, xb, weight(P_wcls, zero), at(arg(P_logits), zero), rows,
-                  e.vocab, e.dim,
+    target.rmsnorm(e, at(x, xo), weight(P_rms_final, zero, KVRT_WEIGHT_F32), xb,
+                   rows);
+    target.matmul(e, xb, weight(P_wcls, zero, format(P_wcls, 0)),
+                  at(arg(P_logits), zero), rows, e.vocab, e.dim,
                   /*accumulate=*/false);
   });
   target.releaseTemporaries(e);
@@ -323,8 +356,9 @@ void emitMaterialize(ForwardEmitter &e, ForwardTarget &target) {
 
 std::string mlir::kv::forwardEntryName(const kvrt_model_config &config,
                                        kvrt_kv_dtype dtype,
+                                       const kvir::WeightFormats &formats,
                                        ForwardEntryPoint entry) {
-  std::string prefix = kvir::forwardPrefix(config, dtype);
+  std::string prefix = kvir::forwardPrefix(config, dtype, formats);
   switch (entry) {
   case ForwardEntryPoint::Prefill:
     return prefix + "_prefill";
@@ -334,6 +368,52 @@ std::string mlir::kv::forwardEntryName(const kvrt_model_config &config,
     return prefix + "_materialize";
   }
   llvm_unreachable("unknown entry point");
+}
+
+FailureOr<kvir::WeightFormats>
+mlir::kv::weightFormatsOf(ModuleOp module, const kvrt_model_config &config,
+                          Location loc) {
+  Attribute attr = module->getAttr(kWeightFormatsAttrName);
+  if (!attr)
+    return kvir::WeightFormats();
+  auto bad = [&]() {
+    return emitError(loc) << "'" << kWeightFormatsAttrName
+                          << "' must be an array of [!kv.model, \"formats\"], "
+                             "got "
+                          << attr;
+  };
+  auto array = dyn_cast<ArrayAttr>(attr);
+  if (!array)
+    return bad();
+  std::string key = kvir::configKey(config, KVRT_KV_F32);
+  for (Attribute entry : array) {
+    auto pair = dyn_cast<ArrayAttr>(entry);
+    if (!pair || pair.size() != 2)
+      return bad();
+    auto typeAttr = dyn_cast<TypeAttr>(pair[0]);
+    auto model =
+        typeAttr ? dyn_cast<ModelType>(typeAttr.getValue()) : ModelType();
+    auto spec = dyn_cast<StringAttr>(pair[1]);
+    if (!model || !spec)
+      return bad();
+    if (kvir::configKey(model.getConfig(), KVRT_KV_F32) != key)
+      continue;
+    std::string error;
+    std::optional<kvir::WeightFormats> formats =
+        kvir::WeightFormats::parse(spec.getValue(), config.n_layers, error);
+    if (!formats)
+      return emitError(loc) << "'" << kWeightFormatsAttrName << "' entry "
+                            << entry << ": " << error;
+    return *formats;
+  }
+  return kvir::WeightFormats();
+}
+
+Attribute mlir::kv::weightFormatsEntry(MLIRContext *ctx,
+                                       const kvrt_model_config &config,
+                                       const kvir::WeightFormats &formats) {
+  return ArrayAttr::get(ctx, {TypeAttr::get(ModelType::get(ctx, config)),
+                              StringAttr::get(ctx, formats.describe())});
 }
 
 kvrt_kv_dtype mlir::kv::kvDtypeOf(Type element) {
@@ -354,13 +434,15 @@ std::string mlir::kv::checkForward(const kvrt_model_config &config,
 
 LogicalResult mlir::kv::buildForward(ModuleOp module,
                                      const kvrt_model_config &config,
-                                     kvrt_kv_dtype dtype, ForwardTarget &target,
-                                     Location loc) {
-  std::string prefix = kvir::forwardPrefix(config, dtype);
+                                     kvrt_kv_dtype dtype,
+                                     const kvir::WeightFormats &formats,
+                                     ForwardTarget &target, Location loc) {
+  std::string prefix = kvir::forwardPrefix(config, dtype, formats);
   std::string problem = checkForward(config, target);
   if (!problem.empty())
     return emitError(loc) << "cannot build the " << target.name()
-                          << " forward of [" << kvir::configKey(config, dtype)
+                          << " forward of ["
+                          << kvir::forwardKey(config, dtype, formats)
                           << "]: " << problem;
   if (SymbolTable::lookupSymbolIn(module, prefix + "_prefill"))
     return success();
@@ -372,6 +454,7 @@ LogicalResult mlir::kv::buildForward(ModuleOp module,
   // a diagnostic, not a renamed or broken function.
   OwningOpRef<ModuleOp> scratch = ModuleOp::create(loc);
   ForwardEmitter e(*scratch, config, prefix, dtype);
+  e.formats = formats;
   e.b.setLoc(loc);
   target.emitKernels(e);
   emitPrefill(e, target);
@@ -394,7 +477,7 @@ LogicalResult mlir::kv::buildForward(ModuleOp module,
       if (SymbolTable::lookupSymbolIn(module, symbol.getName()))
         return emitError(loc)
                << "cannot build the " << target.name() << " forward of ["
-               << kvir::configKey(config, dtype) << "]: symbol @"
+               << kvir::forwardKey(config, dtype, formats) << "]: symbol @"
                << symbol.getName() << " already exists";
   for (NamedAttribute attr : (*scratch)->getAttrs())
     module->setAttr(attr.getName(), attr.getValue());
@@ -468,10 +551,15 @@ FailureOr<unsigned> mlir::kv::buildProgramForwards(ModuleOp module,
   }
   unsigned built = 0;
   for (const Request &r : requests) {
+    FailureOr<kvir::WeightFormats> formats =
+        weightFormatsOf(module, r.config, r.loc);
+    if (failed(formats))
+      return failure();
     bool existed = SymbolTable::lookupSymbolIn(
-        module,
-        forwardEntryName(r.config, r.dtype, ForwardEntryPoint::Prefill));
-    if (failed(buildForward(module, r.config, r.dtype, target, r.loc)))
+        module, forwardEntryName(r.config, r.dtype, *formats,
+                                 ForwardEntryPoint::Prefill));
+    if (failed(
+            buildForward(module, r.config, r.dtype, *formats, target, r.loc)))
       return failure();
     if (!existed)
       ++built;

@@ -92,14 +92,6 @@ Type ForwardEmitter::kvElement() {
   return f32();
 }
 
-Type ForwardEmitter::weightElement(kvrt_weight_format format) {
-  switch (format) {
-  case KVRT_WEIGHT_F32:
-    return f32();
-  }
-  llvm_unreachable("unknown weight format");
-}
-
 namespace {
 
 /// `type` (a scalar or a vector) with `element` as its element type.
@@ -209,6 +201,9 @@ Value ForwardEmitter::toIndex(Value value) {
 }
 Value ForwardEmitter::toI64(Value value) {
   return arith::IndexCastOp::create(b, i64(), value);
+}
+Value ForwardEmitter::toI32(Value value) {
+  return arith::IndexCastOp::create(b, i32(), value);
 }
 Value ForwardEmitter::load(Value memref, ValueRange indices) {
   return memref::LoadOp::create(b, memref, indices);
@@ -451,4 +446,215 @@ Value ForwardEmitter::swiglu(Value h, Value g) {
 
 Value ForwardEmitter::scoreScale() {
   return cF32(static_cast<float>(1.0 / std::sqrt(double(headSize))));
+}
+
+//===----------------------------------------------------------------------===//
+// Weights of every format
+//===----------------------------------------------------------------------===//
+
+Value ForwardEmitter::f32View(Value bytes, Value offset, Value size) {
+  return memref::ViewOp::create(b, buffer(f32()), bytes, offset,
+                                ValueRange{size});
+}
+
+Value ForwardEmitter::loadU8(Value bytes, Value at) {
+  return arith::ExtUIOp::create(b, i32(), load(bytes, at));
+}
+
+Value ForwardEmitter::loadF16(Value bytes, Value at) {
+  Value lo = loadU8(bytes, at);
+  Value hi = loadU8(bytes, add(at, cIndex(1)));
+  Value bits =
+      arith::OrIOp::create(b, lo, arith::ShLIOp::create(b, hi, cI32(8)));
+  Value half = arith::BitcastOp::create(
+      b, b.getF16Type(), arith::TruncIOp::create(b, b.getI16Type(), bits));
+  return arith::ExtFOp::create(b, f32(), half);
+}
+
+ForwardEmitter::Groups ForwardEmitter::groupsOf(kvrt_weight_format format) {
+  switch (format) {
+  case KVRT_WEIGHT_Q8_0:
+    return {1, 32};
+  case KVRT_WEIGHT_Q4_0:
+    return {2, 16};
+  case KVRT_WEIGHT_Q4_K:
+  case KVRT_WEIGHT_Q5_K:
+    return {8, 32};
+  case KVRT_WEIGHT_Q6_K:
+    return {16, 16};
+  case KVRT_WEIGHT_F32:
+  case KVRT_WEIGHT_F16:
+  case KVRT_WEIGHT_BF16:
+    break;
+  }
+  return {1, 1};
+}
+
+namespace {
+
+/// `v` (i32) as f32.
+Value toF32(ForwardEmitter &e, Value v) {
+  return arith::SIToFPOp::create(e.b, e.f32(), v);
+}
+
+Value shr(ForwardEmitter &e, Value v, Value bits) {
+  return arith::ShRUIOp::create(e.b, v, bits);
+}
+
+Value andBits(ForwardEmitter &e, Value v, int64_t mask) {
+  return arith::AndIOp::create(e.b, v, e.cI32(mask));
+}
+
+} // namespace
+
+std::pair<Value, Value> ForwardEmitter::groupScale(kvrt_weight_format format,
+                                                   Value bytes, Value block,
+                                                   Value g) {
+  switch (format) {
+  case KVRT_WEIGHT_Q8_0:
+  case KVRT_WEIGHT_Q4_0:
+    return {loadF16(bytes, block), Value()};
+  case KVRT_WEIGHT_Q4_K:
+  case KVRT_WEIGHT_Q5_K: {
+    // kvrt::scaleMinK4: sub-block g < 4 in the low 6 bits of bytes g and
+    // g + 4 of the scales; g >= 4 in the nibbles of byte g + 4 with the top
+    // 2 bits of bytes g - 4 and g. Both computed, one selected.
+    Value scales = add(block, cIndex(4));
+    Value low = cmp(arith::CmpIPredicate::ult, g, cIndex(4));
+    Value gLow = select(low, g, cIndex(0));
+    Value gHigh = select(low, cIndex(4), g);
+    Value sLow = andBits(*this, loadU8(bytes, add(scales, gLow)), 63);
+    Value mLow =
+        andBits(*this, loadU8(bytes, add(scales, add(gLow, cIndex(4)))), 63);
+    Value packed = loadU8(bytes, add(scales, add(gHigh, cIndex(4))));
+    Value topS =
+        shr(*this, loadU8(bytes, add(scales, sub(gHigh, cIndex(4)))), cI32(6));
+    Value topM = shr(*this, loadU8(bytes, add(scales, gHigh)), cI32(6));
+    Value four = cI32(4);
+    Value sHigh = arith::OrIOp::create(b, andBits(*this, packed, 0xF),
+                                       arith::ShLIOp::create(b, topS, four));
+    Value mHigh = arith::OrIOp::create(b, shr(*this, packed, four),
+                                       arith::ShLIOp::create(b, topM, four));
+    Value sc = select(low, sLow, sHigh), m = select(low, mLow, mHigh);
+    Value d = loadF16(bytes, block),
+          dmin = loadF16(bytes, add(block, cIndex(2)));
+    return {arith::MulFOp::create(b, d, toF32(*this, sc)),
+            arith::MulFOp::create(b, dmin, toF32(*this, m))};
+  }
+  case KVRT_WEIGHT_Q6_K: {
+    Value d = loadF16(bytes, add(block, cIndex(208)));
+    Value sc = arith::ExtSIOp::create(
+        b, i32(), load(bytes, add(add(block, cIndex(192)), g)));
+    return {arith::MulFOp::create(b, d, toF32(*this, sc)), Value()};
+  }
+  case KVRT_WEIGHT_F32:
+  case KVRT_WEIGHT_F16:
+  case KVRT_WEIGHT_BF16:
+    break;
+  }
+  llvm_unreachable("groupScale of a format without blocks");
+}
+
+Value ForwardEmitter::groupQuant(kvrt_weight_format format, Value bytes,
+                                 Value block, Value g, Value l) {
+  switch (format) {
+  case KVRT_WEIGHT_Q8_0: {
+    Value q = load(bytes, add(add(block, cIndex(2)), l));
+    return toF32(*this, arith::ExtSIOp::create(b, i32(), q));
+  }
+  case KVRT_WEIGHT_Q4_0: {
+    // Group 0: the low nibbles of the 16 bytes, group 1 the high ones.
+    Value byte = loadU8(bytes, add(add(block, cIndex(2)), l));
+    Value shift = toI32(mul(g, cIndex(4)));
+    Value q = andBits(*this, shr(*this, byte, shift), 0xF);
+    return toF32(*this, arith::SubIOp::create(b, q, cI32(8)));
+  }
+  case KVRT_WEIGHT_Q4_K:
+  case KVRT_WEIGHT_Q5_K: {
+    // Sub-block g: the low (even g) or high (odd g) nibbles of qs[32 (g / 2)
+    // ...]; Q5_K adds bit g of qh[l] as 16.
+    bool q5 = format == KVRT_WEIGHT_Q5_K;
+    Value qs = add(block, cIndex(q5 ? 48 : 16));
+    Value byte =
+        loadU8(bytes, add(add(qs, mul(divu(g, cIndex(2)), cIndex(32))), l));
+    Value shift = toI32(mul(remu(g, cIndex(2)), cIndex(4)));
+    Value q = andBits(*this, shr(*this, byte, shift), 0xF);
+    if (q5) {
+      Value high = loadU8(bytes, add(add(block, cIndex(16)), l));
+      Value bit = andBits(*this, shr(*this, high, toI32(g)), 1);
+      q = arith::OrIOp::create(b, q, arith::ShLIOp::create(b, bit, cI32(4)));
+    }
+    return toF32(*this, q);
+  }
+  case KVRT_WEIGHT_Q6_K: {
+    // Group k (16 elements) of half k / 8, quarter (k % 8) / 2: element
+    // 16 (k % 2) + l of that quarter; low 4 bits in ql (quarters 0, 2 in
+    // bytes 0..31 of the half's 64, 1 and 3 in 32..63; 2 and 3 the high
+    // nibbles), high 2 bits at 2 * quarter of qh.
+    Value half = divu(g, cIndex(8));
+    Value quarter = divu(remu(g, cIndex(8)), cIndex(2));
+    Value at = add(mul(remu(g, cIndex(2)), cIndex(16)), l);
+    Value ql = add(add(block, mul(half, cIndex(64))),
+                   add(mul(remu(quarter, cIndex(2)), cIndex(32)), at));
+    Value lowShift = toI32(mul(divu(quarter, cIndex(2)), cIndex(4)));
+    Value low = andBits(*this, shr(*this, loadU8(bytes, ql), lowShift), 0xF);
+    Value qh = add(add(block, add(cIndex(128), mul(half, cIndex(32)))), at);
+    Value highShift = toI32(mul(quarter, cIndex(2)));
+    Value high = andBits(*this, shr(*this, loadU8(bytes, qh), highShift), 3);
+    Value q =
+        arith::OrIOp::create(b, low, arith::ShLIOp::create(b, high, cI32(4)));
+    return toF32(*this, arith::SubIOp::create(b, q, cI32(32)));
+  }
+  case KVRT_WEIGHT_F32:
+  case KVRT_WEIGHT_F16:
+  case KVRT_WEIGHT_BF16:
+    break;
+  }
+  llvm_unreachable("groupQuant of a format without blocks");
+}
+
+Value ForwardEmitter::dequant(Value scale, Value min, Value q) {
+  Value y = arith::MulFOp::create(b, scale, q);
+  return min ? arith::SubFOp::create(b, y, min) : y;
+}
+
+Value ForwardEmitter::weightElement(kvrt_weight_format format, Value bytes,
+                                    Value row, Value j) {
+  switch (format) {
+  case KVRT_WEIGHT_F32: {
+    Value at = add(row, mul(j, cIndex(4)));
+    Value bits = cI32(0);
+    for (int64_t i = 0; i < 4; ++i)
+      bits = arith::OrIOp::create(
+          b, bits,
+          arith::ShLIOp::create(b, loadU8(bytes, add(at, cIndex(i))),
+                                cI32(8 * i)));
+    return arith::BitcastOp::create(b, f32(), bits);
+  }
+  case KVRT_WEIGHT_F16:
+    return loadF16(bytes, add(row, mul(j, cIndex(2))));
+  case KVRT_WEIGHT_BF16: {
+    Value at = add(row, mul(j, cIndex(2)));
+    Value bits = arith::OrIOp::create(
+        b, loadU8(bytes, at),
+        arith::ShLIOp::create(b, loadU8(bytes, add(at, cIndex(1))), cI32(8)));
+    return arith::BitcastOp::create(b, f32(),
+                                    arith::ShLIOp::create(b, bits, cI32(16)));
+  }
+  case KVRT_WEIGHT_Q8_0:
+  case KVRT_WEIGHT_Q4_0:
+  case KVRT_WEIGHT_Q4_K:
+  case KVRT_WEIGHT_Q5_K:
+  case KVRT_WEIGHT_Q6_K:
+    break;
+  }
+  kvrt::BlockLayout layout = kvrt::blockLayout(format);
+  Groups groups = groupsOf(format);
+  Value block =
+      add(row, mul(divu(j, cIndex(layout.elements)), cIndex(layout.bytes)));
+  Value within = remu(j, cIndex(layout.elements));
+  Value g = divu(within, cIndex(groups.elements));
+  Value l = remu(within, cIndex(groups.elements));
+  auto [scale, min] = groupScale(format, bytes, block, g);
+  return dequant(scale, min, groupQuant(format, bytes, block, g, l));
 }

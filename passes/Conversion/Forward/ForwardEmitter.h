@@ -19,6 +19,7 @@
 
 #include "runtime/core/KVRuntime.h"
 #include "runtime/core/ModelTensors.h"
+#include "runtime/core/WeightFormat.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -57,12 +58,12 @@ public:
   std::string prefix;
   /// The element type of the K/V pages; everything else is f32.
   kvrt_kv_dtype kvDtype;
-  /// The format of each weight (by kvrt::TensorId) the forward is built
-  /// for: it decides the element type of the weight's field and reaches the
-  /// stages that read it (WeightRef, ForwardTarget.h). Every forward is
-  /// built for f32 weights today (the value-initialised KVRT_WEIGHT_F32);
-  /// a quantised format set here specialises the forward for it.
-  std::array<kvrt_weight_format, kvrt::kNumTensors> weightFormats{};
+  /// The format of every slice of every weight the forward is built for
+  /// (all f32 unless set): it reaches the stages that read a weight
+  /// (WeightRef, ForwardTarget.h), which pick their kernel by it, and
+  /// splits the layer loop where the formats of a layer's weights change
+  /// (BuildForward.cpp).
+  kvir::WeightFormats formats;
 
   /// Sizes of the config.
   int64_t dim, hidden, layers, heads, kvHeads, group, vocab, headSize, half,
@@ -86,9 +87,8 @@ public:
   }
   /// The element type of the K/V pages: f32, f16 or bf16.
   Type kvElement();
-  /// The element type a weight of `format` is read in (f32 for
-  /// KVRT_WEIGHT_F32).
-  Type weightElement(kvrt_weight_format format);
+  /// i8: a weight's field is its bytes, whatever its format.
+  Type byte() { return b.getI8Type(); }
   /// memref<?xT>.
   MemRefType buffer(Type element);
   /// memref<?xNxi64> (the run table: N = 8; attention tiles: N = 4).
@@ -130,9 +130,10 @@ public:
   Value maxs(Value a, Value c);
   Value cmp(arith::CmpIPredicate predicate, Value a, Value c);
   Value select(Value condition, Value a, Value c);
-  /// An integer (i32, i64) as an index, and an index as i64.
+  /// An integer (i32, i64) as an index, and an index as i64 or i32.
   Value toIndex(Value value);
   Value toI64(Value value);
+  Value toI32(Value value);
   /// A load of `memref[indices]`.
   Value load(Value memref, ValueRange indices);
   void store(Value value, Value memref, ValueRange indices);
@@ -224,6 +225,45 @@ public:
 
   /// 1 / sqrt(head_size) as f32, the attention score scale.
   Value scoreScale();
+
+  //===--------------------------------------------------------------------===//
+  // Weights of every format (runtime/core/WeightFormat.h), shared by every
+  // target: the dequantisation of Quant.h, operation for operation in f32
+  //===--------------------------------------------------------------------===//
+
+  /// `size` (index) f32 elements at byte `offset` (index) of the bytes
+  /// `bytes` (memref<?xi8>): a weight slice of f32 as a memref<?xf32>.
+  Value f32View(Value bytes, Value offset, Value size);
+
+  /// The byte at `at` (index) of `bytes`, zero-extended to i32.
+  Value loadU8(Value bytes, Value at);
+  /// The little-endian f16 at `at`, widened to f32 (exact).
+  Value loadF16(Value bytes, Value at);
+
+  /// A block format's groups: runs of `elements` elements of a block that
+  /// share one scale (and min): Q8_0 one of 32; Q4_0 two of 16 (low, then
+  /// high nibbles); Q4_K, Q5_K eight of 32; Q6_K sixteen of 16.
+  struct Groups {
+    int64_t count, elements;
+  };
+  static Groups groupsOf(kvrt_weight_format format);
+
+  /// The scale A and min B (null for formats without one) of group `g`
+  /// (index; a constant folds the selection) of the block at byte `block`:
+  /// an element is A * q - B, q groupQuant's.
+  std::pair<Value, Value> groupScale(kvrt_weight_format format, Value bytes,
+                                     Value block, Value g);
+  /// q of element `l` (index) of group `g` of the block, offset as the
+  /// format says (Q4_0 q - 8, Q6_K q - 32), as f32 (exact).
+  Value groupQuant(kvrt_weight_format format, Value bytes, Value block, Value g,
+                   Value l);
+  /// A * q - B: the element, as Quant.h's dequantizeRow gives it.
+  Value dequant(Value scale, Value min, Value q);
+
+  /// Element `j` (index) of the row at byte `row` of a weight in `format`,
+  /// as f32: any format, one element at a time (the GPU's lanes).
+  Value weightElement(kvrt_weight_format format, Value bytes, Value row,
+                      Value j);
 };
 
 } // namespace mlir::kv

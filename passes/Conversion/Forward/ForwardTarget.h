@@ -8,10 +8,12 @@
 // warps with shuffles and shared memory, launched from host code.
 //
 // Buffers are flat memref<?xf32> values with an element offset (BufferRef);
-// a model weight (WeightRef) is a flat buffer of its format's elements that
-// carries the format. Every stage is emitted at the builder's insertion
-// point, inside a host function of the forward (for the GPU: code that
-// launches kernels).
+// a model weight (WeightRef) is the bytes of its field (memref<?xi8>), the
+// byte offset of the slice a stage reads and that slice's format: a target
+// picks its kernel by the format (an f32 slice is viewed as floats,
+// ForwardEmitter::f32View; a block format is read as its bytes). Every stage
+// is emitted at the builder's insertion point, inside a host function of the
+// forward (for the GPU: code that launches kernels).
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,24 +35,20 @@ struct BufferRef {
   Value offset;
 };
 
-/// A model weight as a stage sees it: a flat buffer of the elements of its
-/// format (ForwardEmitter::weightElement) and the element offset of what
-/// the stage reads, with that format. The forward is specialised per format
-/// at build time (ForwardEmitter::weightFormats).
-struct WeightRef : BufferRef {
-  /// The weight at `offset` of `memref`, in `format` (f32 unless told: a
-  /// plain f32 buffer multiplied as weights).
-  WeightRef(Value memref, Value offset,
-            kvrt_weight_format format = KVRT_WEIGHT_F32)
-      : BufferRef{memref, offset}, format(format) {}
-
-  kvrt_weight_format format;
+/// A model weight as a stage sees it: the bytes of its field, the byte
+/// offset (index) of the slice the stage reads, and the slice's format
+/// (WeightFormat.h). The forward is specialised per format at build time
+/// (ForwardEmitter::formats).
+struct WeightRef {
+  Value bytes;
+  Value offset;
+  kvrt_weight_format format = KVRT_WEIGHT_F32;
 };
 
 /// Stops with a message naming `stage` and the format unless `weight` is
-/// f32: a stage that computes on f32 weights only calls it first, so that a
-/// forward built for a format the target does not implement fails loudly
-/// instead of reading its bytes as floats.
+/// f32: norm vectors are f32 in memory (the runtime converts those a file
+/// stores otherwise), and a forward built with another format for one is a
+/// programming error, not a reading of its bytes as floats.
 inline void requireF32(const WeightRef &weight, StringRef stage) {
   if (weight.format != KVRT_WEIGHT_F32)
     llvm::report_fatal_error(llvm::Twine(stage) + ": weights of format " +
@@ -90,12 +88,14 @@ public:
   }
   virtual void releaseTemporaries(ForwardEmitter &e) {}
 
-  /// out[t] = x[t] * rmsScale(sum of squares of x[t]) * w, rows t < n.
+  /// out[t] = x[t] * rmsScale(sum of squares of x[t]) * w, rows t < n (w
+  /// f32).
   virtual void rmsnorm(ForwardEmitter &e, BufferRef x, WeightRef w,
                        BufferRef out, Value n) = 0;
 
   /// c (+)= a · bᵀ: a is [n][k], the weights b [m][k] (row-major, [out][in],
-  /// in b.format), c [n][m]; with `accumulate` the product is added to c.
+  /// in b.format, any of WeightFormat.h), c [n][m]; with `accumulate` the
+  /// product is added to c.
   virtual void matmul(ForwardEmitter &e, BufferRef a, WeightRef b, BufferRef c,
                       Value n, int64_t m, int64_t k, bool accumulate) = 0;
 

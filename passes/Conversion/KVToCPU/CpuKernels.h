@@ -3,11 +3,11 @@
 // Internal to KVToCPU. The stages of CpuTarget.cpp call private functions
 // ("kernels") that one file per job emits: CpuMath.cpp (rmsnorm, rope_table,
 // rope_apply, swiglu, exp16), CpuMatmul.cpp (the packed and the dot-product
-// matmul), CpuAttention.cpp (attention_kernel) and CpuKVPages.cpp (store_kv,
-// materialize_kernel); CpuParallel.h is the parallel loop several of them
-// use. This header is what they share: the vector width, the memref types
-// of the kernels' arguments, the function being emitted and the call of a
-// kernel.
+// matmul, and the matmul of every other weight format), CpuAttention.cpp
+// (attention_kernel) and CpuKVPages.cpp (store_kv, materialize_kernel);
+// CpuParallel.h is the parallel loop several of them use. This header is what
+// they share: the vector width, the memref types of the kernels' arguments, the
+// function being emitted and the call of a kernel.
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,6 +48,11 @@ SmallVector<Value> call(ForwardEmitter &e, StringRef kernel,
 void emitRmsnorm(ForwardEmitter &e);
 /// CpuMatmul.cpp: matmul_nt, or matmul_nt_acc with `accumulate`.
 void emitMatmul(ForwardEmitter &e, int64_t vectorBits, bool accumulate);
+/// CpuMatmul.cpp: matmul_<format> (or _acc) of weights in a format other
+/// than f32, (a, bytes, byte offset, c); quantMatmulName names it.
+void emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
+                     bool accumulate);
+std::string quantMatmulName(kvrt_weight_format format, bool accumulate);
 /// CpuMath.cpp: rope_table, rope_apply, swiglu.
 void emitRopeTable(ForwardEmitter &e);
 void emitRopeApply(ForwardEmitter &e);

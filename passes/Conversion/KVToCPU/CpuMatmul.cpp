@@ -346,3 +346,95 @@ void cpu::emitMatmul(ForwardEmitter &e, int64_t vectorBits, bool accumulate) {
       });
   e.finishFunction();
 }
+
+//===----------------------------------------------------------------------===//
+// Weights of the other formats
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Widens row `row` (the byte offset of its first block) of `cols` elements
+/// of weights in `format` to f32 into `out` (memref<?xf32>): block by block,
+/// group by group (a group shares its scale and min), with the operations of
+/// the runtime's dequantisation (ForwardEmitter's groupScale, groupQuant,
+/// dequant), so the values are the oracle's bit for bit.
+void emitWidenRow(ForwardEmitter &e, kvrt_weight_format format, Value bytes,
+                  Value row, Value cols, Value out) {
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  if (!kvrt::isBlockFormat(format)) {
+    e.forLoop(c0, cols, c1, [&](Value j) {
+      e.store(e.weightElement(format, bytes, row, j), out, {j});
+    });
+    return;
+  }
+  kvrt::BlockLayout block = kvrt::blockLayout(format);
+  ForwardEmitter::Groups groups = ForwardEmitter::groupsOf(format);
+  Value blocks = e.divu(cols, e.cIndex(block.elements));
+  e.forLoop(c0, blocks, c1, [&](Value i) {
+    Value at = e.add(row, e.mul(i, e.cIndex(block.bytes)));
+    Value first = e.mul(i, e.cIndex(block.elements));
+    for (int64_t g = 0; g < groups.count; ++g) {
+      Value group = e.cIndex(g);
+      auto [scale, min] = e.groupScale(format, bytes, at, group);
+      Value base = e.add(first, e.cIndex(g * groups.elements));
+      e.forLoop(c0, e.cIndex(groups.elements), c1, [&](Value l) {
+        Value q = e.groupQuant(format, bytes, at, group, l);
+        e.store(e.dequant(scale, min, q), out, {e.add(base, l)});
+      });
+    }
+  });
+}
+
+} // namespace
+
+std::string cpu::quantMatmulName(kvrt_weight_format format, bool accumulate) {
+  return std::string("matmul_") + kvrt::weightFormatName(format) +
+         (accumulate ? "_acc" : "");
+}
+
+/// c[t][o] (+)= sum_i a[t][i] * b[o][i] for weights b in `format`, as
+/// (a, bytes, byte offset of b, c): parallel over the outputs, each weight
+/// row widened to f32 once into a buffer of the task (on its stack) and
+/// multiplied with every token's row by the dot-product kernel of the f32
+/// path (emitDotRows, over a view whose rows all are that buffer). Decode
+/// reads each weight byte once; a prefill reuses the widened row for all
+/// its tokens.
+void cpu::emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
+                          bool accumulate) {
+  Type m2 = matrixType(e);
+  std::string base = quantMatmulName(format, accumulate);
+  func::FuncOp f = e.beginFunction(
+      e.name(base), {m2, e.buffer(e.byte()), e.index(), m2}, false);
+  Value a = f.getArgument(0), bytes = f.getArgument(1),
+        offset = f.getArgument(2), c = f.getArgument(3);
+  Value c1 = e.cIndex(1);
+  Value m = memref::DimOp::create(e.b, c, c1);
+  parallelFor(
+      e, base + "_task", m, {a, bytes, offset, c},
+      [&](ValueRange v, Value lo, Value hi) {
+        // (The task is a function of its own: values of the caller do not
+        // reach it but through `v`.)
+        Value a = v[0], bytes = v[1], offset = v[2], c = v[3];
+        Value c1 = e.cIndex(1);
+        Value m = memref::DimOp::create(e.b, c, c1);
+        Value k = memref::DimOp::create(e.b, a, c1);
+        kvrt::BlockLayout block = kvrt::blockLayout(format);
+        Value rowBytes =
+            e.mul(e.divu(k, e.cIndex(block.elements)), e.cIndex(block.bytes));
+        Value row = memref::AllocaOp::create(
+            e.b, MemRefType::get({ShapedType::kDynamic}, e.f32()),
+            ValueRange{k});
+        // Every row of this view is the widened row: emitDotRows reads
+        // output o's weights at [o][i].
+        Value rows = memref::ReinterpretCastOp::create(
+            e.b, matrixType(e), row, OpFoldResult(e.b.getIndexAttr(0)),
+            ArrayRef<OpFoldResult>{m, k},
+            ArrayRef<OpFoldResult>{e.b.getIndexAttr(0), e.b.getIndexAttr(1)});
+        e.forLoop(lo, hi, c1, [&](Value o) {
+          emitWidenRow(e, format, bytes, e.add(offset, e.mul(o, rowBytes)), k,
+                       row);
+          emitDotRows(e, a, rows, c, o, e.add(o, c1), accumulate);
+        });
+      });
+  e.finishFunction();
+}

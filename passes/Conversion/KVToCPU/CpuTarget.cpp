@@ -52,17 +52,29 @@ public:
   void rmsnorm(ForwardEmitter &e, BufferRef x, WeightRef w, BufferRef out,
                Value n) override {
     requireF32(w, "the CPU rmsnorm");
-    call(e, "rmsnorm",
-         {rows(e, x, n, e.dim), vector(e, w, e.cIndex(e.dim)),
-          rows(e, out, n, e.dim)});
+    Value dim = e.cIndex(e.dim);
+    BufferRef weight{e.f32View(w.bytes, w.offset, dim), e.cIndex(0)};
+    call(
+        e, "rmsnorm",
+        {rows(e, x, n, e.dim), vector(e, weight, dim), rows(e, out, n, e.dim)});
   }
 
+  /// f32 weights: the packed and dot-product kernels of matmul_nt over the
+  /// slice viewed as floats. Other formats: matmul_<format>, which widens
+  /// the weights' blocks to f32 (CpuMatmul.cpp); the kernel is picked here,
+  /// per format, which is where integer dot products would go.
   void matmul(ForwardEmitter &e, BufferRef a, WeightRef b, BufferRef c, Value n,
               int64_t m, int64_t k, bool accumulate) override {
-    requireF32(b, "the CPU matmul");
-    call(e, accumulate ? "matmul_nt_acc" : "matmul_nt",
-         {rows(e, a, n, k), rows(e, b, e.cIndex(m), k), rows(e, c, n, m),
-          packBuffer(e)});
+    if (b.format == KVRT_WEIGHT_F32) {
+      BufferRef weights{e.f32View(b.bytes, b.offset, e.cIndex(m * k)),
+                        e.cIndex(0)};
+      call(e, accumulate ? "matmul_nt_acc" : "matmul_nt",
+           {rows(e, a, n, k), rows(e, weights, e.cIndex(m), k),
+            rows(e, c, n, m), packBuffer(e)});
+      return;
+    }
+    call(e, quantMatmulName(b.format, accumulate),
+         {rows(e, a, n, k), b.bytes, b.offset, rows(e, c, n, m)});
   }
 
   void storeKV(ForwardEmitter &e, BufferRef k, BufferRef v, Value n, Value pos,
@@ -156,6 +168,12 @@ void CpuTarget::emitKernels(ForwardEmitter &e) {
   emitRmsnorm(e);
   emitMatmul(e, vectorBits, /*accumulate=*/false);
   emitMatmul(e, vectorBits, /*accumulate=*/true);
+  for (kvrt_weight_format format : e.formats.used()) {
+    if (format == KVRT_WEIGHT_F32)
+      continue;
+    emitQuantMatmul(e, format, /*accumulate=*/false);
+    emitQuantMatmul(e, format, /*accumulate=*/true);
+  }
   emitRopeTable(e);
   emitRopeApply(e);
   emitSwiglu(e);

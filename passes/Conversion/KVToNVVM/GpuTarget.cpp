@@ -101,22 +101,32 @@ public:
   void rmsnorm(ForwardEmitter &e, BufferRef x, WeightRef w, BufferRef out,
                Value n) override {
     requireF32(w, "the GPU rmsnorm");
-    Value c1 = e.cIndex(1);
+    Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+    // The slice as floats: pointer arithmetic on the host, no load.
+    Value weights = e.f32View(w.bytes, w.offset, e.cIndex(e.dim));
     launch(e, kernels.rmsnorm, {n, c1, c1}, {e.cIndex(kBlock), c1, c1},
-           {x.memref, x.offset, w.memref, w.offset, out.memref, out.offset});
+           {x.memref, x.offset, weights, c0, out.memref, out.offset});
   }
 
+  /// The kernel is picked per format: `matmul` reads f32 weights (the slice
+  /// viewed as floats on the host), `matmul_<format>` widens each element
+  /// of another format from its block (ForwardEmitter::weightElement).
   void matmul(ForwardEmitter &e, BufferRef a, WeightRef b, BufferRef c, Value n,
               int64_t m, int64_t kdim, bool accumulate) override {
-    requireF32(b, "the GPU matmul");
     Value c1 = e.cIndex(1);
     Value cM = e.cIndex(m);
     Value gx =
         e.divu(e.add(cM, e.cIndex(kMatmulRows - 1)), e.cIndex(kMatmulRows));
     Value gy =
         e.divu(e.add(n, e.cIndex(kMatmulTokens - 1)), e.cIndex(kMatmulTokens));
-    launch(e, kernels.matmul, {gx, gy, c1}, {e.cIndex(kBlock), c1, c1},
-           {a.memref, a.offset, b.memref, b.offset, c.memref, c.offset, n, cM,
+    Value weights = b.bytes, offset = b.offset;
+    if (b.format == KVRT_WEIGHT_F32) {
+      weights = e.f32View(b.bytes, b.offset, e.cIndex(m * kdim));
+      offset = e.cIndex(0);
+    }
+    launch(e, kernels.matmul[b.format], {gx, gy, c1},
+           {e.cIndex(kBlock), c1, c1},
+           {a.memref, a.offset, weights, offset, c.memref, c.offset, n, cM,
             e.cIndex(kdim), e.cI32(accumulate ? 1 : 0)});
   }
 
@@ -174,8 +184,9 @@ private:
   /// The kernels and device helpers of the forward being built (emitKernels
   /// runs once per forward, before its stages).
   struct Kernels {
-    gpu::GPUFuncOp rmsnorm, matmul, swiglu, storeKV, attnTile, attnMerge,
-        materialize;
+    gpu::GPUFuncOp rmsnorm, swiglu, storeKV, attnTile, attnMerge, materialize;
+    /// The matmul of each weight format the forward reads.
+    std::array<gpu::GPUFuncOp, KVRT_WEIGHT_FORMAT_COUNT> matmul;
     func::FuncOp ropeCosSin, rotate, warpSum;
   } kernels;
   gpu::GPUModuleOp kernelModule;
@@ -258,7 +269,7 @@ private:
   void emitRotate(ForwardEmitter &e);
   void emitWarpSum(ForwardEmitter &e);
   void emitRmsnorm(ForwardEmitter &e);
-  void emitMatmul(ForwardEmitter &e);
+  void emitMatmul(ForwardEmitter &e, kvrt_weight_format format);
   void emitSwiglu(ForwardEmitter &e);
   void emitStoreKV(ForwardEmitter &e);
   void emitAttnTile(ForwardEmitter &e);
@@ -278,7 +289,8 @@ void GpuTarget::emitKernels(ForwardEmitter &e) {
   emitRotate(e);
   emitWarpSum(e);
   emitRmsnorm(e);
-  emitMatmul(e);
+  for (kvrt_weight_format format : e.formats.used())
+    emitMatmul(e, format);
   emitSwiglu(e);
   emitStoreKV(e);
   emitAttnTile(e);
@@ -373,12 +385,19 @@ void GpuTarget::emitRmsnorm(ForwardEmitter &e) {
 /// c[t][o] (+)= sum_i a[t][i] * b[o][i], the weights [out][in] row-major: a
 /// warp per output row o and 4 tokens (each weight element loaded once for
 /// the 4), lanes striding over the row (coalesced), FMAs, a butterfly sum.
-/// Blocks of 8 warps: grid (ceil(M / 8), ceil(n / 4)).
-void GpuTarget::emitMatmul(ForwardEmitter &e) {
+/// Blocks of 8 warps: grid (ceil(M / 8), ceil(n / 4)). f32 weights are
+/// `matmul` (floats at an element offset); another format is
+/// `matmul_<format>` over the weights' bytes at a byte offset, each lane
+/// widening its elements from their blocks.
+void GpuTarget::emitMatmul(ForwardEmitter &e, kvrt_weight_format format) {
+  bool f32 = format == KVRT_WEIGHT_F32;
   Type f = e.buffer(e.f32()), ix = e.index();
-  kernels.matmul =
-      beginKernel(e, "matmul", {f, ix, f, ix, f, ix, ix, ix, ix, e.i32()});
-  ArrayRef<BlockArgument> arg = kernels.matmul.getArguments();
+  Type w = f32 ? f : e.buffer(e.byte());
+  std::string name =
+      f32 ? "matmul" : std::string("matmul_") + kvrt::weightFormatName(format);
+  gpu::GPUFuncOp kernel = kernels.matmul[format] =
+      beginKernel(e, name, {f, ix, w, ix, f, ix, ix, ix, ix, e.i32()});
+  ArrayRef<BlockArgument> arg = kernel.getArguments();
   Value a = arg[0], aoff = arg[1], b = arg[2], boff = arg[3], c = arg[4],
         coff = arg[5], n = arg[6], m = arg[7], kdim = arg[8], accum = arg[9];
   Value c0 = e.cIndex(0), c1 = e.cIndex(1), cWarp = e.cIndex(kWarp),
@@ -391,7 +410,6 @@ void GpuTarget::emitMatmul(ForwardEmitter &e) {
   Value lane = e.remu(tid, cWarp);
   Value o = e.add(e.mul(bx, e.cIndex(kMatmulRows)), warp);
   Value t0 = e.mul(by, cTokens);
-  // The branch is uniform per warp: the shuffles of the sum stay converged.
   e.ifThen(e.cmp(arith::CmpIPredicate::ult, o, m), [&] {
     // Tokens past the end re-read the last row; their sums are not stored.
     Value last = e.sub(n, c1);
@@ -400,12 +418,17 @@ void GpuTarget::emitMatmul(ForwardEmitter &e) {
       Value tj = j == 0 ? t0 : e.minu(e.add(t0, e.cIndex(j)), last);
       rows.push_back(e.add(aoff, e.mul(tj, kdim)));
     }
-    Value rb = e.add(boff, e.mul(o, kdim));
+    kvrt::BlockLayout block = kvrt::blockLayout(format);
+    Value rowSize = f32 ? kdim
+                        : e.mul(e.divu(kdim, e.cIndex(block.elements)),
+                                e.cIndex(block.bytes));
+    Value rb = e.add(boff, e.mul(o, rowSize));
     SmallVector<Value> inits(kMatmulTokens, zf);
     SmallVector<Value> partial = e.forLoop(
         lane, kdim, cWarp, inits,
         [&](Value i, ValueRange sums) -> SmallVector<Value> {
-          Value bv = e.load(b, {e.add(rb, i)});
+          Value bv = f32 ? e.load(b, {e.add(rb, i)})
+                         : e.weightElement(format, b, rb, i);
           SmallVector<Value> xs, next;
           for (Value row : rows)
             xs.push_back(e.load(a, {e.add(row, i)}));

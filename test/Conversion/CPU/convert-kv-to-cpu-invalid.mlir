@@ -36,3 +36,31 @@ module attributes {kv.export_forwards = [!kv.model<dim = 2048, hidden = 64, laye
 // expected-error @+1 {{, i16] must be [!kv.model, f32 | f16 | bf16]}}
 module attributes {kv.export_forwards = [[!kv.model<dim = 32, hidden = 64, layers = 1, heads = 2, kv_heads = 2, vocab = 10>, i16]]} {
 }
+
+// -----
+
+// kv.weight_formats names [!kv.model, "formats"] pairs.
+// expected-error @+1 {{'kv.weight_formats' must be an array of [!kv.model, "formats"], got "q8_0"}}
+module attributes {kv.export_forwards = [!kv.model<dim = 32, hidden = 64, layers = 2, heads = 2, kv_heads = 2, vocab = 10>], kv.weight_formats = "q8_0"} {
+}
+
+// -----
+
+// An unknown format.
+// expected-error @+1 {{unknown weight format 'q9_9' (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k)}}
+module attributes {kv.export_forwards = [!kv.model<dim = 32, hidden = 64, layers = 2, heads = 2, kv_heads = 2, vocab = 10>], kv.weight_formats = [[!kv.model<dim = 32, hidden = 64, layers = 2, heads = 2, kv_heads = 2, vocab = 10>, "wq:q9_9"]]} {
+}
+
+// -----
+
+// Norm vectors are f32 in memory: the forward reads them so.
+// expected-error @+1 {{'rms_att' is a norm vector: the forward reads it as f32}}
+module attributes {kv.export_forwards = [!kv.model<dim = 32, hidden = 64, layers = 2, heads = 2, kv_heads = 2, vocab = 10>], kv.weight_formats = [[!kv.model<dim = 32, hidden = 64, layers = 2, heads = 2, kv_heads = 2, vocab = 10>, "rms_att:q8_0"]]} {
+}
+
+// -----
+
+// A per-layer list names one format per layer.
+// expected-error @+1 {{'wv:q8_0,f16,f16' names more than the 2 slices of wv}}
+module attributes {kv.export_forwards = [!kv.model<dim = 32, hidden = 64, layers = 2, heads = 2, kv_heads = 2, vocab = 10>], kv.weight_formats = [[!kv.model<dim = 32, hidden = 64, layers = 2, heads = 2, kv_heads = 2, vocab = 10>, "wv:q8_0,f16,f16"]]} {
+}

@@ -27,23 +27,12 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-if [ -n "$peer" ]; then
-  libs=$peer/bin/package/bins/linux-x64
-  includes=("-I$peer/llama.cpp/include" "-I$peer/llama.cpp/ggml/include")
-else
-  if ! command -v npm >/dev/null; then
-    echo "make-goldens: skipped: npm is not installed (it fetches llama.cpp's prebuilt library)"
-    exit 0
-  fi
-  (cd "$work" && npm pack --silent @node-llama-cpp/linux-x64@3.22.1 node-llama-cpp@3.22.1 >/dev/null)
-  mkdir -p "$work/bin" "$work/src"
-  tar xzf "$work"/node-llama-cpp-linux-x64-3.22.1.tgz -C "$work/bin"
-  tar xzf "$work"/node-llama-cpp-3.22.1.tgz -C "$work/src"
-  git -c advice.detachedHead=false clone -q \
-    "$work/src/package/llama/gitRelease.bundle" "$work/llama.cpp"
-  libs=$work/bin/package/bins/linux-x64
-  includes=("-I$work/llama.cpp/include" "-I$work/llama.cpp/ggml/include")
+. "$here/../../../bench/peer/fetch-llama.sh"
+if ! fetch_llama make-goldens "$work" "$peer"; then
+  exit 0
 fi
+libs=$llama_libs
+includes=("-I$llama_src/include" "-I$llama_src/ggml/include")
 
 c++ -std=c++17 -O1 "${includes[@]}" "$here/golden-maker.cpp" -o "$work/golden-maker" \
   -L"$libs" -l:libllama.v0.5.0.so -l:libggml.v0.5.0.so -l:libggml-base.so \

@@ -15,6 +15,7 @@
 #include "runtime/core/KVTokenizer.h"
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/core/Quant.h"
 #include "runtime/reference/Reference.h"
 #include "test/unit/TestSupport.h"
 
@@ -82,7 +83,10 @@ std::string storiesGGUF(const std::string &type) {
   return path;
 }
 
-std::vector<float> weightsOf(const kvrt_model *model) { return model->data; }
+/// Every weight of a model as f32 (dequantised where it is not).
+std::vector<float> weightsOf(const kvrt_model *model) {
+  return kvrt::f32Weights(*model);
+}
 
 /// IEEE binary16 rounding through the compiler's _Float16 (an independent
 /// implementation of the runtime's).
@@ -116,7 +120,7 @@ void roundQ8Block(float *x) {
 /// multiple of 32 as F16.
 std::vector<float> roundedWeights(const kvrt_model *model,
                                   const std::string &type) {
-  std::vector<float> data = model->data;
+  std::vector<float> data = weightsOf(model);
   float *p = data.data();
   std::vector<kvrt::TensorSpec> specs = *kvrt::tensorSpecs(model->config);
   for (const kvrt::TensorSpec &spec : specs) {
@@ -190,7 +194,7 @@ void checkRounded(const std::string &type) {
     differ += std::memcmp(&got[i], &rounded[i], 4) != 0;
   EXPECT_EQ(differ, 0u) << "weights that differ from the rounded llama2.c";
   // The rounding is real: the weights are not the original ones.
-  EXPECT_NE(got, original->data);
+  EXPECT_NE(got, weightsOf(original.get()));
   ModelPtr reference(kvrt::makeModel(original->config, rounded));
   std::vector<int32_t> tokens = readTokenFile(greedyTokensPath());
   std::vector<float> expected = oracleLogits(reference.get(), tokens);
@@ -451,7 +455,7 @@ Builder validModel() {
       for (float &v : x)
         v = uniform(rng);
       uint8_t block[34];
-      kvrt::gguf::quantizeQ8Block(x, block);
+      kvrt::quantizeRow(KVRT_WEIGHT_Q8_0, x, block, 32);
       s.append(reinterpret_cast<const char *>(block), 34);
     }
     return s;
@@ -612,9 +616,9 @@ TEST(GGUFTest, MalformedFilesAreNamed) {
        [](Builder &b) { b.tensor("blk.0.attn_q.weight")->type = 77; },
        "tensor 'blk.0.attn_q.weight' has unknown tensor type 77"},
       {"unsupported tensor type",
-       [](Builder &b) { b.tensor("blk.0.attn_q.weight")->type = 2; },
-       "tensor 'blk.0.attn_q.weight' has type Q4_0 (2), which is not "
-       "supported (F32, F16, BF16 and Q8_0 are)"},
+       [](Builder &b) { b.tensor("blk.0.attn_q.weight")->type = 3; },
+       "tensor 'blk.0.attn_q.weight' has type Q4_1 (3), which is not "
+       "supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are)"},
       {"Q8_0 rows not whole blocks",
        [](Builder &b) {
          Builder::Tensor *t = b.tensor("output_norm.weight");
@@ -702,6 +706,209 @@ TEST(GGUFTest, MalformedFilesAreNamed) {
   for (const Case &c : cases) {
     SCOPED_TRACE(c.name);
     Builder b = validModel();
+    c.edit(b);
+    std::string problem = problemOf(b.bytes());
+    EXPECT_NE(problem.find(c.message), std::string::npos)
+        << "expected: " << c.message << "\n     got: " << problem;
+  }
+}
+
+/// A valid model with every block format: dim 256, hidden 256, 1 layer, 2
+/// heads on 1 KV head, vocab 16; the embedding Q4_K, attn_q Q4_K, attn_k
+/// Q5_K, attn_v Q6_K, attn_output Q4_0, ffn_gate Q8_0, ffn_down Q6_K,
+/// ffn_up F16, the norms F32 and BF16.
+Builder validQuantModel() {
+  Builder b;
+  b.text("general.architecture", "llama");
+  b.u32("llama.context_length", 64);
+  b.u32("llama.embedding_length", 256);
+  b.u32("llama.block_count", 1);
+  b.u32("llama.feed_forward_length", 256);
+  b.u32("llama.attention.head_count", 2);
+  b.u32("llama.attention.head_count_kv", 1);
+  b.f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> uniform(-0.5f, 0.5f);
+  auto data = [&](kvrt_weight_format format, uint64_t rows, uint64_t cols) {
+    std::vector<float> x(rows * cols);
+    for (float &v : x)
+      v = uniform(rng) + (rows == 1 ? 1.0f : 0.0f);
+    int64_t rowBytes = kvrt::weightRowBytes(format, int64_t(cols));
+    std::string s(size_t(rows * rowBytes), '\0');
+    for (uint64_t r = 0; r < rows; ++r)
+      kvrt::quantizeRow(format, &x[r * cols], &s[r * rowBytes], int64_t(cols));
+    return s;
+  };
+  auto add = [&](const char *name, kvrt_weight_format format, uint64_t rows,
+                 uint64_t cols) {
+    std::vector<uint64_t> dims = {cols};
+    if (rows > 1)
+      dims.push_back(rows);
+    b.tensors.push_back(
+        {name, dims, kvrt::ggmlTypeOf(format), data(format, rows, cols), {}});
+  };
+  add("token_embd.weight", KVRT_WEIGHT_Q4_K, 16, 256);
+  add("blk.0.attn_norm.weight", KVRT_WEIGHT_F32, 1, 256);
+  add("blk.0.attn_q.weight", KVRT_WEIGHT_Q4_K, 256, 256);
+  add("blk.0.attn_k.weight", KVRT_WEIGHT_Q5_K, 128, 256);
+  add("blk.0.attn_v.weight", KVRT_WEIGHT_Q6_K, 128, 256);
+  add("blk.0.attn_output.weight", KVRT_WEIGHT_Q4_0, 256, 256);
+  add("blk.0.ffn_norm.weight", KVRT_WEIGHT_BF16, 1, 256);
+  add("blk.0.ffn_gate.weight", KVRT_WEIGHT_Q8_0, 256, 256);
+  add("blk.0.ffn_down.weight", KVRT_WEIGHT_Q6_K, 256, 256);
+  add("blk.0.ffn_up.weight", KVRT_WEIGHT_F16, 256, 256);
+  add("output_norm.weight", KVRT_WEIGHT_F32, 1, 256);
+  return b;
+}
+
+TEST(GGUFTest, BlockFormatsStayInTheFile) {
+  std::string bytes = validQuantModel().bytes();
+  ModelPtr model(nullptr);
+  {
+    kvrt_model *raw = nullptr;
+    ASSERT_EQ(kvrt_model_load_gguf_buffer(bytes.data(), bytes.size(), &raw),
+              KVRT_OK)
+        << kvrt_last_error();
+    model.reset(raw);
+  }
+  kvrt_model_weights w;
+  ASSERT_EQ(kvrt_model_get_weights(model.get(), &w), KVRT_OK);
+  // Matrices keep their formats and bytes; the BF16 norm is converted to
+  // f32 (the forward reads norms as f32).
+  struct Expect {
+    const kvrt_weight *weight;
+    kvrt_weight_format format;
+  } expects[] = {{&w.token_embedding, KVRT_WEIGHT_Q4_K},
+                 {&w.wq, KVRT_WEIGHT_Q4_K},
+                 {&w.wk, KVRT_WEIGHT_Q5_K},
+                 {&w.wv, KVRT_WEIGHT_Q6_K},
+                 {&w.wo, KVRT_WEIGHT_Q4_0},
+                 {&w.rms_ffn, KVRT_WEIGHT_F32},
+                 {&w.w1, KVRT_WEIGHT_Q8_0},
+                 {&w.w2, KVRT_WEIGHT_Q6_K},
+                 {&w.w3, KVRT_WEIGHT_F16},
+                 {&w.wcls, KVRT_WEIGHT_Q4_K}};
+  for (const Expect &e : expects) {
+    ASSERT_EQ(e.weight->n_slices, 1);
+    EXPECT_EQ(e.weight->slices[0].format, e.format)
+        << kvrt::weightFormatName(e.format);
+    EXPECT_EQ(e.weight->slices[0].bytes,
+              e.weight->rows * kvrt::weightRowBytes(e.format, e.weight->cols));
+  }
+  Builder b = validQuantModel();
+  EXPECT_EQ(std::memcmp(w.wk.slices[0].data,
+                        b.tensor("blk.0.attn_k.weight")->data.data(),
+                        size_t(w.wk.slices[0].bytes)),
+            0);
+  // The oracle's f32 view is the exact dequantisation.
+  std::vector<float> f32 = weightsOf(model.get());
+  std::vector<float> row(256);
+  const std::string &v = b.tensor("blk.0.attn_v.weight")->data;
+  kvrt::dequantizeRow(KVRT_WEIGHT_Q6_K, v.data() + 5 * 210, row.data(), 256);
+  // token_embd 16x256, attn_norm 256, attn_q 256x256, attn_k 128x256, then
+  // attn_v: its row 5.
+  size_t at = 16 * 256 + 256 + 256 * 256 + 128 * 256 + 5 * 256;
+  EXPECT_EQ(std::memcmp(&f32[at], row.data(), 256 * 4), 0);
+  // Tied: the classifier is the embedding's slices.
+  EXPECT_EQ(w.wcls.slices, w.token_embedding.slices);
+}
+
+TEST(GGUFTest, MalformedQuantisedTensorsAreNamed) {
+  // Where a block's f16 scales are: d (and dmin at 2) of Q4_0, Q8_0, Q4_K,
+  // Q5_K at 0, d of Q6_K at 208.
+  auto scale = [](const char *tensor, uint64_t blockBytes, uint64_t block,
+                  uint64_t at, uint16_t bits) {
+    return [=](Builder &b) {
+      b.tensor(tensor)->data.replace(block * blockBytes + at, 2,
+                                     Builder::raw<uint16_t>(bits));
+    };
+  };
+  std::vector<Case> cases = {
+      {"Q4_K rows not whole blocks",
+       [](Builder &b) {
+         Builder::Tensor *t = b.tensor("output_norm.weight");
+         t->type = 12;
+         t->dims = {128};
+       },
+       "tensor 'output_norm.weight' of type Q4_K and shape [128] has rows of "
+       "128 elements, not a multiple of the 256 of a Q4_K block"},
+      {"Q5_K rows not whole blocks",
+       [](Builder &b) {
+         Builder::Tensor *t = b.tensor("blk.0.attn_k.weight");
+         t->dims = {128, 256};
+       },
+       "tensor 'blk.0.attn_k.weight' of type Q5_K and shape [128, 256] has "
+       "rows of 128 elements, not a multiple of the 256 of a Q5_K block"},
+      {"Q6_K rows not whole blocks",
+       [](Builder &b) {
+         b.tensor("blk.0.attn_v.weight")->dims = {320, 100};
+       },
+       "of type Q6_K and shape [320, 100] has rows of 320 elements, not a "
+       "multiple of the 256 of a Q6_K block"},
+      {"Q4_0 rows not whole blocks",
+       [](Builder &b) {
+         b.tensor("blk.0.attn_output.weight")->dims = {48, 8};
+       },
+       "has rows of 48 elements, not a multiple of the 32 of a Q4_0 block"},
+      {"more blocks than the shape the config implies",
+       [](Builder &b) {
+         Builder::Tensor *t = b.tensor("blk.0.attn_q.weight");
+         t->dims = {512, 256};
+         t->data += t->data;
+       },
+       "tensor 'blk.0.attn_q.weight' has shape [512, 256], expected [256, "
+       "256]"},
+      {"blocks running into the next tensor",
+       [](Builder &b) {
+         // attn_v placed 32 bytes early: attn_k's last block (tensors are
+         // packed at 32-byte alignment: 16 x 144, 1024, 256 x 144 and
+         // 128 x 176 bytes) lies under its first.
+         b.tensor("blk.0.attn_v.weight")->offset =
+             16 * 144 + 1024 + 256 * 144 + 128 * 176 - 32;
+       },
+       "tensors 'blk.0.attn_k.weight' and 'blk.0.attn_v.weight' overlap in "
+       "the data section"},
+      {"truncated last block",
+       [](Builder &b) {
+         // The last tensor moved to the end: its blocks cut by the file's
+         // end (the bytes written are one block short).
+         Builder::Tensor *t = b.tensor("blk.0.ffn_down.weight");
+         t->data.resize(t->data.size() - 210);
+         std::rotate(b.tensors.begin(),
+                     b.tensors.begin() + (t - b.tensors.data()) + 1,
+                     b.tensors.end());
+       },
+       "tensor 'blk.0.ffn_down.weight' (53760 bytes at data offset"},
+      {"Q4_K NaN scale", scale("blk.0.attn_q.weight", 144, 3, 0, 0x7e00),
+       "tensor 'blk.0.attn_q.weight' Q4_K block 3 has a non-finite scale "
+       "(nan)"},
+      {"Q4_K infinite min scale", scale("token_embd.weight", 144, 9, 2, 0x7c00),
+       "tensor 'token_embd.weight' Q4_K block 9 has a non-finite min scale "
+       "(inf)"},
+      {"Q5_K NaN min scale", scale("blk.0.attn_k.weight", 176, 100, 2, 0xfe00),
+       "tensor 'blk.0.attn_k.weight' Q5_K block 100 has a non-finite min "
+       "scale (-nan)"},
+      {"Q6_K infinite scale",
+       scale("blk.0.ffn_down.weight", 210, 7, 208, 0xfc00),
+       "tensor 'blk.0.ffn_down.weight' Q6_K block 7 has a non-finite scale "
+       "(-inf)"},
+      {"Q4_0 NaN scale", scale("blk.0.attn_output.weight", 18, 0, 0, 0x7e01),
+       "tensor 'blk.0.attn_output.weight' Q4_0 block 0 has a non-finite "
+       "scale (nan)"},
+      {"Q8_0 infinite scale",
+       scale("blk.0.ffn_gate.weight", 34, 2047, 0, 0x7c00),
+       "tensor 'blk.0.ffn_gate.weight' Q8_0 block 2047 has a non-finite "
+       "scale (inf)"},
+      {"F16 infinite element", scale("blk.0.ffn_up.weight", 2, 12, 0, 0x7c00),
+       "tensor 'blk.0.ffn_up.weight' element 12 is inf (weights must be "
+       "finite)"},
+      {"BF16 NaN norm", scale("blk.0.ffn_norm.weight", 2, 3, 0, 0x7fc0),
+       "tensor 'blk.0.ffn_norm.weight' element 3 is nan (weights must be "
+       "finite)"},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.name);
+    Builder b = validQuantModel();
     c.edit(b);
     std::string problem = problemOf(b.bytes());
     EXPECT_NE(problem.find(c.message), std::string::npos)

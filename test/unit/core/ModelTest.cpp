@@ -90,7 +90,7 @@ TEST(ModelTest, LoadsStories260K) {
   EXPECT_EQ(c.rms_eps, 1e-5);
   kvrt_model_weights w;
   ASSERT_EQ(kvrt_model_get_weights(model.get(), &w), KVRT_OK);
-  EXPECT_EQ(w.wcls.data, w.token_embedding.data);
+  EXPECT_EQ(w.wcls.slices, w.token_embedding.slices);
   // rms_final is the last tensor before the legacy tables: 7 int32 header,
   // then everything up to rms_final.
   std::vector<char> file = readBytes(testModelPath());
@@ -100,13 +100,20 @@ TEST(ModelTest, LoadsStories260K) {
   float first;
   std::memcpy(&first, file.data() + offset, 4);
   EXPECT_EQ(first, rmsFinal[0]);
-  EXPECT_EQ(w.rms_final.format, KVRT_WEIGHT_F32);
+  ASSERT_EQ(w.rms_final.n_slices, 1);
+  EXPECT_EQ(w.rms_final.slices[0].format, KVRT_WEIGHT_F32);
   EXPECT_EQ(w.rms_final.rows, 1);
   EXPECT_EQ(w.rms_final.cols, 64);
-  EXPECT_EQ(w.rms_final.bytes, 64 * 4);
-  EXPECT_EQ(w.wk.rows, 5 * 32); // layers x kv_dim
+  EXPECT_EQ(w.rms_final.slices[0].bytes, 64 * 4);
+  // A per-layer tensor: one slice per layer, each kv_dim x dim, back to back
+  // in the file's order.
+  ASSERT_EQ(w.wk.n_slices, 5);
+  EXPECT_EQ(w.wk.rows, 32);
   EXPECT_EQ(w.wk.cols, 64);
-  EXPECT_EQ(w.wk.bytes, 5 * 32 * 64 * 4);
+  for (int l = 0; l < 5; ++l) {
+    EXPECT_EQ(w.wk.slices[l].bytes, 32 * 64 * 4);
+    EXPECT_EQ(kvrt::f32Data(w.wk, l), kvrt::f32Data(w.wk) + l * 32 * 64);
+  }
 }
 
 TEST(ModelTest, OneDeclarationDescribesTheWeights) {
@@ -168,7 +175,7 @@ TEST(ModelTest, SyntheticIsDeterministicAndScaled) {
   const float *wq = kvrt::f32Data(wa.wq);
   EXPECT_EQ(std::memcmp(wq, kvrt::f32Data(wb.wq), wqCount * 4), 0);
   EXPECT_NE(std::memcmp(wq, kvrt::f32Data(wo.wq), wqCount * 4), 0);
-  EXPECT_NE(wa.wcls.data, wa.token_embedding.data);
+  EXPECT_NE(wa.wcls.slices, wa.token_embedding.slices);
   double bound = 1.0 / std::sqrt(double(c.dim)), largest = 0;
   for (size_t i = 0; i < wqCount; ++i)
     largest = std::max(largest, std::fabs(double(wq[i])));
@@ -201,12 +208,17 @@ TEST(ModelTest, SaveLoadRoundTrip) {
     kvrt_model_weights w0, w1;
     kvrt_model_get_weights(model.get(), &w0);
     kvrt_model_get_weights(loaded.get(), &w1);
-    EXPECT_EQ(std::memcmp(w0.token_embedding.data, w1.token_embedding.data,
-                          16 * 8 * 4),
+    EXPECT_EQ(std::memcmp(kvrt::f32Data(w0.token_embedding),
+                          kvrt::f32Data(w1.token_embedding), 16 * 8 * 4),
               0);
-    EXPECT_EQ(std::memcmp(w0.w2.data, w1.w2.data, 2 * 8 * 16 * 4), 0);
-    EXPECT_EQ(std::memcmp(w0.wcls.data, w1.wcls.data, 16 * 8 * 4), 0);
-    EXPECT_EQ(w1.wcls.data == w1.token_embedding.data, shared);
+    for (int l = 0; l < 2; ++l)
+      EXPECT_EQ(std::memcmp(kvrt::f32Data(w0.w2, l), kvrt::f32Data(w1.w2, l),
+                            8 * 16 * 4),
+                0);
+    EXPECT_EQ(
+        std::memcmp(kvrt::f32Data(w0.wcls), kvrt::f32Data(w1.wcls), 16 * 8 * 4),
+        0);
+    EXPECT_EQ(w1.wcls.slices == w1.token_embedding.slices, shared);
   }
 }
 

@@ -26,14 +26,7 @@ using kvir::ComputeBackend;
 
 namespace {
 
-constexpr double kLogitTolerance = 1e-4;
-
-/// One backend per test binary.
-ComputeBackend &cpuBackend() {
-  static std::unique_ptr<ComputeBackend> backend =
-      kvir::cpu::createCpuBackend();
-  return *backend;
-}
+constexpr double kLogitTolerance = kCpuLogitTolerance;
 
 /// The vector width whose register blocking forwardOf compiles (0: the
 /// host's); set for a scope by VectorBitsGuard.

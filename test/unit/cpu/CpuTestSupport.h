@@ -1,20 +1,32 @@
 //===- CpuTestSupport.h - Models and oracle calls of the CPU tests -*- C++
 //-*-===//
 //
-// What CpuBackendTest and KVDtypeTest share: the synthetic models they run,
-// stories260K, and the oracle's prefill.
+// What the CPU backend's tests share: the backend, the f32 tolerance, the
+// synthetic models they run, stories260K, and the oracle's prefill.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef KVIR_TEST_UNIT_CPU_CPUTESTSUPPORT_H
 #define KVIR_TEST_UNIT_CPU_CPUTESTSUPPORT_H
 
+#include "runtime/cpu/CpuBackend.h"
 #include "runtime/reference/Reference.h"
 #include "test/unit/TestSupport.h"
 
 #include <algorithm>
 
 namespace kvir::test {
+
+/// The f32 path's tolerance on logits against the oracle, 1e-4 absolute
+/// (the oracle accumulates in double).
+constexpr double kCpuLogitTolerance = 1e-4;
+
+/// The CPU backend, one per test binary.
+inline ComputeBackend &cpuBackend() {
+  static std::unique_ptr<ComputeBackend> backend =
+      kvir::cpu::createCpuBackend();
+  return *backend;
+}
 
 /// A GQA model (2 query heads per KV head, head size 12) with half RoPE.
 inline const kvrt_model *gqaHalfModel() {

@@ -31,15 +31,9 @@ using kvir::ComputeBackend;
 namespace {
 
 /// The f32 pages' tolerance of CpuBackendTest: 1e-4 absolute on logits.
-constexpr double kLogitTolerance = 1e-4;
+constexpr double kLogitTolerance = kCpuLogitTolerance;
 /// Generated forward and oracle each writing its own f16/bf16 pages (above).
 constexpr double kOwnPagesTolerance = 1e-2;
-
-ComputeBackend &cpuBackend() {
-  static std::unique_ptr<ComputeBackend> backend =
-      kvir::cpu::createCpuBackend();
-  return *backend;
-}
 
 kvrt_model_config configOf(const kvrt_model *model) {
   kvrt_model_config c;

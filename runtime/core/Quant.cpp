@@ -1,0 +1,459 @@
+//===- Quant.cpp - The bytes of every weight format -------------*- C++ -*-===//
+
+#include "runtime/core/Quant.h"
+#include "runtime/core/KVElement.h"
+#include "runtime/core/Support.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+using namespace kvrt;
+
+namespace {
+
+/// The f16 at `p` (little-endian, any alignment), as f32.
+float loadHalf(const uint8_t *p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return halfToFloat(bits);
+}
+
+void storeHalf(uint8_t *p, float value) {
+  // A scale past f16's range is stored as its largest finite value: a
+  // stored infinity would make the block unreadable.
+  uint16_t bits = floatToHalf(std::clamp(value, -65504.0f, 65504.0f));
+  std::memcpy(p, &bits, 2);
+}
+
+//===----------------------------------------------------------------------===//
+// Dequantisation: one block of each format (WeightFormat.h)
+//===----------------------------------------------------------------------===//
+
+void dequantizeQ8_0(const uint8_t *b, float *y) {
+  float d = loadHalf(b);
+  for (int j = 0; j < 32; ++j)
+    y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+}
+
+void dequantizeQ4_0(const uint8_t *b, float *y) {
+  float d = loadHalf(b);
+  const uint8_t *qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>((qs[j] & 0xF) - 8) * d;
+    y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
+  }
+}
+
+/// Q4_K (qh null) and Q5_K.
+void dequantizeK4K5(const uint8_t *b, const uint8_t *qh, const uint8_t *qs,
+                    float *y) {
+  float d = loadHalf(b), dmin = loadHalf(b + 2);
+  const uint8_t *scales = b + 4;
+  for (int s = 0; s < 8; ++s) {
+    uint8_t sc, m;
+    scaleMinK4(s, scales, sc, m);
+    float d1 = d * static_cast<float>(sc);
+    float m1 = dmin * static_cast<float>(m);
+    const uint8_t *q = qs + 32 * (s / 2);
+    for (int l = 0; l < 32; ++l) {
+      int v = s % 2 ? q[l] >> 4 : q[l] & 0xF;
+      if (qh && (qh[l] >> s) & 1)
+        v += 16;
+      y[32 * s + l] = d1 * static_cast<float>(v) - m1;
+    }
+  }
+}
+
+/// Q6_K's q of element j (0..255) of a block, 0..63.
+int q6Of(const uint8_t *b, int j) {
+  int half = j / 128, r = j % 128, g = r / 32, l = r % 32;
+  const uint8_t *ql = b + 64 * half, *qh = b + 128 + 32 * half;
+  int low = (g % 2 ? ql[l + 32] : ql[l]);
+  low = g < 2 ? low & 0xF : low >> 4;
+  return low | (((qh[l] >> (2 * g)) & 3) << 4);
+}
+
+void dequantizeQ6_K(const uint8_t *b, float *y) {
+  float d = loadHalf(b + 208);
+  const int8_t *scales = reinterpret_cast<const int8_t *>(b + 192);
+  for (int j = 0; j < 256; ++j)
+    y[j] = d * static_cast<float>(scales[j / 16]) *
+           static_cast<float>(q6Of(b, j) - 32);
+}
+
+//===----------------------------------------------------------------------===//
+// Quantisation
+//===----------------------------------------------------------------------===//
+
+/// Round to nearest, ties away from zero, clamped to [lo, hi].
+int quantizeOne(float x, float inverse, int lo, int hi) {
+  long q = std::lround(x * inverse);
+  return static_cast<int>(std::clamp<long>(q, lo, hi));
+}
+
+/// Assign-and-refit rounds for x ≈ a * q, q in [lo, hi], from a: each q
+/// nearest, then a least squares for those q; the best a seen and its
+/// squared error.
+double refitSymmetric(const float *x, int n, int lo, int hi, float &a) {
+  float best = a;
+  double bestError = INFINITY;
+  for (int round = 0; round < 4; ++round) {
+    double sqq = 0, sqx = 0, error = 0;
+    for (int i = 0; i < n; ++i) {
+      int q = quantizeOne(x[i], 1.0f / a, lo, hi);
+      double e = double(a) * q - x[i];
+      error += e * e;
+      sqq += double(q) * q;
+      sqx += double(q) * x[i];
+    }
+    if (error < bestError) {
+      bestError = error;
+      best = a;
+    }
+    if (sqq == 0)
+      break;
+    float next = static_cast<float>(sqx / sqq);
+    if (next == 0 || next == a)
+      break;
+    a = next;
+  }
+  a = best;
+  return bestError;
+}
+
+/// x ≈ a * q with q in [lo, hi]: refits (refitSymmetric) from the largest
+/// magnitude mapped to lo + t (the longer side of the range), t from -0.5 to
+/// 1 by 0.1, keeping the best. Returns a (0 for an all-zero block).
+float fitSymmetric(const float *x, int n, int lo, int hi) {
+  float extreme = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > std::fabs(extreme))
+      extreme = x[i];
+  if (extreme == 0)
+    return 0;
+  float best = extreme / static_cast<float>(lo);
+  double bestError = INFINITY;
+  for (int t = -5; t <= 10; ++t) {
+    float a = extreme / (static_cast<float>(lo) + 0.1f * float(t));
+    double error = refitSymmetric(x, n, lo, hi, a);
+    if (error < bestError) {
+      bestError = error;
+      best = a;
+    }
+  }
+  return best;
+}
+
+/// Assign-and-refit rounds for x ≈ a * q - b from (a, b): each q nearest,
+/// then (a, b) least squares for those q (b >= 0); the best pair seen and its
+/// squared error.
+double refitAffine(const float *x, int n, int hi, float &a, float &b) {
+  float bestA = a, bestB = b;
+  double bestError = INFINITY;
+  for (int round = 0; round < 4 && a > 0; ++round) {
+    double sq = 0, sqq = 0, sx = 0, sqx = 0, error = 0;
+    for (int i = 0; i < n; ++i) {
+      int q = quantizeOne(x[i] + b, 1.0f / a, 0, hi);
+      double e = double(a) * q - b - x[i];
+      error += e * e;
+      sq += q;
+      sqq += double(q) * q;
+      sx += x[i];
+      sqx += double(q) * x[i];
+    }
+    if (error < bestError) {
+      bestError = error;
+      bestA = a;
+      bestB = b;
+    }
+    double det = sqq * n - sq * sq;
+    if (det <= 0)
+      break;
+    double na = (n * sqx - sq * sx) / det;
+    double nb = (sq * sqx - sqq * sx) / det;
+    if (nb < 0) {
+      nb = 0;
+      na = sqx / sqq;
+    }
+    if (!(na > 0))
+      break;
+    a = static_cast<float>(na);
+    b = static_cast<float>(nb);
+  }
+  a = bestA;
+  b = bestB;
+  return bestError;
+}
+
+/// x ≈ a * q - b with q in [0, hi], a >= 0, b >= 0 (the offset of a
+/// K-quant's sub-block is a subtracted min): refits (refitAffine) from the
+/// range of the values (a minimum above 0 taken as 0) spread over hi + t
+/// steps, t from -1 to 1 by 0.1 (a slightly wider or narrower grid often
+/// rounds better), keeping the best.
+void fitAffine(const float *x, int n, int hi, float &a, float &b) {
+  float lo = 0, top = 0;
+  for (int i = 0; i < n; ++i) {
+    lo = std::min(lo, x[i]);
+    top = std::max(top, x[i]);
+  }
+  a = (top - lo) / static_cast<float>(hi);
+  b = -lo;
+  if (a == 0)
+    return;
+  double bestError = INFINITY;
+  float bestA = a, bestB = b;
+  for (int t = -10; t <= 10; ++t) {
+    float ta = (top - lo) / (static_cast<float>(hi) + 0.1f * float(t));
+    float tb = -lo;
+    double error = refitAffine(x, n, hi, ta, tb);
+    if (error < bestError) {
+      bestError = error;
+      bestA = ta;
+      bestB = tb;
+    }
+  }
+  a = bestA;
+  b = bestB;
+}
+
+void quantizeQ4_0(const float *x, uint8_t *out) {
+  float a = fitSymmetric(x, 32, -8, 7);
+  storeHalf(out, a);
+  float d = loadHalf(out);
+  float inverse = d != 0 ? 1.0f / d : 0.0f;
+  for (int j = 0; j < 16; ++j) {
+    int lo = quantizeOne(x[j], inverse, -8, 7) + 8;
+    int hi = quantizeOne(x[j + 16], inverse, -8, 7) + 8;
+    out[2 + j] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+}
+
+/// Quantises `scale` (>= 0) against `unit`: round(scale / unit) in [0, top].
+int quantizeScale(float scale, float unit, int top) {
+  return unit > 0 ? quantizeOne(scale, 1.0f / unit, 0, top) : 0;
+}
+
+/// Q4_K (`bits` 4) and Q5_K (5).
+void quantizeK4K5(const float *x, uint8_t *out, int bits) {
+  int hi = (1 << bits) - 1;
+  float a[8], b[8], maxA = 0, maxB = 0;
+  for (int s = 0; s < 8; ++s) {
+    fitAffine(x + 32 * s, 32, hi, a[s], b[s]);
+    maxA = std::max(maxA, a[s]);
+    maxB = std::max(maxB, b[s]);
+  }
+  storeHalf(out, maxA / 63);
+  storeHalf(out + 2, maxB / 63);
+  float d = loadHalf(out), dmin = loadHalf(out + 2);
+  uint8_t *scales = out + 4;
+  std::memset(scales, 0, 12);
+  uint8_t sc[8], mn[8];
+  for (int s = 0; s < 8; ++s) {
+    sc[s] = static_cast<uint8_t>(quantizeScale(a[s], d, 63));
+    mn[s] = static_cast<uint8_t>(quantizeScale(b[s], dmin, 63));
+    // The packing scaleMinK4 reads (WeightFormat.h).
+    if (s < 4) {
+      scales[s] |= sc[s];
+      scales[s + 4] |= mn[s];
+    } else {
+      scales[s + 4] =
+          static_cast<uint8_t>((sc[s] & 0xF) | ((mn[s] & 0xF) << 4));
+      scales[s - 4] |= static_cast<uint8_t>((sc[s] >> 4) << 6);
+      scales[s] |= static_cast<uint8_t>((mn[s] >> 4) << 6);
+    }
+  }
+  uint8_t *qh = bits == 5 ? out + 16 : nullptr;
+  uint8_t *qs = out + (bits == 5 ? 48 : 16);
+  if (qh)
+    std::memset(qh, 0, 32);
+  std::memset(qs, 0, 128);
+  for (int s = 0; s < 8; ++s) {
+    // The scale and min as dequantisation computes them.
+    float d1 = d * static_cast<float>(sc[s]);
+    float m1 = dmin * static_cast<float>(mn[s]);
+    float inverse = d1 != 0 ? 1.0f / d1 : 0.0f;
+    for (int l = 0; l < 32; ++l) {
+      int q = quantizeOne(x[32 * s + l] + m1, inverse, 0, hi);
+      uint8_t &byte = qs[32 * (s / 2) + l];
+      byte |= static_cast<uint8_t>((q & 0xF) << (s % 2 ? 4 : 0));
+      if (qh && q > 15)
+        qh[l] |= static_cast<uint8_t>(1 << s);
+    }
+  }
+}
+
+void quantizeQ6_K(const float *x, uint8_t *out) {
+  float a[16], maxA = 0;
+  for (int s = 0; s < 16; ++s) {
+    a[s] = fitSymmetric(x + 16 * s, 16, -32, 31);
+    maxA = std::max(maxA, std::fabs(a[s]));
+  }
+  storeHalf(out + 208, maxA / 127);
+  float d = loadHalf(out + 208);
+  int8_t *scales = reinterpret_cast<int8_t *>(out + 192);
+  int q[256];
+  for (int s = 0; s < 16; ++s) {
+    int sc = d > 0 ? quantizeOne(a[s], 1.0f / d, -128, 127) : 0;
+    scales[s] = static_cast<int8_t>(sc);
+    float scale = d * static_cast<float>(sc);
+    float inverse = scale != 0 ? 1.0f / scale : 0.0f;
+    for (int l = 0; l < 16; ++l)
+      q[16 * s + l] = quantizeOne(x[16 * s + l], inverse, -32, 31) + 32;
+  }
+  // The packing q6Of reads: per half of 128, quarter g of 32 in ql (low 4
+  // bits: g 0 and 2 share bytes 0..31, g 1 and 3 bytes 32..63) and qh (2
+  // bits at 2g).
+  std::memset(out, 0, 192);
+  for (int half = 0; half < 2; ++half) {
+    uint8_t *ql = out + 64 * half, *qh = out + 128 + 32 * half;
+    for (int l = 0; l < 32; ++l) {
+      const int *v = q + 128 * half + l;
+      ql[l] = static_cast<uint8_t>((v[0] & 0xF) | ((v[64] & 0xF) << 4));
+      ql[l + 32] = static_cast<uint8_t>((v[32] & 0xF) | ((v[96] & 0xF) << 4));
+      qh[l] = static_cast<uint8_t>((v[0] >> 4) | ((v[32] >> 4) << 2) |
+                                   ((v[64] >> 4) << 4) | ((v[96] >> 4) << 6));
+    }
+  }
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Rows
+//===----------------------------------------------------------------------===//
+
+void kvrt::dequantizeRow(kvrt_weight_format format, const void *src, float *dst,
+                         int64_t cols) {
+  const auto *p = static_cast<const uint8_t *>(src);
+  BlockLayout block = blockLayout(format);
+  int64_t blocks = cols / block.elements;
+  for (int64_t i = 0; i < blocks; ++i) {
+    const uint8_t *b = p + i * block.bytes;
+    float *y = dst + i * block.elements;
+    switch (format) {
+    case KVRT_WEIGHT_F32:
+      std::memcpy(y, b, 4);
+      break;
+    case KVRT_WEIGHT_F16:
+      *y = loadHalf(b);
+      break;
+    case KVRT_WEIGHT_BF16: {
+      uint16_t bits;
+      std::memcpy(&bits, b, 2);
+      *y = bfloatToFloat(bits);
+      break;
+    }
+    case KVRT_WEIGHT_Q8_0:
+      dequantizeQ8_0(b, y);
+      break;
+    case KVRT_WEIGHT_Q4_0:
+      dequantizeQ4_0(b, y);
+      break;
+    case KVRT_WEIGHT_Q4_K:
+      dequantizeK4K5(b, nullptr, b + 16, y);
+      break;
+    case KVRT_WEIGHT_Q5_K:
+      dequantizeK4K5(b, b + 16, b + 48, y);
+      break;
+    case KVRT_WEIGHT_Q6_K:
+      dequantizeQ6_K(b, y);
+      break;
+    }
+  }
+}
+
+std::string kvrt::checkWeightData(kvrt_weight_format format, const void *src,
+                                  int64_t elements) {
+  const auto *p = static_cast<const uint8_t *>(src);
+  BlockLayout block = blockLayout(format);
+  if (!isBlockFormat(format)) {
+    for (int64_t i = 0; i < elements; ++i) {
+      float v;
+      dequantizeRow(format, p + i * block.bytes, &v, 1);
+      if (!std::isfinite(v))
+        return str("element ", i, " is ", v, " (weights must be finite)");
+    }
+    return "";
+  }
+  // The f16 scales of each block: where they are and what they are called.
+  struct Scale {
+    int64_t at;
+    const char *what;
+  };
+  Scale scales[2] = {{0, "scale"}, {-1, ""}};
+  switch (format) {
+  case KVRT_WEIGHT_Q4_K:
+  case KVRT_WEIGHT_Q5_K:
+    scales[1] = {2, "min scale"};
+    break;
+  case KVRT_WEIGHT_Q6_K:
+    scales[0] = {208, "scale"};
+    break;
+  case KVRT_WEIGHT_F32:
+  case KVRT_WEIGHT_F16:
+  case KVRT_WEIGHT_BF16:
+  case KVRT_WEIGHT_Q8_0:
+  case KVRT_WEIGHT_Q4_0:
+    break;
+  }
+  for (int64_t i = 0; i < elements / block.elements; ++i)
+    for (const Scale &s : scales) {
+      if (s.at < 0)
+        continue;
+      float v = loadHalf(p + i * block.bytes + s.at);
+      if (!std::isfinite(v))
+        return str(ggmlTypeName(ggmlTypeOf(format)), " block ", i,
+                   " has a non-finite ", s.what, " (", v, ")");
+    }
+  return "";
+}
+
+void kvrt::quantizeRow(kvrt_weight_format format, const float *src, void *dst,
+                       int64_t cols) {
+  auto *p = static_cast<uint8_t *>(dst);
+  BlockLayout block = blockLayout(format);
+  for (int64_t i = 0; i < cols / block.elements; ++i) {
+    const float *x = src + i * block.elements;
+    uint8_t *b = p + i * block.bytes;
+    switch (format) {
+    case KVRT_WEIGHT_F32:
+      std::memcpy(b, x, 4);
+      break;
+    case KVRT_WEIGHT_F16:
+      storeHalf(b, *x);
+      break;
+    case KVRT_WEIGHT_BF16: {
+      uint16_t bits = floatToBFloat(*x);
+      std::memcpy(b, &bits, 2);
+      break;
+    }
+    case KVRT_WEIGHT_Q8_0: {
+      // llama.cpp's quantize_row_q8_0: scale max|x| / 127 rounded to f16,
+      // q = round(x / scale).
+      float amax = 0;
+      for (int j = 0; j < 32; ++j)
+        amax = std::max(amax, std::fabs(x[j]));
+      float d = amax / 127.0f;
+      float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+      storeHalf(b, d);
+      for (int j = 0; j < 32; ++j)
+        b[2 + j] = static_cast<uint8_t>(
+            static_cast<int8_t>(quantizeOne(x[j], inverse, -127, 127)));
+      break;
+    }
+    case KVRT_WEIGHT_Q4_0:
+      quantizeQ4_0(x, b);
+      break;
+    case KVRT_WEIGHT_Q4_K:
+      quantizeK4K5(x, b, 4);
+      break;
+    case KVRT_WEIGHT_Q5_K:
+      quantizeK4K5(x, b, 5);
+      break;
+    case KVRT_WEIGHT_Q6_K:
+      quantizeQ6_K(x, b);
+      break;
+    }
+  }
+}

@@ -1,0 +1,52 @@
+//===- Quant.h - The bytes of every weight format ---------------*- C++ -*-===//
+//
+// Reading and writing rows of the weight formats (WeightFormat.h has their
+// layouts): the exact dequantisation every reader shares (the oracle, the
+// runtime's embedding lookup, the writers, the tests), the check of every
+// block's scales a loader makes, and the quantisers kv-convert writes with.
+//
+// Dequantisation is ggml's, operation for operation in f32 (no contraction
+// into fused multiply-adds): Q8_0 d * q; Q4_0 d * (q - 8); Q4_K and Q5_K
+// (d * sc) * q - (dmin * m); Q6_K (d * sc) * (q - 32). The generated forward
+// widens blocks with the same operations (ForwardEmitter's dequantisation),
+// so the oracle and the generated code multiply the same f32 weights.
+//
+// The quantisers are KVIR's own (docs/models.md states their error): per
+// block, a scale (and a min) fitted by least squares over a few rounds of
+// assign-and-refit, then (K-quants) the sub-block scales and mins quantised
+// against the super-block's f16 d and dmin, and every q assigned again
+// against the scales as they are stored.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KVIR_RUNTIME_CORE_QUANT_H
+#define KVIR_RUNTIME_CORE_QUANT_H
+
+#include "runtime/core/KVRuntime.h"
+#include "runtime/core/WeightFormat.h"
+
+#include <cstdint>
+#include <string>
+
+namespace kvrt {
+
+/// `cols` elements (whole blocks) of a row in `format` at `src`, as f32.
+void dequantizeRow(kvrt_weight_format format, const void *src, float *dst,
+                   int64_t cols);
+
+/// What is wrong with `elements` elements (whole blocks) in `format` at
+/// `src`, or "": a non-finite element of f32, f16 and bf16 ("element 7 is
+/// inf"), a non-finite scale of a block ("Q8_0 block 5 has a non-finite
+/// scale (nan)", "Q4_K block 2 has a non-finite min scale (inf)").
+std::string checkWeightData(kvrt_weight_format format, const void *src,
+                            int64_t elements);
+
+/// Writes `cols` elements (whole blocks) of `src` in `format` at `dst`
+/// (weightRowBytes(format, cols) bytes). f16 and bf16 round to nearest
+/// even.
+void quantizeRow(kvrt_weight_format format, const float *src, void *dst,
+                 int64_t cols);
+
+} // namespace kvrt
+
+#endif // KVIR_RUNTIME_CORE_QUANT_H

@@ -1,0 +1,66 @@
+// RUN: kv-opt %s --convert-kv-to-cpu=vector-bits=512 --split-input-file | FileCheck %s
+// RUN: kv-opt %s --kv-lower-to-cpu=vector-bits=512 --split-input-file | FileCheck %s --check-prefix=LOWERED
+
+// A forward built for the weights of a Q4_K_M file (kv.weight_formats: Q4_K,
+// Q6_K for attn_v and ffn_down of layers 2 and 3, the classifier Q8_0):
+// each weight is its bytes and a byte offset loaded from weight_offsets,
+// an f32 slice (the norms) is viewed as floats, every other format calls
+// matmul_<format>, and the layer loop is split where the formats change.
+!m = !kv.model<dim = 256, hidden = 512, layers = 4, heads = 2, kv_heads = 1, vocab = 32>
+module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q4_k;wk:q4_k;wv:q4_k*2,q6_k*2;wo:q4_k;w1:q4_k;w2:q4_k*2,q6_k*2;w3:q4_k;wcls:q8_0"]]} {
+}
+
+// The attribute stays for convert-kv-to-runtime, which names the forward's
+// entry points by it and removes it (LOWERED).
+// CHECK-LABEL: module attributes {kv.weight_formats
+// The kernel of each format: a row of weights widened to f32 on the task's
+// stack, then the f32 dot-product kernel; Q4_K's 8 groups of 32 share a
+// scale and min each (d * sc, dmin * m from the 12 scale bytes).
+// CHECK:       func.func private @[[P:kv_fwd_[0-9a-f]+]]_matmul_q8_0(%{{.*}}: memref<?x?xf32, strided<[?, 1], offset: ?>>, %{{.*}}: memref<?xi8>, %{{.*}}: index, %{{.*}}: memref<?x?xf32, strided<[?, 1], offset: ?>>)
+// CHECK:         call @kvrt_parallel_for(
+// CHECK:       func.func private @[[P]]_matmul_q4_k(
+// CHECK:       func.func private @[[P]]_matmul_q4_k_task(
+// CHECK:         memref.alloca(%{{.*}}) : memref<?xf32>
+// CHECK-COUNT-8: arith.mulf %{{.*}}, %{{.*}} : f32
+// CHECK:         vector.fma
+// CHECK:       func.func private @[[P]]_matmul_q6_k(
+
+// CHECK:       func.func private @[[P]]_prefill_impl(
+// CHECK-SAME:    %{{[a-z0-9]+}}: memref<?xi8>, %[[WQ:[a-z0-9]+]]: memref<?xi8>
+// Layers 0 and 1: Q4_K everywhere.
+// CHECK:         scf.for %[[L:.+]] = %c0{{.*}} to %{{.*}} step
+// CHECK:           memref.load %{{.*}}[%{{.*}}] : memref<?xi64>
+// CHECK:           memref.view %{{.*}}[%{{.*}}][%{{.*}}] : memref<?xi8> to memref<?xf32>
+// CHECK:           call @[[P]]_rmsnorm(
+// CHECK:           call @[[P]]_matmul_q4_k(%{{.*}}, %[[WQ]], %{{.*}}, %{{.*}})
+// CHECK:           call @[[P]]_matmul_q4_k(
+// CHECK:           call @[[P]]_matmul_q4_k(
+// CHECK:           call @[[P]]_matmul_q4_k_acc(
+// CHECK:           call @[[P]]_matmul_q4_k_acc(
+// Layers 2 and 3: attn_v and ffn_down in Q6_K.
+// CHECK:         scf.for %{{.*}} = %c2{{.*}} to %{{.*}} step
+// CHECK:           call @[[P]]_matmul_q4_k(
+// CHECK:           call @[[P]]_matmul_q4_k(
+// CHECK:           call @[[P]]_matmul_q6_k(
+// CHECK:           call @[[P]]_matmul_q4_k_acc(
+// CHECK:           call @[[P]]_matmul_q6_k_acc(
+// The classifier.
+// CHECK:         call @[[P]]_matmul_q8_0(
+
+// LOWERED-NOT: kv.weight_formats
+// LOWERED:     llvm.func @{{kv_fwd_[0-9a-f]+}}_prefill(%{{.*}}: !llvm.ptr)
+
+// -----
+
+// All f32 (the default, and "f32" spelled out): the f32 kernels alone, one
+// layer loop, and the forward of an f32 model's name.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "f32"]]} {
+}
+
+// CHECK-LABEL: module attributes {kv.weight_formats
+// CHECK-NOT:   _matmul_q
+// CHECK:       func.func private @kv_fwd_fcf7c6399ef6fcd9_prefill_impl(
+// CHECK:         scf.for
+// CHECK:           call @kv_fwd_fcf7c6399ef6fcd9_matmul_nt(
+// CHECK-NOT:     scf.for %{{.*}} = %c{{[1-9]}}

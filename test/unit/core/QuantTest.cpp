@@ -1,0 +1,218 @@
+//===- QuantTest.cpp - The weight formats' bytes ----------------*- C++ -*-===//
+//
+// Quant.h against the block layouts of WeightFormat.h: each format's
+// dequantisation checked against an independent decoding of hand-built
+// blocks (written from the layout, element by element), the quantisers'
+// error on Gaussian rows, and the spelling of WeightFormats.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/core/Quant.h"
+#include "runtime/core/KVElement.h"
+#include "runtime/core/WeightFormat.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace {
+
+void putHalf(uint8_t *p, float v) {
+  uint16_t bits = kvrt::floatToHalf(v);
+  std::memcpy(p, &bits, 2);
+}
+
+/// Bytes of one block with every byte drawn from `rng`, then the f16
+/// scales at `scales` set to small finite values.
+std::vector<uint8_t> randomBlock(kvrt_weight_format format, std::mt19937 &rng,
+                                 std::initializer_list<int> scales) {
+  std::vector<uint8_t> b(size_t(kvrt::blockLayout(format).bytes));
+  for (uint8_t &x : b)
+    x = uint8_t(rng());
+  std::uniform_real_distribution<float> scale(0.001f, 0.1f);
+  for (int at : scales)
+    putHalf(&b[size_t(at)], scale(rng));
+  return b;
+}
+
+float half(const uint8_t *p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return kvrt::halfToFloat(bits);
+}
+
+/// Bit `bit` of the little-endian bit string at `p`.
+int bitAt(const uint8_t *p, int bit) { return (p[bit / 8] >> (bit % 8)) & 1; }
+
+TEST(QuantTest, DequantisationFollowsTheLayouts) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 20; ++trial) {
+    // Q8_0: d, then 32 int8.
+    {
+      std::vector<uint8_t> b = randomBlock(KVRT_WEIGHT_Q8_0, rng, {0});
+      float y[32];
+      kvrt::dequantizeRow(KVRT_WEIGHT_Q8_0, b.data(), y, 32);
+      for (int j = 0; j < 32; ++j)
+        EXPECT_EQ(y[j], float(int8_t(b[2 + j])) * half(&b[0]));
+    }
+    // Q4_0: d, then the low nibbles of 16 bytes (elements 0..15) and their
+    // high nibbles (16..31), offset by 8.
+    {
+      std::vector<uint8_t> b = randomBlock(KVRT_WEIGHT_Q4_0, rng, {0});
+      float y[32];
+      kvrt::dequantizeRow(KVRT_WEIGHT_Q4_0, b.data(), y, 32);
+      for (int j = 0; j < 32; ++j) {
+        int q = j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4;
+        EXPECT_EQ(y[j], float(q - 8) * half(&b[0])) << j;
+      }
+    }
+    // Q4_K and Q5_K: d, dmin, 12 bytes of scales and mins, (Q5_K: 32 bytes
+    // of fifth bits), 128 bytes of nibbles. Sub-block s: its 6-bit scale is
+    // bits 0-5 of byte s (s < 4), or bits 0-3 of byte s+4 and bits 6-7 of
+    // byte s-4; its min bits 0-5 of byte s+4, or bits 4-7 of byte s+4 and
+    // bits 6-7 of byte s.
+    for (bool five : {false, true}) {
+      kvrt_weight_format f = five ? KVRT_WEIGHT_Q5_K : KVRT_WEIGHT_Q4_K;
+      std::vector<uint8_t> b = randomBlock(f, rng, {0, 2});
+      float y[256];
+      kvrt::dequantizeRow(f, b.data(), y, 256);
+      const uint8_t *sc = &b[4], *qh = &b[16], *qs = &b[five ? 48 : 16];
+      for (int j = 0; j < 256; ++j) {
+        int s = j / 32, l = j % 32;
+        int scale =
+            s < 4 ? sc[s] & 63 : (sc[s + 4] & 15) | (sc[s - 4] >> 6) << 4;
+        int min = s < 4 ? sc[s + 4] & 63 : (sc[s + 4] >> 4) | (sc[s] >> 6) << 4;
+        int nibble = (qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 15;
+        int q = nibble + (five ? 16 * bitAt(&qh[l], s) : 0);
+        float expected =
+            half(&b[0]) * float(scale) * float(q) - half(&b[2]) * float(min);
+        EXPECT_EQ(y[j], expected) << (five ? "Q5_K " : "Q4_K ") << j;
+      }
+    }
+    // Q6_K: 128 bytes of low 4 bits, 64 of high 2 bits, 16 int8 scales, d.
+    // Element j of half h = j / 128, quarter g = (j % 128) / 32, l = j % 32:
+    // low bits in byte 64h + 32(g % 2) + l (the high nibble for g >= 2),
+    // high bits at 2g of byte 128 + 32h + l; scale j / 16.
+    {
+      std::vector<uint8_t> b = randomBlock(KVRT_WEIGHT_Q6_K, rng, {208});
+      float y[256];
+      kvrt::dequantizeRow(KVRT_WEIGHT_Q6_K, b.data(), y, 256);
+      for (int j = 0; j < 256; ++j) {
+        int h = j / 128, g = (j % 128) / 32, l = j % 32;
+        int low = (b[64 * h + 32 * (g % 2) + l] >> (g >= 2 ? 4 : 0)) & 15;
+        int high = (b[128 + 32 * h + l] >> (2 * g)) & 3;
+        int q = (low | high << 4) - 32;
+        float expected =
+            half(&b[208]) * float(int8_t(b[192 + j / 16])) * float(q);
+        EXPECT_EQ(y[j], expected) << "Q6_K " << j;
+      }
+    }
+  }
+}
+
+TEST(QuantTest, QuantisersKeepTheirError) {
+  // Gaussian rows of 1024 (4 K-quant super-blocks, 32 small blocks): the
+  // RMS error of quantise-then-dequantise relative to the rows' RMS, below
+  // what each format's bits allow with room (docs/models.md has the figures
+  // on stories260K), and smaller for more bits.
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> x(64 * 1024);
+  for (float &v : x)
+    v = normal(rng);
+  struct Bound {
+    kvrt_weight_format format;
+    double relative;
+  } bounds[] = {{KVRT_WEIGHT_F16, 0.001}, {KVRT_WEIGHT_BF16, 0.005},
+                {KVRT_WEIGHT_Q8_0, 0.01}, {KVRT_WEIGHT_Q6_K, 0.03},
+                {KVRT_WEIGHT_Q5_K, 0.05}, {KVRT_WEIGHT_Q4_K, 0.10},
+                {KVRT_WEIGHT_Q4_0, 0.12}};
+  double previous = 0;
+  for (const Bound &bound : bounds) {
+    int64_t rowBytes = kvrt::weightRowBytes(bound.format, 1024);
+    std::vector<uint8_t> q(size_t(64 * rowBytes));
+    std::vector<float> y(x.size());
+    double err = 0, ref = 0;
+    for (int r = 0; r < 64; ++r) {
+      kvrt::quantizeRow(bound.format, &x[r * 1024], &q[r * rowBytes], 1024);
+      EXPECT_EQ(kvrt::checkWeightData(bound.format, &q[r * rowBytes], 1024),
+                "");
+      kvrt::dequantizeRow(bound.format, &q[r * rowBytes], &y[r * 1024], 1024);
+    }
+    for (size_t i = 0; i < x.size(); ++i) {
+      err += (double(y[i]) - x[i]) * (double(y[i]) - x[i]);
+      ref += double(x[i]) * x[i];
+    }
+    double relative = std::sqrt(err / ref);
+    EXPECT_LT(relative, bound.relative) << kvrt::weightFormatName(bound.format);
+    EXPECT_GT(relative, previous) << kvrt::weightFormatName(bound.format);
+    previous = relative;
+  }
+}
+
+TEST(QuantTest, ZerosAndExtremesQuantiseExactly) {
+  for (kvrt_weight_format f :
+       {KVRT_WEIGHT_Q8_0, KVRT_WEIGHT_Q4_0, KVRT_WEIGHT_Q4_K, KVRT_WEIGHT_Q5_K,
+        KVRT_WEIGHT_Q6_K}) {
+    std::vector<float> zeros(256, 0.0f), y(256, 1.0f);
+    std::vector<uint8_t> q(size_t(kvrt::weightRowBytes(f, 256)));
+    kvrt::quantizeRow(f, zeros.data(), q.data(), 256);
+    kvrt::dequantizeRow(f, q.data(), y.data(), 256);
+    for (float v : y)
+      EXPECT_EQ(v, 0.0f) << kvrt::weightFormatName(f);
+    // A row beyond f16's range keeps finite scales (clamped).
+    std::vector<float> huge(256, 1e9f);
+    kvrt::quantizeRow(f, huge.data(), q.data(), 256);
+    EXPECT_EQ(kvrt::checkWeightData(f, q.data(), 256), "")
+        << kvrt::weightFormatName(f);
+  }
+}
+
+TEST(QuantTest, FormatsHaveOneSpelling) {
+  for (int f = 0; f < KVRT_WEIGHT_FORMAT_COUNT; ++f) {
+    auto format = static_cast<kvrt_weight_format>(f);
+    EXPECT_EQ(kvrt::parseWeightFormat(kvrt::weightFormatName(format)), format);
+    EXPECT_EQ(kvrt::formatOfGgmlType(kvrt::ggmlTypeOf(format)), format);
+  }
+  EXPECT_EQ(kvrt::parseWeightFormat("Q4_K"), KVRT_WEIGHT_Q4_K);
+  EXPECT_EQ(kvrt::formatOfGgmlType(3), std::nullopt); // Q4_1
+  EXPECT_EQ(kvrt::weightRowBytes(KVRT_WEIGHT_Q6_K, 512), 420);
+  EXPECT_EQ(kvrt::weightRowBytes(KVRT_WEIGHT_Q6_K, 64), -1);
+}
+
+TEST(QuantTest, WeightFormatsSpecRoundTrips) {
+  kvir::WeightFormats f;
+  EXPECT_TRUE(f.allF32());
+  EXPECT_EQ(f.spec(), "");
+  EXPECT_EQ(f.describe(), "f32");
+  f.set(kvrt::TensorId::wv, 0, 5, KVRT_WEIGHT_Q6_K);
+  f.set(kvrt::TensorId::wv, 1, 5, KVRT_WEIGHT_Q6_K);
+  f.set(kvrt::TensorId::wv, 2, 5, KVRT_WEIGHT_Q4_K);
+  f.set(kvrt::TensorId::wv, 3, 5, KVRT_WEIGHT_Q4_K);
+  f.set(kvrt::TensorId::wv, 4, 5, KVRT_WEIGHT_Q6_K);
+  f.set(kvrt::TensorId::wcls, 0, 1, KVRT_WEIGHT_Q8_0);
+  EXPECT_EQ(f.spec(), "wv:q6_k*2,q4_k*2,q6_k;wcls:q8_0");
+  EXPECT_EQ(f.at(kvrt::TensorId::wv, 3), KVRT_WEIGHT_Q4_K);
+  EXPECT_EQ(f.at(kvrt::TensorId::wq, 3), KVRT_WEIGHT_F32);
+  std::string error;
+  std::optional<kvir::WeightFormats> back =
+      kvir::WeightFormats::parse(f.spec(), 5, error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_EQ(*back, f);
+  // A per-layer tensor named with one format has it in every layer.
+  back = kvir::WeightFormats::parse("w2:q8_0", 5, error);
+  ASSERT_TRUE(back) << error;
+  EXPECT_EQ(back->at(kvrt::TensorId::w2, 4), KVRT_WEIGHT_Q8_0);
+  EXPECT_FALSE(kvir::WeightFormats::parse("wv:q6_k*2,q4_k", 5, error));
+  EXPECT_EQ(error, "'wv:q6_k*2,q4_k' names 3 slices of wv, which has 5");
+  EXPECT_FALSE(kvir::WeightFormats::parse("token_embedding:q8_0", 5, error));
+  EXPECT_EQ(error, "'token_embedding' is not a weight the forward reads "
+                   "(ModelTensors.def)");
+  EXPECT_FALSE(kvir::WeightFormats::parse("wq", 5, error));
+  EXPECT_EQ(error, "'wq' is not FIELD:FORMATS");
+}
+
+} // namespace
