@@ -4,8 +4,10 @@
 // over HTTP by cpp-httplib's client: a context's whole life, an edit that
 // gives the tokens kv-run's plan gives for the same program, streaming
 // token by token, the OpenAI endpoints and prefix reuse, blocks and
-// compose, bad input of every kind, API keys and tenants, limits,
-// concurrency, the audit, SIGTERM draining, and a bounded soak (its length
+// compose, bad input of every kind, API keys and tenants, limits, evicted
+// contexts spilled to the block store and restored (or prefilled again when
+// their blob is gone or damaged), concurrency, the audit, SIGTERM draining,
+// and a bounded soak (its length
 // from KVIR_SERVE_SOAK_SECONDS, 15 s by default) with zero failed requests
 // and a flat resident memory.
 //
