@@ -15,6 +15,7 @@
 #include "bench/BenchModels.h"
 #include "bench/BenchProgram.h"
 #include "bench/kernels/HardwareReport.h"
+#include "driver/compiler/CacheOption.h"
 #include "driver/compiler/Compiler.h"
 #include "driver/compiler/ThreadsOption.h"
 #include "driver/compiler/VersionOption.h"
@@ -283,10 +284,12 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::opt<int> &threads = compiler::registerThreadsOption(category);
+  compiler::registerCacheOptions(category);
   compiler::parseToolOptions(
       argc, argv, "kv-bench", category,
       "kv-bench: edit (cot_slice, exact) and compose vs full prefill\n");
-  if (!compiler::applyThreadsOption(threads, "kv-bench"))
+  if (!compiler::applyThreadsOption(threads, "kv-bench") ||
+      !compiler::applyCacheOptions("kv-bench"))
     return 1;
   if (hardware) {
     // The kernels against the machine, then the scenarios at 8K tokens

@@ -21,6 +21,10 @@ llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP",
                                      "ASAN_OPTIONS", "UBSAN_OPTIONS",
                                      "LSAN_OPTIONS"])
 llvm_config.use_default_substitutions()
+# The tools' compile cache (docs/kv-run.md) lives in the build tree, never in
+# the home directory of whoever runs the tests.
+config.environment["KVIR_CACHE_DIR"] = os.path.join(config.kvir_obj_root, "test",
+                                                    "compile-cache")
 
 # The stories260K checkpoint: tests that need it say `REQUIRES: stories260k` and are
 # reported as unsupported (skipped) where it is absent.

@@ -4,6 +4,7 @@
 
 #include "dialects/KV/KVDialect.h"
 #include "dialects/KV/KVOps.h"
+#include "driver/compiler/CompileCache.h"
 #include "driver/compiler/ParserGuard.h"
 #include "passes/Conversion/Forward/BuildForward.h"
 #include "passes/Conversion/KVToCPU/CpuTarget.h"
@@ -14,6 +15,7 @@
 #include "runtime/cuda/CudaRuntime.h"
 #include "runtime/exec/ExecRuntime.h"
 
+#include "mlir/AsmParser/AsmParser.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
@@ -28,8 +30,12 @@
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Target/LLVMIR/Export.h"
 
+#include "llvm/ExecutionEngine/JITEventListener.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/ExecutionEngine/Orc/Mangling.h"
+#include "llvm/ExecutionEngine/Orc/RTDyldObjectLinkingLayer.h"
+#include "llvm/ExecutionEngine/SectionMemoryManager.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/MC/TargetRegistry.h"
@@ -43,6 +49,8 @@
 
 #include <mutex>
 
+#include <unistd.h>
+
 using namespace mlir;
 using namespace kvir;
 using namespace kvir::compiler;
@@ -50,6 +58,11 @@ using kvrt::fail;
 using kvrt::str;
 
 namespace {
+
+/// The entry points of a forward (JitProgram::forward looks them up).
+constexpr kv::ForwardEntryPoint kForwardEntryPoints[] = {
+    kv::ForwardEntryPoint::Prefill, kv::ForwardEntryPoint::Attention,
+    kv::ForwardEntryPoint::Materialize};
 
 void initializeNativeTarget() {
   static std::once_flag once;
@@ -330,55 +343,79 @@ std::string kvir::compiler::siteText(Location loc) {
   return text;
 }
 
-OwningOpRef<ModuleOp>
-kvir::compiler::lowerProgram(ModuleOp module, const LowerOptions &options,
-                             std::vector<Location> &sites) {
+namespace {
+
+/// What the lowering pipeline is given: a copy of `module` that also asks
+/// for the exported forward.
+OwningOpRef<ModuleOp> loweringInput(ModuleOp module,
+                                    const LowerOptions &options) {
   MLIRContext *context = module.getContext();
-  OwningOpRef<ModuleOp> lowered(module.clone());
+  OwningOpRef<ModuleOp> input(module.clone());
   if (options.exportModel)
-    (*lowered)->setAttr(
-        kv::kExportForwardsAttrName,
-        ArrayAttr::get(context,
-                       {kv::exportForwardEntry(context, *options.exportModel,
-                                               options.exportDtype)}));
+    (*input)->setAttr(kv::kExportForwardsAttrName,
+                      ArrayAttr::get(context, {kv::exportForwardEntry(
+                                                  context, *options.exportModel,
+                                                  options.exportDtype)}));
   if (options.exportModel && !options.exportFormats.allF32())
-    (*lowered)->setAttr(
-        kv::kWeightFormatsAttrName,
-        ArrayAttr::get(context,
-                       {kv::weightFormatsEntry(context, *options.exportModel,
-                                               options.exportFormats)}));
-  PassManager pm(context);
+    (*input)->setAttr(kv::kWeightFormatsAttrName,
+                      ArrayAttr::get(context, {kv::weightFormatsEntry(
+                                                  context, *options.exportModel,
+                                                  options.exportFormats)}));
+  return input;
+}
+
+/// Adds kv-lower-to-cpu or kv-lower-to-nvvm with the options of `options`
+/// to `pm`; failure after a diagnostic at `loc` for GPU options the
+/// pipeline refuses.
+LogicalResult buildLowering(PassManager &pm, const LowerOptions &options,
+                            Location loc) {
   if (options.target == Target::Cpu) {
     kv::LowerToCPUPipelineOptions cpu;
     cpu.vectorBits = options.cpuVectorBits;
     kv::buildLowerToCPUPipeline(pm, cpu);
-  } else {
-    kv::LowerToNVVMPipelineOptions nvvm;
-    nvvm.chip = options.chip;
-    nvvm.features = options.features;
-    nvvm.format = options.format;
-    std::string problem = kv::checkLowerToNVVMPipelineOptions(nvvm);
-    if (!problem.empty()) {
-      emitError(module.getLoc()) << problem;
-      return nullptr;
-    }
-    kv::buildLowerToNVVMPipeline(pm, nvvm);
+    return success();
   }
-  if (failed(pm.run(*lowered))) {
-    emitError(module.getLoc())
-        << "lowering the program with "
-        << (options.target == Target::Cpu ? "kv-lower-to-cpu"
-                                          : "kv-lower-to-nvvm")
-        << " failed";
-    return nullptr;
-  }
+  kv::LowerToNVVMPipelineOptions nvvm;
+  nvvm.chip = options.chip;
+  nvvm.features = options.features;
+  nvvm.format = options.format;
+  std::string problem = kv::checkLowerToNVVMPipelineOptions(nvvm);
+  if (!problem.empty())
+    return emitError(loc) << problem;
+  kv::buildLowerToNVVMPipeline(pm, nvvm);
+  return success();
+}
+
+/// Runs `pm` (buildLowering) on `input`, then moves the sites it recorded
+/// (the module attribute kv.exec_sites) into `sites`.
+LogicalResult runLowering(PassManager &pm, ModuleOp input,
+                          const LowerOptions &options, Location loc,
+                          std::vector<Location> &sites) {
+  if (failed(pm.run(input)))
+    return emitError(loc) << "lowering the program with "
+                          << (options.target == Target::Cpu
+                                  ? "kv-lower-to-cpu"
+                                  : "kv-lower-to-nvvm")
+                          << " failed";
   sites.clear();
-  if (auto attr =
-          (*lowered)->getAttrOfType<ArrayAttr>(kv::kExecSitesAttrName)) {
+  if (auto attr = input->getAttrOfType<ArrayAttr>(kv::kExecSitesAttrName)) {
     for (Attribute site : attr)
       sites.push_back(cast<LocationAttr>(site));
-    (*lowered)->removeAttr(kv::kExecSitesAttrName);
+    input->removeAttr(kv::kExecSitesAttrName);
   }
+  return success();
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp>
+kvir::compiler::lowerProgram(ModuleOp module, const LowerOptions &options,
+                             std::vector<Location> &sites) {
+  OwningOpRef<ModuleOp> lowered = loweringInput(module, options);
+  PassManager pm(module.getContext());
+  if (failed(buildLowering(pm, options, module.getLoc())) ||
+      failed(runLowering(pm, *lowered, options, module.getLoc(), sites)))
+    return nullptr;
   return lowered;
 }
 
@@ -388,8 +425,59 @@ kvir::compiler::lowerProgram(ModuleOp module, const LowerOptions &options,
 
 JitProgram::~JitProgram() = default;
 
+namespace {
+
+/// The exec ABI (and, for the GPU, the mgpu* functions), resolved against
+/// this process.
+llvm::orc::SymbolMap runtimeSymbols(Target target,
+                                    llvm::orc::MangleAndInterner &interner) {
+  llvm::orc::SymbolMap map;
+  auto add = [&](const char *name, void *address) {
+    map[interner(name)] = {llvm::orc::ExecutorAddr::fromPtr(address),
+                           llvm::JITSymbolFlags::Exported};
+  };
+  for (const kvrt_exec_symbol *s = kvrt_exec_symbols(); s->name; ++s)
+    add(s->name, s->address);
+  if (target == Target::Gpu)
+    for (const kvrt_cuda_symbol *s = kvrt_cuda_mgpu_symbols(); s->name; ++s)
+      add(s->name, s->address);
+  return map;
+}
+
+/// The object code `engine` compiled `lowered` to ("" when it cannot be had:
+/// the run goes on without storing it). `engine` was created with
+/// enableObjectDump.
+std::string compiledObject(ExecutionEngine &engine, ModuleOp lowered) {
+  // The engine compiles on the first lookup, the whole module at once: look
+  // up one function it exports.
+  for (auto func : lowered.getOps<LLVM::LLVMFuncOp>()) {
+    if (func.isExternal() || func.getLinkage() != LLVM::Linkage::External)
+      continue;
+    auto address = engine.lookup(func.getSymName());
+    if (!address) {
+      llvm::consumeError(address.takeError());
+      return "";
+    }
+    break;
+  }
+  // The engine writes its object to a file only.
+  int fd;
+  llvm::SmallString<128> path;
+  if (llvm::sys::fs::createTemporaryFile("kvir-jit", "o", fd, path))
+    return "";
+  ::close(fd);
+  engine.dumpToObjectFile(path);
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  llvm::sys::fs::remove(path);
+  return buffer ? (*buffer)->getBuffer().str() : "";
+}
+
+} // namespace
+
 std::unique_ptr<JitProgram> JitProgram::create(ModuleOp lowered, Target target,
-                                               Location loc) {
+                                               Location loc,
+                                               std::string *object) {
   initializeNativeTarget();
   auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
   if (!builder) {
@@ -415,6 +503,9 @@ std::unique_ptr<JitProgram> JitProgram::create(ModuleOp lowered, Target target,
   options.enableGDBNotificationListener = false;
   // KVIR_PERF=1: the code registered with perf (docs/cpu-backend.md).
   options.enablePerfNotificationListener = std::getenv("KVIR_PERF") != nullptr;
+  // The engine keeps a copy of the object it compiles (for the compile
+  // cache): the code is the same either way.
+  options.enableObjectDump = object != nullptr;
   auto engine = ExecutionEngine::create(lowered, options, std::move(*tm));
   if (!engine) {
     emitError(loc) << "JIT compilation failed: "
@@ -422,26 +513,81 @@ std::unique_ptr<JitProgram> JitProgram::create(ModuleOp lowered, Target target,
     return nullptr;
   }
   (*engine)->registerSymbols([target](llvm::orc::MangleAndInterner interner) {
-    llvm::orc::SymbolMap map;
-    auto add = [&](const char *name, void *address) {
-      map[interner(name)] = {llvm::orc::ExecutorAddr::fromPtr(address),
-                             llvm::JITSymbolFlags::Exported};
-    };
-    for (const kvrt_exec_symbol *s = kvrt_exec_symbols(); s->name; ++s)
-      add(s->name, s->address);
-    if (target == Target::Gpu)
-      for (const kvrt_cuda_symbol *s = kvrt_cuda_mgpu_symbols(); s->name; ++s)
-        add(s->name, s->address);
-    return map;
+    return runtimeSymbols(target, interner);
   });
   // Runs the module's constructors (for the GPU: its binary is loaded).
   (*engine)->initialize();
+  if (object)
+    *object = compiledObject(**engine, lowered);
   std::unique_ptr<JitProgram> program(new JitProgram());
   program->engine = std::move(*engine);
   return program;
 }
 
+std::unique_ptr<JitProgram> JitProgram::load(StringRef object,
+                                             std::string &error) {
+  initializeNativeTarget();
+  auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!builder) {
+    error = "no host target: " + llvm::toString(builder.takeError());
+    return nullptr;
+  }
+  // Linked as the ExecutionEngine links what it compiles (RuntimeDyld, its
+  // memory manager), with no platform: CPU code has no constructors.
+  llvm::JITEventListener *perf =
+      std::getenv("KVIR_PERF")
+          ? llvm::JITEventListener::createPerfJITEventListener()
+          : nullptr;
+  auto jit =
+      llvm::orc::LLJITBuilder()
+          .setJITTargetMachineBuilder(std::move(*builder))
+          .setPlatformSetUp(llvm::orc::setUpInactivePlatform)
+          .setObjectLinkingLayerCreator(
+              [perf](llvm::orc::ExecutionSession &session) {
+                auto layer =
+                    std::make_unique<llvm::orc::RTDyldObjectLinkingLayer>(
+                        session, [](const llvm::MemoryBuffer &) {
+                          return std::make_unique<llvm::SectionMemoryManager>();
+                        });
+                if (perf)
+                  layer->registerJITEventListener(*perf);
+                return std::unique_ptr<llvm::orc::ObjectLayer>(
+                    std::move(layer));
+              })
+          .create();
+  if (!jit) {
+    error = "cannot create the JIT: " + llvm::toString(jit.takeError());
+    return nullptr;
+  }
+  // A failed link is reported by the lookup that needs it, not on stderr.
+  (*jit)->getExecutionSession().setErrorReporter(
+      [](llvm::Error e) { llvm::consumeError(std::move(e)); });
+  llvm::orc::JITDylib &main = (*jit)->getMainJITDylib();
+  llvm::orc::MangleAndInterner interner((*jit)->getExecutionSession(),
+                                        (*jit)->getDataLayout());
+  llvm::Error added = main.define(
+      llvm::orc::absoluteSymbols(runtimeSymbols(Target::Cpu, interner)));
+  if (!added)
+    added = (*jit)->addObjectFile(
+        llvm::MemoryBuffer::getMemBufferCopy(object, "kvir-cached-object"));
+  if (added) {
+    error = "cannot add the object: " + llvm::toString(std::move(added));
+    return nullptr;
+  }
+  std::unique_ptr<JitProgram> program(new JitProgram());
+  program->loaded = std::move(*jit);
+  return program;
+}
+
 void *JitProgram::lookup(StringRef symbol) {
+  if (loaded) {
+    auto address = loaded->lookup(symbol);
+    if (!address) {
+      llvm::consumeError(address.takeError());
+      return nullptr;
+    }
+    return address->toPtr<void *>();
+  }
   auto address = engine->lookup(symbol);
   if (!address) {
     llvm::consumeError(address.takeError());
@@ -475,6 +621,105 @@ Forward JitProgram::forward(const kvrt_model_config &config,
   return f;
 }
 
+namespace {
+
+/// The key of the code `pm` and the JIT make of `input`: the module with its
+/// locations (the sites an entry records come from them) and the pipeline
+/// with every option. What else decides the code (KVIR's, LLVM's and the
+/// CPU's identity) the cache mixes in itself.
+CacheKey loweringKey(ModuleOp input, PassManager &pm) {
+  std::string module, pipeline;
+  llvm::raw_string_ostream moduleOS(module), pipelineOS(pipeline);
+  input->print(moduleOS, OpPrintingFlags().enableDebugInfo(
+                             /*enable=*/true, /*prettyForm=*/false));
+  pm.printAsTextualPipeline(pipelineOS);
+  return CacheKeyBuilder()
+      .add("kind", "kv-jit-cpu")
+      // How JitProgram::create compiles: bump it when that changes.
+      .add("jit", "llvm O3, codegen aggressive, host cpu, v1")
+      .add("pipeline", pipeline)
+      .add("module", module)
+      .finish();
+}
+
+/// The sites as the cache keeps them: one printed array of locations.
+std::string printSites(ArrayRef<Location> sites, MLIRContext *context) {
+  SmallVector<Attribute> attrs(sites.begin(), sites.end());
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  ArrayAttr::get(context, attrs).print(os);
+  return text;
+}
+
+bool parseSites(StringRef text, MLIRContext *context,
+                std::vector<Location> &sites) {
+  auto attr = dyn_cast_or_null<ArrayAttr>(parseAttribute(text, context));
+  if (!attr)
+    return false;
+  sites.clear();
+  for (Attribute site : attr) {
+    auto loc = dyn_cast<LocationAttr>(site);
+    if (!loc)
+      return false;
+    sites.push_back(loc);
+  }
+  return true;
+}
+
+/// Warns once per process that the compile cache could not store an entry.
+void warnStoreFailed(Location loc, const std::string &error) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    emitWarning(loc) << "compile cache: cannot store the compiled code: "
+                     << error;
+  });
+}
+
+/// Lowers `module` (lowerProgram) and JIT-compiles it, or, where the
+/// process has a compile cache (CPU code only: GPU code loads its kernels in
+/// constructors, which a cached object would need a platform runtime to
+/// run), loads the code compiled before from the cache, with the sites.
+/// `symbols` must resolve in the loaded code, else it is compiled afresh.
+std::unique_ptr<JitProgram>
+compileModule(ModuleOp module, const LowerOptions &options, Location loc,
+              ArrayRef<std::string> symbols, std::vector<Location> &sites) {
+  MLIRContext *context = module.getContext();
+  OwningOpRef<ModuleOp> input = loweringInput(module, options);
+  PassManager pm(context);
+  if (failed(buildLowering(pm, options, module.getLoc())))
+    return nullptr;
+  std::shared_ptr<CompileCache> cache =
+      options.target == Target::Cpu ? compileCache() : nullptr;
+  CacheKey key;
+  if (cache) {
+    key = loweringKey(*input, pm);
+    CacheEntry entry;
+    if (cache->load(key, entry)) {
+      std::string error;
+      std::unique_ptr<JitProgram> jit = JitProgram::load(entry.object, error);
+      bool usable = jit && parseSites(entry.metadata, context, sites);
+      for (const std::string &symbol : symbols)
+        usable = usable && jit->lookup(symbol);
+      if (usable)
+        return jit;
+      cache->countUnusable();
+    }
+  }
+  if (failed(runLowering(pm, *input, options, module.getLoc(), sites)))
+    return nullptr;
+  std::string object;
+  std::unique_ptr<JitProgram> jit = JitProgram::create(
+      *input, options.target, loc, cache ? &object : nullptr);
+  if (jit && cache && !object.empty()) {
+    std::string error;
+    if (!cache->store(key, {object, printSites(sites, context)}, error))
+      warnStoreFailed(loc, error);
+  }
+  return jit;
+}
+
+} // namespace
+
 FailureOr<CompiledProgram>
 kvir::compiler::compileProgram(OwningOpRef<ModuleOp> planned,
                                StringRef entryName,
@@ -489,15 +734,18 @@ kvir::compiler::compileProgram(OwningOpRef<ModuleOp> planned,
     return failure();
   program.manifest = std::move(*manifest);
   program.manifest.target = options.target == Target::Gpu ? "gpu" : "cpu";
-  OwningOpRef<ModuleOp> lowered =
-      lowerProgram(*program.planned, options, program.sites);
-  if (!lowered)
+  std::vector<std::string> symbols = {exec::entrySymbol(entryName.str())};
+  if (options.exportModel)
+    for (kv::ForwardEntryPoint point : kForwardEntryPoints)
+      symbols.push_back(kv::forwardEntryName(*options.exportModel,
+                                             options.exportDtype,
+                                             options.exportFormats, point));
+  program.jit = compileModule(*program.planned, options, entry->getLoc(),
+                              symbols, program.sites);
+  if (!program.jit)
     return failure();
   for (Location site : program.sites)
     program.manifest.sites.push_back(siteText(site));
-  program.jit = JitProgram::create(*lowered, options.target, entry->getLoc());
-  if (!program.jit)
-    return failure();
   program.entry = program.jit->entry(entryName);
   if (!program.entry)
     return emitError(entry->getLoc()) << "the compiled program has no "
@@ -575,15 +823,14 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
   options.target = target;
   options.format = "isa";
   options.cpuVectorBits = cpuVectorBits;
-  OwningOpRef<ModuleOp> lowered = lowerProgram(*module, options, sites);
-  if (!lowered)
+  std::vector<std::string> symbols;
+  for (kv::ForwardEntryPoint point : kForwardEntryPoints)
+    symbols.push_back(kv::forwardEntryName(config, dtype, formats, point));
+  std::unique_ptr<JitProgram> jit =
+      compileModule(*module, options, module->getLoc(), symbols, sites);
+  if (!jit)
     return fail(KVRT_ERR_INVALID_ARGUMENT,
                 str("cannot compile the forward: ", diagnostics.text));
-  std::unique_ptr<JitProgram> jit =
-      JitProgram::create(*lowered, target, lowered->getLoc());
-  if (!jit)
-    return fail(KVRT_ERR_INTERNAL,
-                str("cannot JIT-compile the forward: ", diagnostics.text));
   Forward forward = jit->forward(config, dtype, formats);
   if (!forward.prefill || !forward.attention || !forward.materialize)
     return fail(KVRT_ERR_INTERNAL, "the compiled forward lacks entry points");

@@ -38,6 +38,9 @@
 namespace mlir {
 class ExecutionEngine;
 } // namespace mlir
+namespace llvm::orc {
+class LLJIT;
+} // namespace llvm::orc
 
 namespace kvir::compiler {
 
@@ -125,14 +128,22 @@ mlir::OwningOpRef<mlir::ModuleOp>
 lowerProgram(mlir::ModuleOp module, const LowerOptions &options,
              std::vector<mlir::Location> &sites);
 
-/// A lowered module compiled for this machine by the ExecutionEngine, with
-/// the exec ABI (and, for the GPU, the mgpu* functions) bound.
+/// A lowered module compiled for this machine by the ExecutionEngine, or
+/// the object code of one loaded from the compile cache (CompileCache.h),
+/// with the exec ABI (and, for the GPU, the mgpu* functions) bound.
 class JitProgram {
 public:
   /// Compiles `lowered` (LLVM -O3, the host CPU's features). Null after a
-  /// diagnostic at `loc`.
+  /// diagnostic at `loc`. With `object`, also returns the object code
+  /// compiled ("" where the engine could not give it).
   static std::unique_ptr<JitProgram> create(mlir::ModuleOp lowered,
-                                            Target target, mlir::Location loc);
+                                            Target target, mlir::Location loc,
+                                            std::string *object = nullptr);
+  /// Links the CPU object code `object` (what create returned) into this
+  /// process. Null with `error`; a symbol that does not resolve shows at
+  /// its lookup.
+  static std::unique_ptr<JitProgram> load(llvm::StringRef object,
+                                          std::string &error);
   ~JitProgram();
 
   /// `_kvrt_entry_<name>`, or null.
@@ -147,7 +158,9 @@ public:
 
 private:
   JitProgram() = default;
+  /// One of them: what create compiled, or what load linked.
   std::unique_ptr<mlir::ExecutionEngine> engine;
+  std::unique_ptr<llvm::orc::LLJIT> loaded;
   /// The config keys Forward::key points to.
   std::map<std::string, std::unique_ptr<std::string>> keys;
 };
@@ -164,14 +177,18 @@ struct CompiledProgram {
 };
 
 /// Describes, lowers and JIT-compiles the entry `entryName` of a planned
-/// program (`planned` is taken over). Failure after a diagnostic.
+/// program (`planned` is taken over); where the process has a compile cache
+/// (setCompileCache) and the target is the CPU, the code and sites come
+/// from it when it has them, and go into it when it has not. Failure after
+/// a diagnostic.
 mlir::FailureOr<CompiledProgram>
 compileProgram(mlir::OwningOpRef<mlir::ModuleOp> planned,
                llvm::StringRef entryName, const LowerOptions &options);
 
 /// The forward of one config alone, for K/V pages of `dtype` and weights in
 /// `formats` (a model's: kvir::WeightFormats::of), JIT-compiled for `target`
-/// (kv-run's token-list form, benchmarks
+/// (or loaded from the compile cache, as compileProgram does; kv-run's
+/// token-list form, benchmarks
 /// and tests; cached per config for the life of the process, never
 /// destroyed: an ExecutionEngine destroyed by an exit handler runs the JIT's
 /// deinitializers after LLVM's statics are gone), its CPU register blocking

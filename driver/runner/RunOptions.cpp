@@ -150,6 +150,32 @@ void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
               r.store.policy, &r.store.policyGiven);
 }
 
+const char *const kvir::run::kNoCacheHelp =
+    "compile the program and the forward afresh, and keep nothing: without "
+    "it, code compiled before for this machine and this build is loaded from "
+    "$KVIR_CACHE_DIR (default $XDG_CACHE_HOME/kvir or ~/.cache/kvir)";
+const char *const kvir::run::kCacheMaxMbHelp =
+    "bound of the compile cache in MiB: beyond it the least recently used "
+    "entries are removed (default 1024)";
+
+void kvir::run::addCacheOptions(OptionParser &parser, CacheOptions &options) {
+  parser.section("the compile cache");
+  parser.flag("no-cache", kNoCacheHelp, options.disabled);
+  parser.integer("cache-max-mb", "N", kCacheMaxMbHelp, options.maxMb);
+  parser.flag("cache-stats",
+              "print the compile cache's hits and misses on stderr at exit",
+              options.stats);
+}
+
+bool kvir::run::checkCacheOptions(const CacheOptions &options,
+                                  std::string &error) {
+  if (options.maxMb > 0 && options.maxMb <= (int64_t(1) << 40))
+    return true;
+  error = "--cache-max-mb must be in [1, 2^40], got " +
+          std::to_string(options.maxMb) + " (--no-cache turns the cache off)";
+  return false;
+}
+
 bool kvir::run::checkRunOptions(const RunOptions &options, std::string &error) {
   const RequestOptions &q = options.request;
   const RunnerOptions &r = options.runner;

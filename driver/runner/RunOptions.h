@@ -91,6 +91,29 @@ struct RunOptions {
 /// Declares the options every runner takes in `parser`, stored in `options`.
 void addRunOptions(OptionParser &parser, RunOptions &options);
 
+/// The compile cache of the tools that compile code (kv-run, kv-serve;
+/// driver/compiler/CompileCache.h): where it lives is $KVIR_CACHE_DIR, else
+/// $XDG_CACHE_HOME/kvir, else ~/.cache/kvir.
+struct CacheOptions {
+  /// `--no-cache`: compile everything, read and write nothing.
+  bool disabled = false;
+  /// `--cache-max-mb N`: the bound on the entries' total size.
+  int64_t maxMb = 1024;
+  /// `--cache-stats`: a line of hits and misses on stderr at exit.
+  bool stats = false;
+};
+
+/// The help of `--no-cache` and `--cache-max-mb`; kv-bench's llvm::cl
+/// options show the same.
+extern const char *const kNoCacheHelp;
+extern const char *const kCacheMaxMbHelp;
+
+/// Declares `--no-cache`, `--cache-max-mb` and `--cache-stats`.
+void addCacheOptions(OptionParser &parser, CacheOptions &options);
+
+/// Rejects a bound that is not positive.
+bool checkCacheOptions(const CacheOptions &options, std::string &error);
+
 /// Rejects values that make no sense before anything is loaded (a negative
 /// --greedy or --max-context, an empty --dump-logits file name).
 bool checkRunOptions(const RunOptions &options, std::string &error);

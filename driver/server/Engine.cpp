@@ -12,6 +12,7 @@
 
 #include "driver/server/Engine.h"
 
+#include "driver/compiler/CompileCache.h"
 #include "driver/compiler/Compiler.h"
 #include "driver/runner/Runner.h"
 #include "driver/server/ChatTemplate.h"
@@ -65,6 +66,14 @@ public:
     abandoned.insert(ticket);
     return false;
   }
+  /// Takes the lock only when nobody holds it or waits for it.
+  bool tryLock() {
+    std::lock_guard<std::mutex> l(mutex);
+    if (serving != next)
+      return false;
+    ++next;
+    return true;
+  }
   void unlock() {
     std::lock_guard<std::mutex> l(mutex);
     ++serving;
@@ -103,9 +112,19 @@ struct Context {
   int64_t generations = 0, errata = 0;
   /// Deleted: the requests queued behind the delete find it gone.
   bool deleted = false;
+  /// Where the K/V are. Evicted out of the pool (idle, least recently used)
+  /// with a block store configured, a context keeps its segments and
+  /// tokens: its K/V go to the store (Spilled: the first `spilledTokens`
+  /// tokens, mapped back on use), or, when the store cannot take them,
+  /// nowhere (Dropped: recomputed from the tokens on use).
+  enum class Residence { Resident, Spilled, Dropped };
+  Residence residence = Residence::Resident;
+  int64_t spilledTokens = 0;
   // Under Impl::contextsMutex:
   Clock::time_point lastUsed;
   int active = 0;
+  /// Not resident, or being evicted (no evictor picks it again).
+  bool evicted = false;
 
   int64_t total() const {
     int64_t n = 0;
@@ -242,6 +261,7 @@ struct Engine::Impl {
 
   std::mutex contextsMutex;
   std::map<std::string, std::shared_ptr<Context>> contexts;
+  /// Without a block store: the ids of the last 4096 contexts evicted.
   std::deque<std::string> evictedOrder;
   std::set<std::string> evicted;
 
@@ -275,7 +295,26 @@ struct Engine::Impl {
                std::vector<float> &logits, RequestError &error);
   exec::ViewRef emptyView(RequestError &error);
   void reclaim(int64_t pages);
+  /// Kvir mode with a block store: evicted contexts are spilled to it and
+  /// restored on use (else they are gone).
+  bool spills() const {
+    return options.mode == ReuseMode::Kvir && !options.runner.store.url.empty();
+  }
+  /// Contexts in the pool (not evicted); the second under contextsMutex.
+  int64_t residentContexts() {
+    std::lock_guard<std::mutex> lock(contextsMutex);
+    return residentContextsLocked();
+  }
+  int64_t residentContextsLocked() const {
+    int64_t n = 0;
+    for (auto &[id, c] : contexts)
+      n += !c->evicted;
+    return n;
+  }
   bool evictIdleContext();
+  void evictContext(Context &c);
+  bool restore(Context &c, RequestError &error, RequestLog *log);
+  void forgetSpill(Context &c);
   void noteRate(int64_t tokens, int64_t context, double seconds);
   bool acquire(const std::string &tenant, const std::string &id,
                std::shared_ptr<Context> &out, RequestError &error);
@@ -476,24 +515,189 @@ void Engine::Impl::reclaim(int64_t pages) {
 
 bool Engine::Impl::evictIdleContext() {
   std::shared_ptr<Context> victim;
+  bool spill = spills();
   {
     std::lock_guard<std::mutex> lock(contextsMutex);
+    std::vector<std::shared_ptr<Context>> idle;
     for (auto &[id, c] : contexts)
-      if (c->active == 0 && (!victim || c->lastUsed < victim->lastUsed))
+      if (c->active == 0 && !c->evicted)
+        idle.push_back(c);
+    std::sort(idle.begin(), idle.end(), [](const auto &a, const auto &b) {
+      return a->lastUsed < b->lastUsed;
+    });
+    // Taken only when nobody waits for it; a request that comes for it
+    // from now on waits until it is evicted, then restores it.
+    for (const std::shared_ptr<Context> &c : idle)
+      if (c->lock.tryLock()) {
         victim = c;
+        break;
+      }
     if (!victim)
       return false;
-    contexts.erase(victim->id);
-    evicted.insert(victim->id);
-    evictedOrder.push_back(victim->id);
-    while (evictedOrder.size() > 4096) {
-      evicted.erase(evictedOrder.front());
-      evictedOrder.pop_front();
+    if (spill) {
+      ++victim->active;
+      victim->evicted = true;
+    } else {
+      // Without a block store an evicted context is gone: nobody can find
+      // it any more, and a request for it is told why (410).
+      contexts.erase(victim->id);
+      evicted.insert(victim->id);
+      evictedOrder.push_back(victim->id);
+      while (evictedOrder.size() > 4096) {
+        evicted.erase(evictedOrder.front());
+        evictedOrder.pop_front();
+      }
     }
   }
+  if (spill)
+    evictContext(*victim);
+  else
+    victim->view.reset();
+  victim->lock.unlock();
+  if (spill) {
+    std::lock_guard<std::mutex> lock(contextsMutex);
+    --victim->active;
+  }
   metrics.add("kvserve_evictions_total", 1, "what=\"context\"");
-  // Nobody holds it (active == 0) and nobody can find it any more.
-  victim->view.reset();
+  return true;
+}
+
+void Engine::Impl::evictContext(Context &c) {
+  // Spilled, a context comes back as it was (an edit's approximation
+  // included); a context the store cannot take is recomputed from its
+  // tokens on use, as a full prefill computes them.
+  c.residence = Context::Residence::Dropped;
+  if (c.view && c.covered() > 0) {
+    std::string problem;
+    bool ok = true;
+    Store &store = storeOf(c.tenant, problem, ok);
+    kvrt_block_result result{};
+    kvrt_status status = KVRT_ERR_UNAVAILABLE;
+    if (ok && store.ref)
+      status = kvrt_block_store_save_context(
+          store.ref.get(), runner->model(), c.id.c_str(), c.view.get(),
+          c.logits.data(), int64_t(c.logits.size()), &result);
+    else
+      problem = "cannot open the block store: " + problem;
+    if (status == KVRT_OK) {
+      c.residence = Context::Residence::Spilled;
+      c.spilledTokens = c.covered();
+      metrics.add("kvserve_context_spills_total", 1, "outcome=\"stored\"");
+    } else {
+      if (problem.empty())
+        problem = kvrt_last_error();
+      metrics.add("kvserve_context_spills_total", 1, "outcome=\"failed\"");
+      writeLogLine({{"event", "spill_failed"},
+                    {"context", c.id},
+                    {"fault", kvrt_block_fault_name(result.fault)},
+                    {"error", problem}});
+    }
+  }
+  c.view.reset();
+  c.logits.clear();
+}
+
+void Engine::Impl::forgetSpill(Context &c) {
+  if (c.residence != Context::Residence::Spilled)
+    return;
+  std::string problem;
+  bool ok = true;
+  Store &store = storeOf(c.tenant, problem, ok);
+  // What cannot be removed now expires with the store's TTL, or stays:
+  // nothing reads it again (a context id is never reused).
+  if (ok && store.ref)
+    kvrt_block_store_remove_context(store.ref.get(), c.id.c_str(), nullptr);
+  c.residence = Context::Residence::Dropped;
+}
+
+bool Engine::Impl::restore(Context &c, RequestError &error, RequestLog *log) {
+  auto start = Clock::now();
+  Json note = Json::object();
+  bool mapped = false;
+  // Back in the pool it counts toward --max-contexts: the least recently
+  // used idle one makes room (none when all are busy).
+  while (residentContexts() >= options.maxContexts && evictIdleContext())
+    ;
+  if (c.residence == Context::Residence::Spilled) {
+    std::string problem;
+    bool ok = true;
+    Store &store = storeOf(c.tenant, problem, ok);
+    std::vector<int32_t> tokens = c.tokens();
+    tokens.resize(size_t(c.spilledTokens));
+    std::vector<float> logits(size_t(config.vocab_size));
+    if (!ok || !store.ref)
+      note["error"] = "cannot open the block store: " + problem;
+    for (int attempt = 0; ok && store.ref; ++attempt) {
+      reclaim((c.spilledTokens + pageTokens - 1) / pageTokens + 1);
+      kvrt_view *view = nullptr;
+      int64_t nLogits = 0;
+      kvrt_block_result result;
+      kvrt_status status = kvrt_block_store_load_context(
+          store.ref.get(), runner->model(), runner->pool(), c.id.c_str(),
+          tokens.data(), int64_t(tokens.size()), logits.data(),
+          int64_t(logits.size()), &nLogits, &view, &result);
+      if (status == KVRT_ERR_POOL_EXHAUSTED && attempt == 0) {
+        while (prefix.evictOne() || evictIdleContext())
+          metrics.add("kvserve_evictions_total", 1, "reason=\"pool_full\"");
+        continue;
+      }
+      if (status == KVRT_ERR_POOL_EXHAUSTED) {
+        // Still spilled: a later request may find room.
+        error = requestError(503, "pool_exhausted",
+                             "the KV pool is full (--pool-pages bounds it; "
+                             "every idle context was evicted): cannot "
+                             "restore context " +
+                                 c.id + " from the block store");
+        return false;
+      }
+      note["bytes"] = result.bytes;
+      if (status == KVRT_OK && view) {
+        c.view = exec::adoptView(view);
+        logits.resize(size_t(nLogits));
+        c.logits = std::move(logits);
+        mapped = true;
+      } else {
+        // Gone (expired, evicted, the store restarted) or rejected: the
+        // tokens are here, the K/V are computed again.
+        note["fault"] = status == KVRT_OK ? "miss"
+                        : result.fault    ? kvrt_block_fault_name(result.fault)
+                                          : "error";
+        if (status != KVRT_OK)
+          note["error"] = kvrt_last_error();
+      }
+      break;
+    }
+    forgetSpill(c);
+  }
+  if (!mapped) {
+    // From the tokens, as a full prefill computes them: the longest exact
+    // prefix the prefix cache holds, the rest when a request needs it.
+    c.view.reset();
+    c.logits.clear();
+    c.exactPrefix = 0;
+    if (options.mode == ReuseMode::Kvir) {
+      exec::ViewRef view;
+      std::vector<int32_t> all = c.tokens();
+      int64_t reused = prefix.lookup(c.tenant, all, int64_t(all.size()), view);
+      if (reused) {
+        c.view = view;
+        c.exactPrefix = reused;
+      }
+      note["reused"] = reused;
+    }
+  }
+  c.residence = Context::Residence::Resident;
+  {
+    std::lock_guard<std::mutex> lock(contextsMutex);
+    c.evicted = false;
+  }
+  const char *from = mapped ? "store" : "tokens";
+  metrics.add("kvserve_context_restores_total", 1,
+              std::string("from=\"") + from + "\"");
+  note["from"] = from;
+  note["ms"] = ms(secondsSince(start));
+  if (log)
+    log->extra["restored"] = note;
   return true;
 }
 
@@ -510,7 +714,8 @@ bool Engine::Impl::acquire(const std::string &tenant, const std::string &id,
       error = requestError(410, "context_evicted",
                            "context " + id +
                                " was evicted (least recently used, under pool "
-                               "pressure or --max-contexts): create it again");
+                               "pressure or --max-contexts) and no --kv-store "
+                               "keeps evicted contexts: create it again");
     else
       error = requestError(404, "context_not_found", "no context " + id);
     return false;
@@ -541,10 +746,12 @@ public:
   }
   /// Takes context `id` of `tenant` for a request that started at
   /// `start`, waiting for the requests before it (at most until the
-  /// request's deadline); names it in `log`.
+  /// request's deadline); names it in `log`. An evicted context is brought
+  /// back into the pool first, unless `needsCache` is false (a read, a
+  /// delete).
   bool take(const std::string &tenant, const std::string &id,
             Clock::time_point start, RequestError &error,
-            RequestLog *log = nullptr) {
+            RequestLog *log = nullptr, bool needsCache = true) {
     if (log)
       log->context = id;
     if (!impl.acquire(tenant, id, context, error))
@@ -562,6 +769,8 @@ public:
                            "context " + id + " was deleted");
       return false;
     }
+    if (needsCache && context->residence != Context::Residence::Resident)
+      return impl.restore(*context, error, log);
     return true;
   }
   Context &operator*() { return *context; }
@@ -713,7 +922,12 @@ Json Engine::Impl::describe(const Context &c, bool withTokens) const {
               {"tokens", c.total()},
               {"cached_tokens", c.covered()},
               {"exact_prefix", std::min(c.exactPrefix, c.covered())},
+              {"resident", c.residence == Context::Residence::Resident},
               {"segments", segmentsJson(c)}};
+  if (c.residence == Context::Residence::Spilled)
+    out["evicted"] = "spilled";
+  else if (c.residence == Context::Residence::Dropped)
+    out["evicted"] = "dropped";
   if (withTokens) {
     Json tokens = Json::object();
     for (const Segment &s : c.segments) {
@@ -1383,7 +1597,14 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions &options,
                   "of those, tokens not computed during the turn");
   metrics.counter("kvserve_evictions_total",
                   "contexts and cached prefixes evicted");
-  metrics.counter("kvserve_plan_compiles_total", "plans compiled");
+  metrics.counter("kvserve_context_spills_total",
+                  "evicted contexts written to the block store (stored) or "
+                  "not (failed: recomputed from their tokens on use)");
+  metrics.counter("kvserve_context_restores_total",
+                  "evicted contexts brought back: from the block store, or "
+                  "recomputed from their tokens");
+  metrics.counter("kvserve_plan_compiles_total",
+                  "plans compiled (or loaded from the compile cache on disk)");
   metrics.counter("kvserve_plan_cache_hits_total",
                   "plans found compiled in the cache");
   metrics.histogram("kvserve_plan_compile_seconds", "time to compile a plan",
@@ -1414,6 +1635,9 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions &options,
 Engine::~Engine() {
   if (impl) {
     drain();
+    // Spilled contexts die with the server: their blobs leave the store.
+    for (auto &[id, c] : impl->contexts)
+      impl->forgetSpill(*c);
     // Contexts, blocks and cached prefixes release their views before the
     // runner's pool goes.
     impl->contexts.clear();
@@ -1503,13 +1727,13 @@ bool Engine::createContext(const std::string &tenant,
                            "delete some");
       return false;
     }
-    if (int64_t(m.contexts.size()) < m.options.maxContexts)
+    if (m.residentContextsLocked() < m.options.maxContexts)
       break;
     lock.unlock();
     if (!m.evictIdleContext()) {
-      error =
-          requestError(429, "too_many_contexts",
-                       "the server holds --max-contexts contexts, all busy");
+      error = requestError(429, "too_many_contexts",
+                           "the server holds --max-contexts contexts in the "
+                           "pool, all busy");
       return false;
     }
   }
@@ -1556,7 +1780,8 @@ bool Engine::createContext(const std::string &tenant,
 bool Engine::readContext(const std::string &tenant, const std::string &id,
                          bool withTokens, Json &out, RequestError &error) {
   Held held(*impl);
-  if (!held.take(tenant, id, Clock::now(), error))
+  if (!held.take(tenant, id, Clock::now(), error, nullptr,
+                 /*needsCache=*/false))
     return false;
   out = impl->describe(*held, withTokens);
   return true;
@@ -1568,8 +1793,10 @@ bool Engine::deleteContext(const std::string &tenant, const std::string &id,
   {
     Held held(*impl);
     // After the requests queued before it.
-    if (!held.take(tenant, id, Clock::now(), error))
+    if (!held.take(tenant, id, Clock::now(), error, nullptr,
+                   /*needsCache=*/false))
       return false;
+    impl->forgetSpill(*held);
     std::lock_guard<std::mutex> lock(impl->contextsMutex);
     impl->contexts.erase(id);
     held->deleted = true;
@@ -2086,10 +2313,12 @@ std::string Engine::metricsText() {
   Impl &m = *impl;
   kvrt_pool_stats stats{};
   kvrt_pool_get_stats(m.runner->pool(), &stats);
-  size_t contexts;
+  size_t contexts, evicted = 0;
   {
     std::lock_guard<std::mutex> lock(m.contextsMutex);
     contexts = m.contexts.size();
+    for (auto &[id, c] : m.contexts)
+      evicted += c->evicted;
   }
   size_t blocks;
   {
@@ -2106,6 +2335,10 @@ std::string Engine::metricsText() {
       {"kvserve_pool_bytes_used", "KV pool bytes in use",
        double(stats.bytes_in_use)},
       {"kvserve_contexts", "live contexts", double(contexts)},
+      {"kvserve_contexts_evicted",
+       "of those, contexts whose K/V are out of the pool (spilled or "
+       "dropped; restored on use)",
+       double(evicted)},
       {"kvserve_blocks", "blocks kept", double(blocks)},
       {"kvserve_prefix_cache_entries", "cached prefixes",
        double(m.prefix.size())},
@@ -2114,5 +2347,24 @@ std::string Engine::metricsText() {
        "reused context tokens / context tokens, over all generations",
        context > 0 ? reused / context : 0},
   };
+  // The compile cache on disk (plans and the forward an earlier process
+  // compiled), where the server has one.
+  if (std::shared_ptr<compiler::CompileCache> cache =
+          compiler::compileCache()) {
+    compiler::CacheStats s = cache->stats();
+    gauges.push_back({"kvserve_compile_cache_hits",
+                      "compiled code loaded from the compile cache",
+                      double(s.hits)});
+    gauges.push_back({"kvserve_compile_cache_misses",
+                      "compiles the compile cache had no entry for",
+                      double(s.misses)});
+    gauges.push_back({"kvserve_compile_cache_rejected",
+                      "compile cache entries that failed a check (compiled "
+                      "afresh)",
+                      double(s.rejected)});
+    gauges.push_back({"kvserve_compile_cache_stored",
+                      "entries written to the compile cache",
+                      double(s.stored)});
+  }
   return m.metrics.render(gauges);
 }

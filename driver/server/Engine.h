@@ -10,7 +10,9 @@
 //   contexts                 named segments (kind, deps, token ids) and a
 //                            cache in the pool; 128-bit random ids, one
 //                            tenant each, LRU-evicted when idle under pool
-//                            pressure or beyond --max-contexts
+//                            pressure or beyond --max-contexts (spilled to
+//                            the block store and restored on use when one
+//                            is configured)
 //   edits, composes, blocks  compiled kv programs (Plans.h, PlanCache.h)
 //                            run on the context's cache
 //   generation               sampling (Sampler.h) one token at a time; the

@@ -2,6 +2,8 @@
 
 #include "runtime/store/BlockBlob.h"
 
+#include "runtime/store/BlobFormat.h"
+
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
@@ -27,61 +29,57 @@ struct HeaderFields {
   uint64_t payloadChecksum, headerChecksum;
 };
 
-template <typename T> void put(uint8_t *at, T value) {
-  std::memcpy(at, &value, sizeof(T));
-}
-template <typename T> T get(const uint8_t *at) {
-  T value;
-  std::memcpy(&value, at, sizeof(T));
-  return value;
-}
-
 void writeHeader(uint8_t *h, const HeaderFields &f) {
   std::memset(h, 0, kBlobHeaderBytes);
   std::memcpy(h, kMagic, 8);
-  put(h + 8, f.format);
-  put(h + 12, f.headerBytes);
-  put(h + 16, f.layout);
-  put(h + 20, f.dtype);
-  put(h + 24, f.layers);
-  put(h + 28, f.kvHeads);
-  put(h + 32, f.headSize);
-  put(h + 36, f.elementBytes);
-  put(h + 40, f.base);
-  put(h + 48, f.tokens);
-  put(h + 56, f.payloadBytes);
+  putField(h + 8, f.format);
+  putField(h + 12, f.headerBytes);
+  putField(h + 16, f.layout);
+  putField(h + 20, f.dtype);
+  putField(h + 24, f.layers);
+  putField(h + 28, f.kvHeads);
+  putField(h + 32, f.headSize);
+  putField(h + 36, f.elementBytes);
+  putField(h + 40, f.base);
+  putField(h + 48, f.tokens);
+  putField(h + 56, f.payloadBytes);
   std::memcpy(h + 64, f.model, 32);
   std::memcpy(h + 96, f.keyDigest, 16);
-  put(h + 112, f.payloadChecksum);
-  put(h + 120, xxh64(h, 120));
+  putField(h + 112, f.payloadChecksum);
+  putField(h + 120, xxh64(h, 120));
 }
 
 HeaderFields readHeader(const uint8_t *h) {
   HeaderFields f;
-  f.format = get<uint32_t>(h + 8);
-  f.headerBytes = get<uint32_t>(h + 12);
-  f.layout = get<uint32_t>(h + 16);
-  f.dtype = get<uint32_t>(h + 20);
-  f.layers = get<uint32_t>(h + 24);
-  f.kvHeads = get<uint32_t>(h + 28);
-  f.headSize = get<uint32_t>(h + 32);
-  f.elementBytes = get<uint32_t>(h + 36);
-  f.base = get<int64_t>(h + 40);
-  f.tokens = get<uint64_t>(h + 48);
-  f.payloadBytes = get<uint64_t>(h + 56);
+  f.format = getField<uint32_t>(h + 8);
+  f.headerBytes = getField<uint32_t>(h + 12);
+  f.layout = getField<uint32_t>(h + 16);
+  f.dtype = getField<uint32_t>(h + 20);
+  f.layers = getField<uint32_t>(h + 24);
+  f.kvHeads = getField<uint32_t>(h + 28);
+  f.headSize = getField<uint32_t>(h + 32);
+  f.elementBytes = getField<uint32_t>(h + 36);
+  f.base = getField<int64_t>(h + 40);
+  f.tokens = getField<uint64_t>(h + 48);
+  f.payloadBytes = getField<uint64_t>(h + 56);
   std::memcpy(f.model, h + 64, 32);
   std::memcpy(f.keyDigest, h + 96, 16);
-  f.payloadChecksum = get<uint64_t>(h + 112);
-  f.headerChecksum = get<uint64_t>(h + 120);
+  f.payloadChecksum = getField<uint64_t>(h + 112);
+  f.headerChecksum = getField<uint64_t>(h + 120);
   return f;
 }
 
-/// The first 8 bytes of a digest in hex, for messages.
-std::string shortHex(const uint8_t *digest) { return toHex(digest, 8) + "..."; }
+} // namespace
 
-/// Copies the K/V of `n` tokens between pages and a blob, in either
+//===----------------------------------------------------------------------===//
+// What blobs share (BlobFormat.h)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Copies the K/V of `n` tokens between pages and a K/V section, in either
 /// direction: the pages (their bytes in `pageData`) hold them from slot
-/// `slotBegin` of the first; the blob's K/V is [layers][kv_heads][2][total]
+/// `slotBegin` of the first; the section is [layers][kv_heads][2][total]
 /// [head_size] elements of the pool's type, of which these are tokens
 /// [first, first + n). Elements are copied as stored, bit for bit.
 template <bool ToBlob>
@@ -116,6 +114,144 @@ void copyRun(const kvrt_page_layout &layout, int64_t slotBegin, int64_t n,
 }
 
 } // namespace
+
+std::string kvir::store::shortHex(const uint8_t *digest) {
+  return toHex(digest, 8) + "...";
+}
+
+std::string kvir::store::describeShapeMismatch(const kvrt_page_layout &layout,
+                                               const char *what, int32_t layers,
+                                               int32_t kvHeads,
+                                               int32_t headSize,
+                                               kvrt_kv_dtype dtype) {
+  if (layout.n_layers == layers && layout.n_kv_heads == kvHeads &&
+      layout.head_size == headSize && layout.dtype == dtype)
+    return "";
+  return str("the pool holds ", layout.n_layers, " x ", layout.n_kv_heads,
+             " x ", layout.head_size, " K/V of ",
+             kvir::kvDtypeName(layout.dtype), ", the ", what, " ", layers,
+             " x ", kvHeads, " x ", headSize, " of ", kvir::kvDtypeName(dtype));
+}
+
+kvrt_block_fault kvir::store::checkBlobPrologue(std::string_view blob,
+                                                const BlobPrologue &e,
+                                                std::string &message) {
+  const uint8_t *b = reinterpret_cast<const uint8_t *>(blob.data());
+  if (blob.size() < e.headerBytes) {
+    message = str("truncated blob: ", blob.size(), " bytes, shorter than the ",
+                  e.headerBytes, "-byte header");
+    return KVRT_BLOCK_TRUNCATED;
+  }
+  if (std::memcmp(b, e.magic, 8) != 0) {
+    message = str("corrupt blob: not a KVIR ", e.kind, " (bad magic)");
+    return KVRT_BLOCK_CORRUPT;
+  }
+  if (xxh64(b, 120) != getField<uint64_t>(b + 120)) {
+    message = "corrupt blob: the header checksum does not match";
+    return KVRT_BLOCK_CORRUPT;
+  }
+  uint32_t format = getField<uint32_t>(b + 8),
+           headerBytes = getField<uint32_t>(b + 12),
+           layout = getField<uint32_t>(b + 16);
+  if (format != e.format || headerBytes != e.headerBytes ||
+      layout != KVRT_BLOCK_LAYOUT_VERSION) {
+    message = str(e.noun, " of format ", format, " / layout ", layout,
+                  ", this runtime reads format ", e.format, " / layout ",
+                  KVRT_BLOCK_LAYOUT_VERSION);
+    return KVRT_BLOCK_MISMATCH;
+  }
+  if (std::memcmp(b + e.modelOffset, e.model, 32) != 0) {
+    message = str("blob of another model: computed under model ",
+                  shortHex(b + e.modelOffset), ", this model's fingerprint is ",
+                  shortHex(e.model));
+    return KVRT_BLOCK_OTHER_MODEL;
+  }
+  uint32_t dtype = getField<uint32_t>(b + 20),
+           layers = getField<uint32_t>(b + 24),
+           kvHeads = getField<uint32_t>(b + 28),
+           headSize = getField<uint32_t>(b + 32),
+           elementBytes = getField<uint32_t>(b + 36);
+  if (dtype != uint32_t(e.dtype) || layers != uint32_t(e.layers) ||
+      kvHeads != uint32_t(e.kvHeads) || headSize != uint32_t(e.headSize) ||
+      elementBytes != uint32_t(kvir::kvDtypeBytes(e.dtype))) {
+    message =
+        str("blob of another shape: ", layers, " x ", kvHeads, " x ", headSize,
+            " K/V of element type ", dtype, ", expected ", e.layers, " x ",
+            e.kvHeads, " x ", e.headSize, " of ", int(e.dtype));
+    return KVRT_BLOCK_MISMATCH;
+  }
+  return KVRT_BLOCK_OK;
+}
+
+bool kvir::store::viewPoolOfShape(const kvrt_view *view, const char *what,
+                                  int32_t layers, int32_t kvHeads,
+                                  int32_t headSize, kvrt_kv_dtype dtype,
+                                  kvrt_pool *&pool, kvrt_page_layout &layout,
+                                  std::string &error) {
+  pool = kvrt_view_pool(view);
+  if (!pool || kvrt_pool_get_layout(pool, &layout) != KVRT_OK) {
+    error = "the view has no pool";
+    return false;
+  }
+  error = describeShapeMismatch(layout, what, layers, kvHeads, headSize, dtype);
+  return error.empty();
+}
+
+uint64_t kvir::store::kvSectionBytes(const kvrt_page_layout &layout,
+                                     uint64_t tokens) {
+  return uint64_t(layout.n_layers) * uint64_t(layout.n_kv_heads) * 2 * tokens *
+         uint64_t(layout.head_size) *
+         uint64_t(kvir::kvDtypeBytes(layout.dtype));
+}
+
+bool kvir::store::copyRunToSection(kvrt_pool *pool,
+                                   const kvrt_page_layout &layout,
+                                   const kvrt_run &run, int64_t first,
+                                   int64_t total, unsigned char *section,
+                                   std::string &error) {
+  std::vector<unsigned char *> data(run.n_pages);
+  for (int64_t p = 0; p < run.n_pages; ++p) {
+    const void *page = nullptr;
+    if (kvrt_pool_page_cbytes(pool, run.pages[p], &page) != KVRT_OK) {
+      error = kvrt_last_error();
+      return false;
+    }
+    data[p] = static_cast<unsigned char *>(const_cast<void *>(page));
+  }
+  copyRun<true>(layout, run.slot_begin, run.n_tokens, first, total, section,
+                data.data());
+  return true;
+}
+
+kvrt_status kvir::store::writeSectionToPages(
+    kvrt_pool *pool, const kvrt_page_layout &layout, int64_t n, int64_t first,
+    int64_t total, const unsigned char *section, std::vector<int32_t> &pages) {
+  int64_t nPages = (n + layout.page_tokens - 1) / layout.page_tokens;
+  std::vector<int32_t> fresh(nPages);
+  if (kvrt_status s = kvrt_pool_alloc_pages(pool, nPages, fresh.data()))
+    return s;
+  kvrt::PageRefs held{pool, fresh};
+  std::vector<unsigned char *> data(nPages);
+  for (int64_t p = 0; p < nPages; ++p) {
+    void *page = nullptr;
+    if (kvrt_status s = kvrt_pool_page_bytes(pool, fresh[p], &page))
+      return s;
+    data[p] = static_cast<unsigned char *>(page);
+  }
+  copyRun<false>(layout, 0, n, first, total,
+                 const_cast<unsigned char *>(section), data.data());
+  for (int32_t page : fresh)
+    if (kvrt_status s = kvrt_pool_seal_page(pool, page))
+      return s;
+  // The caller takes the references over.
+  held.pages.clear();
+  pages = std::move(fresh);
+  return KVRT_OK;
+}
+
+//===----------------------------------------------------------------------===//
+// Blocks
+//===----------------------------------------------------------------------===//
 
 size_t BlockId::elementBytes() const {
   return size_t(kvir::kvDtypeBytes(dtype));
@@ -192,20 +328,10 @@ std::string kvir::store::keyString(const std::string &prefix,
 bool kvir::store::encodeBlob(const kvrt_view *view, const BlockId &id,
                              std::string &out, std::string &error) {
   kvrt_page_layout layout;
-  kvrt_pool *pool = kvrt_view_pool(view);
-  if (!pool || kvrt_pool_get_layout(pool, &layout) != KVRT_OK) {
-    error = "the view has no pool";
+  kvrt_pool *pool = nullptr;
+  if (!viewPoolOfShape(view, "block", id.layers, id.kvHeads, id.headSize,
+                       id.dtype, pool, layout, error))
     return false;
-  }
-  if (layout.n_layers != id.layers || layout.n_kv_heads != id.kvHeads ||
-      layout.head_size != id.headSize || layout.dtype != id.dtype) {
-    error =
-        str("the pool holds ", layout.n_layers, " x ", layout.n_kv_heads, " x ",
-            layout.head_size, " K/V of ", kvir::kvDtypeName(layout.dtype),
-            ", the block ", id.layers, " x ", id.kvHeads, " x ", id.headSize,
-            " of ", kvir::kvDtypeName(id.dtype));
-    return false;
-  }
   int64_t n = int64_t(id.tokens.size());
   if (kvrt_view_num_tokens(view) != n) {
     error = str("the view holds ", kvrt_view_num_tokens(view),
@@ -239,17 +365,8 @@ bool kvir::store::encodeBlob(const kvrt_view *view, const BlockId &id,
       error = str("run ", r, " holds other tokens than the block's");
       return false;
     }
-    std::vector<unsigned char *> data(run.n_pages);
-    for (int64_t p = 0; p < run.n_pages; ++p) {
-      const void *page = nullptr;
-      if (kvrt_pool_page_cbytes(pool, run.pages[p], &page) != KVRT_OK) {
-        error = kvrt_last_error();
-        return false;
-      }
-      data[p] = static_cast<unsigned char *>(const_cast<void *>(page));
-    }
-    copyRun<true>(layout, run.slot_begin, run.n_tokens, done, n, kv,
-                  data.data());
+    if (!copyRunToSection(pool, layout, run, done, n, kv, error))
+      return false;
     done += run.n_tokens;
   }
   std::memcpy(tokens, id.tokens.data(), n * sizeof(int32_t));
@@ -276,45 +393,21 @@ bool kvir::store::encodeBlob(const kvrt_view *view, const BlockId &id,
 kvrt_block_fault kvir::store::checkBlob(std::string_view blob,
                                         const BlockId &id,
                                         std::string &message) {
+  BlobPrologue prologue{kMagic,
+                        "block",
+                        "blob",
+                        KVRT_BLOCK_FORMAT_VERSION,
+                        uint32_t(kBlobHeaderBytes),
+                        64,
+                        id.model.data(),
+                        id.layers,
+                        id.kvHeads,
+                        id.headSize,
+                        id.dtype};
+  if (kvrt_block_fault fault = checkBlobPrologue(blob, prologue, message))
+    return fault;
   const uint8_t *b = reinterpret_cast<const uint8_t *>(blob.data());
-  if (blob.size() < kBlobHeaderBytes) {
-    message = str("truncated blob: ", blob.size(), " bytes, shorter than the ",
-                  kBlobHeaderBytes, "-byte header");
-    return KVRT_BLOCK_TRUNCATED;
-  }
-  if (std::memcmp(b, kMagic, 8) != 0) {
-    message = "corrupt blob: not a KVIR block (bad magic)";
-    return KVRT_BLOCK_CORRUPT;
-  }
   HeaderFields f = readHeader(b);
-  if (xxh64(b, 120) != f.headerChecksum) {
-    message = "corrupt blob: the header checksum does not match";
-    return KVRT_BLOCK_CORRUPT;
-  }
-  if (f.format != KVRT_BLOCK_FORMAT_VERSION ||
-      f.headerBytes != kBlobHeaderBytes ||
-      f.layout != KVRT_BLOCK_LAYOUT_VERSION) {
-    message = str("blob of format ", f.format, " / layout ", f.layout,
-                  ", this runtime reads format ", KVRT_BLOCK_FORMAT_VERSION,
-                  " / layout ", KVRT_BLOCK_LAYOUT_VERSION);
-    return KVRT_BLOCK_MISMATCH;
-  }
-  if (std::memcmp(f.model, id.model.data(), 32) != 0) {
-    message =
-        str("blob of another model: computed under model ", shortHex(f.model),
-            ", this model's fingerprint is ", shortHex(id.model.data()));
-    return KVRT_BLOCK_OTHER_MODEL;
-  }
-  if (f.dtype != uint32_t(id.dtype) || f.layers != uint32_t(id.layers) ||
-      f.kvHeads != uint32_t(id.kvHeads) ||
-      f.headSize != uint32_t(id.headSize) ||
-      f.elementBytes != id.elementBytes()) {
-    message = str("blob of another shape: ", f.layers, " x ", f.kvHeads, " x ",
-                  f.headSize, " K/V of element type ", f.dtype, ", expected ",
-                  id.layers, " x ", id.kvHeads, " x ", id.headSize, " of ",
-                  int(id.dtype));
-    return KVRT_BLOCK_MISMATCH;
-  }
   if (f.base != id.base || f.tokens != id.tokens.size() ||
       std::memcmp(f.keyDigest, id.key.data(), 16) != 0) {
     message =
@@ -356,34 +449,18 @@ kvrt_status kvir::store::mapBlob(std::string_view blob, const BlockId &id,
   kvrt_page_layout layout;
   if (kvrt_status s = kvrt_pool_get_layout(pool, &layout))
     return s;
-  if (layout.n_layers != id.layers || layout.n_kv_heads != id.kvHeads ||
-      layout.head_size != id.headSize || layout.dtype != id.dtype)
-    return kvrt::fail(KVRT_ERR_INVALID_ARGUMENT,
-                      str("the pool holds ", layout.n_layers, " x ",
-                          layout.n_kv_heads, " x ", layout.head_size,
-                          " K/V of ", kvir::kvDtypeName(layout.dtype),
-                          ", the block ", id.layers, " x ", id.kvHeads, " x ",
-                          id.headSize, " of ", kvir::kvDtypeName(id.dtype)));
+  std::string shape = describeShapeMismatch(layout, "block", id.layers,
+                                            id.kvHeads, id.headSize, id.dtype);
+  if (!shape.empty())
+    return kvrt::fail(KVRT_ERR_INVALID_ARGUMENT, shape);
   int64_t n = int64_t(id.tokens.size());
-  int64_t nPages = (n + layout.page_tokens - 1) / layout.page_tokens;
-  std::vector<int32_t> pages(nPages);
-  if (kvrt_status s = kvrt_pool_alloc_pages(pool, nPages, pages.data()))
-    return s;
-  kvrt::PageRefs held{pool, pages};
-  std::vector<unsigned char *> data(nPages);
-  for (int64_t p = 0; p < nPages; ++p) {
-    void *page = nullptr;
-    if (kvrt_status s = kvrt_pool_page_bytes(pool, pages[p], &page))
-      return s;
-    data[p] = static_cast<unsigned char *>(page);
-  }
   const unsigned char *kv = reinterpret_cast<const unsigned char *>(
       blob.data() + kBlobHeaderBytes + n * sizeof(int32_t));
-  copyRun<false>(layout, 0, n, 0, n, const_cast<unsigned char *>(kv),
-                 data.data());
-  for (int32_t page : pages)
-    if (kvrt_status s = kvrt_pool_seal_page(pool, page))
-      return s;
+  std::vector<int32_t> pages;
+  if (kvrt_status s = writeSectionToPages(pool, layout, n, 0, n, kv, pages))
+    return s;
+  kvrt::PageRefs held{pool, pages};
+  int64_t nPages = int64_t(pages.size());
   kvrt_view *empty = nullptr;
   if (kvrt_status s = kvrt_view_create(pool, &empty))
     return s;

@@ -12,7 +12,9 @@
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
 #include "runtime/store/BlockBlob.h"
+#include "runtime/store/ContextBlob.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -62,6 +64,12 @@ public:
     entry.expires = ttlSeconds > 0
                         ? Clock::now() + std::chrono::seconds(ttlSeconds)
                         : Clock::time_point::max();
+    return StoreStatus::success();
+  }
+
+  StoreStatus remove(const std::string &key) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    entries.erase(key);
     return StoreStatus::success();
   }
 
@@ -129,6 +137,25 @@ struct kvrt_block_store {
       result->fault = kind;
     return fail(KVRT_ERR_UNAVAILABLE, message);
   }
+
+  /// Stores `blob` under `key` (the `what`'s: "block" or "context") within
+  /// the size limit, counted. Under `mutex`.
+  kvrt_status putBlob(const char *what, const std::string &key,
+                      const std::string &blob, kvrt_block_result *result) {
+    if (int64_t(blob.size()) > options.max_blob_bytes)
+      return fault(result, KVRT_BLOCK_TOO_LARGE,
+                   str(what, " ", key, ": the blob has ", blob.size(),
+                       " bytes, more than the ", options.max_blob_bytes,
+                       " allowed"));
+    StoreStatus put = store->put(key, blob, options.ttl_seconds);
+    if (!put.ok())
+      return fault(result, put.fault, put.message);
+    ++stats.stores;
+    stats.bytes_stored += int64_t(blob.size());
+    if (result)
+      result->bytes = int64_t(blob.size());
+    return KVRT_OK;
+  }
 };
 
 namespace {
@@ -150,6 +177,28 @@ void setKey(kvrt_block_result *result, const std::string &key) {
   if (!result)
     return;
   std::snprintf(result->key, sizeof(result->key), "%s", key.c_str());
+}
+
+/// The token ids of every run of `view`, the stored position of its first
+/// run (0 for an empty view) and the element type of its pool's pages.
+kvrt_status viewTokens(const kvrt_view *view, std::vector<int32_t> &tokens,
+                       int64_t &base, kvrt_kv_dtype &dtype) {
+  kvrt_page_layout layout;
+  if (kvrt_status s = kvrt_pool_get_layout(kvrt_view_pool(view), &layout))
+    return s;
+  dtype = layout.dtype;
+  tokens.clear();
+  tokens.reserve(kvrt_view_num_tokens(view));
+  base = 0;
+  for (int64_t r = 0, e = kvrt_view_num_runs(view); r < e; ++r) {
+    kvrt_run run;
+    if (kvrt_status s = kvrt_view_get_run(view, r, &run))
+      return s;
+    if (r == 0)
+      base = run.base_pos;
+    tokens.insert(tokens.end(), run.tokens, run.tokens + run.n_tokens);
+  }
+  return KVRT_OK;
 }
 
 kvrt_status checkOptions(const kvrt_block_store_options &o) {
@@ -377,26 +426,16 @@ kvrt_status kvrt_block_store_save(kvrt_block_store *store,
     return kvrt::nullArgument("kvrt_block_store_save");
   ResultTimer timer{result};
   return kvrt::guard([&]() -> kvrt_status {
-    int64_t n = kvrt_view_num_tokens(block);
-    if (n == 0)
+    if (kvrt_view_num_tokens(block) == 0)
       return KVRT_OK;
     std::vector<int32_t> tokens;
-    tokens.reserve(n);
     int64_t base = 0;
-    for (int64_t r = 0, e = kvrt_view_num_runs(block); r < e; ++r) {
-      kvrt_run run;
-      if (kvrt_status s = kvrt_view_get_run(block, r, &run))
-        return s;
-      if (r == 0)
-        base = run.base_pos;
-      tokens.insert(tokens.end(), run.tokens, run.tokens + run.n_tokens);
-    }
-    kvrt_page_layout layout;
-    if (kvrt_status s = kvrt_pool_get_layout(kvrt_view_pool(block), &layout))
+    kvrt_kv_dtype dtype;
+    if (kvrt_status s = viewTokens(block, tokens, base, dtype))
       return s;
     std::lock_guard<std::mutex> lock(store->mutex);
-    BlockId id = makeBlockId(model, store->fingerprint(model), layout.dtype,
-                             base, std::move(tokens));
+    BlockId id = makeBlockId(model, store->fingerprint(model), dtype, base,
+                             std::move(tokens));
     std::string key = keyString(store->prefix, id);
     setKey(result, key);
     std::string blob, error;
@@ -404,18 +443,124 @@ kvrt_status kvrt_block_store_save(kvrt_block_store *store,
       return fail(
           KVRT_ERR_INVALID_ARGUMENT,
           str("block store: cannot store the view as a block: ", error));
-    if (int64_t(blob.size()) > store->options.max_blob_bytes)
-      return store->fault(result, KVRT_BLOCK_TOO_LARGE,
-                          str("block ", key, ": the blob has ", blob.size(),
-                              " bytes, more than the ",
-                              store->options.max_blob_bytes, " allowed"));
-    StoreStatus put = store->store->put(key, blob, store->options.ttl_seconds);
-    if (!put.ok())
-      return store->fault(result, put.fault, put.message);
-    ++store->stats.stores;
-    store->stats.bytes_stored += int64_t(blob.size());
+    return store->putBlob("block", key, blob, result);
+  });
+}
+
+kvrt_status kvrt_block_store_save_context(kvrt_block_store *store,
+                                          const kvrt_model *model,
+                                          const char *name,
+                                          const kvrt_view *view,
+                                          const float *logits, int64_t n_logits,
+                                          kvrt_block_result *result) {
+  if (result)
+    *result = kvrt_block_result{};
+  if (!store || !model || !name || !view || n_logits < 0 ||
+      (n_logits > 0 && !logits))
+    return kvrt::nullArgument("kvrt_block_store_save_context");
+  ResultTimer timer{result};
+  return kvrt::guard([&]() -> kvrt_status {
+    if (std::string why = checkContextName(name); !why.empty())
+      return fail(KVRT_ERR_INVALID_ARGUMENT, "block store: " + why);
+    std::vector<int32_t> tokens;
+    int64_t base = 0;
+    kvrt_kv_dtype dtype;
+    if (kvrt_status s = viewTokens(view, tokens, base, dtype))
+      return s;
+    std::lock_guard<std::mutex> lock(store->mutex);
+    ContextId id = makeContextId(model, store->fingerprint(model), dtype, name,
+                                 std::move(tokens));
+    std::string key = contextKeyString(store->prefix, name);
+    setKey(result, key);
+    std::string blob, error;
+    if (!encodeContextBlob(view, id, logits, n_logits, blob, error))
+      return fail(KVRT_ERR_INVALID_ARGUMENT,
+                  str("block store: cannot store the context: ", error));
+    return store->putBlob("context", key, blob, result);
+  });
+}
+
+kvrt_status
+kvrt_block_store_load_context(kvrt_block_store *store, const kvrt_model *model,
+                              kvrt_pool *pool, const char *name,
+                              const int32_t *tokens, int64_t n, float *logits,
+                              int64_t logits_capacity, int64_t *n_logits,
+                              kvrt_view **out, kvrt_block_result *result) {
+  if (result)
+    *result = kvrt_block_result{};
+  if (!store || !model || !pool || !name || !out || !n_logits || n < 0 ||
+      (n > 0 && !tokens) || logits_capacity < 0 ||
+      (logits_capacity > 0 && !logits))
+    return kvrt::nullArgument("kvrt_block_store_load_context");
+  *out = nullptr;
+  *n_logits = 0;
+  ResultTimer timer{result};
+  return kvrt::guard([&]() -> kvrt_status {
+    if (std::string why = checkContextName(name); !why.empty())
+      return fail(KVRT_ERR_INVALID_ARGUMENT, "block store: " + why);
+    kvrt_page_layout layout;
+    if (kvrt_status s = kvrt_pool_get_layout(pool, &layout))
+      return s;
+    std::lock_guard<std::mutex> lock(store->mutex);
+    ContextId id =
+        makeContextId(model, store->fingerprint(model), layout.dtype, name,
+                      std::vector<int32_t>(tokens, tokens + n));
+    std::string key = contextKeyString(store->prefix, name);
+    setKey(result, key);
+    ++store->stats.lookups;
+    std::string blob;
+    StoreStatus fetched =
+        store->store->fetch(key, store->options.max_blob_bytes, blob);
+    if (fetched.notFound) {
+      ++store->stats.misses;
+      return KVRT_OK;
+    }
+    if (!fetched.ok())
+      return store->fault(result, fetched.fault, fetched.message);
+    store->stats.bytes_fetched += int64_t(blob.size());
     if (result)
       result->bytes = int64_t(blob.size());
+    std::string why;
+    if (kvrt_block_fault bad = checkContextBlob(blob, id, why))
+      return store->fault(result, bad,
+                          str("context ", key, ": rejected ", why));
+    std::vector<float> row;
+    kvrt_view *view = nullptr;
+    if (kvrt_status s = mapContextBlob(blob, id, pool, &view, row))
+      return s;
+    if (int64_t(row.size()) > logits_capacity) {
+      kvrt_view_release(view);
+      return fail(KVRT_ERR_INVALID_ARGUMENT,
+                  str("context ", key, ": ", row.size(), " logits, room for ",
+                      logits_capacity));
+    }
+    std::copy(row.begin(), row.end(), logits);
+    *n_logits = int64_t(row.size());
+    *out = view;
+    ++store->stats.hits;
+    if (result)
+      result->hit = 1;
+    return KVRT_OK;
+  });
+}
+
+kvrt_status kvrt_block_store_remove_context(kvrt_block_store *store,
+                                            const char *name,
+                                            kvrt_block_result *result) {
+  if (result)
+    *result = kvrt_block_result{};
+  if (!store || !name)
+    return kvrt::nullArgument("kvrt_block_store_remove_context");
+  ResultTimer timer{result};
+  return kvrt::guard([&]() -> kvrt_status {
+    if (std::string why = checkContextName(name); !why.empty())
+      return fail(KVRT_ERR_INVALID_ARGUMENT, "block store: " + why);
+    std::lock_guard<std::mutex> lock(store->mutex);
+    std::string key = contextKeyString(store->prefix, name);
+    setKey(result, key);
+    StoreStatus removed = store->store->remove(key);
+    if (!removed.ok())
+      return store->fault(result, removed.fault, removed.message);
     return KVRT_OK;
   });
 }

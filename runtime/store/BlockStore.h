@@ -1,6 +1,6 @@
 //===- BlockStore.h - Where blobs are kept ----------------------*- C++ -*-===//
 //
-// The interface behind kvrt_block_store: three operations on opaque blobs
+// The interface behind kvrt_block_store: four operations on opaque blobs
 // under string keys, implemented in this process (MemoryStore) and over
 // Redis (RedisStore.cpp). What a blob holds and how it is checked is
 // BlockBlob.h's business; a store only moves bytes and says precisely what
@@ -53,6 +53,9 @@ public:
   /// Stores `blob` under `key`, expiring after `ttlSeconds` (0: never).
   virtual StoreStatus put(const std::string &key, std::string_view blob,
                           int64_t ttlSeconds) = 0;
+
+  /// Removes `key` (success when it is absent).
+  virtual StoreStatus remove(const std::string &key) = 0;
 };
 
 /// A store in this process: a map with expiry, private to the handle.

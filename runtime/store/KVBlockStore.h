@@ -157,6 +157,45 @@ kvrt_status kvrt_block_store_save(kvrt_block_store *store,
                                   const kvrt_view *block,
                                   kvrt_block_result *result);
 
+/// A whole context (a server's, spilled out of the pool): every run of a view
+/// with its tokens, stored positions, offset and label, and the logits of
+/// its last token, under `<prefix>ctx:v1:<name>` (ContextBlob.h has the
+/// format). Unlike a block it is named by the caller, not by its content,
+/// and it is checked on load against the name and the tokens the caller
+/// expects (a blob that fails a check is rejected, counted and never
+/// mapped). Load, save and remove count in the store's counters as blocks
+/// do.
+#define KVRT_CONTEXT_FORMAT_VERSION 1
+/// Room for a context's name: 1 to 95 letters, digits and `_-.:`.
+#define KVRT_CONTEXT_NAME_MAX 96
+
+/// Stores `view` and `n_logits` logits (0, or the model's vocabulary) as the
+/// context `name` (replacing any).
+kvrt_status kvrt_block_store_save_context(kvrt_block_store *store,
+                                          const kvrt_model *model,
+                                          const char *name,
+                                          const kvrt_view *view,
+                                          const float *logits, int64_t n_logits,
+                                          kvrt_block_result *result);
+
+/// Fetches the context `name`, which must hold `tokens` (`n` of them), into
+/// fresh sealed pages of `pool`: KVRT_OK with `*out` the view (its runs as
+/// they were saved) and its logits in `logits` (room for `logits_capacity`,
+/// the count in `*n_logits`) on a hit, `*out` NULL on a miss;
+/// KVRT_ERR_UNAVAILABLE on a fault (`result->fault`); KVRT_ERR_POOL_EXHAUSTED
+/// when the pool cannot take it.
+kvrt_status
+kvrt_block_store_load_context(kvrt_block_store *store, const kvrt_model *model,
+                              kvrt_pool *pool, const char *name,
+                              const int32_t *tokens, int64_t n, float *logits,
+                              int64_t logits_capacity, int64_t *n_logits,
+                              kvrt_view **out, kvrt_block_result *result);
+
+/// Removes the context `name` from the store (nothing when it is absent).
+kvrt_status kvrt_block_store_remove_context(kvrt_block_store *store,
+                                            const char *name,
+                                            kvrt_block_result *result);
+
 /// Counters since the store was opened.
 typedef struct kvrt_block_store_stats {
   int64_t lookups, hits, misses, stores;

@@ -250,6 +250,16 @@ public:
     return StoreStatus::success();
   }
 
+  StoreStatus remove(const std::string &key) override {
+    Reply reply;
+    StoreStatus status = command({"DEL", key}, reply);
+    if (!status.ok())
+      return status;
+    if (reply.reply->type != REDIS_REPLY_INTEGER)
+      return unexpected("DEL", reply);
+    return StoreStatus::success();
+  }
+
 private:
   std::string urlText;
   RedisAddress address;

@@ -145,6 +145,12 @@ put("block-blob", "cut-256", b"\x01\x00\x01")
 put("block-blob", "flip-header", b"\x01\xff\xff\x10\x00\x01")
 put("block-blob", "flip-payload", b"\x01\xff\xff\x00\x02\x80")
 put("block-blob", "raw-short", b"\x00KVBLOCK")
+# The same for a context blob (bit 1 of the first byte).
+put("block-blob", "context-valid", b"\x03\xff\xff")
+put("block-blob", "context-cut-200", b"\x03\xc8\x00")
+put("block-blob", "context-flip-runs", b"\x03\xff\xff\x90\x00\x01")
+put("block-blob", "context-flip-payload", b"\x03\xff\xff\x00\x02\x80")
+put("block-blob", "context-raw-short", b"\x02KVIRCTXT")
 # Bodies of kv-serve's endpoints (ServeRequestFuzzer.cpp): the first byte
 # picks the decoder (0 create, 1 append, 2 edit, 3 compose, 4 block,
 # 5 generate, 6 completions, 7 chat), the rest is the body.

@@ -24,6 +24,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "driver/compiler/Attribution.h"
+#include "driver/compiler/CompileCache.h"
 #include "driver/compiler/Compiler.h"
 #include "driver/runner/Runner.h"
 #include "driver/version/Version.h"
@@ -77,6 +78,7 @@ const char *kUsage =
 /// kv-run's command line: the runners' options and its own.
 struct Options {
   RunOptions run;
+  CacheOptions cache;
   std::string program;
   std::string tokens, tokensFile;
   bool tokensGiven = false, tokensFileGiven = false;
@@ -429,6 +431,7 @@ llvm::Error runProgram(const Options &options) {
 /// Declares kv-run's options: the runners' and its own.
 void declareOptions(OptionParser &parser, Options &options) {
   addRunOptions(parser, options.run);
+  addCacheOptions(parser, options.cache);
   parser.section("kv-run's own");
   parser.text("tokens", "IDS",
               "without a program: whitespace-separated token ids, e.g. "
@@ -475,10 +478,23 @@ int main(int argc, char **argv) {
   if (!positionals.empty())
     options.program = positionals[0];
   if (!applyThreads(options.run.runner.threads, problem) ||
-      !checkRunOptions(options.run, problem))
+      !checkRunOptions(options.run, problem) ||
+      !checkCacheOptions(options.cache, problem))
     return fail(problem);
+  // Without a cache the run compiles everything, as --no-cache does.
+  if (!options.cache.disabled &&
+      !compiler::installDefaultCompileCache(uint64_t(options.cache.maxMb) << 20,
+                                            problem))
+    llvm::WithColor::warning(llvm::errs(), "kv-run")
+        << "compile cache off: " << problem << "\n";
   llvm::Error error =
       options.program.empty() ? runTokens(options) : runProgram(options);
+  if (options.cache.stats) {
+    std::shared_ptr<compiler::CompileCache> cache = compiler::compileCache();
+    llvm::errs() << (cache ? compiler::describeCacheStats(*cache)
+                           : std::string("compile cache: off"))
+                 << "\n";
+  }
   // The report went to stdout: a full disk or a closed pipe is a failure.
   if (!error && (std::fflush(stdout) != 0 || std::ferror(stdout)))
     error = makeError(llvm::Twine("cannot write the report to stdout: ") +

@@ -16,6 +16,7 @@
 
 #include "driver/server/Server.h"
 
+#include "driver/compiler/CompileCache.h"
 #include "driver/runner/RunOptions.h"
 #include "driver/version/Version.h"
 
@@ -50,6 +51,7 @@ const char *kUsage =
 
 struct Options {
   run::RunOptions run;
+  run::CacheOptions cache;
   EngineOptions engine;
   ServerOptions server;
   std::vector<std::string> apiKeys;
@@ -90,6 +92,19 @@ bool positive(int64_t value, const char *option, std::string &error) {
   return false;
 }
 
+/// The compile cache in the log: where, and whether the forward came from
+/// it.
+nlohmann::json compileCacheLog() {
+  std::shared_ptr<compiler::CompileCache> cache = compiler::compileCache();
+  if (!cache)
+    return "off";
+  compiler::CacheStats s = cache->stats();
+  return {{"dir", cache->directory()},
+          {"hits", s.hits},
+          {"misses", s.misses},
+          {"rejected", s.rejected}};
+}
+
 /// Reads the command line into `o`; false with `error`.
 bool parseOptions(int argc, char **argv, Options &o, run::OptionParser &parser,
                   std::string &error) {
@@ -99,6 +114,10 @@ bool parseOptions(int argc, char **argv, Options &o, run::OptionParser &parser,
                            " belongs to kv-run: kv-serve takes its inputs in "
                            "requests (docs/serve.md)")
                               .c_str());
+  run::addCacheOptions(parser, o.cache);
+  parser.withdraw("cache-stats", "--cache-stats belongs to kv-run: kv-serve "
+                                 "reports the compile cache in /metrics and "
+                                 "its log");
   parser.section("serving");
   parser.text("host", "ADDRESS",
               "address to listen on (default 127.0.0.1: this machine only)",
@@ -144,8 +163,9 @@ bool parseOptions(int argc, char **argv, Options &o, run::OptionParser &parser,
                  "most tokens one generation may ask for (default 4096)",
                  o.maxGenerate);
   parser.integer("max-contexts", "N",
-                 "live contexts; beyond, the least recently used idle one is "
-                 "evicted (default 1024)",
+                 "contexts in the pool; beyond, the least recently used idle "
+                 "one is evicted: spilled to --kv-store and restored on use "
+                 "when one is given, else gone (default 1024)",
                  o.maxContexts);
   parser.integer("max-contexts-per-tenant", "N",
                  "live contexts of one tenant; beyond, creating one is "
@@ -189,7 +209,8 @@ bool parseOptions(int argc, char **argv, Options &o, run::OptionParser &parser,
             "': kv-serve takes no program (kv-serve --help)";
     return false;
   }
-  if (!run::checkRunOptions(o.run, error))
+  if (!run::checkRunOptions(o.run, error) ||
+      !run::checkCacheOptions(o.cache, error))
     return false;
   if (o.port < 0 || o.port > 65535) {
     error = "--port must be in [0, 65535], got " + std::to_string(o.port);
@@ -299,6 +320,12 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "kv-serve: error: %s\n", error.c_str());
     return 1;
   }
+  // Plans and the forward compiled by an earlier server on this machine are
+  // loaded, not compiled again; without a cache everything is compiled.
+  if (!o.cache.disabled && !compiler::installDefaultCompileCache(
+                               uint64_t(o.cache.maxMb) << 20, error))
+    writeLogLine(
+        {{"event", "warning"}, {"message", "compile cache off: " + error}});
   Metrics metrics;
   std::unique_ptr<Engine> engine = Engine::create(o.engine, metrics, error);
   if (!engine) {
@@ -321,7 +348,8 @@ int main(int argc, char **argv) {
          {"model", engine->modelId()},
          {"mode", reuseModeName(o.engine.mode)},
          {"chat_template", engine->chatFormat()},
-         {"tenants", o.server.apiKeys.size()}});
+         {"tenants", o.server.apiKeys.size()},
+         {"compile_cache", compileCacheLog()}});
     std::atomic<bool> served{false};
     std::thread waiter([&] {
       int signal = 0;

@@ -4,8 +4,10 @@
 // over HTTP by cpp-httplib's client: a context's whole life, an edit that
 // gives the tokens kv-run's plan gives for the same program, streaming
 // token by token, the OpenAI endpoints and prefix reuse, blocks and
-// compose, bad input of every kind, API keys and tenants, limits,
-// concurrency, the audit, SIGTERM draining, and a bounded soak (its length
+// compose, bad input of every kind, API keys and tenants, limits, evicted
+// contexts spilled to the block store and restored (or prefilled again when
+// their blob is gone or damaged), concurrency, the audit, SIGTERM draining,
+// and a bounded soak (its length
 // from KVIR_SERVE_SOAK_SECONDS, 15 s by default) with zero failed requests
 // and a flat resident memory.
 //
@@ -17,6 +19,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <set>
 #include <thread>
@@ -529,6 +532,148 @@ TEST(Serve, Eviction) {
   EXPECT_EQ(s->stop(), 0);
 }
 
+/// Generates 8 tokens from context `id`, sampled with a fixed seed (so
+/// that they follow the logits, not only their maximum).
+Json sampled(ServeProcess &s, const std::string &id) {
+  Reply r = s.post("/v1/contexts/" + id + "/generate",
+                   {{"max_tokens", 8}, {"temperature", 1.0}, {"seed", 5}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  return r.json;
+}
+
+/// With a block store, an evicted context is spilled to it and restored on
+/// use as it was (an edit's approximation included): the same tokens as a
+/// context never evicted, with nothing prefilled again.
+TEST(Serve, EvictedContextsSpillAndRestore) {
+  REQUIRE_MODEL();
+  auto s = startServer({"--kv-store", "memory", "--max-contexts", "1",
+                        "--prefix-cache-entries", "0"});
+  auto edit = [&](const std::string &id) {
+    Reply r =
+        s->post("/v1/contexts/" + id + "/edit", {{"segment", "hero"},
+                                                 {"text", "boy named Tim."},
+                                                 {"strategy", "cot_slice"}});
+    EXPECT_EQ(r.status, 200) << r.body;
+  };
+  std::string reference = create(*s);
+  edit(reference);
+  Json expected = sampled(*s, reference);
+  // The same again, pushed out of the pool by the next create.
+  std::string id = create(*s);
+  edit(id);
+  create(*s);
+  Reply read = s->get("/v1/contexts/" + id);
+  ASSERT_EQ(read.status, 200) << read.body;
+  EXPECT_EQ(read.json["resident"], false);
+  EXPECT_EQ(read.json["evicted"], "spilled");
+  EXPECT_EQ(read.json["cached_tokens"], 0);
+  Json got = sampled(*s, id);
+  EXPECT_EQ(got["token_ids"], expected["token_ids"]);
+  EXPECT_EQ(got["prefilled"], expected["prefilled"]);
+  EXPECT_EQ(got["recomputed"], expected["recomputed"]);
+  read = s->get("/v1/contexts/" + id);
+  EXPECT_EQ(read.json["resident"], true);
+  EXPECT_FALSE(read.json.contains("evicted"));
+  std::string metrics = s->get("/metrics").body;
+  EXPECT_NE(metrics.find("kvserve_context_spills_total{outcome=\"stored\"} 3"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("kvserve_context_restores_total{from=\"store\"} 1"),
+            std::string::npos)
+      << metrics;
+  // Deleted while spilled: gone, its blob with it.
+  EXPECT_EQ(s->request("DELETE", "/v1/contexts/" + reference).status, 200);
+  EXPECT_EQ(s->get("/v1/contexts/" + reference).status, 404);
+  EXPECT_EQ(s->stop(), 0);
+  EXPECT_NE(s->log().find("\"restored\":{\"bytes\":"), std::string::npos)
+      << s->log();
+}
+
+/// A spilled context whose blob is gone (here: expired) is prefilled again
+/// from its tokens, and generates what a full prefill gives.
+TEST(Serve, SpilledContextWithoutItsBlobIsPrefilledAgain) {
+  REQUIRE_MODEL();
+  auto s = startServer({"--kv-store", "memory", "--kv-store-ttl", "1",
+                        "--max-contexts", "1", "--prefix-cache-entries", "0"});
+  std::string reference = create(*s);
+  Json expected = sampled(*s, reference);
+  std::string id = create(*s);
+  create(*s);
+  EXPECT_EQ(s->get("/v1/contexts/" + id).json["evicted"], "spilled");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  Json got = sampled(*s, id);
+  EXPECT_EQ(got["token_ids"], expected["token_ids"]);
+  EXPECT_EQ(got["prefilled"], 35);
+  std::string metrics = s->get("/metrics").body;
+  EXPECT_NE(metrics.find("kvserve_context_restores_total{from=\"tokens\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_EQ(s->stop(), 0);
+  EXPECT_NE(s->log().find("\"fault\":\"miss\",\"from\":\"tokens\""),
+            std::string::npos)
+      << s->log();
+}
+
+/// The value of an unlabelled sample in /metrics (-1 when absent).
+double metric(const std::string &text, const std::string &name) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(name + " ", 0) == 0)
+      return std::atof(line.c_str() + name.size() + 1);
+  return -1;
+}
+
+/// A restarted server loads the forward and the plans an earlier one
+/// compiled from the compile cache on disk (KVIR_CACHE_DIR), and its edit
+/// gives the same tokens; with --no-cache it compiles them again.
+TEST(Serve, RestartLoadsCompiledPlans) {
+  REQUIRE_MODEL();
+  std::string dir =
+      ::testing::TempDir() + "/kv-serve-cache-" + std::to_string(getpid());
+  std::string previous =
+      std::getenv("KVIR_CACHE_DIR") ? std::getenv("KVIR_CACHE_DIR") : "";
+  setenv("KVIR_CACHE_DIR", dir.c_str(), 1);
+  auto session = [](ServeProcess &s, Json &edit, std::string &metrics) {
+    std::string id = create(s);
+    Reply r = s.post("/v1/contexts/" + id + "/edit",
+                     {{"segment", "hero"}, {"text", "boy named Tim."}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    Reply gen = s.post("/v1/contexts/" + id + "/generate",
+                       {{"max_tokens", 8}, {"temperature", 0}});
+    ASSERT_EQ(gen.status, 200) << gen.body;
+    edit = gen.json["token_ids"];
+    metrics = s.get("/metrics").body;
+    EXPECT_EQ(s.stop(), 0) << s.log();
+  };
+  Json first, second, third;
+  std::string before, after, uncached;
+  auto s = startServer();
+  session(*s, first, before);
+  // The forward and the edit plan, compiled and stored.
+  EXPECT_EQ(metric(before, "kvserve_compile_cache_misses"), 2) << before;
+  EXPECT_EQ(metric(before, "kvserve_compile_cache_stored"), 2) << before;
+  EXPECT_EQ(metric(before, "kvserve_compile_cache_hits"), 0) << before;
+  s = startServer();
+  session(*s, second, after);
+  EXPECT_EQ(metric(after, "kvserve_compile_cache_hits"), 2) << after;
+  EXPECT_EQ(metric(after, "kvserve_compile_cache_misses"), 0) << after;
+  EXPECT_EQ(metric(after, "kvserve_compile_cache_stored"), 0) << after;
+  EXPECT_NE(s->log().find("\"compile_cache\":{\"dir\":"), std::string::npos)
+      << s->log();
+  EXPECT_EQ(second, first);
+  s = startServer({"--no-cache"});
+  session(*s, third, uncached);
+  EXPECT_EQ(metric(uncached, "kvserve_compile_cache_hits"), -1) << uncached;
+  EXPECT_NE(s->log().find("\"compile_cache\":\"off\""), std::string::npos)
+      << s->log();
+  EXPECT_EQ(third, first);
+  if (previous.empty())
+    unsetenv("KVIR_CACHE_DIR");
+  else
+    setenv("KVIR_CACHE_DIR", previous.c_str(), 1);
+  std::filesystem::remove_all(dir);
+}
+
 /// SIGTERM: the stream in flight finishes, the process exits 0 and takes
 /// no new connection.
 TEST(Serve, SigtermDrains) {
@@ -575,6 +720,40 @@ TEST(Serve, SigtermDrains) {
   late.set_connection_timeout(1);
   EXPECT_FALSE(late.Get("/health"));
   EXPECT_NE(s->log().find("\"event\":\"stopped\""), std::string::npos);
+}
+
+/// A spilled context whose blob was damaged in the store (Redis, shared
+/// with whoever can reach it) is not mapped: it is prefilled again from its
+/// tokens and generates what a full prefill gives. Runs under
+/// tools/with-redis.sh (ctest: Serve.RedisFaults.with-redis), else skips.
+TEST(Serve, RedisSpilledBlobDamaged) {
+  REQUIRE_MODEL();
+  const char *url = std::getenv("KVIR_REDIS_URL");
+  const char *port = std::getenv("KVIR_REDIS_PORT");
+  if (!url || !port)
+    GTEST_SKIP() << "no Redis (run under tools/with-redis.sh)";
+  auto s = startServer({"--kv-store", url, "--max-contexts", "1",
+                        "--prefix-cache-entries", "0"});
+  std::string reference = create(*s);
+  Json expected = sampled(*s, reference);
+  std::string id = create(*s);
+  create(*s);
+  ASSERT_EQ(s->get("/v1/contexts/" + id).json["evicted"], "spilled");
+  // A byte of its K/V flipped.
+  std::string key = "kvir:default:ctx:v1:" + id;
+  std::string damage = std::string("redis-cli -p ") + port + " SETRANGE " +
+                       key + " 40000 X >/dev/null";
+  ASSERT_EQ(std::system(damage.c_str()), 0);
+  Json got = sampled(*s, id);
+  EXPECT_EQ(got["token_ids"], expected["token_ids"]);
+  EXPECT_EQ(got["prefilled"], 35);
+  EXPECT_EQ(s->stop(), 0);
+  EXPECT_NE(s->log().find("\"fault\":\"corrupt\""), std::string::npos)
+      << s->log();
+  // The server removed the blobs of its spilled contexts when it stopped.
+  std::string left = std::string("redis-cli -p ") + port +
+                     " --scan --pattern 'kvir:default:ctx:*' | grep -q .";
+  EXPECT_NE(std::system(left.c_str()), 0);
 }
 
 /// With the block store's Redis killed and restarted mid-run, requests keep
@@ -692,33 +871,42 @@ TEST(Serve, Soak) {
     }
   };
   const char *strategies[] = {"cot_slice", "exact", "erratum"};
+  // One turn of a client: create, append, edit (the strategy and the new
+  // fact's length pick the plan), compose, generate, complete, read, delete.
+  auto turn = [&](int round, const char *hero) {
+    Reply created = s->post("/v1/contexts", story());
+    check(created, 201);
+    if (created.status != 201)
+      return;
+    std::string ctx = "/v1/contexts/" + created.json["id"].get<std::string>();
+    check(s->post(ctx + "/segments",
+                  {{"name", "turn"}, {"text", "She ran to the park."}}),
+          200);
+    Json edit = {{"segment", "hero"},
+                 {"text", hero},
+                 {"strategy", strategies[round % 3]}};
+    if (round % 3 == 2)
+      edit["correction"] = {{"text", "It was a cat."}};
+    check(s->post(ctx + "/edit", edit), 200);
+    check(s->post(ctx + "/compose", {{"block", "manual"}}), 200);
+    check(s->post(ctx + "/generate",
+                  {{"max_tokens", 8}, {"seed", round}, {"temperature", 0.8}}),
+          200);
+    check(s->post("/v1/completions",
+                  {{"prompt", "Once upon a time, a cat"}, {"max_tokens", 4}}),
+          200);
+    check(s->get(ctx), 200);
+    check(s->request("DELETE", ctx), 200);
+  };
+  const char *heroes[] = {"cat.", "boy named Tim."};
+  // Every plan the clients use compiled first: on a loaded machine (or a
+  // cold compile cache) compiling them can outlast the timed warm-up.
+  for (int round = 0; round < 6; ++round)
+    turn(round, heroes[round % 2]);
   auto work = [&](int client) {
     std::mt19937 random(client);
-    for (int round = 0; !stop; ++round) {
-      Reply created = s->post("/v1/contexts", story());
-      check(created, 201);
-      if (created.status != 201)
-        continue;
-      std::string ctx = "/v1/contexts/" + created.json["id"].get<std::string>();
-      check(s->post(ctx + "/segments",
-                    {{"name", "turn"}, {"text", "She ran to the park."}}),
-            200);
-      Json edit = {{"segment", "hero"},
-                   {"text", random() % 2 ? "boy named Tim." : "cat."},
-                   {"strategy", strategies[round % 3]}};
-      if (round % 3 == 2)
-        edit["correction"] = {{"text", "It was a cat."}};
-      check(s->post(ctx + "/edit", edit), 200);
-      check(s->post(ctx + "/compose", {{"block", "manual"}}), 200);
-      check(s->post(ctx + "/generate",
-                    {{"max_tokens", 8}, {"seed", round}, {"temperature", 0.8}}),
-            200);
-      check(s->post("/v1/completions",
-                    {{"prompt", "Once upon a time, a cat"}, {"max_tokens", 4}}),
-            200);
-      check(s->get(ctx), 200);
-      check(s->request("DELETE", ctx), 200);
-    }
+    for (int round = 0; !stop; ++round)
+      turn(round, heroes[random() % 2]);
   };
   std::vector<std::thread> clients;
   for (int c = 0; c < 8; ++c)

@@ -16,6 +16,7 @@
 #include "runtime/exec/ExecRuntime.h"
 #include "runtime/reference/Reference.h"
 #include "runtime/store/BlockBlob.h"
+#include "runtime/store/ContextBlob.h"
 #include "runtime/store/Hash.h"
 #include "test/unit/TestSupport.h"
 
@@ -543,6 +544,302 @@ TEST_F(BlockStoreTest, OpeningChecksTheUrlAndOptions) {
 }
 
 //===----------------------------------------------------------------------===//
+// Contexts
+//===----------------------------------------------------------------------===//
+
+/// A context as kv-serve holds one: runs of several shapes. @a prefilled at
+/// 0; @b a block prefilled at 0 and relocated after @a (offset 6); @c
+/// prefilled over both; then the first two tokens cut off, so that the first
+/// run starts inside a page.
+class ContextBlobTest : public BlockStoreTest {
+protected:
+  void SetUp() override {
+    BlockStoreTest::SetUp();
+    ViewPtr a = prefillBlock(ids(6, 20));
+    kvrt_view *labelled = nullptr;
+    ViewPtr b = prefillBlock(ids(5, 40));
+    ViewPtr moved = shifted(b.get(), 6);
+    ViewPtr ab = concat(a.get(), moved.get());
+    std::vector<float> scratch;
+    ASSERT_EQ(backend->prefill(Forward(), model.get(), ab.get(),
+                               ids(3, 60).data(), 3, 11, "c", true, &scratch,
+                               &labelled),
+              KVRT_OK)
+        << kvrt_last_error();
+    ViewPtr abc(labelled);
+    view = slice(abc.get(), 2, 14);
+    for (int64_t r = 0; r < kvrt_view_num_runs(view.get()); ++r) {
+      kvrt_run run;
+      ASSERT_EQ(kvrt_view_get_run(view.get(), r, &run), KVRT_OK);
+      tokens.insert(tokens.end(), run.tokens, run.tokens + run.n_tokens);
+    }
+    logits.assign(size_t(config.vocab_size), 0.f);
+    for (size_t i = 0; i < logits.size(); ++i)
+      logits[i] = float(i) * 0.25f - 3;
+  }
+
+  ContextId idOf(const std::string &name, std::vector<int32_t> t) {
+    return makeContextId(model.get(), fingerprint, KVRT_KV_F32, name,
+                         std::move(t));
+  }
+  std::string encode(const kvrt_view *v) {
+    std::string blob, error;
+    EXPECT_TRUE(encodeContextBlob(v, idOf("ctx_1", tokens), logits.data(),
+                                  int64_t(logits.size()), blob, error))
+        << error;
+    return blob;
+  }
+
+  ViewPtr view;
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;
+};
+
+/// The runs of a view: tokens, positions, offsets and labels.
+std::vector<std::string> runsOf(const kvrt_view *view) {
+  std::vector<std::string> out;
+  for (int64_t r = 0; r < kvrt_view_num_runs(view); ++r) {
+    kvrt_run run;
+    EXPECT_EQ(kvrt_view_get_run(view, r, &run), KVRT_OK);
+    std::string text = std::to_string(run.n_tokens) + "@" +
+                       std::to_string(run.base_pos) + "+" +
+                       std::to_string(run.delta) + " " +
+                       (run.label ? run.label : "(none)") + ":";
+    for (int64_t i = 0; i < run.n_tokens; ++i)
+      text += " " + std::to_string(run.tokens[i]);
+    out.push_back(text);
+  }
+  return out;
+}
+
+TEST_F(ContextBlobTest, RoundTripIsBitExact) {
+  std::vector<std::string> runs = runsOf(view.get());
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(runs[0], "4@2+0 block: 22 23 24 25");
+  EXPECT_EQ(runs[1], "5@0+6 block: 40 41 42 43 44");
+  EXPECT_EQ(runs[2], "3@11+0 c: 60 61 62");
+  std::string blob = encode(view.get());
+  ContextId id = idOf("ctx_1", tokens);
+  std::string why;
+  ASSERT_EQ(checkContextBlob(blob, id, why), KVRT_BLOCK_OK) << why;
+  // Into a pool of another page size: the same runs, the same K/V (the
+  // blob again) and the same answer to a question after it.
+  PoolPtr other = poolFor(model.get(), 64, /*pageTokens=*/16);
+  kvrt_view *mapped = nullptr;
+  std::vector<float> row;
+  ASSERT_EQ(mapContextBlob(blob, id, other.get(), &mapped, row), KVRT_OK)
+      << kvrt_last_error();
+  ViewPtr held(mapped);
+  EXPECT_EQ(runsOf(mapped), runs);
+  EXPECT_EQ(row, logits);
+  EXPECT_EQ(encode(mapped), blob);
+  EXPECT_EQ(answer(mapped, ids(4, 50)), answer(view.get(), ids(4, 50)));
+  // Without logits.
+  std::string bare, error;
+  ASSERT_TRUE(encodeContextBlob(view.get(), id, nullptr, 0, bare, error));
+  ASSERT_EQ(checkContextBlob(bare, id, why), KVRT_BLOCK_OK) << why;
+  ASSERT_EQ(mapContextBlob(bare, id, pool.get(), &mapped, row), KVRT_OK);
+  kvrt_view_release(mapped);
+  EXPECT_TRUE(row.empty());
+  // What cannot be encoded.
+  EXPECT_FALSE(encodeContextBlob(view.get(), idOf("ctx_1", ids(12)), nullptr, 0,
+                                 bare, error));
+  EXPECT_NE(error.find("other tokens"), std::string::npos) << error;
+  EXPECT_FALSE(
+      encodeContextBlob(view.get(), id, logits.data(), 3, bare, error));
+  EXPECT_NE(error.find("no logits or a row"), std::string::npos) << error;
+}
+
+/// Rewrites the payload checksum and the header checksum of a context blob
+/// after its payload changed.
+void resealContext(std::string &b) {
+  uint64_t sum =
+      xxh64(b.data() + kContextHeaderBytes, b.size() - kContextHeaderBytes);
+  setField<uint64_t>(b, 112, sum);
+}
+
+TEST_F(ContextBlobTest, EveryBadBlobIsRejectedCountedAndNeverMapped) {
+  const std::string good = encode(view.get());
+  std::vector<Spoiler> cases = {
+      {"bad magic", [](std::string &b) { b[0] = 'X'; }, KVRT_BLOCK_CORRUPT,
+       "bad magic"},
+      {"block magic", [](std::string &b) { b[4] = 'B'; }, KVRT_BLOCK_CORRUPT,
+       "not a KVIR context"},
+      {"header byte", [](std::string &b) { b[45] ^= 1; }, KVRT_BLOCK_CORRUPT,
+       "header checksum"},
+      {"format version", [](std::string &b) { setField<uint32_t>(b, 8, 2); },
+       KVRT_BLOCK_MISMATCH, "format 2"},
+      {"other model",
+       [](std::string &b) { setField<uint8_t>(b, 72, uint8_t(b[72] ^ 0x80)); },
+       KVRT_BLOCK_OTHER_MODEL, "another model"},
+      {"layers",
+       [&](std::string &b) {
+         setField<uint32_t>(b, 24, uint32_t(config.n_layers + 1));
+       },
+       KVRT_BLOCK_MISMATCH, "another shape"},
+      {"other name",
+       [](std::string &b) { setField<uint8_t>(b, 104, uint8_t(b[104] ^ 1)); },
+       KVRT_BLOCK_MISMATCH, "another context"},
+      {"token count", [](std::string &b) { setField<uint64_t>(b, 48, 11); },
+       KVRT_BLOCK_MISMATCH, "another context"},
+      {"logit count", [](std::string &b) { setField<uint64_t>(b, 56, 3); },
+       KVRT_BLOCK_MISMATCH, "3 logits"},
+      {"payload byte", [](std::string &b) { b[b.size() - 9] ^= 0x40; },
+       KVRT_BLOCK_CORRUPT, "payload checksum"},
+      {"empty run",
+       [](std::string &b) {
+         setField<int64_t>(b, kContextHeaderBytes, 0);
+         resealContext(b);
+       },
+       KVRT_BLOCK_MISMATCH, "run 0 holds 0 tokens"},
+      {"run beyond the positions",
+       [](std::string &b) {
+         setField<int64_t>(b, kContextHeaderBytes + 8, int64_t(1) << 53);
+         resealContext(b);
+       },
+       KVRT_BLOCK_MISMATCH, "outside [0, 2^53)"},
+      {"negative position",
+       [](std::string &b) {
+         setField<int64_t>(b, kContextHeaderBytes + 32 + 16, -1);
+         resealContext(b);
+       },
+       KVRT_BLOCK_MISMATCH, "outside [0, 2^53)"},
+      {"label longer than the blob",
+       [](std::string &b) {
+         setField<uint32_t>(b, kContextHeaderBytes + 24, 1000000);
+         resealContext(b);
+       },
+       KVRT_BLOCK_MISMATCH, "its sections take"},
+      {"token id",
+       [](std::string &b) {
+         // Labels "block", "block", "c" follow the 3 runs' table.
+         b[kContextHeaderBytes + 3 * 32 + 11] ^= 1;
+         resealContext(b);
+       },
+       KVRT_BLOCK_MISMATCH, "token ids differ"},
+      {"truncated payload", [](std::string &b) { b.resize(b.size() - 1); },
+       KVRT_BLOCK_TRUNCATED, "truncated blob"},
+      {"truncated header", [](std::string &b) { b.resize(50); },
+       KVRT_BLOCK_TRUNCATED, "shorter than the 128-byte header"},
+      {"overlong", [](std::string &b) { b += "tail"; }, KVRT_BLOCK_TRUNCATED,
+       "overlong"},
+  };
+  ContextId id = idOf("ctx_1", tokens);
+  kvrt_block_store_options options;
+  kvrt_block_store_options_init(&options);
+  StorePtr store(wrapBlockStore(createMemoryStore(), &options));
+  ASSERT_TRUE(store);
+  BlockStore *raw = unwrapBlockStore(store.get());
+  std::string key = contextKeyString("kvir:", "ctx_1"), why;
+  EXPECT_EQ(key, "kvir:ctx:v1:ctx_1");
+  int64_t pages = pagesInUse(pool.get()), rejected = 0;
+  for (const Spoiler &c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string bad = good;
+    c.spoil(bad);
+    EXPECT_EQ(checkContextBlob(bad, id, why), c.fault) << why;
+    EXPECT_NE(why.find(c.says), std::string::npos) << why;
+    ASSERT_TRUE(raw->put(key, bad, 0).ok());
+    kvrt_view *out = nullptr;
+    std::vector<float> row(logits.size());
+    int64_t n = -1;
+    kvrt_block_result result;
+    EXPECT_EQ(kvrt_block_store_load_context(
+                  store.get(), model.get(), pool.get(), "ctx_1", tokens.data(),
+                  int64_t(tokens.size()), row.data(), int64_t(row.size()), &n,
+                  &out, &result),
+              KVRT_ERR_UNAVAILABLE);
+    EXPECT_EQ(out, nullptr);
+    EXPECT_EQ(n, 0);
+    EXPECT_EQ(result.fault, c.fault);
+    EXPECT_STREQ(result.key, key.c_str());
+    EXPECT_EQ(pagesInUse(pool.get()), pages) << "a rejected blob was mapped";
+    ++rejected;
+  }
+  kvrt_block_store_stats stats;
+  ASSERT_EQ(kvrt_block_store_get_stats(store.get(), &stats), KVRT_OK);
+  EXPECT_EQ(stats.rejected, rejected);
+  EXPECT_EQ(stats.hits, 0);
+}
+
+TEST_F(ContextBlobTest, StoreSavesLoadsAndRemovesContexts) {
+  kvrt_block_store_options options;
+  kvrt_block_store_options_init(&options);
+  options.key_prefix = "t:alice:";
+  kvrt_block_store *opened = nullptr;
+  ASSERT_EQ(kvrt_block_store_open("memory", &options, &opened), KVRT_OK);
+  StorePtr store(opened);
+  kvrt_block_result result;
+  ASSERT_EQ(kvrt_block_store_save_context(store.get(), model.get(), "ctx_1",
+                                          view.get(), logits.data(),
+                                          int64_t(logits.size()), &result),
+            KVRT_OK)
+      << kvrt_last_error();
+  EXPECT_STREQ(result.key, "t:alice:ctx:v1:ctx_1");
+  EXPECT_EQ(result.bytes, int64_t(encode(view.get()).size()));
+
+  auto load = [&](const char *name, const std::vector<int32_t> &t,
+                  std::vector<float> &row, kvrt_view **out) {
+    row.assign(logits.size(), 0.f);
+    int64_t n = 0;
+    kvrt_status s = kvrt_block_store_load_context(
+        store.get(), model.get(), pool.get(), name, t.data(), int64_t(t.size()),
+        row.data(), int64_t(row.size()), &n, out, &result);
+    row.resize(size_t(n));
+    return s;
+  };
+  std::vector<float> row;
+  kvrt_view *out = nullptr;
+  ASSERT_EQ(load("ctx_1", tokens, row, &out), KVRT_OK) << kvrt_last_error();
+  ViewPtr loaded(out);
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(result.hit, 1);
+  EXPECT_EQ(runsOf(loaded.get()), runsOf(view.get()));
+  EXPECT_EQ(row, logits);
+  EXPECT_EQ(answer(loaded.get(), ids(3, 10)), answer(view.get(), ids(3, 10)));
+  // The tokens the caller expects are checked.
+  std::vector<int32_t> other = tokens;
+  other.back() ^= 1;
+  EXPECT_EQ(load("ctx_1", other, row, &out), KVRT_ERR_UNAVAILABLE);
+  EXPECT_EQ(result.fault, KVRT_BLOCK_MISMATCH);
+  // Another name misses; a removed context misses.
+  EXPECT_EQ(load("ctx_2", tokens, row, &out), KVRT_OK);
+  EXPECT_EQ(out, nullptr);
+  EXPECT_EQ(result.hit, 0);
+  ASSERT_EQ(kvrt_block_store_remove_context(store.get(), "ctx_1", &result),
+            KVRT_OK);
+  EXPECT_EQ(load("ctx_1", tokens, row, &out), KVRT_OK);
+  EXPECT_EQ(out, nullptr);
+  // Removing what is not there is no fault.
+  EXPECT_EQ(kvrt_block_store_remove_context(store.get(), "ctx_1", nullptr),
+            KVRT_OK);
+  // Names are checked, and room for the logits.
+  EXPECT_EQ(kvrt_block_store_save_context(store.get(), model.get(), "a b",
+                                          view.get(), nullptr, 0, nullptr),
+            KVRT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvrt_last_error()).find("letters, digits"),
+            std::string::npos);
+  ASSERT_EQ(kvrt_block_store_save_context(store.get(), model.get(), "ctx_1",
+                                          view.get(), logits.data(),
+                                          int64_t(logits.size()), nullptr),
+            KVRT_OK);
+  int64_t n = 0;
+  float small[2];
+  int64_t pages = pagesInUse(pool.get());
+  EXPECT_EQ(kvrt_block_store_load_context(
+                store.get(), model.get(), pool.get(), "ctx_1", tokens.data(),
+                int64_t(tokens.size()), small, 2, &n, &out, nullptr),
+            KVRT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(out, nullptr);
+  EXPECT_EQ(pagesInUse(pool.get()), pages);
+  kvrt_block_store_stats stats;
+  ASSERT_EQ(kvrt_block_store_get_stats(store.get(), &stats), KVRT_OK);
+  EXPECT_EQ(stats.stores, 2);
+  EXPECT_EQ(stats.hits, 1);
+  EXPECT_EQ(stats.misses, 2);
+}
+
+//===----------------------------------------------------------------------===//
 // Faults through the execution runtime
 //===----------------------------------------------------------------------===//
 
@@ -568,6 +865,11 @@ public:
     if (putFault)
       return StoreStatus::failure(putFault, "injected put fault");
     return inner->put(key, blob, ttl);
+  }
+  StoreStatus remove(const std::string &key) override {
+    if (putFault)
+      return StoreStatus::failure(putFault, "injected remove fault");
+    return inner->remove(key);
   }
 
   std::unique_ptr<BlockStore> inner = createMemoryStore();
