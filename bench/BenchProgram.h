@@ -13,7 +13,9 @@
 
 #include "runtime/exec/Session.h"
 
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <memory>
@@ -41,6 +43,36 @@ inline std::string cacheType(const kvrt_model_config &c,
          (ctx.empty() ? "" : ", @" + ctx) + ">";
 }
 
+/// An MLIR context with the dialects of kv programs, whose diagnostics are
+/// printed to `os` (with their source lines).
+class ProgramContext {
+public:
+  explicit ProgramContext(llvm::raw_ostream &os = llvm::errs())
+      : context(registry()), handler(sourceMgr, &context, os) {}
+  mlir::MLIRContext &get() { return context; }
+
+private:
+  static mlir::DialectRegistry registry() {
+    mlir::DialectRegistry registry;
+    compiler::registerDialects(registry);
+    return registry;
+  }
+  mlir::MLIRContext context;
+  llvm::SourceMgr sourceMgr;
+  mlir::SourceMgrDiagnosticHandler handler;
+};
+
+/// How a benchmark program is lowered: for `target`, with the forward of
+/// `config` exported (the full prefill runs it), GPU code as PTX.
+inline compiler::LowerOptions lowerOptions(const kvrt_model_config &config,
+                                           compiler::Target target) {
+  compiler::LowerOptions options;
+  options.target = target;
+  options.format = "isa";
+  options.exportModel = config;
+  return options;
+}
+
 /// Plans `program` (its entry `main`) and compiles it for `target` with the
 /// forward of `config` exported, then binds synthesized inputs to `args`.
 /// Failure after a diagnostic in `context` or a message on stderr naming
@@ -53,11 +85,8 @@ compileBenchProgram(mlir::MLIRContext &context, const std::string &program,
       compiler::parseProgram(context, program);
   if (!planned)
     return mlir::failure();
-  compiler::LowerOptions options;
-  options.target = target;
-  options.format = "isa";
-  options.exportModel = config;
-  auto compiled = compiler::compileProgram(std::move(planned), "main", options);
+  auto compiled = compiler::compileProgram(std::move(planned), "main",
+                                           lowerOptions(config, target));
   if (mlir::failed(compiled))
     return mlir::failure();
   exec::InputOptions inputs;

@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/BenchModels.h"
 #include "bench/BenchProgram.h"
 #include "bench/kernels/HardwareReport.h"
 #include "driver/compiler/Compiler.h"
@@ -50,12 +51,8 @@ cl::opt<std::string> backendName(
     cl::desc("where the math runs: cpu (generated, the default), cuda or "
              "reference"),
     cl::init("cpu"), cl::cat(category));
-cl::opt<std::string> storiesPath("stories",
-                                 cl::desc("stories260K checkpoint ('' skips)"),
-                                 cl::init(KVIR_TEST_MODEL), cl::cat(category));
-cl::opt<bool> skipSynthetic("skip-synthetic",
-                            cl::desc("skip the realistic synthetic model"),
-                            cl::init(false), cl::cat(category));
+bench::ModelOptions models(category, KVIR_TEST_MODEL,
+                           "skip the realistic synthetic model");
 cl::opt<int> history("history",
                      cl::desc("tokens of the agent scenario's history "
                               "(context = history + 2100)"),
@@ -188,16 +185,12 @@ std::unique_ptr<ComputeBackend> makeBackend(const kvrt_model *model) {
 bool measure(ComputeBackend &backend, const kvrt_model *model, kvrt_pool *pool,
              const std::string &program, const std::string &scenario,
              const std::string &strategy, std::vector<Row> &rows) {
-  mlir::DialectRegistry registry;
-  compiler::registerDialects(registry);
-  mlir::MLIRContext context(registry);
-  llvm::SourceMgr sourceMgr;
-  mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+  bench::ProgramContext context;
   kvrt_model_config config;
   kvrt_model_get_config(model, &config);
   std::vector<Value> args;
   auto compiled = bench::compileBenchProgram(
-      context, program, config,
+      context.get(), program, config,
       backendName == "cuda" ? compiler::Target::Gpu : compiler::Target::Cpu,
       args, "kv-bench");
   if (mlir::failed(compiled))
@@ -289,11 +282,9 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  kvir::compiler::setVersionPrinter("kv-bench");
   cl::opt<int> &threads = compiler::registerThreadsOption(category);
-  cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(
-      argc, argv,
+  compiler::parseToolOptions(
+      argc, argv, "kv-bench", category,
       "kv-bench: edit (cot_slice, exact) and compose vs full prefill\n");
   if (!compiler::applyThreadsOption(threads, "kv-bench"))
     return 1;
@@ -309,8 +300,8 @@ int main(int argc, char **argv) {
       blockCount = 8;
     if (!blockTokens.getNumOccurrences())
       blockTokens = 1024;
-    if (!storiesPath.getNumOccurrences())
-      storiesPath = "";
+    if (!models.stories.getNumOccurrences())
+      models.stories = "";
     // The scenarios run on the threads --threads chose (every core).
     compiler::applyThreadsOption(threads, "kv-bench");
     llvm::outs() << "\n== edit and compose vs full prefill\n";
@@ -322,18 +313,12 @@ int main(int argc, char **argv) {
     return 1;
   }
   bool ok = true;
-  if (!skipSynthetic) {
-    kvrt_model_config c;
-    kvrt_model_config_init(&c);
-    c.dim = synthDim;
-    c.hidden_dim = synthDim * 8 / 3 / 32 * 32 + 32;
-    c.n_layers = synthLayers;
-    c.n_heads = 8;
-    c.n_kv_heads = 4;
-    c.vocab_size = synthVocab;
+  if (!models.skipSynthetic) {
     // Room for the longest context a scenario builds.
-    c.seq_len = std::max({4096, int(history) + 2200,
-                          64 + int(blockCount) * int(blockTokens) + 64});
+    kvrt_model_config c = bench::syntheticConfig(
+        synthDim, synthLayers, synthVocab,
+        std::max({4096, int(history) + 2200,
+                  64 + int(blockCount) * int(blockTokens) + 64}));
     kvrt_model *model = nullptr;
     if (kvrt_model_synthetic(&c, 42, &model)) {
       llvm::errs() << "kv-bench: " << kvrt_last_error() << "\n";
@@ -342,14 +327,6 @@ int main(int argc, char **argv) {
     ok &= benchModel(model, "synthetic model (seed 42)");
     kvrt_model_release(model);
   }
-  if (!storiesPath.empty()) {
-    kvrt_model *model = nullptr;
-    if (kvrt_model_load(storiesPath.c_str(), &model)) {
-      llvm::outs() << "\n== stories260K skipped: " << kvrt_last_error() << "\n";
-    } else {
-      ok &= benchModel(model, "stories260K");
-      kvrt_model_release(model);
-    }
-  }
+  ok &= models.onStories(benchModel);
   return ok ? 0 : 1;
 }

@@ -23,6 +23,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/BenchModels.h"
 #include "bench/BenchProgram.h"
 #include "driver/compiler/Compiler.h"
 #include "driver/compiler/VersionOption.h"
@@ -60,12 +61,8 @@ cl::opt<std::string>
              cl::desc("block store to fetch from (default: $KVIR_REDIS_URL, "
                       "which tools/with-redis.sh sets)"),
              cl::value_desc("url"), cl::cat(category));
-cl::opt<std::string> storiesPath("stories",
-                                 cl::desc("stories260K checkpoint ('' skips)"),
-                                 cl::init(KVIR_TEST_MODEL), cl::cat(category));
-cl::opt<bool> skipSynthetic("skip-synthetic",
-                            cl::desc("skip the dim-512 synthetic model"),
-                            cl::init(false), cl::cat(category));
+bench::ModelOptions models(category, KVIR_TEST_MODEL,
+                           "skip the dim-512 synthetic model");
 cl::list<int>
     blockSizes("blocks",
                cl::desc("block sizes in tokens (default 64,256,1024)"),
@@ -145,16 +142,12 @@ bool Bench::run(const compiler::CompiledProgram &compiled,
 }
 
 bool Bench::measure(int block, Row &row) {
-  mlir::DialectRegistry registry;
-  compiler::registerDialects(registry);
-  mlir::MLIRContext context(registry);
-  llvm::SourceMgr sourceMgr;
-  mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+  bench::ProgramContext context;
   kvrt_model_config config;
   kvrt_model_get_config(model, &config);
   std::vector<Value> args;
   auto compiled =
-      bench::compileBenchProgram(context, program(config, block), config,
+      bench::compileBenchProgram(context.get(), program(config, block), config,
                                  compiler::Target::Cpu, args, "kv-bench-store");
   if (mlir::failed(compiled))
     return false;
@@ -288,10 +281,8 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  kvir::compiler::setVersionPrinter("kv-bench-store");
-  cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(
-      argc, argv,
+  kvir::compiler::parseToolOptions(
+      argc, argv, "kv-bench-store", category,
       "kv-bench-store: a block fetched from the block store vs prefilled\n");
   if (storeUrl.empty()) {
     const char *env = std::getenv("KVIR_REDIS_URL");
@@ -312,25 +303,9 @@ int main(int argc, char **argv) {
                   "after a miss, run = the whole entry (system 64 + block + "
                   "question 24 tokens)\n";
   bool ok = true;
-  if (!storiesPath.empty()) {
-    kvrt_model *model = nullptr;
-    if (kvrt_model_load(storiesPath.c_str(), &model)) {
-      llvm::outs() << "\n== stories260K skipped: " << kvrt_last_error() << "\n";
-    } else {
-      ok &= benchModel(model, "stories260K");
-      kvrt_model_release(model);
-    }
-  }
-  if (ok && !skipSynthetic) {
-    kvrt_model_config c;
-    kvrt_model_config_init(&c);
-    c.dim = 512;
-    c.hidden_dim = 1376;
-    c.n_layers = 8;
-    c.n_heads = 8;
-    c.n_kv_heads = 4;
-    c.vocab_size = 32000;
-    c.seq_len = 4096;
+  ok &= models.onStories(benchModel);
+  if (ok && !models.skipSynthetic) {
+    kvrt_model_config c = bench::syntheticConfig(512, 8, 32000, 4096);
     kvrt_model *model = nullptr;
     if (kvrt_model_synthetic(&c, 42, &model)) {
       llvm::errs() << "kv-bench-store: " << kvrt_last_error() << "\n";

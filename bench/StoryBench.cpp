@@ -67,10 +67,8 @@ cl::opt<bool> details("details", cl::desc("print every story's continuations"),
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  kvir::compiler::setVersionPrinter("kv-bench-stories");
-  cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(
-      argc, argv,
+  kvir::compiler::parseToolOptions(
+      argc, argv, "kv-bench-stories", category,
       "kv-bench-stories: edit strategies on short stories, judged in text\n\n"
       "  kv-bench-stories                 the suite's table (stories260K)\n"
       "  kv-bench-stories --details       and every story's continuations\n"

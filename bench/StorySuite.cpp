@@ -403,19 +403,12 @@ bool kvir::stories::runSuite(const SuiteOptions &options, SuiteResult &out,
     if (!encodeStory(tokenizer.get(), out.stories[i], tokens[i], error))
       return false;
 
-  mlir::DialectRegistry registry;
-  compiler::registerDialects(registry);
-  mlir::MLIRContext context(registry);
-  llvm::SourceMgr sourceMgr;
   std::string diagnostics;
   llvm::raw_string_ostream diagnosticStream(diagnostics);
-  mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context,
-                                           diagnosticStream);
-  compiler::LowerOptions lower;
-  lower.target =
-      options.backend == "cuda" ? compiler::Target::Gpu : compiler::Target::Cpu;
-  lower.format = "isa";
-  lower.exportModel = config;
+  bench::ProgramContext context(diagnosticStream);
+  compiler::LowerOptions lower = bench::lowerOptions(
+      config, options.backend == "cuda" ? compiler::Target::Gpu
+                                        : compiler::Target::Cpu);
 
   // The references: full prefills of the old and the edited contexts, with
   // the forward of the first strategy's module.
@@ -424,8 +417,8 @@ bool kvir::stories::runSuite(const SuiteOptions &options, SuiteResult &out,
   for (size_t k = 0; k < out.strategies.size(); ++k) {
     const StrategySpec &strategy = out.strategies[k];
     mlir::OwningOpRef<mlir::ModuleOp> planned = compiler::parseProgram(
-        context, strategy.compose ? composeProgram(config, strategy)
-                                  : storyProgram(config, strategy));
+        context.get(), strategy.compose ? composeProgram(config, strategy)
+                                        : storyProgram(config, strategy));
     if (!planned) {
       error = "the program of strategy '" + strategy.label() +
               "' does not compile:\n" + diagnostics;

@@ -8,6 +8,7 @@ packages=(
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools clang-22 lld-22
   libgtest-dev libgmock-dev libbenchmark-dev
   libclang-rt-22-dev redis-server redis-tools libhiredis-dev libopenblas-dev
+  libcpp-httplib-dev nlohmann-json3-dev pkg-config curl jq
 )
 
 missing=()

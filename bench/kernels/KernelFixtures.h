@@ -12,6 +12,7 @@
 #ifndef KVIR_BENCH_KERNELS_KERNELFIXTURES_H
 #define KVIR_BENCH_KERNELS_KERNELFIXTURES_H
 
+#include "bench/BenchModels.h"
 #include "bench/BenchSupport.h"
 #include "bench/DecodeLayer.h"
 #include "driver/compiler/Compiler.h"
@@ -63,15 +64,7 @@ inline kvrt_model *benchModel(int which) {
       return nullptr;
     check(kvrt_model_load(KVIR_TEST_MODEL, &model));
   } else {
-    kvrt_model_config c;
-    kvrt_model_config_init(&c);
-    c.dim = 512;
-    c.hidden_dim = 1376;
-    c.n_layers = 8;
-    c.n_heads = 8;
-    c.n_kv_heads = 4;
-    c.vocab_size = 4096;
-    c.seq_len = 2048;
+    kvrt_model_config c = syntheticConfig(512, 8, 4096, 2048);
     check(kvrt_model_synthetic(&c, 1, &model));
   }
   return model;

@@ -7,6 +7,7 @@
 #include "driver/compiler/ParserGuard.h"
 #include "passes/Conversion/Forward/BuildForward.h"
 #include "passes/Conversion/KVToCPU/CpuTarget.h"
+#include "passes/Conversion/KVToRuntime/ExecABI.h"
 #include "passes/Passes.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
@@ -49,22 +50,6 @@ using kvrt::fail;
 using kvrt::str;
 
 namespace {
-
-/// The module attribute convert-kv-to-runtime records the sites in.
-constexpr llvm::StringLiteral kSitesAttrName = "kv.exec_sites";
-
-bool isTokens(Type type) {
-  auto t = dyn_cast<RankedTensorType>(type);
-  return t && t.getRank() == 1 && t.getElementType().isInteger(32);
-}
-bool isLogits(Type type) {
-  auto t = dyn_cast<RankedTensorType>(type);
-  return t && t.getRank() == 2 && t.getElementType().isF32();
-}
-bool isQueries(Type type) {
-  auto t = dyn_cast<RankedTensorType>(type);
-  return t && t.getRank() == 3 && t.getElementType().isF32();
-}
 
 void initializeNativeTarget() {
   static std::once_flag once;
@@ -282,10 +267,14 @@ kvir::compiler::describeEntry(func::FuncOp entry) {
     if (auto model = dyn_cast<kv::ModelType>(type)) {
       spec.kind = exec::ValueKind::Model;
       spec.model = model.getConfig();
-    } else if (isTokens(type) || isQueries(type)) {
+    } else if (isa<kv::CacheType>(type)) {
+      // A cache the caller holds (a server's context): bound by the caller,
+      // never from files (bindArguments says so).
+      spec.kind = exec::ValueKind::Cache;
+    } else if (kv::isTokensType(type) || kv::isQueryType(type)) {
       auto tensor = cast<RankedTensorType>(type);
-      spec.kind =
-          isTokens(type) ? exec::ValueKind::Tokens : exec::ValueKind::Tensor;
+      spec.kind = kv::isTokensType(type) ? exec::ValueKind::Tokens
+                                         : exec::ValueKind::Tensor;
       for (int64_t d = 0; d < tensor.getRank(); ++d)
         spec.dims[d] = tensor.isDynamicDim(d) ? -1 : tensor.getDimSize(d);
     } else {
@@ -293,7 +282,8 @@ kvir::compiler::describeEntry(func::FuncOp entry) {
              << "argument arg" << i << " of @" << entry.getName()
              << " has type " << type
              << ", which a runner cannot bind (it binds !kv.model, "
-                "tensor<?xi32> tokens and tensor<?xHxDxf32> queries)";
+                "!kv.cache, tensor<?xi32> tokens and tensor<?xHxDxf32> "
+                "queries)";
     }
     manifest.args.push_back(spec);
   }
@@ -302,11 +292,11 @@ kvir::compiler::describeEntry(func::FuncOp entry) {
       manifest.results.push_back(exec::ValueKind::Cache);
     else if (isa<kv::ModelType>(type))
       manifest.results.push_back(exec::ValueKind::Model);
-    else if (isTokens(type))
+    else if (kv::isTokensType(type))
       manifest.results.push_back(exec::ValueKind::Tokens);
-    else if (isLogits(type))
+    else if (kv::isLogitsType(type))
       manifest.results.push_back(exec::ValueKind::Logits);
-    else if (isQueries(type))
+    else if (kv::isQueryType(type))
       manifest.results.push_back(exec::ValueKind::Tensor);
     else if (type.isIntOrIndex())
       manifest.results.push_back(exec::ValueKind::Index);
@@ -383,10 +373,11 @@ kvir::compiler::lowerProgram(ModuleOp module, const LowerOptions &options,
     return nullptr;
   }
   sites.clear();
-  if (auto attr = (*lowered)->getAttrOfType<ArrayAttr>(kSitesAttrName)) {
+  if (auto attr =
+          (*lowered)->getAttrOfType<ArrayAttr>(kv::kExecSitesAttrName)) {
     for (Attribute site : attr)
       sites.push_back(cast<LocationAttr>(site));
-    (*lowered)->removeAttr(kSitesAttrName);
+    (*lowered)->removeAttr(kv::kExecSitesAttrName);
   }
   return lowered;
 }

@@ -88,7 +88,8 @@ mlir::FailureOr<mlir::func::FuncOp> lookupEntry(mlir::ModuleOp module,
 
 /// The signature of `entry` for a runner: every argument must be bindable
 /// (a !kv.model, tensor<?xi32>/tensor<Nxi32> tokens, a rank-3 f32 query
-/// tensor) and every result reportable, else a diagnostic; the pages' type
+/// tensor, a !kv.cache the caller binds itself, as kv-serve does with its
+/// contexts) and every result reportable, else a diagnostic; the pages' type
 /// is the program's (programKvDtype). The sites are filled by lowerProgram.
 mlir::FailureOr<exec::EntryManifest> describeEntry(mlir::func::FuncOp entry);
 

@@ -23,6 +23,17 @@ inline void setVersionPrinter(const char *tool) {
       [tool](llvm::raw_ostream &os) { os << versionText(tool); });
 }
 
+/// Parses the command line of an llvm::cl tool whose own options are in
+/// `category`: `--version` as setVersionPrinter says, `--help` listing
+/// `category` alone (LLVM's options stay hidden), `overview` above it.
+inline void parseToolOptions(int argc, char **argv, const char *tool,
+                             llvm::cl::OptionCategory &category,
+                             const char *overview) {
+  setVersionPrinter(tool);
+  llvm::cl::HideUnrelatedOptions(category);
+  llvm::cl::ParseCommandLineOptions(argc, argv, overview);
+}
+
 } // namespace kvir::compiler
 
 #endif // KVIR_DRIVER_COMPILER_VERSIONOPTION_H

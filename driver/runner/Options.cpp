@@ -155,6 +155,19 @@ void OptionParser::refuse(const char *name, const char *message) {
   add(std::move(option));
 }
 
+void OptionParser::withdraw(const char *name, const char *message) {
+  Option *option = find(name);
+  if (!option)
+    return refuse(name, message);
+  option->hidden = true;
+  option->takesValue = false;
+  std::string text = message;
+  option->store = [text](const std::string &, std::string &error) {
+    error = text;
+    return false;
+  };
+}
+
 bool OptionParser::parse(int argc, char **argv, int first,
                          std::vector<std::string> &positionals,
                          std::string &error) {

@@ -62,6 +62,10 @@ public:
   /// An option this tool refuses with `message` (one of another tool's),
   /// not listed by --help.
   void refuse(const char *name, const char *message);
+  /// The same for an option a shared declaration (addRunOptions) already
+  /// made that this tool does not take: it is refused with `message` and no
+  /// longer listed.
+  void withdraw(const char *name, const char *message);
 
   /// Parses `argv[first]` to `argv[argc - 1]`: options into their storage,
   /// the rest into `positionals`. False with `error` at the first problem:

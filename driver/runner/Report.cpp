@@ -53,6 +53,23 @@ public:
     key(name);
     value(v);
   }
+  /// A member that opens an object or an array.
+  void beginObject(const std::string &name) {
+    key(name);
+    beginObject();
+  }
+  void beginArray(const std::string &name) {
+    key(name);
+    beginArray();
+  }
+  /// A member that is an array of the numbers in `values`.
+  template <typename Range>
+  void numbers(const std::string &name, const Range &values) {
+    beginArray(name);
+    for (auto v : values)
+      value(v);
+    endArray();
+  }
   void finish() { std::fputc('\n', out); }
 
 private:
@@ -103,6 +120,17 @@ private:
   int depth = 0;
   bool first = true, pendingKey = false;
 };
+
+/// The plan's figures over the full prefill's, as the report compares them.
+struct Ratios {
+  double tokens, flops, time, kvBytes;
+};
+Ratios ratiosOf(const Report &r) {
+  return {ratio(double(r.plan.prefillTokens), double(r.full.prefillTokens)),
+          ratio(double(r.plan.flops), double(r.full.flops)),
+          ratio(r.plan.seconds, r.full.seconds),
+          ratio(double(r.plan.kvBytesWritten), double(r.full.kvBytesWritten))};
+}
 
 const char *repairModeName(int32_t mode) {
   return mode == KVRT_EXEC_REPAIR_DEVIATION ? "deviation" : "fraction";
@@ -449,20 +477,22 @@ void kvir::run::printText(const Report &r) {
                      "places the same tokens at 0..n-1\n");
   std::fprintf(os, "  %-22s %14s %14s %10s\n", "", "plan", "full prefill",
                "plan/full");
-  std::fprintf(
-      os, "  %-22s %14lld %14lld %10.4f\n", "prefill tokens",
-      (long long)r.plan.prefillTokens, (long long)r.full.prefillTokens,
-      ratio(double(r.plan.prefillTokens), double(r.full.prefillTokens)));
-  std::fprintf(os, "  %-22s %14.4g %14.4g %10.4f\n", "model FLOPs",
-               double(r.plan.flops), double(r.full.flops),
-               ratio(double(r.plan.flops), double(r.full.flops)));
-  std::fprintf(os, "  %-22s %14.3f %14.3f %10.4f\n", "wall time (ms)",
-               r.plan.seconds * 1e3, r.full.seconds * 1e3,
-               ratio(r.plan.seconds, r.full.seconds));
-  std::fprintf(
-      os, "  %-22s %14.4g %14.4g %10.4f\n", "K/V bytes written",
-      double(r.plan.kvBytesWritten), double(r.full.kvBytesWritten),
-      ratio(double(r.plan.kvBytesWritten), double(r.full.kvBytesWritten)));
+  // Each figure of the plan and the full prefill in `spec`'s format.
+  auto row = [&](const char *label, const char *spec, auto plan, auto full,
+                 double planFull) {
+    std::fprintf(os, "  %-22s %14s %14s %10.4f\n", label,
+                 format(spec, plan).c_str(), format(spec, full).c_str(),
+                 planFull);
+  };
+  Ratios q = ratiosOf(r);
+  row("prefill tokens", "%lld", (long long)r.plan.prefillTokens,
+      (long long)r.full.prefillTokens, q.tokens);
+  row("model FLOPs", "%.4g", double(r.plan.flops), double(r.full.flops),
+      q.flops);
+  row("wall time (ms)", "%.3f", r.plan.seconds * 1e3, r.full.seconds * 1e3,
+      q.time);
+  row("K/V bytes written", "%.4g", double(r.plan.kvBytesWritten),
+      double(r.full.kvBytesWritten), q.kvBytes);
   std::fprintf(os, "fidelity at the answer positions:\n");
   std::fprintf(os, "  logit cosine           min %.6f  mean %.6f\n",
                f.cosineMin, f.cosineMean);
@@ -487,8 +517,7 @@ void kvir::run::printText(const Report &r) {
 void kvir::run::printJson(const Report &r) {
   Json j(stdout);
   auto work = [&](const std::string &name, const exec::WorkStats &w) {
-    j.key(name);
-    j.beginObject();
+    j.beginObject(name);
     j.field("prefill_calls", w.prefillCalls);
     j.field("prefill_tokens", w.prefillTokens);
     j.field("logits_rows", w.logitsRows);
@@ -498,13 +527,6 @@ void kvir::run::printJson(const Report &r) {
     j.field("wall_ms", w.seconds * 1e3);
     j.endObject();
   };
-  auto tokens = [&](const std::string &name, const std::vector<int32_t> &ts) {
-    j.key(name);
-    j.beginArray();
-    for (int32_t t : ts)
-      j.value(t);
-    j.endArray();
-  };
   j.beginObject();
   j.field("program", r.program);
   j.field("entry", r.entry);
@@ -513,8 +535,7 @@ void kvir::run::printJson(const Report &r) {
   j.field("backend", r.backend);
   if (!r.tokenizer.empty())
     j.field("tokenizer", r.tokenizer);
-  j.key("inputs");
-  j.beginArray();
+  j.beginArray("inputs");
   for (const exec::BoundInput &in : r.inputs)
     if (in.size >= 0) {
       j.beginObject();
@@ -528,8 +549,7 @@ void kvir::run::printJson(const Report &r) {
       j.endObject();
     }
   j.endArray();
-  j.key("results");
-  j.beginArray();
+  j.beginArray("results");
   for (const exec::Value &v : r.results) {
     j.beginObject();
     j.field("kind", exec::valueKindName(v.kind));
@@ -541,8 +561,7 @@ void kvir::run::printJson(const Report &r) {
         const float *last = l.data.data() + (l.rows - 1) * l.vocab;
         std::vector<int32_t> top = exec::topK(last, l.vocab, 5);
         j.field("argmax_last", top[0]);
-        j.key("top5");
-        j.beginArray();
+        j.beginArray("top5");
         for (int32_t t : top) {
           j.beginObject();
           j.field("token", t);
@@ -559,32 +578,25 @@ void kvir::run::printJson(const Report &r) {
     } else if (v.kind == exec::ValueKind::Tokens) {
       j.field("tokens", int64_t(v.tokens.size()));
     } else if (v.kind == exec::ValueKind::Tensor) {
-      j.key("shape");
-      j.beginArray();
-      for (int64_t d : v.tensor->dims)
-        j.value(d);
-      j.endArray();
+      j.numbers("shape", v.tensor->dims);
     }
     j.endObject();
   }
   j.endArray();
-  tokens("greedy_plan", r.greedyPlan);
+  j.numbers("greedy_plan", r.greedyPlan);
   if (r.decoded)
     j.field("greedy_text", exec::validUtf8(r.greedyText));
   work("plan", r.plan);
   work("setup", r.setup);
-  j.key("selective_recompute");
-  j.beginArray();
+  j.beginArray("selective_recompute");
   for (const kvrt_exec_repair &repair : r.repairs)
     writeRepair(j, repair);
   j.endArray();
   if (!r.blockStore.empty()) {
-    j.key("block_store");
-    j.beginObject();
+    j.beginObject("block_store");
     j.field("store", r.blockStore);
     j.field("policy", std::string(exec::storePolicyName(r.storePolicy)));
-    j.key("events");
-    j.beginArray();
+    j.beginArray("events");
     for (const exec::BlockEvent &e : r.blockEvents) {
       static const char *const outcomes[] = {"hit",   "miss",    "stored",
                                              "fault", "skipped", "no_store"};
@@ -605,8 +617,7 @@ void kvir::run::printJson(const Report &r) {
     }
     j.endArray();
     const kvrt_block_store_stats &st = r.storeStats;
-    j.key("counters");
-    j.beginObject();
+    j.beginObject("counters");
     j.field("lookups", st.lookups);
     j.field("hits", st.hits);
     j.field("misses", st.misses);
@@ -623,8 +634,7 @@ void kvir::run::printJson(const Report &r) {
     if (!r.compareNote.empty())
       j.field("compare_note", r.compareNote);
   } else {
-    j.key("compare");
-    j.beginObject();
+    j.beginObject("compare");
     j.field("answer_result", r.answerResult);
     j.field("final_tokens", r.finalTokens);
     j.field("contiguous_positions", r.contiguous);
@@ -632,13 +642,12 @@ void kvir::run::printJson(const Report &r) {
     if (r.planContextTokens >= 0)
       j.field("plan_context_tokens", r.planContextTokens);
     work("full", r.full);
-    j.field("tokens_ratio",
-            ratio(double(r.plan.prefillTokens), double(r.full.prefillTokens)));
-    j.field("flops_ratio", ratio(double(r.plan.flops), double(r.full.flops)));
-    j.field("time_ratio", ratio(r.plan.seconds, r.full.seconds));
+    Ratios q = ratiosOf(r);
+    j.field("tokens_ratio", q.tokens);
+    j.field("flops_ratio", q.flops);
+    j.field("time_ratio", q.time);
     const exec::Fidelity &f = r.fidelity;
-    j.key("fidelity");
-    j.beginObject();
+    j.beginObject("fidelity");
     j.field("rows", f.rows);
     j.field("cosine_min", f.cosineMin);
     j.field("cosine_mean", f.cosineMean);
@@ -648,7 +657,7 @@ void kvir::run::printJson(const Report &r) {
     j.field("max_abs_diff", f.maxAbsDiff);
     j.field("greedy_tokens", r.greedy);
     j.field("greedy_agree", r.greedyAgree);
-    tokens("greedy_full", r.greedyFull);
+    j.numbers("greedy_full", r.greedyFull);
     if (r.decoded)
       j.field("full_greedy_text", exec::validUtf8(r.fullGreedyText));
     j.endObject();
@@ -656,8 +665,7 @@ void kvir::run::printJson(const Report &r) {
   }
   if (r.attributed) {
     const exec::Attribution &a = r.attribution;
-    j.key("attribution");
-    j.beginArray();
+    j.beginArray("attribution");
     for (const exec::SegmentAttribution &s : a.segments) {
       j.beginObject();
       j.field("segment", s.segment);
@@ -669,8 +677,7 @@ void kvir::run::printJson(const Report &r) {
       j.endObject();
     }
     j.endArray();
-    j.key("attribution_edit");
-    j.beginObject();
+    j.beginObject("attribution_edit");
     j.field("segment", a.edited);
     j.field("answer", a.answer);
     j.field("answer_result", r.answerResult);

@@ -158,43 +158,31 @@ public:
     if (uint64_t bytes = scalarBytes(type)) {
       if (!need(bytes, what))
         return false;
+      // The value's bytes as an unsigned integer (a little-endian host),
+      // sign-extended for signed types, reinterpreted for floats.
       const uint8_t *p = data + pos;
-      auto load = [&](auto tag) {
-        decltype(tag) v;
-        std::memcpy(&v, p, sizeof(v));
-        return v;
-      };
+      uint64_t bits = 0;
+      std::memcpy(&bits, p, bytes);
       switch (type) {
-      case kU8:
-      case kBool:
-        out.u = load(uint8_t());
-        break;
-      case kU16:
-        out.u = load(uint16_t());
-        break;
-      case kU32:
-        out.u = load(uint32_t());
-        break;
-      case kU64:
-        out.u = load(uint64_t());
-        break;
       case kI8:
-        out.i = load(int8_t());
-        break;
       case kI16:
-        out.i = load(int16_t());
-        break;
       case kI32:
-        out.i = load(int32_t());
+      case kI64: {
+        unsigned unused = 64 - 8 * unsigned(bytes);
+        out.i = static_cast<int64_t>(bits << unused) >> unused;
         break;
-      case kI64:
-        out.i = load(int64_t());
+      }
+      case kF32: {
+        float f;
+        std::memcpy(&f, p, sizeof(f));
+        out.f = f;
         break;
-      case kF32:
-        out.f = load(float());
-        break;
+      }
       case kF64:
-        out.f = load(double());
+        std::memcpy(&out.f, p, sizeof(out.f));
+        break;
+      default: // unsigned integers and bool
+        out.u = bits;
         break;
       }
       pos += static_cast<size_t>(bytes);
@@ -407,9 +395,15 @@ std::string parseStructure(const uint8_t *data, size_t size, Parsed &out) {
 // Metadata access
 //===----------------------------------------------------------------------===//
 
+/// Typed access to the metadata keys. Like Reader, it keeps the first
+/// problem it meets: an accessor returns nullopt for an absent key (a problem
+/// when `required`) or one of the wrong type (a problem), and `error()` says
+/// what the first problem was.
 class Metadata {
 public:
   explicit Metadata(const Parsed &parsed) : parsed(parsed) {}
+
+  const std::string &error() const { return problem; }
 
   const Value *find(std::string_view key) const {
     auto it = parsed.keys.find(key);
@@ -417,14 +411,11 @@ public:
   }
 
   /// An integer key in [0, INT32_MAX], stored as any integer type.
-  std::optional<int32_t> count(std::string_view key, bool required,
-                               std::string &error) const {
-    const Value *v = find(key);
-    if (!v) {
-      if (required)
-        error = str("missing key '", key, "'");
+  std::optional<int32_t> count(std::string_view key,
+                               bool required = false) const {
+    const Value *v = lookup(key, required);
+    if (!v)
       return std::nullopt;
-    }
     int64_t value;
     switch (v->type) {
     case kU8:
@@ -440,51 +431,69 @@ public:
       value = v->i;
       break;
     default:
-      error = str("key '", key, "' has type ", valueTypeName(v->type),
-                  ", expected an integer (u32 or u64)");
-      return std::nullopt;
+      return wrongType(key, *v, "an integer (u32 or u64)");
     }
-    if (value < 0 || value > std::numeric_limits<int32_t>::max()) {
-      error = str("key '", key, "' = ", value, " is out of range [0, 2^31)");
-      return std::nullopt;
-    }
+    if (value < 0 || value > std::numeric_limits<int32_t>::max())
+      return failWith(
+          str("key '", key, "' = ", value, " is out of range [0, 2^31)"));
     return static_cast<int32_t>(value);
   }
 
   /// A float key (f32 or f64). An f32 becomes the double of its shortest
   /// decimal form, so that 1e-5f reads as 1e-5, as a llama2.c model has it.
-  std::optional<double> real(std::string_view key, bool required,
-                             std::string &error) const {
-    const Value *v = find(key);
-    if (!v) {
-      if (required)
-        error = str("missing key '", key, "'");
+  std::optional<double> real(std::string_view key,
+                             bool required = false) const {
+    const Value *v = lookup(key, required);
+    if (!v)
       return std::nullopt;
-    }
     if (v->type == kF64)
       return v->f;
-    if (v->type != kF32) {
-      error = str("key '", key, "' has type ", valueTypeName(v->type),
-                  ", expected f32");
-      return std::nullopt;
-    }
+    if (v->type != kF32)
+      return wrongType(key, *v, "f32");
     return shortestDouble(static_cast<float>(v->f));
   }
 
-  std::optional<std::string_view> text(std::string_view key, bool required,
-                                       std::string &error) const {
-    const Value *v = find(key);
-    if (!v) {
-      if (required)
-        error = str("missing key '", key, "'");
+  std::optional<std::string_view> text(std::string_view key,
+                                       bool required = false) const {
+    const Value *v = lookup(key, required);
+    if (!v)
       return std::nullopt;
-    }
-    if (v->type != kString) {
-      error = str("key '", key, "' has type ", valueTypeName(v->type),
-                  ", expected string");
-      return std::nullopt;
-    }
+    if (v->type != kString)
+      return wrongType(key, *v, "string");
     return v->s;
+  }
+
+  /// A bool key (tokenizer.ggml.add_bos_token, ...).
+  std::optional<bool> flag(std::string_view key) const {
+    const Value *v = lookup(key, false);
+    if (!v)
+      return std::nullopt;
+    if (v->type != kBool)
+      return wrongType(key, *v, "bool");
+    return v->u != 0;
+  }
+
+  /// An array key of `elementType` elements (an absent one is a problem
+  /// when `required`, another type always). With `perToken` (the
+  /// tokenizer.ggml.tokens array), it must have one element per token.
+  const Value *array(std::string_view key, uint32_t elementType,
+                     bool required = false,
+                     const Value *perToken = nullptr) const {
+    const Value *v = lookup(key, required);
+    if (!v)
+      return nullptr;
+    if (v->type != kArray || v->elementType != elementType) {
+      failWith(
+          str("key '", key, "' must be an array of ",
+              elementType == kString ? "strings" : valueTypeName(elementType)));
+      return nullptr;
+    }
+    if (perToken && v->count != perToken->count) {
+      failWith(str("key '", key, "' has ", v->count,
+                   " entries, tokenizer.ggml.tokens ", perToken->count));
+      return nullptr;
+    }
+    return v;
   }
 
   static double shortestDouble(float value) {
@@ -497,7 +506,28 @@ public:
   }
 
 private:
+  /// The value of `key`, or null where the file has none.
+  const Value *lookup(std::string_view key, bool required) const {
+    const Value *v = find(key);
+    if (!v && required)
+      failWith(str("missing key '", key, "'"));
+    return v;
+  }
+
+  std::nullopt_t failWith(std::string message) const {
+    if (problem.empty())
+      problem = std::move(message);
+    return std::nullopt;
+  }
+
+  std::nullopt_t wrongType(std::string_view key, const Value &v,
+                           const char *expected) const {
+    return failWith(str("key '", key, "' has type ", valueTypeName(v.type),
+                        ", expected ", expected));
+  }
+
   const Parsed &parsed;
+  mutable std::string problem;
 };
 
 //===----------------------------------------------------------------------===//
@@ -517,11 +547,10 @@ std::string checkTensor(const TensorInfo &info, const uint8_t *src) {
 
 std::string readConfig(const Metadata &meta, const Parsed &parsed,
                        kvrt_model_config &c, const TensorInfo *&ropeFreqs) {
-  std::string error;
   std::optional<std::string_view> arch =
-      meta.text("general.architecture", true, error);
+      meta.text("general.architecture", true);
   if (!arch)
-    return error;
+    return meta.error();
   if (*arch != "llama")
     return str("architecture '", *arch, "' is not supported (llama is)");
   kvrt_model_config_init(&c);
@@ -534,47 +563,35 @@ std::string readConfig(const Metadata &meta, const Parsed &parsed,
                {"llama.feed_forward_length", &c.hidden_dim},
                {"llama.attention.head_count", &c.n_heads}};
   for (const Size &s : sizes) {
-    std::optional<int32_t> v = meta.count(s.key, true, error);
+    std::optional<int32_t> v = meta.count(s.key, true);
     if (!v)
-      return error;
+      return meta.error();
     if (*v == 0)
       return str("key '", s.key, "' = 0 must be positive");
     *s.field = *v;
   }
   // Optional in the GGUF spec: head_count_kv defaults to head_count.
-  std::optional<int32_t> kvHeads =
-      meta.count("llama.attention.head_count_kv", false, error);
-  if (!error.empty())
-    return error;
-  c.n_kv_heads = kvHeads ? *kvHeads : c.n_heads;
+  std::optional<int32_t> kvHeads = meta.count("llama.attention.head_count_kv");
   std::optional<double> eps =
-      meta.real("llama.attention.layer_norm_rms_epsilon", true, error);
-  if (!eps)
-    return error;
+      meta.real("llama.attention.layer_norm_rms_epsilon", true);
+  std::optional<double> theta = meta.real("llama.rope.freq_base");
+  if (!meta.error().empty())
+    return meta.error();
+  c.n_kv_heads = kvHeads ? *kvHeads : c.n_heads;
   c.rms_eps = *eps;
-  std::optional<double> theta = meta.real("llama.rope.freq_base", false, error);
-  if (!error.empty())
-    return error;
   c.rope_theta = theta ? *theta : 10000.0;
   // llama.cpp's "normal" RoPE: interleaved pairs.
   c.rope_layout = KVRT_ROPE_INTERLEAVED;
   if (c.n_heads == 0 || c.dim % c.n_heads != 0)
     return str("invalid configuration: ", kvir::describeArchitectureError(c));
-  std::optional<int32_t> ropeDim =
-      meta.count("llama.rope.dimension_count", false, error);
-  if (!error.empty())
-    return error;
+  std::optional<int32_t> ropeDim = meta.count("llama.rope.dimension_count");
+  std::optional<std::string_view> scaling =
+      meta.text("llama.rope.scaling.type");
+  std::optional<double> factor = meta.real("llama.rope.scaling.factor");
+  if (!meta.error().empty())
+    return meta.error();
   if (ropeDim)
     c.rope_dim = *ropeDim == c.dim / c.n_heads ? 0 : *ropeDim;
-
-  std::optional<std::string_view> scaling =
-      meta.text("llama.rope.scaling.type", false, error);
-  if (!error.empty())
-    return error;
-  std::optional<double> factor =
-      meta.real("llama.rope.scaling.factor", false, error);
-  if (!error.empty())
-    return error;
   if (scaling && *scaling != "none" && *scaling != "linear")
     return str("RoPE scaling '", *scaling,
                "' is not supported (none and linear are)");
@@ -608,9 +625,9 @@ std::string readConfig(const Metadata &meta, const Parsed &parsed,
                shapeText(embedding->dims, embedding->nDims), ", expected [",
                c.dim, ", vocab]");
   c.vocab_size = static_cast<int32_t>(embedding->dims[1]);
-  std::optional<int32_t> vocab = meta.count("llama.vocab_size", false, error);
-  if (!error.empty())
-    return error;
+  std::optional<int32_t> vocab = meta.count("llama.vocab_size");
+  if (!meta.error().empty())
+    return meta.error();
   if (vocab && *vocab != c.vocab_size)
     return str("key 'llama.vocab_size' = ", *vocab,
                " but token_embd.weight has ", c.vocab_size, " rows");
@@ -745,32 +762,13 @@ std::string readModel(const uint8_t *data, const Parsed &parsed,
 // The tokenizer
 //===----------------------------------------------------------------------===//
 
-/// A bool key (tokenizer.ggml.add_bos_token, ...), or nullopt where absent.
-std::optional<bool> flag(const Metadata &meta, std::string_view key,
-                         std::string &error) {
-  const Value *v = meta.find(key);
-  if (!v)
-    return std::nullopt;
-  if (v->type != kBool) {
-    error = str("key '", key, "' has type ", valueTypeName(v->type),
-                ", expected bool");
-    return std::nullopt;
-  }
-  return v->u != 0;
-}
-
 /// Sets the add_bos / add_eos defaults of a read tokenizer from the file's
 /// keys, where it has them.
 std::string readAddFlags(const Metadata &meta, kvrt_tokenizer *tokenizer) {
-  std::string error;
-  std::optional<bool> addBos =
-      flag(meta, "tokenizer.ggml.add_bos_token", error);
-  if (!error.empty())
-    return error;
-  std::optional<bool> addEos =
-      flag(meta, "tokenizer.ggml.add_eos_token", error);
-  if (!error.empty())
-    return error;
+  std::optional<bool> addBos = meta.flag("tokenizer.ggml.add_bos_token");
+  std::optional<bool> addEos = meta.flag("tokenizer.ggml.add_eos_token");
+  if (!meta.error().empty())
+    return meta.error();
   if (addBos)
     tokenizer->impl->addBos = *addBos;
   if (addEos)
@@ -782,11 +780,9 @@ std::string readAddFlags(const Metadata &meta, kvrt_tokenizer *tokenizer) {
 /// (-1: none).
 std::string tokenArray(const Metadata &meta, int32_t modelVocab,
                        const Value *&tokens) {
-  tokens = meta.find("tokenizer.ggml.tokens");
+  tokens = meta.array("tokenizer.ggml.tokens", kString, /*required=*/true);
   if (!tokens)
-    return "missing key 'tokenizer.ggml.tokens'";
-  if (tokens->type != kArray || tokens->elementType != kString)
-    return "key 'tokenizer.ggml.tokens' must be an array of strings";
+    return meta.error();
   if (tokens->count == 0 || tokens->count > KVRT_TOKENIZER_MAX_VOCAB)
     return str("tokenizer.ggml.tokens has ", tokens->count, " tokens (1 to ",
                KVRT_TOKENIZER_MAX_VOCAB, " are allowed)");
@@ -796,54 +792,56 @@ std::string tokenArray(const Metadata &meta, int32_t modelVocab,
   return "";
 }
 
-/// A byte-level BPE vocabulary (tokenizer.ggml.model = gpt2): tokens as
-/// they are spelled, token types, merges, the pre-tokenizer and the special
-/// ids (none by default).
+/// Reads the special token ids of `keys` into `ids`, which hold their
+/// defaults; "" or what is wrong (an id outside the `n` tokens).
+template <size_t N>
+std::string readSpecialIds(const Metadata &meta, const char *const (&keys)[N],
+                           int32_t (&ids)[N], int32_t n) {
+  for (size_t i = 0; i < N; ++i) {
+    std::optional<int32_t> id = meta.count(keys[i]);
+    if (!meta.error().empty())
+      return meta.error();
+    if (id)
+      ids[i] = *id;
+    if (ids[i] >= n)
+      return str("key '", keys[i], "' = ", ids[i], " is outside the ", n,
+                 " tokens");
+  }
+  return "";
+}
+
+/// A byte-level BPE vocabulary (tokenizer.ggml.model = gpt2) of `tokens`
+/// (tokenArray): tokens as they are spelled, token types, merges, the
+/// pre-tokenizer and the special ids (none by default).
 std::string readByteLevelBPE(const uint8_t *data, size_t size,
-                             const Metadata &meta, int32_t modelVocab,
+                             const Metadata &meta, const Value *tokens,
                              kvrt_tokenizer **out) {
-  const Value *tokens = nullptr;
-  std::string error = tokenArray(meta, modelVocab, tokens);
-  if (!error.empty())
-    return error;
   int32_t n = static_cast<int32_t>(tokens->count);
-  const Value *types = meta.find("tokenizer.ggml.token_type");
-  if (types && (types->type != kArray || types->elementType != kI32))
-    return "key 'tokenizer.ggml.token_type' must be an array of i32";
-  if (types && types->count != tokens->count)
-    return str("key 'tokenizer.ggml.token_type' has ", types->count,
-               " entries, tokenizer.ggml.tokens ", tokens->count);
-  const Value *merges = meta.find("tokenizer.ggml.merges");
+  const Value *types =
+      meta.array("tokenizer.ggml.token_type", kI32, false, tokens);
+  const Value *merges = meta.array("tokenizer.ggml.merges", kString);
+  if (!meta.error().empty())
+    return meta.error();
   if (!merges)
     return "missing key 'tokenizer.ggml.merges' (a gpt2 tokenizer needs its "
            "merges)";
-  if (merges->type != kArray || merges->elementType != kString)
-    return "key 'tokenizer.ggml.merges' must be an array of strings";
   if (merges->count > KVRT_TOKENIZER_MAX_VOCAB)
     return str("tokenizer.ggml.merges has ", merges->count, " merges (at most ",
                KVRT_TOKENIZER_MAX_VOCAB, " are allowed)");
-  std::optional<std::string_view> pre =
-      meta.text("tokenizer.ggml.pre", false, error);
-  if (!error.empty())
-    return error;
+  std::optional<std::string_view> pre = meta.text("tokenizer.ggml.pre");
+  if (!meta.error().empty())
+    return meta.error();
   // llama.cpp reads a gpt2 vocabulary without a pre-tokenizer name with its
   // default rules.
   std::string preName(pre ? *pre : "default");
 
-  const char *idKeys[4] = {
+  const char *const idKeys[4] = {
       "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.bos_token_id",
       "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id"};
   int32_t ids[4] = {-1, -1, -1, -1};
-  for (int i = 0; i < 4; ++i) {
-    std::optional<int32_t> id = meta.count(idKeys[i], false, error);
-    if (!error.empty())
-      return error;
-    if (id && *id >= n)
-      return str("key '", idKeys[i], "' = ", *id, " is outside the ", n,
-                 " tokens");
-    if (id)
-      ids[i] = *id;
-  }
+  std::string error = readSpecialIds(meta, idKeys, ids, n);
+  if (!error.empty())
+    return error;
 
   Reader r(data, size);
   std::vector<std::string_view> tokenTexts(n);
@@ -893,67 +891,29 @@ std::string readByteLevelBPE(const uint8_t *data, size_t size,
   vocab.add_eos = 0;
   if (kvrt_tokenizer_create_bpe(&vocab, out) != KVRT_OK)
     return str("bad tokenizer: ", kvrt_last_error());
-  return readAddFlags(meta, *out);
+  return "";
 }
 
-std::string readTokenizer(const uint8_t *data, size_t size,
-                          const Parsed &parsed, int32_t modelVocab,
-                          kvrt_tokenizer **out) {
-  Metadata meta(parsed);
-  std::string error;
-  std::optional<std::string_view> model =
-      meta.text("tokenizer.ggml.model", false, error);
-  if (!error.empty())
-    return error;
-  if (!model)
-    return "";
-  if (*model == "gpt2") {
-    error = readByteLevelBPE(data, size, meta, modelVocab, out);
-    if (!error.empty() && *out) {
-      kvrt_tokenizer_release(*out);
-      *out = nullptr;
-    }
-    return error;
-  }
-  if (*model != "llama")
-    return str("tokenizer model '", *model,
-               "' is not supported (llama, SentencePiece BPE, and gpt2, "
-               "byte-level BPE, are)");
-  const Value *tokens = nullptr;
-  error = tokenArray(meta, modelVocab, tokens);
-  if (!error.empty())
-    return error;
+/// A SentencePiece vocabulary (tokenizer.ggml.model = llama) of `tokens`
+/// (tokenArray): pieces with scores and token types, llama.cpp's special ids
+/// by default.
+std::string readSentencePiece(const uint8_t *data, size_t size,
+                              const Metadata &meta, const Value *tokens,
+                              kvrt_tokenizer **out) {
   int32_t n = static_cast<int32_t>(tokens->count);
-  auto array = [&](const char *key, uint32_t type,
-                   const Value *&v) -> std::string {
-    v = meta.find(key);
-    if (!v)
-      return "";
-    if (v->type != kArray || v->elementType != type)
-      return str("key '", key, "' must be an array of ", valueTypeName(type));
-    if (v->count != tokens->count)
-      return str("key '", key, "' has ", v->count, " entries, ",
-                 "tokenizer.ggml.tokens ", tokens->count);
-    return "";
-  };
-  const Value *scores = nullptr, *types = nullptr;
-  if (!(error = array("tokenizer.ggml.scores", kF32, scores)).empty() ||
-      !(error = array("tokenizer.ggml.token_type", kI32, types)).empty())
-    return error;
+  const Value *scores =
+      meta.array("tokenizer.ggml.scores", kF32, false, tokens);
+  const Value *types =
+      meta.array("tokenizer.ggml.token_type", kI32, false, tokens);
+  if (!meta.error().empty())
+    return meta.error();
+  const char *const specialKeys[3] = {"tokenizer.ggml.unknown_token_id",
+                                      "tokenizer.ggml.bos_token_id",
+                                      "tokenizer.ggml.eos_token_id"};
   int32_t special[3] = {0, 1, 2}; // llama.cpp's SentencePiece defaults
-  const char *specialKeys[3] = {"tokenizer.ggml.unknown_token_id",
-                                "tokenizer.ggml.bos_token_id",
-                                "tokenizer.ggml.eos_token_id"};
-  for (int i = 0; i < 3; ++i) {
-    std::optional<int32_t> id = meta.count(specialKeys[i], false, error);
-    if (!error.empty())
-      return error;
-    if (id)
-      special[i] = *id;
-    if (special[i] >= n)
-      return str("key '", specialKeys[i], "' = ", special[i],
-                 " is outside the ", n, " tokens");
-  }
+  std::string error = readSpecialIds(meta, specialKeys, special, n);
+  if (!error.empty())
+    return error;
 
   // Pieces with U+2581 turned into ' ', as llama2.c's tokenizer.bin has them.
   Reader r(data, size);
@@ -1002,8 +962,31 @@ std::string readTokenizer(const uint8_t *data, size_t size,
                             n, special[0], special[1], special[2],
                             out) != KVRT_OK)
     return str("bad tokenizer: ", kvrt_last_error());
-  error = readAddFlags(meta, *out);
-  if (!error.empty()) {
+  return "";
+}
+
+std::string readTokenizer(const uint8_t *data, size_t size,
+                          const Parsed &parsed, int32_t modelVocab,
+                          kvrt_tokenizer **out) {
+  Metadata meta(parsed);
+  std::optional<std::string_view> model = meta.text("tokenizer.ggml.model");
+  if (!meta.error().empty())
+    return meta.error();
+  if (!model)
+    return "";
+  bool byteLevel = *model == "gpt2";
+  if (!byteLevel && *model != "llama")
+    return str("tokenizer model '", *model,
+               "' is not supported (llama, SentencePiece BPE, and gpt2, "
+               "byte-level BPE, are)");
+  const Value *tokens = nullptr;
+  std::string error = tokenArray(meta, modelVocab, tokens);
+  if (error.empty())
+    error = byteLevel ? readByteLevelBPE(data, size, meta, tokens, out)
+                      : readSentencePiece(data, size, meta, tokens, out);
+  if (error.empty())
+    error = readAddFlags(meta, *out);
+  if (!error.empty() && *out) {
     kvrt_tokenizer_release(*out);
     *out = nullptr;
   }

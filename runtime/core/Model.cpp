@@ -120,6 +120,24 @@ kvrt_model *kvrt::makeModel(const kvrt_model_config &config, ModelParts parts) {
   return model;
 }
 
+kvrt_model_config kvrt::sizedConfig(int32_t dim, int32_t hidden, int32_t layers,
+                                    int32_t heads, int32_t kvHeads,
+                                    int32_t vocab, int32_t seqLen) {
+  kvrt_model_config c{};
+  c.dim = dim;
+  c.hidden_dim = hidden;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kvHeads;
+  c.vocab_size = vocab;
+  c.seq_len = seqLen;
+  c.shared_classifier = 1;
+  c.rope_layout = KVRT_ROPE_INTERLEAVED;
+  c.rope_theta = 10000.0;
+  c.rms_eps = 1e-5;
+  return c;
+}
+
 const std::vector<float> &kvrt::f32Weights(const kvrt_model &model) {
   std::call_once(model.f32Once, [&] {
     if (ownsF32Weights(model)) {
@@ -190,20 +208,9 @@ uint64_t kvrt::weightBytes(const kvrt_model &model) {
 }
 
 extern "C" void kvrt_model_config_init(kvrt_model_config *config) {
-  if (!config)
-    return;
-  *config = kvrt_model_config{};
-  config->dim = 64;
-  config->hidden_dim = 172;
-  config->n_layers = 5;
-  config->n_heads = 8;
-  config->n_kv_heads = 4;
-  config->vocab_size = 512;
-  config->seq_len = 512;
-  config->shared_classifier = 1;
-  config->rope_layout = KVRT_ROPE_INTERLEAVED;
-  config->rope_theta = 10000.0;
-  config->rms_eps = 1e-5;
+  // stories260K's shape.
+  if (config)
+    *config = kvrt::sizedConfig(64, 172, 5, 8, 4, 512, 512);
 }
 
 extern "C" kvrt_status

@@ -55,6 +55,13 @@ std::vector<TensorSpec> specsOf(const kvrt_model_config &config);
 /// between rms_final and wcls.
 uint64_t legacyRopeTableFloats(const kvrt_model_config &config);
 
+/// kvrt_model_config_init's config with these sizes (interleaved RoPE,
+/// theta 10000, eps 1e-5, a shared classifier): a synthetic model's or a
+/// test's.
+kvrt_model_config sizedConfig(int32_t dim, int32_t hidden, int32_t layers,
+                              int32_t heads, int32_t kvHeads, int32_t vocab,
+                              int32_t seqLen);
+
 /// Returns an empty string for a valid config, else what is wrong with it.
 std::string describeConfigError(const kvrt_model_config &config);
 

@@ -38,10 +38,9 @@ public:
     if (!model || !view || !logits || !out)
       return kvrt::nullArgument("cpu prefill");
     *out = nullptr;
-    return kvrt::guard([&]() -> kvrt_status {
-      Model m;
+    return withModel(forward, model, ForwardEntry::Prefill, [&](Model &m) {
       if (kvrt_status s =
-              preparePrefill(forward, model, tokens, n, pos, "prefill", m))
+              kvrt::checkPrefillArguments(m.config, tokens, n, pos, "prefill"))
         return s;
       Scratch scratch;
       std::vector<float> result;
@@ -63,15 +62,12 @@ public:
                       std::vector<float> *v) override {
     if (!model || !view || !k || !v)
       return kvrt::nullArgument("cpu layerKV");
-    return kvrt::guard([&]() -> kvrt_status {
-      Model m;
+    return withModel(forward, model, ForwardEntry::Prefill, [&](Model &m) {
       if (kvrt_status s =
-              preparePrefill(forward, model, tokens, n, pos, "layerKV", m))
+              kvrt::checkPrefillArguments(m.config, tokens, n, pos, "layerKV"))
         return s;
-      if (layer < 0 || layer >= m.config.n_layers)
-        return fail(KVRT_ERR_INVALID_ARGUMENT,
-                    str("layerKV: layer ", layer, " is outside [0, ",
-                        m.config.n_layers, ")"));
+      if (kvrt_status s = checkLayer("layerKV", layer, m.config))
+        return s;
       // Layers 0 .. layer of a prefill into scratch pages, read back and
       // released: nothing is appended and the pool ends as it was.
       Scratch scratch;
@@ -91,23 +87,16 @@ public:
                         std::vector<float> *out) override {
     if (!model || !view || (n > 0 && !q) || !out)
       return kvrt::nullArgument("cpu attention");
-    return kvrt::guard([&]() -> kvrt_status {
-      Model m;
-      if (kvrt_status s = prepare(forward, model, ForwardEntry::Attention, m))
-        return s;
+    return withModel(forward, model, ForwardEntry::Attention, [&](Model &m) {
       const kvrt_model_config &c = m.config;
-      if (layer < 0 || layer >= c.n_layers)
-        return fail(KVRT_ERR_INVALID_ARGUMENT,
-                    str("attention: layer ", layer, " is outside [0, ",
-                        c.n_layers, ")"));
+      if (kvrt_status s = checkLayer("attention", layer, c))
+        return s;
       if (n < 0 || pos < 0 || pos > KVRT_MAX_POSITION - n)
         return fail(KVRT_ERR_INVALID_ARGUMENT,
                     str("attention: ", n, " queries at position ", pos,
                         " are outside [0, 2^53)"));
       kvrt_page_layout layout;
-      if (kvrt_status s = kvrt_pool_get_layout(kvrt_view_pool(view), &layout))
-        return s;
-      if (kvrt_status s = checkForwardLayout(forward, c, layout))
+      if (kvrt_status s = poolLayout(forward, c, view, layout))
         return s;
       RunTable table;
       if (kvrt_status s = table.appendView(view))
@@ -118,8 +107,7 @@ public:
         return KVRT_OK;
       kvrt_attention_args args{};
       args.q = memrefF32(queries.data(), int64_t(queries.size()));
-      args.kv =
-          memrefKV(layout.base, layout.capacity_pages * layout.page_stride);
+      args.kv = arena(layout);
       args.pages = table.pagesRef();
       args.runs = table.rowsRef();
       args.tiles = memrefTable(nullptr, 0, KVRT_TILE_WIDTH);
@@ -139,15 +127,9 @@ public:
     if (!model || !view || !out)
       return kvrt::nullArgument("cpu materialize");
     *out = nullptr;
-    return kvrt::guard([&]() -> kvrt_status {
-      Model m;
-      if (kvrt_status s = prepare(forward, model, ForwardEntry::Materialize, m))
-        return s;
-      kvrt_pool *pool = kvrt_view_pool(view);
+    return withModel(forward, model, ForwardEntry::Materialize, [&](Model &m) {
       kvrt_page_layout layout;
-      if (kvrt_status s = kvrt_pool_get_layout(pool, &layout))
-        return s;
-      if (kvrt_status s = checkForwardLayout(forward, m.config, layout))
+      if (kvrt_status s = poolLayout(forward, m.config, view, layout))
         return s;
       // The shifted runs go through the kernel, into new pages parallel to
       // their page lists; the others are shared as they are.
@@ -161,8 +143,7 @@ public:
                          shift.from.slot_begin, shift.from.n_tokens,
                          shift.from.base_pos, shift.from.delta);
         kvrt_materialize_args args{};
-        args.kv =
-            memrefKV(layout.base, layout.capacity_pages * layout.page_stride);
+        args.kv = arena(layout);
         args.pages = shifted.pagesRef();
         args.runs = shifted.rowsRef();
         args.dst_pages = memrefI32(const_cast<int32_t *>(shifts.pages().data()),
@@ -188,15 +169,42 @@ private:
     return kvrt::allocationFault(KVRT_FAULT_SCRATCH, "cpu backend");
   }
 
-  /// prepare() for a prefill of the tokens at `pos` (prefill, layerKV), with
-  /// the arguments checked; messages start with `what`.
-  static kvrt_status preparePrefill(const Forward &forward,
-                                    const kvrt_model *model,
-                                    const int32_t *tokens, int64_t n,
-                                    int64_t pos, const char *what, Model &m) {
-    if (kvrt_status s = prepare(forward, model, ForwardEntry::Prefill, m))
+  /// `body(m)` with `m` prepared for `entry`, under kvrt::guard (no
+  /// exception leaves a call).
+  template <typename Body>
+  static kvrt_status withModel(const Forward &forward, const kvrt_model *model,
+                               ForwardEntry entry, Body body) {
+    return kvrt::guard([&]() -> kvrt_status {
+      Model m;
+      if (kvrt_status s = prepare(forward, model, entry, m))
+        return s;
+      return body(m);
+    });
+  }
+
+  /// Fails unless `layer` is one of the model's; messages start with `what`.
+  static kvrt_status checkLayer(const char *what, int32_t layer,
+                                const kvrt_model_config &c) {
+    if (layer >= 0 && layer < c.n_layers)
+      return KVRT_OK;
+    return fail(
+        KVRT_ERR_INVALID_ARGUMENT,
+        str(what, ": layer ", layer, " is outside [0, ", c.n_layers, ")"));
+  }
+
+  /// The page layout of the pool of `view`, checked against `forward`.
+  static kvrt_status poolLayout(const Forward &forward,
+                                const kvrt_model_config &c,
+                                const kvrt_view *view,
+                                kvrt_page_layout &layout) {
+    if (kvrt_status s = kvrt_pool_get_layout(kvrt_view_pool(view), &layout))
       return s;
-    return kvrt::checkPrefillArguments(m.config, tokens, n, pos, what);
+    return checkForwardLayout(forward, c, layout);
+  }
+
+  /// The pool's whole page arena, as the forward's `kv` field.
+  static kvrt_memref_kv arena(const kvrt_page_layout &layout) {
+    return memrefKV(layout.base, layout.capacity_pages * layout.page_stride);
   }
 
   /// Runs layers 0 .. nLayers-1 of the forward of the tokens over `view`
@@ -210,9 +218,7 @@ private:
     const kvrt_model_config &c = m.config;
     kvrt_pool *pool = kvrt_view_pool(view);
     kvrt_page_layout layout;
-    if (kvrt_status s = kvrt_pool_get_layout(pool, &layout))
-      return s;
-    if (kvrt_status s = checkForwardLayout(forward, c, layout))
+    if (kvrt_status s = poolLayout(forward, c, view, layout))
       return s;
     RunTable table;
     if (kvrt_status s = table.appendView(view))
@@ -235,7 +241,7 @@ private:
     args.x = memrefF32(x.data(), int64_t(x.size()));
     WeightTable weights = hostWeightTable(c, m.weights);
     weights.fill(args);
-    args.kv = memrefKV(layout.base, layout.capacity_pages * layout.page_stride);
+    args.kv = arena(layout);
     args.pages = table.pagesRef();
     args.runs = table.rowsRef();
     args.tiles = memrefTable(nullptr, 0, KVRT_TILE_WIDTH);

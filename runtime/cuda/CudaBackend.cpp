@@ -119,8 +119,9 @@ struct DevicePool {
       return s;
     if (held[page])
       return KVRT_OK;
-    const float *data = nullptr;
-    if (kvrt_status s = kvrt_pool_page_cdata(pool, page, &data))
+    // page_bytes is page_stride elements of the pool's type (f32, f16, bf16).
+    const void *data = nullptr;
+    if (kvrt_status s = kvrt_pool_page_cbytes(pool, page, &data))
       return s;
     if (kvrt_status s = kvrt_cuda_upload(static_cast<char *>(arena.ptr) +
                                              int64_t(page) * layout.page_bytes,
@@ -456,8 +457,8 @@ private:
   /// Copies `pages` back to the host, which stays the source of truth.
   kvrt_status downloadPages(DevicePool &dp, const std::vector<int32_t> &pages) {
     for (int32_t page : pages) {
-      float *host = nullptr;
-      if (kvrt_status s = kvrt_pool_page_data(dp.pool, page, &host))
+      void *host = nullptr;
+      if (kvrt_status s = kvrt_pool_page_bytes(dp.pool, page, &host))
         return s;
       if (kvrt_status s =
               kvrt_cuda_download(host,

@@ -1,7 +1,18 @@
 //===- CudaRuntime.cpp - The CUDA driver, opened at run time ----*- C++ -*-===//
 //
 // The driver API is declared here by hand (no cuda.h needed): the handful of
-// entry points KVIR uses, with the versioned symbol names the driver exports.
+// entry points KVIR uses, with the versioned symbol names the driver exports
+// (test/stub-cuda, the checking stub CI runs these paths against, exports
+// the same names).
+//
+// A program library's destructor unloads its module when the process exits:
+// by then the function-local statics of this library may be destroyed and
+// the driver finalised (the loader may finalise libcuda first). So the state is
+// never destroyed, and once exit() has begun (an atexit handler, registered
+// after the driver was opened, runs before any library is finalised) modules
+// are not unloaded: the process's end releases them. The primary context is
+// made current on each thread the first time that thread calls (the driver
+// keeps the current context per thread).
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,9 +21,14 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -26,8 +42,16 @@ using CUevent = void *;
 using CUdeviceptr = uint64_t;
 
 constexpr CUresult kSuccess = 0;
-/// CU_JIT_OPTIMIZATION_LEVEL, for PTX loaded through the driver's JIT.
-constexpr int kJitOptimizationLevel = 7;
+/// CUDA_ERROR_DEINITIALIZED: the driver was torn down (process exit).
+constexpr CUresult kDeinitialized = 4;
+/// CUjit_option values: the JIT's error log and the optimisation level.
+constexpr int kJitErrorLogBuffer = 5, kJitErrorLogBufferSize = 6,
+              kJitOptimizationLevel = 7;
+/// Bytes of the JIT's error log kept for the message.
+constexpr size_t kJitLogBytes = 8192;
+/// CUdevice_attribute values for the description of the device.
+constexpr int kAttrMultiprocessors = 16, kAttrCapabilityMajor = 75,
+              kAttrCapabilityMinor = 76;
 /// CU_MEM_ATTACH_GLOBAL.
 constexpr unsigned kMemAttachGlobal = 1;
 
@@ -37,11 +61,13 @@ struct Driver {
   CUresult (*cuDeviceGetCount)(int *);
   CUresult (*cuDeviceGet)(CUdevice *, int);
   CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+  CUresult (*cuDeviceTotalMem)(size_t *, CUdevice);
+  CUresult (*cuDriverGetVersion)(int *);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
   CUresult (*cuCtxSetCurrent)(CUcontext);
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
-  CUresult (*cuModuleLoadData)(CUmodule *, const void *);
   CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, int *,
                                  void **);
   CUresult (*cuModuleUnload)(CUmodule);
@@ -69,20 +95,34 @@ struct Driver {
   CUresult (*cuMemGetInfo)(size_t *, size_t *);
 };
 
-/// Process-wide state: the driver, the first error, the device.
+/// Process-wide state: the driver, the first error, the device, and the
+/// name of each kernel (for messages).
 struct State {
   std::once_flag once;
   bool ready = false;
   Driver driver{};
+  CUcontext context = nullptr;
   std::string error;
-  std::string deviceName;
+  std::string deviceName, deviceDescription;
   std::mutex errorMutex;
+  /// exit() has begun: the driver may be finalised before the libraries
+  /// whose destructors unload their modules.
+  std::atomic<bool> exiting{false};
+  std::mutex kernelMutex;
+  std::map<CUfunction, std::string> kernelNames;
+  /// The last launch (kernel, grid, block): a fault of a kernel is reported
+  /// by the next synchronisation, which names it.
+  std::string lastLaunch;
 };
 
+/// Never destroyed (see the file comment).
 State &state() {
-  static State s;
-  return s;
+  static State *s = new State();
+  return *s;
 }
+
+/// Whether the context is current on this thread.
+thread_local bool contextCurrent = false;
 
 /// Records the first error of the process (later ones add nothing: the first
 /// is the cause).
@@ -119,11 +159,13 @@ bool resolve(void *library, Driver &d, std::string &missing) {
   get(d.cuDeviceGetCount, "cuDeviceGetCount");
   get(d.cuDeviceGet, "cuDeviceGet");
   get(d.cuDeviceGetName, "cuDeviceGetName");
+  get(d.cuDeviceGetAttribute, "cuDeviceGetAttribute");
+  get(d.cuDeviceTotalMem, "cuDeviceTotalMem_v2");
+  get(d.cuDriverGetVersion, "cuDriverGetVersion");
   get(d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
   get(d.cuCtxSetCurrent, "cuCtxSetCurrent");
   get(d.cuGetErrorName, "cuGetErrorName");
   get(d.cuGetErrorString, "cuGetErrorString");
-  get(d.cuModuleLoadData, "cuModuleLoadData");
   get(d.cuModuleLoadDataEx, "cuModuleLoadDataEx");
   get(d.cuModuleUnload, "cuModuleUnload");
   get(d.cuModuleGetFunction, "cuModuleGetFunction");
@@ -149,6 +191,23 @@ bool resolve(void *library, Driver &d, std::string &missing) {
   return ok;
 }
 
+/// "NAME, sm_90, 132 SMs, 140.4 GiB, driver 13.0".
+std::string describeDevice(const Driver &d, CUdevice device) {
+  int major = 0, minor = 0, sms = 0, version = 0;
+  size_t bytes = 0;
+  d.cuDeviceGetAttribute(&major, kAttrCapabilityMajor, device);
+  d.cuDeviceGetAttribute(&minor, kAttrCapabilityMinor, device);
+  d.cuDeviceGetAttribute(&sms, kAttrMultiprocessors, device);
+  d.cuDeviceTotalMem(&bytes, device);
+  d.cuDriverGetVersion(&version);
+  char memory[32];
+  std::snprintf(memory, sizeof(memory), "%.1f GiB",
+                double(bytes) / double(1ull << 30));
+  return kvrt::str(state().deviceName, ", sm_", major, minor, ", ", sms,
+                   " SMs, ", memory, ", driver ", version / 1000, ".",
+                   version % 1000 / 10);
+}
+
 void initOnce() {
   State &s = state();
   const char *override = std::getenv("KVIR_CUDA_DRIVER");
@@ -168,6 +227,7 @@ void initOnce() {
                      "; it is too old or not a CUDA driver"));
     return;
   }
+  std::atexit([] { state().exiting = true; });
   const Driver &d = s.driver;
   if (CUresult r = d.cuInit(0); r != kSuccess) {
     record("cuInit failed: " + describe(r));
@@ -193,15 +253,14 @@ void initOnce() {
     record("cannot create a context on " + s.deviceName + ": " + describe(r));
     return;
   }
-  if (CUresult r = d.cuCtxSetCurrent(context); r != kSuccess) {
-    record("cannot make the CUDA context current: " + describe(r));
-    return;
-  }
+  s.deviceDescription = describeDevice(d, device);
+  s.context = context;
   s.ready = true;
 }
 
-/// The driver, ready for use on this thread, or null (with the error
-/// recorded) when it is not available or an earlier call failed.
+/// The driver, ready for use on this thread (its context current here), or
+/// null (with the error recorded) when it is not available or an earlier
+/// call failed.
 const Driver *driver() {
   State &s = state();
   std::call_once(s.once, initOnce);
@@ -211,6 +270,14 @@ const Driver *driver() {
     std::lock_guard<std::mutex> lock(s.errorMutex);
     if (!s.error.empty())
       return nullptr;
+  }
+  if (!contextCurrent) {
+    if (CUresult r = s.driver.cuCtxSetCurrent(s.context); r != kSuccess) {
+      record("cannot make the CUDA context current on this thread: " +
+             describe(r));
+      return nullptr;
+    }
+    contextCurrent = true;
   }
   return &s.driver;
 }
@@ -249,6 +316,10 @@ void kvrt_cuda_clear_error(void) {
 }
 
 const char *kvrt_cuda_device_name(void) { return state().deviceName.c_str(); }
+
+const char *kvrt_cuda_device_description(void) {
+  return state().deviceDescription.c_str();
+}
 
 /// KVRT_ERR_UNAVAILABLE with the recorded CUDA error (the first of the
 /// process), or KVRT_OK when none is recorded.
@@ -322,36 +393,73 @@ kvrt_status kvrt_cuda_copy(void *dst, const void *src, size_t bytes) {
   return KVRT_OK;
 }
 
+/// `what` failed with `result` after the launch recorded last: names it,
+/// since a kernel's fault is reported by the next synchronisation.
+static bool checkAfterLaunch(CUresult result, const char *what) {
+  if (result == kSuccess)
+    return true;
+  State &s = state();
+  std::string last;
+  {
+    std::lock_guard<std::mutex> lock(s.kernelMutex);
+    last = s.lastLaunch;
+  }
+  record(kvrt::str(what, " failed: ", describe(result),
+                   last.empty() ? "" : " (the last launch: ", last,
+                   last.empty() ? "" : ")"));
+  return false;
+}
+
 kvrt_status kvrt_cuda_synchronize(void) {
   if (kvrt_status s = kvrt_cuda_check())
     return s;
-  if (!check(state().driver.cuCtxSynchronize(), "cuCtxSynchronize"))
+  if (!checkAfterLaunch(state().driver.cuCtxSynchronize(), "cuCtxSynchronize"))
     return recordedStatus();
   return KVRT_OK;
 }
 
+/// Loads a module image (cubin or PTX) with the JIT's error log kept:
+/// without it an invalid PTX says only CUDA_ERROR_INVALID_PTX.
+static CUmodule loadModule(const Driver &d, const void *data, int optLevel,
+                           const char *what) {
+  CUmodule module = nullptr;
+  std::vector<char> log(kJitLogBytes, '\0');
+  int options[] = {kJitErrorLogBuffer, kJitErrorLogBufferSize,
+                   kJitOptimizationLevel};
+  void *values[] = {log.data(), reinterpret_cast<void *>(log.size()),
+                    reinterpret_cast<void *>(static_cast<intptr_t>(optLevel))};
+  unsigned count = optLevel >= 0 ? 3 : 2;
+  CUresult r = d.cuModuleLoadDataEx(&module, data, count, options, values);
+  if (r == kSuccess)
+    return module;
+  std::string text(log.data(), strnlen(log.data(), log.size()));
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+    text.pop_back();
+  record(kvrt::str(what, " failed: ", describe(r),
+                   text.empty() ? "" : "; the JIT's log: ", text));
+  return nullptr;
+}
+
 void *mgpuModuleLoad(void *data, size_t) {
   const Driver *d = driver();
-  CUmodule module = nullptr;
-  if (d && !check(d->cuModuleLoadData(&module, data), "cuModuleLoadData"))
-    return nullptr;
-  return module;
+  return d ? loadModule(*d, data, -1, "cuModuleLoadDataEx (cubin)") : nullptr;
 }
 
 void *mgpuModuleLoadJIT(void *data, int optLevel) {
   const Driver *d = driver();
-  CUmodule module = nullptr;
-  int options[] = {kJitOptimizationLevel};
-  void *values[] = {reinterpret_cast<void *>(static_cast<intptr_t>(optLevel))};
-  if (d && !check(d->cuModuleLoadDataEx(&module, data, 1, options, values),
-                  "cuModuleLoadDataEx (PTX JIT)"))
-    return nullptr;
-  return module;
+  return d ? loadModule(*d, data, optLevel, "cuModuleLoadDataEx (PTX JIT)")
+           : nullptr;
 }
 
 void mgpuModuleUnload(void *module) {
-  if (const Driver *d = driver(); d && module)
-    check(d->cuModuleUnload(module), "cuModuleUnload");
+  if (state().exiting)
+    return;
+  const Driver *d = driver();
+  if (!d || !module)
+    return;
+  // A driver that was finalised all the same has released the module.
+  if (CUresult r = d->cuModuleUnload(module); r != kDeinitialized)
+    check(r, "cuModuleUnload");
 }
 
 void *mgpuModuleGetFunction(void *module, const char *name) {
@@ -360,8 +468,11 @@ void *mgpuModuleGetFunction(void *module, const char *name) {
   if (!d || !module)
     return nullptr;
   if (!check(d->cuModuleGetFunction(&function, module, name),
-             "cuModuleGetFunction"))
+             kvrt::str("cuModuleGetFunction of ", name).c_str()))
     return nullptr;
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.kernelMutex);
+  s.kernelNames[function] = name;
   return function;
 }
 
@@ -372,9 +483,20 @@ void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
   const Driver *d = driver();
   if (!d || !function)
     return;
+  State &s = state();
+  std::string launch;
+  {
+    std::lock_guard<std::mutex> lock(s.kernelMutex);
+    auto it = s.kernelNames.find(function);
+    launch = kvrt::str("kernel ", it == s.kernelNames.end() ? "?" : it->second,
+                       ", grid ", gridX, "x", gridY, "x", gridZ, ", block ",
+                       blockX, "x", blockY, "x", blockZ, ", ", smem,
+                       " bytes of dynamic shared memory");
+    s.lastLaunch = launch;
+  }
   check(d->cuLaunchKernel(function, gridX, gridY, gridZ, blockX, blockY, blockZ,
                           smem, stream, params, extra),
-        "cuLaunchKernel");
+        kvrt::str("cuLaunchKernel (", launch, ")").c_str());
 }
 
 void *mgpuStreamCreate(void) {
@@ -392,7 +514,7 @@ void mgpuStreamDestroy(void *stream) {
 
 void mgpuStreamSynchronize(void *stream) {
   if (const Driver *d = driver())
-    check(d->cuStreamSynchronize(stream), "cuStreamSynchronize");
+    checkAfterLaunch(d->cuStreamSynchronize(stream), "cuStreamSynchronize");
 }
 
 void mgpuStreamWaitEvent(void *stream, void *event) {
@@ -415,7 +537,7 @@ void mgpuEventDestroy(void *event) {
 
 void mgpuEventSynchronize(void *event) {
   if (const Driver *d = driver(); d && event)
-    check(d->cuEventSynchronize(event), "cuEventSynchronize");
+    checkAfterLaunch(d->cuEventSynchronize(event), "cuEventSynchronize");
 }
 
 void mgpuEventRecord(void *event, void *stream) {

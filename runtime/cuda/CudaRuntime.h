@@ -4,21 +4,26 @@
 // GPU function is used, so everything builds and runs where no GPU is. This
 // header is the C interface of that layer:
 //
-//  - kvrt_cuda_init() opens the driver, finds a device and makes its primary
-//    context current. It fails with a message naming the problem (no driver
-//    library, a driver too old for a needed function, no device, an init
-//    error), and may be called again: it only tries once per process.
+//  - kvrt_cuda_init() opens the driver, finds a device and retains its
+//    primary context, which every function here makes current on the thread
+//    that calls it (once per thread). It fails with a message naming the
+//    problem (no driver library, a driver too old for a needed function, no
+//    device, an init error), and may be called again: it only tries once per
+//    process.
 //  - The mgpu* functions are those that upstream MLIR GPU lowering
 //    (gpu-to-llvm) emits calls to; Debian ships no libmlir_cuda_runtime, so
 //    KVIR implements them here over the driver API. They cannot return errors,
 //    so the first failure is recorded (kvrt_cuda_last_error) and every later
 //    mgpu call becomes a no-op returning null: a host program that loads a
 //    module where no driver is does not crash, and its runner reports the
-//    recorded error and exits non-zero.
+//    recorded error and exits non-zero. A failed launch names the kernel,
+//    its grid and block; a failed synchronisation names the last launch
+//    (a kernel's fault is reported there); a module the driver refuses
+//    carries the JIT's error log.
 //
 // The driver library is libcuda.so.1, or the file named by the environment
-// variable KVIR_CUDA_DRIVER (used by tests to simulate a missing or broken
-// driver).
+// variable KVIR_CUDA_DRIVER (used by tests: a missing or broken driver, or
+// test/stub-cuda's checking stub, libkvir-stub-cuda.so).
 //
 //===----------------------------------------------------------------------===//
 
@@ -47,6 +52,11 @@ void kvrt_cuda_clear_error(void);
 
 /// The name of the current device (after a successful init), else "".
 const char *kvrt_cuda_device_name(void);
+
+/// The device, its architecture, SMs and memory, and the driver's version
+/// ("NVIDIA H200, sm_90, 132 SMs, 139.8 GiB, driver 13.0") after a
+/// successful init, else "".
+const char *kvrt_cuda_device_description(void);
 
 //===----------------------------------------------------------------------===//
 // Device memory for the runtime's own buffers (weights, pages, tables). Each

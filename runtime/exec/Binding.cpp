@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 using namespace kvir;
@@ -68,16 +69,40 @@ std::string modelMismatch(const kvrt_model_config &type,
   return "";
 }
 
-/// Whether an input of `length` tokens (or rows) may be synthesized: a
-/// length is an allocation and then work, so it is bounded first.
-bool synthesizable(const std::string &what, int64_t length,
-                   const InputOptions &options, std::string &error) {
-  if (length >= 0 && length <= options.maxSynthesized)
+/// Fails unless an input of `size` tokens (or rows: `unit`) fits the static
+/// size of `spec`, where it has one.
+bool fitsStaticSize(const ArgSpec &spec, int64_t size, const char *unit,
+                    const std::string &what, std::string &error) {
+  if (spec.dims[0] < 0 || size == spec.dims[0])
     return true;
-  error = str("cannot synthesize ", length, " tokens for ", what,
-              ": more than the ", options.maxSynthesized, " ",
-              options.maxSynthesizedBy);
+  error = str(what, " has ", spec.dims[0], " ", unit,
+              " in its type, its input has ", size);
   return false;
+}
+
+/// Appends to `out` the synthesized values of argument `i`: its static
+/// size, else its sample length, else the default length, in tokens or rows
+/// of `perRow` values, each `draw(state)` from splitmix64 seeded by --seed
+/// and the position. False (with `error`) when that length may not be
+/// synthesized: a length is an allocation and then work, so it is bounded
+/// first.
+template <typename T, typename Draw>
+bool synthesize(const ArgSpec &spec, size_t i, const std::string &what,
+                const InputOptions &options, int64_t perRow, Draw draw,
+                std::vector<T> &out, std::string &error) {
+  int64_t length = spec.dims[0] >= 0        ? spec.dims[0]
+                   : spec.sampleLength >= 0 ? spec.sampleLength
+                                            : options.dynamicLength;
+  if (length < 0 || length > options.maxSynthesized) {
+    error = str("cannot synthesize ", length, " tokens for ", what,
+                ": more than the ", options.maxSynthesized, " ",
+                options.maxSynthesizedBy);
+    return false;
+  }
+  uint64_t state = options.seed * 0x100000001b3ULL + i;
+  for (int64_t k = 0; k < length * perRow; ++k)
+    out.push_back(draw(state));
+  return true;
 }
 
 } // namespace
@@ -165,15 +190,11 @@ bool kvir::exec::bindArguments(const EntryManifest &manifest,
         if (!parseTokenList(given->first, given->second, value.tokens, error))
           return false;
       } else if (options.synthesize) {
-        int64_t length = spec.dims[0] >= 0        ? spec.dims[0]
-                         : spec.sampleLength >= 0 ? spec.sampleLength
-                                                  : options.dynamicLength;
-        if (!synthesizable(what, length, options, error))
+        auto token = [&](uint64_t &state) {
+          return int32_t(splitmix64(state) % uint64_t(config.vocab_size));
+        };
+        if (!synthesize(spec, i, what, options, 1, token, value.tokens, error))
           return false;
-        uint64_t state = options.seed * 0x100000001b3ULL + i;
-        for (int64_t t = 0; t < length; ++t)
-          value.tokens.push_back(
-              int32_t(splitmix64(state) % uint64_t(config.vocab_size)));
         synthesized = true;
       } else {
         error =
@@ -184,13 +205,8 @@ bool kvir::exec::bindArguments(const EntryManifest &manifest,
         return false;
       }
       size = int64_t(value.tokens.size());
-      if (spec.dims[0] >= 0 && size != spec.dims[0]) {
-        error = str(what, " has ", spec.dims[0],
-                    " tokens in its type, its "
-                    "input has ",
-                    size);
+      if (!fitsStaticSize(spec, size, "tokens", what, error))
         return false;
-      }
       for (size_t t = 0; t < value.tokens.size(); ++t)
         if (value.tokens[t] >= config.vocab_size) {
           error = str(
@@ -221,15 +237,13 @@ bool kvir::exec::bindArguments(const EntryManifest &manifest,
           return false;
         }
       } else if (options.synthesize) {
-        int64_t rows = spec.dims[0] >= 0        ? spec.dims[0]
-                       : spec.sampleLength >= 0 ? spec.sampleLength
-                                                : options.dynamicLength;
-        if (!synthesizable(what, rows, options, error))
+        // Uniform in [-1, 1).
+        auto uniform = [](uint64_t &state) {
+          return float(double(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0);
+        };
+        if (!synthesize(spec, i, what, options, rowFloats, uniform,
+                        tensor->data, error))
           return false;
-        uint64_t state = options.seed * 0x100000001b3ULL + i;
-        for (int64_t f = 0; f < rows * rowFloats; ++f)
-          tensor->data.push_back(
-              float(double(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0));
         synthesized = true;
       } else {
         error = "no input for " + what + " (an f32 tensor): give --input " +
@@ -237,13 +251,8 @@ bool kvir::exec::bindArguments(const EntryManifest &manifest,
         return false;
       }
       size = int64_t(tensor->data.size()) / rowFloats;
-      if (spec.dims[0] >= 0 && size != spec.dims[0]) {
-        error = str(what, " has ", spec.dims[0],
-                    " rows in its type, its "
-                    "input has ",
-                    size);
+      if (!fitsStaticSize(spec, size, "rows", what, error))
         return false;
-      }
       tensor->dims[0] = size;
       tensor->dims[1] = config.n_heads;
       tensor->dims[2] = headSize;

@@ -176,6 +176,17 @@ bool checkView(kvrt_exec_context *ctx, int32_t site, const void *view,
   return false;
 }
 
+/// Checks the model operand of a call that runs the forward: the one the
+/// context runs (`what` names the call).
+bool checkModel(kvrt_exec_context *ctx, int32_t site, const kvrt_model *model,
+                const char *what) {
+  if (model == ctx->model)
+    return true;
+  ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+            str(what, ": the model is not the one the program runs on"));
+  return false;
+}
+
 int64_t effectiveStart(const kvrt_run &run) { return run.base_pos + run.delta; }
 
 int64_t endPosition(const kvrt_view *view) {
@@ -392,11 +403,8 @@ kvrt_exec_prefill(kvrt_exec_context *ctx, int32_t site, const char *key,
     *result = nullptr;
   return guarded<kvrt_exec_logits *>(
       ctx, site, nullptr, [&]() -> kvrt_exec_logits * {
-        if (model != ctx->model) {
-          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
-                    "prefill: the model is not the one the program runs on");
+        if (!checkModel(ctx, site, model, "prefill"))
           return nullptr;
-        }
         if (!checkView(ctx, site, tokens, "prefill tokens") ||
             (n_views > 0 && !checkView(ctx, site, views, "prefill views")))
           return nullptr;
@@ -425,9 +433,7 @@ kvrt_exec_prefill(kvrt_exec_context *ctx, int32_t site, const char *key,
           kvrt_view *out = nullptr;
           int64_t contextTokens = kvrt_view_num_tokens(context);
           kvrt_exec_work &work = ctx->work();
-          kvir::Forward fwd;
-          fwd.key = key;
-          fwd.prefill = forward;
+          kvir::Forward fwd{key, /*prefill=*/forward};
           if (kvrt_status s = ctx->backend->prefill(
                   fwd, ctx->model, context, ids.data(), n, logits->position,
                   label, last != 0, &logits->data, &out)) {
@@ -581,9 +587,7 @@ kvrt_view *kvrt_exec_selective_recompute(
     budget.amount = amount;
     kvir::SelectiveRecomputeStats stats;
     kvrt_view *out = nullptr;
-    kvir::Forward fwd;
-    fwd.key = key;
-    fwd.prefill = forward;
+    kvir::Forward fwd{key, /*prefill=*/forward};
     if (kvrt_status s =
             kvir::selectiveRecompute(*ctx->backend, fwd, ctx->model, view,
                                      begin, end, budget, &out, &stats)) {
@@ -625,16 +629,12 @@ kvrt_view *kvrt_exec_materialize(kvrt_exec_context *ctx, int32_t site,
                                  const kvrt_model *model,
                                  const kvrt_view *view) {
   return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
-    if (model != ctx->model) {
-      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
-                "materialize: the model is not the one the program runs on");
+    if (!checkModel(ctx, site, model, "materialize"))
       return nullptr;
-    }
     if (!checkView(ctx, site, view, "materialize"))
       return nullptr;
-    kvir::Forward fwd;
-    fwd.key = key;
-    fwd.materialize = forward;
+    kvir::Forward fwd{key, /*prefill=*/nullptr, /*attention=*/nullptr,
+                      /*materialize=*/forward};
     kvrt_view *out = nullptr;
     if (kvrt_status s =
             ctx->backend->materialize(fwd, ctx->model, view, &out)) {
@@ -653,11 +653,8 @@ kvrt_exec_attention(kvrt_exec_context *ctx, int32_t site, const char *key,
                     int64_t position, int64_t expect_rows) {
   return guarded<kvrt_exec_tensor *>(
       ctx, site, nullptr, [&]() -> kvrt_exec_tensor * {
-        if (model != ctx->model) {
-          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
-                    "attention: the model is not the one the program runs on");
+        if (!checkModel(ctx, site, model, "attention"))
           return nullptr;
-        }
         if (!checkView(ctx, site, query, "attention query") ||
             !checkView(ctx, site, views, "attention views"))
           return nullptr;
@@ -688,9 +685,7 @@ kvrt_exec_attention(kvrt_exec_context *ctx, int32_t site, const char *key,
         kvrt_view *context = combine(ctx, site, views, offsets, n_views);
         if (!context)
           return nullptr;
-        kvir::Forward fwd;
-        fwd.key = key;
-        fwd.attention = forward;
+        kvir::Forward fwd{key, /*prefill=*/nullptr, /*attention=*/forward};
         std::vector<float> out;
         if (kvrt_status s = ctx->backend->attention(
                 fwd, ctx->model, context, query->data.data(), n, position,
@@ -943,11 +938,8 @@ kvrt_view *kvrt_exec_load_block(kvrt_exec_context *ctx, int32_t site,
                                 int32_t has_position, int64_t position,
                                 const char *label) {
   return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
-    if (model != ctx->model) {
-      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
-                "load_block: the model is not the one the program runs on");
+    if (!checkModel(ctx, site, model, "load_block"))
       return nullptr;
-    }
     if (!checkView(ctx, site, tokens, "load_block tokens"))
       return nullptr;
     const std::vector<int32_t> &ids = tokens->ids;
@@ -1015,9 +1007,7 @@ kvrt_view *kvrt_exec_load_block(kvrt_exec_context *ctx, int32_t site,
     }
 
     // Not fetched: prefill it here.
-    kvir::Forward fwd;
-    fwd.key = key;
-    fwd.prefill = forward;
+    kvir::Forward fwd{key, /*prefill=*/forward};
     std::vector<float> logits;
     kvrt_view *out = nullptr;
     if (kvrt_status s =
@@ -1053,11 +1043,8 @@ kvrt_view *kvrt_exec_load_block(kvrt_exec_context *ctx, int32_t site,
 void kvrt_exec_store_block(kvrt_exec_context *ctx, int32_t site,
                            const kvrt_model *model, const kvrt_view *view) {
   guarded<int>(ctx, site, 0, [&]() -> int {
-    if (model != ctx->model) {
-      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
-                "store_block: the model is not the one the program runs on");
+    if (!checkModel(ctx, site, model, "store_block"))
       return 0;
-    }
     if (!checkView(ctx, site, view, "store_block"))
       return 0;
     if (!ctx->blocks.count(view)) {

@@ -234,26 +234,7 @@ void kvrt_exec_view_release(kvrt_view *view);
 #define MATERIALIZE_FN(n) kvrt_materialize_fn n
 #define KVRT_EXEC_FN(name, result, ...) KVRT_EXEC_C_##result name(__VA_ARGS__);
 #include "runtime/exec/ExecABI.def"
-#undef CTX
-#undef SITE
-#undef VIEW
-#undef CVIEW
-#undef VIEWS
-#undef VIEW_OUT
-#undef MODEL
-#undef CTOKENS
-#undef CLOGITS
-#undef CTENSOR
-#undef I32S
-#undef I64S
-#undef I64_OUT
-#undef STR
-#undef I32
-#undef I64
-#undef F64
-#undef PREFILL_FN
-#undef ATTENTION_FN
-#undef MATERIALIZE_FN
+#include "runtime/exec/ExecABIUndef.h"
 
 /// The name and address of every function above that generated code calls,
 /// and of the thread pool's functions the generated CPU forward calls

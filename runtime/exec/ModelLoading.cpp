@@ -1,6 +1,7 @@
 //===- ModelLoading.cpp - The model a runner runs ---------------*- C++ -*-===//
 
 #include "runtime/exec/ModelLoading.h"
+#include "runtime/core/Model.h"
 #include "runtime/core/Support.h"
 
 using namespace kvir;
@@ -21,33 +22,26 @@ kvrt_model *kvir::exec::loadModel(const std::string &file,
   }
   kvrt_model_config c;
   kvrt_model_config_init(&c);
+  // The presets other than the default: their sizes, a long context, a
+  // separate classifier.
+  auto shape = [&c](int32_t dim, int32_t hidden, int32_t layers, int32_t heads,
+                    int32_t kvHeads, int32_t vocab) {
+    c = kvrt::sizedConfig(dim, hidden, layers, heads, kvHeads, vocab, 1 << 16);
+    c.shared_classifier = 0;
+  };
   uint64_t presetSeed = 1;
   std::string what;
   if (synthetic == "default") {
     what = "stories260K's shape, random weights: pass --model FILE for a "
            "trained checkpoint";
   } else if (synthetic == "synthetic-test") {
-    c.dim = 256;
-    c.hidden_dim = 512;
-    c.n_layers = 3;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.vocab_size = 300;
+    shape(256, 512, 3, 4, 2, 300);
     c.rope_layout = KVRT_ROPE_HALF;
     c.rope_theta = 1000000.0;
-    c.seq_len = 1 << 16;
-    c.shared_classifier = 0;
     presetSeed = 7;
     what = "dim 256, 4/2 heads of 64, half RoPE, theta 1e6";
   } else if (synthetic == "synthetic-bench") {
-    c.dim = 1024;
-    c.hidden_dim = 2816;
-    c.n_layers = 8;
-    c.n_heads = 8;
-    c.n_kv_heads = 8;
-    c.vocab_size = 1024;
-    c.seq_len = 1 << 16;
-    c.shared_classifier = 0;
+    shape(1024, 2816, 8, 8, 8, 1024);
     what = "dim 1024, 8 layers, 8 heads of 128";
   } else {
     error = "unknown synthetic model '" + synthetic +

@@ -86,10 +86,16 @@ RunOutcome kvir::exec::runEntry(EntryFn entry, const EntryManifest &manifest,
     case ValueKind::Index:
       slots.push_back(arg.index);
       break;
-    case ValueKind::Logits:
     case ValueKind::Cache:
-      return fail("a runner binds models, token lists, tensors and integers "
-                  "only");
+      // The caller's view: the context neither owns nor releases it, and
+      // views are immutable, so the run cannot change it.
+      if (!arg.cache || kvrt_view_pool(arg.cache.get()) != pool)
+        return fail("a cache argument must be a view of the run's pool");
+      slots.push_back(int64_t(reinterpret_cast<intptr_t>(arg.cache.get())));
+      break;
+    case ValueKind::Logits:
+      return fail("a runner binds models, caches, token lists, tensors and "
+                  "integers only");
     }
   }
   std::vector<int64_t> results(manifest.results.size() + 1, 0);

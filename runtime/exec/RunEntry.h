@@ -55,7 +55,8 @@ struct RunOutcome {
 
 /// Calls `entry` on `args` over a fresh execution context of `backend`,
 /// `model` and `pool`, and reads the results back (views retained, logits
-/// and tensors copied).
+/// and tensors copied). A cache argument is a view of `pool` the caller
+/// holds for the run (the context does not take it over).
 /// With `maxContext` > 0, a prefill or attention at a position at or beyond
 /// it fails at its site (createExecContext). kv.load_block and
 /// kv.store_block use the block store of `blockStore`, when given.

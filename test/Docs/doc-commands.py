@@ -32,6 +32,7 @@ import time
 MODEL = "model"  # ../shared/models/stories260K.bin and tok512.bin
 TOOLKIT = "cuda-toolkit"  # the CUDA toolkit CMake found (ptxas, libdevice)
 UNSANITIZED = "unsanitized"  # our code loaded into uninstrumented executables
+HTTP = "http-client"  # curl and jq, the clients the kv-serve examples use
 
 # The commands run here, each with what it needs. A command is written as the
 # document shows it, its continuation lines joined and a trailing comment
@@ -60,6 +61,34 @@ RUN = {
     "build/bin/kv-convert stories260K.gguf stories260K.bin": [MODEL],
     'build/bin/kv-run --model stories260K.q8_0.gguf --text "Once upon a time" --bos prompt': [MODEL],
     'build/bin/kv-run examples/story-edit.mlir --model stories260K.q8_0.gguf --text opening="Once upon a time, there was a little" --bos opening --text hero="girl named Lily." --text new_hero="boy named Tim." --text notes="She loved to play outside in the park." --text answer="One day," --compare-full-prefill': [MODEL],
+    # kv-serve (README, docs/serve.md): a server on port 8080, its clients,
+    # then the server stopped; each command runs on its own, in this order.
+    'build/bin/kv-serve --model ../shared/models/stories260K.bin --port 8080 > kv-serve.log 2>&1 & echo $! > kv-serve.pid': [MODEL, HTTP],
+    'until curl -sf localhost:8080/health >/dev/null; do sleep 0.2; done': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/contexts -H \'Content-Type: application/json\' -d \'{"segments": [{"name": "opening", "text": "Once upon a time, there was a little", "bos": true}, {"name": "hero", "kind": "fact", "text": "girl named Lily."}, {"name": "answer", "kind": "answer", "text": "One day,", "deps": ["hero"]}]}\' | jq -r .id > ctx.id': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/contexts/$(cat ctx.id)/edit -H \'Content-Type: application/json\' -d \'{"segment": "hero", "text": "boy named Tim.", "strategy": "cot_slice"}\'': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/contexts/$(cat ctx.id)/generate -H \'Content-Type: application/json\' -d \'{"max_tokens": 16, "temperature": 0}\'': [MODEL, HTTP],
+    'kill $(cat kv-serve.pid)': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/contexts -H \'Content-Type: application/json\' -d \'{"segments": [{"name": "opening", "kind": "history", "text": "Once upon a time, there was a little", "bos": true}, {"name": "hero", "kind": "fact", "text": "girl named Lily."}, {"name": "notes", "kind": "history", "text": "She loved to play outside in the park."}, {"name": "answer", "kind": "answer", "text": "One day,", "deps": ["hero", "notes"]}]}\' | jq -r .id > ctx.id': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/contexts/$(cat ctx.id)': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/contexts/$(cat ctx.id)/segments -H \'Content-Type: application/json\' -d \'{"name": "turn1", "kind": "user", "text": "She saw a cat."}\'': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/contexts/$(cat ctx.id)/segments -H \'Content-Type: application/json\' -d \'{"name": "turn2", "kind": "user", "text": "It was black.", "prefill": true}\'': [MODEL, HTTP],
+    'curl -sN localhost:8080/v1/contexts/$(cat ctx.id)/generate -H \'Content-Type: application/json\' -d \'{"max_tokens": 8, "temperature": 0.8, "seed": 7, "stream": true}\'': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/contexts/$(cat ctx.id)/edit -H \'Content-Type: application/json\' -d \'{"segment": "notes", "text": "He liked to run.", "repair": {"first_k": 2}}\'': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/contexts/$(cat ctx.id)/edit -H \'Content-Type: application/json\' -d \'{"segment": "hero", "text": "dog named Max.", "strategy": "erratum", "correction": {"text": "No: a dog named Max."}}\'': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/blocks -H \'Content-Type: application/json\' -d \'{"name": "park", "text": "The park had a big slide and a pond."}\'': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/contexts/$(cat ctx.id)/compose -H \'Content-Type: application/json\' -d \'{"block": "park", "repair": {"first_k": 2}}\'': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/blocks': [MODEL, HTTP],
+    'curl -s "localhost:8080/v1/contexts/$(cat ctx.id)?tokens=1"': [MODEL, HTTP],
+    'curl -s -X DELETE localhost:8080/v1/contexts/$(cat ctx.id)': [MODEL, HTTP],
+    'curl -s -X DELETE localhost:8080/v1/blocks/park': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/models': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/completions -H \'Content-Type: application/json\' -d \'{"model": "stories260K.bin", "prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}\'': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/chat/completions -H \'Content-Type: application/json\' -d \'{"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 16}\'': [MODEL, HTTP],
+    'curl -sN localhost:8080/v1/chat/completions -H \'Content-Type: application/json\' -d \'{"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 8, "stream": true}\'': [MODEL, HTTP],
+    "curl -s localhost:8080/metrics | grep -E '^kvserve_(hit_rate|pool_pages_used|plan_compiles_total) '": [MODEL, HTTP],
+    'curl -s localhost:8080/health': [MODEL, HTTP],
+    'curl -s localhost:8080/v1/contexts -H \'Content-Type: application/json\' -d \'{"segments": [{"name": "a", "text": "x", "colour": "red"}]}\'': [MODEL, HTTP],
     "build/bin/kv-convert synthetic:dim=256,hidden=768,layers=4,heads=4,kv_heads=2,vocab=512 d256.q4_k_m.gguf --type q4_k_m": [],
 }
 
@@ -101,7 +130,7 @@ NOT_RUN = {
     "build/bin/KVProgramTests && build/bin/KVRuntimeTests && build/bin/KVSessionTests": SUITE,
     "build/bin/kv-bench --backend cpu": BENCH,
     "build/bin/kv-bench --history 6000 --blocks 8 --block 1024 --stories ''": BENCH,
-    "cmake -G Ninja -S . -B build && ninja -C build KVRuntimeTests kv-run": BUILDS,
+    "cmake -G Ninja -S . -B build && ninja -C build KVRuntimeTests KVReferenceTests KVToolTests kv-run": BUILDS,
     "ctest --test-dir build -R 'Test\\.'": SUITE,
     "ninja -C build kv-bench-attention": BUILDS,
     "build/bin/kv-bench-attention --benchmark_repetitions=3 --benchmark_report_aggregates_only=true": BENCH,
@@ -194,6 +223,10 @@ def missing(need, src, build, cache):
         toolkit = cache.get("KVIR_CUDA_TOOLKIT", "")
         if not toolkit or not os.path.exists(os.path.join(toolkit, "bin", "ptxas")):
             return "no CUDA toolkit"
+    elif need == HTTP:
+        for tool in ("curl", "jq"):
+            if not shutil.which(tool):
+                return "no " + tool + " on PATH"
     elif need == UNSANITIZED:
         if cache.get("KVIR_SANITIZE", ""):
             return "a sanitizer build (uninstrumented executables cannot load it)"

@@ -145,4 +145,35 @@ put("block-blob", "cut-256", b"\x01\x00\x01")
 put("block-blob", "flip-header", b"\x01\xff\xff\x10\x00\x01")
 put("block-blob", "flip-payload", b"\x01\xff\xff\x00\x02\x80")
 put("block-blob", "raw-short", b"\x00KVBLOCK")
+# Bodies of kv-serve's endpoints (ServeRequestFuzzer.cpp): the first byte
+# picks the decoder (0 create, 1 append, 2 edit, 3 compose, 4 block,
+# 5 generate, 6 completions, 7 chat), the rest is the body.
+serve_seeds = [
+    ("create", 0, '{"segments": [{"name": "system", "kind": "system", '
+                  '"text": "You are terse.", "bos": true}, {"name": "city", '
+                  '"kind": "fact", "tokens": [5, 6, 7]}, {"name": "answer", '
+                  '"kind": "answer", "text": "x", "deps": ["city"]}]}'),
+    ("append", 1, '{"name": "turn", "kind": "user", "text": "Caf\u00e9?"}'),
+    ("edit-repair", 2, '{"segment": "city", "text": "Paris", '
+                       '"strategy": "cot_slice", "repair": {"fraction": 0.15}}'),
+    ("edit-erratum", 2, '{"segment": "city", "tokens": [9], "strategy": '
+                        '"erratum", "correction": {"text": "No: Paris."}}'),
+    ("compose", 3, '{"block": "manual", "name": "tools", "kind": "tool", '
+                   '"deps": [], "repair": {"first_k": 4}}'),
+    ("block", 4, '{"name": "manual", "text": "To search, say SEARCH."}'),
+    ("generate", 5, '{"max_tokens": 8, "temperature": 0.7, "top_k": 40, '
+                    '"top_p": 0.9, "seed": 3, "stop": ["\n"], "stream": true}'),
+    ("completion", 6, '{"model": "m", "prompt": [1, 2, 3], "max_tokens": 4, '
+                      '"n": 1, "logit_bias": {}, "stream_options": '
+                      '{"include_usage": true}}'),
+    ("chat", 7, '{"messages": [{"role": "system", "content": "S"}, {"role": '
+                '"user", "content": [{"type": "text", "text": "Hi"}]}], '
+                '"max_completion_tokens": 5}'),
+]
+for name, decoder, body in serve_seeds:
+    put("serve-request", name, bytes([decoder]) + body.encode())
+put("serve-request", "bad-utf8", b"\x00{\"segments\": [{\"name\": \"a\", "
+    b"\"text\": \"\xc3\x28\"}]}")
+put("serve-request", "deep", b"\x05" + b"[" * 40)
+put("serve-request", "big-number", b"\x05{\"max_tokens\": 1e999}")
 print("seeds written under", os.path.join(here, "corpus"))

@@ -20,7 +20,7 @@ seconds=${2:-60}
 shift $(( $# >= 2 ? 2 : 1 ))
 here=$(cd "$(dirname "$0")" && pwd)
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(model-loader gguf tokenizer token-list block-blob program exec)
+[ ${#targets[@]} -gt 0 ] || targets=(model-loader gguf tokenizer token-list block-blob program exec serve-request)
 
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT

@@ -1,6 +1,7 @@
 //===- TestSupport.cpp - Shared unit test helpers ---------------*- C++ -*-===//
 
 #include "test/unit/TestSupport.h"
+#include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
 
 #include <algorithm>
@@ -86,16 +87,7 @@ kvrt_model_config kvir::test::makeConfig(int32_t dim, int32_t hidden,
                                          int32_t layers, int32_t heads,
                                          int32_t kvHeads, int32_t vocab,
                                          int32_t seqLen) {
-  kvrt_model_config c;
-  kvrt_model_config_init(&c);
-  c.dim = dim;
-  c.hidden_dim = hidden;
-  c.n_layers = layers;
-  c.n_heads = heads;
-  c.n_kv_heads = kvHeads;
-  c.vocab_size = vocab;
-  c.seq_len = seqLen;
-  return c;
+  return kvrt::sizedConfig(dim, hidden, layers, heads, kvHeads, vocab, seqLen);
 }
 
 kvrt_model_config kvir::test::smallConfig(kvrt_rope_layout layout) {

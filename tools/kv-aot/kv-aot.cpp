@@ -89,9 +89,11 @@ cl::opt<std::string>
              cl::value_desc("+ptxNN"), cl::cat(category));
 cl::opt<std::string>
     cpu("cpu",
-        cl::desc("host CPU to generate code for: native (this machine's), "
-                 "or an LLVM CPU name such as x86-64-v3 for another machine"),
-        cl::value_desc("name"), cl::init("native"), cl::cat(category));
+        cl::desc("host CPU to generate code for: native (this machine's) or "
+                 "an LLVM CPU name (default: native for --target cpu; "
+                 "x86-64-v3, any x86-64 with AVX2, for --target gpu, whose "
+                 "host code runs on the GPU machine)"),
+        cl::value_desc("name"), cl::cat(category));
 cl::opt<bool> link("link",
                    cl::desc("link NAME.o into libNAME.so (default: on where "
                             "a linker was found at configure time)"),
@@ -133,10 +135,8 @@ std::optional<std::string> binaryOf(ModuleOp module) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  kvir::compiler::setVersionPrinter("kv-aot");
-  cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(
-      argc, argv,
+  kvir::compiler::parseToolOptions(
+      argc, argv, "kv-aot", category,
       "kv-aot: a kv program compiled ahead of time for a machine without "
       "LLVM\n\n"
       "  kv-aot examples/agent-edit.mlir --target gpu -o bundle/lib\n"
@@ -261,7 +261,13 @@ int main(int argc, char **argv) {
     text += manifest.serialize();
   if (!writeFile(stem + ".manifest", text))
     return 1;
-  if (failed(kvir::compiler::emitObject(*lowered, manifests, stem + ".o", cpu)))
+  // A GPU program's host code is built here and runs on the GPU machine:
+  // not this machine's CPU (AVX-512 here), a portable one.
+  std::string hostCpu = !cpu.empty() ? cpu.getValue()
+                        : gpu        ? "x86-64-v3"
+                                     : "native";
+  if (failed(kvir::compiler::emitObject(*lowered, manifests, stem + ".o",
+                                        hostCpu)))
     return 1;
   // What was written, for the user and the runner's command line.
   std::string entries;

@@ -51,6 +51,16 @@ constexpr int64_t kAttnBlock = kAttnWarps * kWarp;
 /// lane of a warp.
 constexpr int64_t kMaxHeadSize = 1024;
 
+/// The largest grid y and z a launch may have (grid x: 2^31 - 1). Query
+/// tokens, which a prefill has any number of, are never a grid y or z: the
+/// attention kernels take at most this many and loop over the rest.
+constexpr int64_t kMaxGridYZ = 65535;
+
+/// Alignment of every shared-memory buffer: the widest vector access made to
+/// one (16 bytes: four f32 of attn_tile's lanes, two f64 that LLVM's
+/// load/store vectorizer forms in rmsnorm's sum).
+constexpr int64_t kSharedAlign = 16;
+
 /// Elements of a head each lane of a warp holds in attn_tile.
 int64_t elementsPerLane(int64_t headSize) {
   return (headSize + kWarp - 1) / kWarp;
@@ -75,6 +85,14 @@ public:
       return "head size " + std::to_string(headSize) +
              " is not a multiple of the " + std::to_string(epl) +
              " elements each lane of a warp holds";
+    // Heads, KV heads and layers are grid y or z of some kernel.
+    int64_t largest =
+        std::max({int64_t(config.n_heads), int64_t(config.n_kv_heads),
+                  int64_t(config.n_layers)});
+    if (largest > kMaxGridYZ)
+      return std::to_string(largest) +
+             " heads or layers exceed the GPU grid's y and z (" +
+             std::to_string(kMaxGridYZ) + ")";
     return "";
   }
 
@@ -129,11 +147,13 @@ public:
     // The host cut the runs into tiles (docs/gpu-backend.md); their count is
     // the table's, known from its descriptor on the host.
     Value ntiles = memref::DimOp::create(e.b, kv.tiles, e.cIndex(0));
-    launch(e, kernels.attnTile, {ntiles, heads, n}, {block, c1, c1},
+    // At most kMaxGridYZ blocks of queries; each takes every gz-th query.
+    Value gz = e.minu(n, e.cIndex(kMaxGridYZ));
+    launch(e, kernels.attnTile, {ntiles, heads, gz}, {block, c1, c1},
            {q.memref, q.offset, pos, kv.kv, kv.pages, kv.runs, kv.tiles, ntiles,
-            layer, kv.pageTokens, kv.part});
-    launch(e, kernels.attnMerge, {heads, n, c1}, {block, c1, c1},
-           {kv.part, ntiles, out.memref, out.offset});
+            layer, kv.pageTokens, kv.part, n});
+    launch(e, kernels.attnMerge, {heads, gz, c1}, {block, c1, c1},
+           {kv.part, ntiles, out.memref, out.offset, n});
   }
 
   void swiglu(ForwardEmitter &e, BufferRef h1, BufferRef h3,
@@ -196,6 +216,9 @@ private:
     auto func = gpu::GPUFuncOp::create(
         e.b, kernelName, e.b.getFunctionType(arguments, {}), workgroup);
     func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), e.b.getUnitAttr());
+    for (unsigned i = 0; i < workgroup.size(); ++i)
+      func.setWorkgroupAttributionAttr(i, "llvm.align",
+                                       e.b.getI64IntegerAttr(kSharedAlign));
     e.b.setInsertionPointToStart(&func.getBody().front());
     return func;
   }
@@ -526,11 +549,12 @@ void GpuTarget::emitStoreKV(ForwardEmitter &e) {
   finishKernel(e);
 }
 
-/// Attention of query t (grid z), head h (grid y) over one run tile (grid
-/// x): keys [key_begin, key_end) of run `run` (a row of `tiles`). The query
-/// is rotated once to m - Δ of the run ((R(m)q)·(R(Δ)k) = (R(m-Δ)q)·k; keys
-/// are never rewritten) into shared memory; the keys that count are a prefix
-/// of the run (visibleKeys). Four warps take every fourth key, each lane
+/// Attention of the queries t = z, z + Z, ... < n (grid z, of Z <= 65535
+/// blocks), head h (grid y) over one run tile (grid x): keys [key_begin,
+/// key_end) of run `run` (a row of `tiles`). Each query is rotated once to
+/// m - Δ of the run ((R(m)q)·(R(Δ)k) = (R(m-Δ)q)·k; keys are never
+/// rewritten) into shared memory; the keys that count are a prefix of the
+/// run (visibleKeys). Four warps take every fourth key, each lane
 /// holding ceil(head_size / 32) elements of the head (one coalesced load per
 /// key and warp), with an online softmax per warp; the warps merge in shared
 /// memory and the tile's (max, sum, accumulator[head_size]) goes to `part`
@@ -545,12 +569,12 @@ void GpuTarget::emitAttnTile(ForwardEmitter &e) {
   kernels.attnTile = beginKernel(e, "attn_tile",
                                  {f, ix, e.i64(), e.buffer(e.kvElement()),
                                   e.buffer(e.i32()), e.table(KVRT_RUN_WIDTH),
-                                  e.table(KVRT_TILE_WIDTH), ix, ix, ix, f},
+                                  e.table(KVRT_TILE_WIDTH), ix, ix, ix, f, ix},
                                  {qType, warpType, warpType, accType});
   ArrayRef<BlockArgument> arg = kernels.attnTile.getArguments();
   Value q = arg[0], qoff = arg[1], pos = arg[2], kv = arg[3], pages = arg[4],
         runs = arg[5], tiles = arg[6], ntiles = arg[7], layer = arg[8],
-        pt = arg[9], part = arg[10];
+        pt = arg[9], part = arg[10], n = arg[11];
   ArrayRef<BlockArgument> shared = kernels.attnTile.getWorkgroupAttributions();
   Value qs = shared[0], wm = shared[1], wl = shared[2], wacc = shared[3];
   Value c0 = e.cIndex(0), c1 = e.cIndex(1), c2 = e.cIndex(2),
@@ -563,7 +587,6 @@ void GpuTarget::emitAttnTile(ForwardEmitter &e) {
   Value zv = e.splatF32(epl, 0.0f);
   Value tile = blockId(e, gpu::Dimension::x);
   Value h = blockId(e, gpu::Dimension::y);
-  Value t = blockId(e, gpu::Dimension::z);
   Value tid = threadId(e);
   Value warp = e.divu(tid, cWarp);
   Value lane = e.remu(tid, cWarp);
@@ -571,165 +594,180 @@ void GpuTarget::emitAttnTile(ForwardEmitter &e) {
   Value keyBegin = e.load(tiles, {tile, c1});
   Value keyEnd = e.load(tiles, {tile, c2});
   RunRow run = e.loadRun(runs, r);
-  Value m = arith::AddIOp::create(e.b, pos, e.toI64(t));
-  Value kend = e.toIndex(e.mins(keyEnd, e.visibleKeys(m, run)));
-  Value kbeg = e.toIndex(keyBegin);
-  Value pageOffset = e.toIndex(run.pageOffset);
-  Value slotBegin = e.toIndex(run.slotBegin);
-  // The query rotated to m - Δ, into shared memory.
-  Value qp = arith::SubIOp::create(e.b, m, run.delta);
-  Value qrow = e.add(e.add(qoff, e.mul(t, e.cIndex(e.dim))), e.mul(h, cHS));
-  e.forLoop(tid, e.cIndex(e.half), cBlock, [&](Value i) {
-    auto [ia, ib] = e.ropePair(i);
-    auto cs = func::CallOp::create(e.b, kernels.ropeCosSin, ValueRange{qp, i});
-    Value xa = e.load(q, {e.add(qrow, ia)});
-    Value xb = e.load(q, {e.add(qrow, ib)});
-    auto rot = func::CallOp::create(
-        e.b, kernels.rotate,
-        ValueRange{xa, xb, cs.getResult(0), cs.getResult(1)});
-    e.store(rot.getResult(0), qs, {ia});
-    e.store(rot.getResult(1), qs, {ib});
-  });
-  gpu::BarrierOp::create(e.b);
-  // Lanes past head_size / epl hold nothing: zeros in the dot products.
-  Value active = e.cmp(arith::CmpIPredicate::ult, lane, e.cIndex(lanes));
-  Value el = e.mul(lane, e.cIndex(epl));
-  Value qv = e.ifThenElse(
-      active, {vEPL},
-      [&]() -> SmallVector<Value> {
-        return {vector::LoadOp::create(e.b, vEPL, qs, ValueRange{el})};
-      },
-      [&]() -> SmallVector<Value> { return {zv}; })[0];
-  PageStrides strides = e.pageStrides(pt);
-  Value g = e.divu(h, e.cIndex(e.group));
-  SmallVector<Value> res = e.forLoop(
-      e.add(kbeg, warp), kend, cWarps, {ninf, zf, zv},
-      [&](Value j, ValueRange it) -> SmallVector<Value> {
-        Value mr = it[0], lr = it[1], ar = it[2];
-        Value slot = e.add(slotBegin, j);
-        Value page = e.pageId(pages, pageOffset, e.divu(slot, pt));
-        Value ka = e.add(e.add(e.headBase(strides, page, layer, g),
-                               e.mul(e.remu(slot, pt), cHS)),
-                         el);
-        Value va = e.add(ka, strides.kv);
-        SmallVector<Value> kvv = e.ifThenElse(
-            active, {vEPL, vEPL},
-            [&]() -> SmallVector<Value> {
-              VectorType stored = vEPL.clone(e.kvElement());
-              return {e.fromKV(vector::LoadOp::create(e.b, stored, kv,
-                                                      ValueRange{ka})),
-                      e.fromKV(vector::LoadOp::create(e.b, stored, kv,
-                                                      ValueRange{va}))};
-            },
-            [&]() -> SmallVector<Value> {
-              return {zv, zv};
-            });
-        Value pr = arith::MulFOp::create(e.b, qv, kvv[0]);
-        Value lsum =
-            vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, pr);
-        Value dot = func::CallOp::create(e.b, kernels.warpSum, ValueRange{lsum})
-                        .getResult(0);
-        Value sc = arith::MulFOp::create(e.b, dot, scale);
-        auto [mn, shift, corr] = e.softmaxRescale(mr, sc);
-        Value ds = arith::SubFOp::create(e.b, sc, shift);
-        Value p = math::ExpOp::create(e.b, ds);
-        Value l1 = arith::MulFOp::create(e.b, lr, corr);
-        Value l2 = arith::AddFOp::create(e.b, l1, p);
-        Value a1 = arith::MulFOp::create(
-            e.b, ar, vector::BroadcastOp::create(e.b, vEPL, corr));
-        Value a2 = vector::FMAOp::create(
-            e.b, vector::BroadcastOp::create(e.b, vEPL, p), kvv[1], a1);
-        return {mn, l2, a2};
-      });
-  e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, c0), [&] {
-    e.store(res[0], wm, {warp});
-    e.store(res[1], wl, {warp});
-  });
-  e.ifThen(active, [&] {
-    vector::StoreOp::create(e.b, res[2], wacc,
-                            ValueRange{e.add(e.mul(warp, cHS), el)});
-  });
-  gpu::BarrierOp::create(e.b);
-  // The four warps merged under their global max (every weight 0 when no
-  // warp saw a key).
-  Value mall = e.forLoop(c0, cWarps, c1, {ninf},
-                         [&](Value w, ValueRange mm) -> SmallVector<Value> {
-                           Value mw = e.load(wm, {w});
-                           return {arith::MaxNumFOp::create(e.b, mm[0], mw)};
-                         })[0];
-  Value any = arith::CmpFOp::create(e.b, arith::CmpFPredicate::OGT, mall, ninf);
-  Value th = e.add(e.mul(t, e.cIndex(e.heads)), h);
-  Value pbase = e.mul(e.add(e.mul(th, ntiles), tile), cHS2);
-  Value pacc = e.add(pbase, c2);
-  e.forLoop(tid, cHS, cBlock, [&](Value i) {
-    Value acc = e.forLoop(c0, cWarps, c1, {zf},
-                          [&](Value w, ValueRange aa) -> SmallVector<Value> {
-                            Value fw =
-                                mergeWeight(e, e.load(wm, {w}), mall, any);
-                            Value av = e.load(wacc, {e.add(e.mul(w, cHS), i)});
-                            return {math::FmaOp::create(e.b, fw, av, aa[0])};
-                          })[0];
-    e.store(acc, part, {e.add(pacc, i)});
-  });
-  e.ifThen(e.cmp(arith::CmpIPredicate::eq, tid, c0), [&] {
-    Value lall = e.forLoop(c0, cWarps, c1, {zf},
-                           [&](Value w, ValueRange ll) -> SmallVector<Value> {
-                             Value fw =
-                                 mergeWeight(e, e.load(wm, {w}), mall, any);
-                             Value lw = e.load(wl, {w});
-                             return {math::FmaOp::create(e.b, fw, lw, ll[0])};
+  // The shared buffers are reused by the next query without a barrier of
+  // its own: qs is read only before the second barrier of a query, and wm,
+  // wl, wacc are written only after the first barrier of the next one.
+  Value z = blockId(e, gpu::Dimension::z);
+  Value gridZ = gpu::GridDimOp::create(e.b, gpu::Dimension::z);
+  e.forLoop(z, n, gridZ, [&](Value t) {
+    Value m = arith::AddIOp::create(e.b, pos, e.toI64(t));
+    Value kend = e.toIndex(e.mins(keyEnd, e.visibleKeys(m, run)));
+    Value kbeg = e.toIndex(keyBegin);
+    Value pageOffset = e.toIndex(run.pageOffset);
+    Value slotBegin = e.toIndex(run.slotBegin);
+    // The query rotated to m - Δ, into shared memory.
+    Value qp = arith::SubIOp::create(e.b, m, run.delta);
+    Value qrow = e.add(e.add(qoff, e.mul(t, e.cIndex(e.dim))), e.mul(h, cHS));
+    e.forLoop(tid, e.cIndex(e.half), cBlock, [&](Value i) {
+      auto [ia, ib] = e.ropePair(i);
+      auto cs =
+          func::CallOp::create(e.b, kernels.ropeCosSin, ValueRange{qp, i});
+      Value xa = e.load(q, {e.add(qrow, ia)});
+      Value xb = e.load(q, {e.add(qrow, ib)});
+      auto rot = func::CallOp::create(
+          e.b, kernels.rotate,
+          ValueRange{xa, xb, cs.getResult(0), cs.getResult(1)});
+      e.store(rot.getResult(0), qs, {ia});
+      e.store(rot.getResult(1), qs, {ib});
+    });
+    gpu::BarrierOp::create(e.b);
+    // Lanes past head_size / epl hold nothing: zeros in the dot products.
+    Value active = e.cmp(arith::CmpIPredicate::ult, lane, e.cIndex(lanes));
+    Value el = e.mul(lane, e.cIndex(epl));
+    Value qv = e.ifThenElse(
+        active, {vEPL},
+        [&]() -> SmallVector<Value> {
+          return {vector::LoadOp::create(e.b, vEPL, qs, ValueRange{el})};
+        },
+        [&]() -> SmallVector<Value> { return {zv}; })[0];
+    PageStrides strides = e.pageStrides(pt);
+    Value g = e.divu(h, e.cIndex(e.group));
+    SmallVector<Value> res = e.forLoop(
+        e.add(kbeg, warp), kend, cWarps, {ninf, zf, zv},
+        [&](Value j, ValueRange it) -> SmallVector<Value> {
+          Value mr = it[0], lr = it[1], ar = it[2];
+          Value slot = e.add(slotBegin, j);
+          Value page = e.pageId(pages, pageOffset, e.divu(slot, pt));
+          Value ka = e.add(e.add(e.headBase(strides, page, layer, g),
+                                 e.mul(e.remu(slot, pt), cHS)),
+                           el);
+          Value va = e.add(ka, strides.kv);
+          SmallVector<Value> kvv = e.ifThenElse(
+              active, {vEPL, vEPL},
+              [&]() -> SmallVector<Value> {
+                VectorType stored = vEPL.clone(e.kvElement());
+                return {e.fromKV(vector::LoadOp::create(e.b, stored, kv,
+                                                        ValueRange{ka})),
+                        e.fromKV(vector::LoadOp::create(e.b, stored, kv,
+                                                        ValueRange{va}))};
+              },
+              [&]() -> SmallVector<Value> {
+                return {zv, zv};
+              });
+          Value pr = arith::MulFOp::create(e.b, qv, kvv[0]);
+          Value lsum =
+              vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, pr);
+          Value dot =
+              func::CallOp::create(e.b, kernels.warpSum, ValueRange{lsum})
+                  .getResult(0);
+          Value sc = arith::MulFOp::create(e.b, dot, scale);
+          auto [mn, shift, corr] = e.softmaxRescale(mr, sc);
+          Value ds = arith::SubFOp::create(e.b, sc, shift);
+          Value p = math::ExpOp::create(e.b, ds);
+          Value l1 = arith::MulFOp::create(e.b, lr, corr);
+          Value l2 = arith::AddFOp::create(e.b, l1, p);
+          Value a1 = arith::MulFOp::create(
+              e.b, ar, vector::BroadcastOp::create(e.b, vEPL, corr));
+          Value a2 = vector::FMAOp::create(
+              e.b, vector::BroadcastOp::create(e.b, vEPL, p), kvv[1], a1);
+          return {mn, l2, a2};
+        });
+    e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, c0), [&] {
+      e.store(res[0], wm, {warp});
+      e.store(res[1], wl, {warp});
+    });
+    e.ifThen(active, [&] {
+      vector::StoreOp::create(e.b, res[2], wacc,
+                              ValueRange{e.add(e.mul(warp, cHS), el)});
+    });
+    gpu::BarrierOp::create(e.b);
+    // The four warps merged under their global max (every weight 0 when no
+    // warp saw a key).
+    Value mall = e.forLoop(c0, cWarps, c1, {ninf},
+                           [&](Value w, ValueRange mm) -> SmallVector<Value> {
+                             Value mw = e.load(wm, {w});
+                             return {arith::MaxNumFOp::create(e.b, mm[0], mw)};
                            })[0];
-    e.store(mall, part, {pbase});
-    e.store(lall, part, {e.add(pbase, c1)});
+    Value any =
+        arith::CmpFOp::create(e.b, arith::CmpFPredicate::OGT, mall, ninf);
+    Value th = e.add(e.mul(t, e.cIndex(e.heads)), h);
+    Value pbase = e.mul(e.add(e.mul(th, ntiles), tile), cHS2);
+    Value pacc = e.add(pbase, c2);
+    e.forLoop(tid, cHS, cBlock, [&](Value i) {
+      Value acc =
+          e.forLoop(c0, cWarps, c1, {zf},
+                    [&](Value w, ValueRange aa) -> SmallVector<Value> {
+                      Value fw = mergeWeight(e, e.load(wm, {w}), mall, any);
+                      Value av = e.load(wacc, {e.add(e.mul(w, cHS), i)});
+                      return {math::FmaOp::create(e.b, fw, av, aa[0])};
+                    })[0];
+      e.store(acc, part, {e.add(pacc, i)});
+    });
+    e.ifThen(e.cmp(arith::CmpIPredicate::eq, tid, c0), [&] {
+      Value lall = e.forLoop(c0, cWarps, c1, {zf},
+                             [&](Value w, ValueRange ll) -> SmallVector<Value> {
+                               Value fw =
+                                   mergeWeight(e, e.load(wm, {w}), mall, any);
+                               Value lw = e.load(wl, {w});
+                               return {math::FmaOp::create(e.b, fw, lw, ll[0])};
+                             })[0];
+      e.store(mall, part, {pbase});
+      e.store(lall, part, {e.add(pbase, c1)});
+    });
   });
   finishKernel(e);
 }
 
-/// The tiles of head h (grid x), query t (grid y) merged exactly (flash
-/// decoding: global max, rescaled sums); a head that saw no key gets zeros.
+/// The tiles of head h (grid x), queries t = y, y + Y, ... < n (grid y, of
+/// Y <= 65535 blocks) merged exactly (flash decoding: global max, rescaled
+/// sums); a head that saw no key gets zeros.
 void GpuTarget::emitAttnMerge(ForwardEmitter &e) {
   Type f = e.buffer(e.f32()), ix = e.index();
-  kernels.attnMerge = beginKernel(e, "attn_merge", {f, ix, f, ix});
+  kernels.attnMerge = beginKernel(e, "attn_merge", {f, ix, f, ix, ix});
   ArrayRef<BlockArgument> arg = kernels.attnMerge.getArguments();
-  Value part = arg[0], ntiles = arg[1], out = arg[2], ooff = arg[3];
+  Value part = arg[0], ntiles = arg[1], out = arg[2], ooff = arg[3], n = arg[4];
   Value c0 = e.cIndex(0), c1 = e.cIndex(1), c2 = e.cIndex(2),
         cBlock = e.cIndex(kAttnBlock), cHS = e.cIndex(e.headSize),
         cHS2 = e.cIndex(e.headSize + 2);
   Value ninf = e.cF32Bits(0xFF800000u), zf = e.cF32(0.0f);
   Value h = blockId(e, gpu::Dimension::x);
-  Value t = blockId(e, gpu::Dimension::y);
   Value tid = threadId(e);
-  Value th = e.add(e.mul(t, e.cIndex(e.heads)), h);
-  Value base = e.mul(e.mul(th, ntiles), cHS2);
-  auto tileAt = [&](Value tileIndex) {
-    return e.add(base, e.mul(tileIndex, cHS2));
-  };
-  Value mall = e.forLoop(c0, ntiles, c1, {ninf},
-                         [&](Value tk, ValueRange mm) -> SmallVector<Value> {
-                           Value mk = e.load(part, {tileAt(tk)});
-                           return {arith::MaxNumFOp::create(e.b, mm[0], mk)};
-                         })[0];
-  Value any = arith::CmpFOp::create(e.b, arith::CmpFPredicate::OGT, mall, ninf);
-  Value lall = e.forLoop(c0, ntiles, c1, {zf},
-                         [&](Value tk, ValueRange ll) -> SmallVector<Value> {
-                           Value pi = tileAt(tk);
-                           Value mk = e.load(part, {pi});
-                           Value lk = e.load(part, {e.add(pi, c1)});
-                           Value fk = mergeWeight(e, mk, mall, any);
-                           return {math::FmaOp::create(e.b, fk, lk, ll[0])};
-                         })[0];
-  Value inv = e.softmaxNormalizer(lall);
-  Value orow = e.add(e.add(ooff, e.mul(t, e.cIndex(e.dim))), e.mul(h, cHS));
-  e.forLoop(tid, cHS, cBlock, [&](Value i) {
-    Value acc = e.forLoop(c0, ntiles, c1, {zf},
-                          [&](Value tk, ValueRange aa) -> SmallVector<Value> {
-                            Value pi = tileAt(tk);
-                            Value fk =
-                                mergeWeight(e, e.load(part, {pi}), mall, any);
-                            Value av = e.load(part, {e.add(e.add(pi, c2), i)});
-                            return {math::FmaOp::create(e.b, fk, av, aa[0])};
-                          })[0];
-    e.store(arith::MulFOp::create(e.b, acc, inv), out, {e.add(orow, i)});
+  Value y = blockId(e, gpu::Dimension::y);
+  Value gridY = gpu::GridDimOp::create(e.b, gpu::Dimension::y);
+  e.forLoop(y, n, gridY, [&](Value t) {
+    Value th = e.add(e.mul(t, e.cIndex(e.heads)), h);
+    Value base = e.mul(e.mul(th, ntiles), cHS2);
+    auto tileAt = [&](Value tileIndex) {
+      return e.add(base, e.mul(tileIndex, cHS2));
+    };
+    Value mall = e.forLoop(c0, ntiles, c1, {ninf},
+                           [&](Value tk, ValueRange mm) -> SmallVector<Value> {
+                             Value mk = e.load(part, {tileAt(tk)});
+                             return {arith::MaxNumFOp::create(e.b, mm[0], mk)};
+                           })[0];
+    Value any =
+        arith::CmpFOp::create(e.b, arith::CmpFPredicate::OGT, mall, ninf);
+    Value lall = e.forLoop(c0, ntiles, c1, {zf},
+                           [&](Value tk, ValueRange ll) -> SmallVector<Value> {
+                             Value pi = tileAt(tk);
+                             Value mk = e.load(part, {pi});
+                             Value lk = e.load(part, {e.add(pi, c1)});
+                             Value fk = mergeWeight(e, mk, mall, any);
+                             return {math::FmaOp::create(e.b, fk, lk, ll[0])};
+                           })[0];
+    Value inv = e.softmaxNormalizer(lall);
+    Value orow = e.add(e.add(ooff, e.mul(t, e.cIndex(e.dim))), e.mul(h, cHS));
+    e.forLoop(tid, cHS, cBlock, [&](Value i) {
+      Value acc =
+          e.forLoop(c0, ntiles, c1, {zf},
+                    [&](Value tk, ValueRange aa) -> SmallVector<Value> {
+                      Value pi = tileAt(tk);
+                      Value fk = mergeWeight(e, e.load(part, {pi}), mall, any);
+                      Value av = e.load(part, {e.add(e.add(pi, c2), i)});
+                      return {math::FmaOp::create(e.b, fk, av, aa[0])};
+                    })[0];
+      e.store(arith::MulFOp::create(e.b, acc, inv), out, {e.add(orow, i)});
+    });
   });
   finishKernel(e);
 }

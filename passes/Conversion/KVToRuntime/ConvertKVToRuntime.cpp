@@ -31,6 +31,8 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <array>
+
 namespace mlir::kv {
 #define GEN_PASS_DEF_CONVERTKVTORUNTIMEPASS
 #include "passes/Passes.h.inc"
@@ -41,25 +43,9 @@ using namespace mlir::kv;
 
 namespace {
 
-/// The module attribute listing the location of every site, by site index.
-constexpr llvm::StringLiteral kSitesAttrName = "kv.exec_sites";
 /// The prefix of the generated entry wrappers.
 constexpr llvm::StringLiteral kEntryPrefix = "_kvrt_entry_";
 
-bool isTokensType(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  return tensor && tensor.getRank() == 1 &&
-         tensor.getElementType().isInteger(32);
-}
-bool isLogitsType(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  return tensor && tensor.getRank() == 2 && tensor.getElementType().isF32();
-}
-/// Attention queries and outputs: [n][heads][head_size] f32.
-bool isQueryType(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  return tensor && tensor.getRank() == 3 && tensor.getElementType().isF32();
-}
 /// The types the conversion turns into pointers.
 bool isHandleType(Type type) {
   return isa<CacheType, ModelType>(type) || isTokensType(type) ||
@@ -122,6 +108,10 @@ bool usesHostTypes(Operation *op) {
   return llvm::any_of(op->getOperandTypes(), isHandleType) ||
          llvm::any_of(op->getResultTypes(), isHandleType);
 }
+bool hasHostSignature(func::FuncOp func) {
+  return llvm::any_of(func.getArgumentTypes(), isHandleType) ||
+         llvm::any_of(func.getResultTypes(), isHandleType);
+}
 
 /// What the pre-pass decided, read by the patterns.
 struct LoweringState {
@@ -136,6 +126,15 @@ struct LoweringState {
   int32_t siteOf(Operation *op) const {
     auto it = sites.find(op);
     return it == sites.end() ? -1 : it->second;
+  }
+
+  /// The host functions in module order (deterministic site numbers).
+  SmallVector<func::FuncOp> hostFuncsInOrder() const {
+    SmallVector<func::FuncOp> funcs;
+    for (auto func : ModuleOp(module).getOps<func::FuncOp>())
+      if (hostFuncs.contains(func))
+        funcs.push_back(func);
+    return funcs;
   }
 };
 
@@ -205,6 +204,19 @@ protected:
                                       value);
   }
 
+  /// The call of `F` for the kv op `op`, as a function of the operands
+  /// after the two every such call starts with: the context of the function
+  /// around `op`, and `op`'s site. Those two are made here, before the
+  /// other operands (`atSite<F>(rewriter, op)(operands...)` evaluates them
+  /// after), which keeps the order of the ops the pattern creates.
+  template <ExecFn F>
+  auto atSite(ConversionPatternRewriter &rewriter, Operation *op) const {
+    Value ctx = contextOf(op, rewriter), at = site(rewriter, op);
+    return [this, &rewriter, op, ctx, at](auto... operands) {
+      return this->template call<F>(rewriter, op, ctx, at, operands...);
+    };
+  }
+
   /// Calls `F` of the exec ABI (runtime/exec/ExecABI.def), bracketed by
   /// plan accounting when `op` is plan work; the number of operands is
   /// checked at compile time, their types by the call's verifier.
@@ -234,13 +246,8 @@ protected:
                        ExecFn fn, ArrayRef<Value> args) const {
     StringRef name = execFunction(fn).name;
     FunctionType type = getExecFunctionType(rewriter.getContext(), fn);
-    if (!state.module.lookupSymbol(name)) {
-      OpBuilder::InsertionGuard guard(rewriter);
-      rewriter.setInsertionPointToEnd(state.module.getBody());
-      auto decl =
-          func::FuncOp::create(rewriter, state.module.getLoc(), name, type);
-      decl.setPrivate();
-    }
+    if (!state.module.lookupSymbol(name))
+      declareExecFunction(rewriter, state.module, fn);
     return func::CallOp::create(rewriter, loc, name, type.getResults(), args)
         .getResults();
   }
@@ -274,6 +281,29 @@ protected:
     return base;
   }
 
+  /// A stack array of `indices` as i64 (a view list's offsets).
+  Value indexArray(ConversionPatternRewriter &rewriter, Location loc,
+                   ValueRange indices) const {
+    SmallVector<Value> words;
+    for (Value index : indices)
+      words.push_back(toI64(rewriter, loc, index));
+    return array(rewriter, loc, words, i64());
+  }
+
+  /// The operands of an optional `at` position and `segment` label
+  /// (kv.prefill, kv.load_block): has_position, position (0 when absent) and
+  /// the label (null when absent).
+  std::array<Value, 3> placement(ConversionPatternRewriter &rewriter,
+                                 Location loc, Value position,
+                                 std::optional<StringRef> segment) const {
+    Value hasPosition = constI32(rewriter, loc, position ? 1 : 0);
+    Value at =
+        position ? toI64(rewriter, loc, position) : constI64(rewriter, loc, 0);
+    Value label =
+        segment ? string(rewriter, loc, *segment) : null(rewriter, loc);
+    return {hasPosition, at, label};
+  }
+
   /// A pointer to a NUL-terminated constant string (deduplicated).
   Value string(ConversionPatternRewriter &rewriter, Location loc,
                StringRef text) const {
@@ -303,9 +333,7 @@ struct EmptyLowering : RuntimePattern<EmptyOp> {
   LogicalResult
   matchAndRewrite(EmptyOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    Value ctx = contextOf(op, rewriter);
-    rewriter.replaceOp(op, call<ExecFn::kvrt_exec_empty>(rewriter, op, ctx,
-                                                         site(rewriter, op)));
+    rewriter.replaceOp(op, atSite<ExecFn::kvrt_exec_empty>(rewriter, op)());
     return success();
   }
 };
@@ -316,30 +344,21 @@ struct PrefillLowering : RuntimePattern<PrefillOp> {
   matchAndRewrite(PrefillOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
-    Value ctx = contextOf(op, rewriter);
     Value views = array(rewriter, loc, adaptor.getViews(), ptrType());
-    SmallVector<Value> offsets;
-    for (Value offset : adaptor.getOffsets())
-      offsets.push_back(toI64(rewriter, loc, offset));
-    Value offsetArray = array(rewriter, loc, offsets, i64());
-    Value hasPosition = constI32(rewriter, loc, op.getPosition() ? 1 : 0);
-    Value position = op.getPosition()
-                         ? toI64(rewriter, loc, adaptor.getPosition())
-                         : constI64(rewriter, loc, 0);
-    Value label = op.getSegment() ? string(rewriter, loc, *op.getSegment())
-                                  : null(rewriter, loc);
-    auto logitsType = cast<RankedTensorType>(op.getLogits().getType());
-    int64_t rows = logitsType.isDynamicDim(0) ? -1 : logitsType.getDimSize(0);
+    Value offsets = indexArray(rewriter, loc, adaptor.getOffsets());
+    auto [hasPosition, position, label] =
+        placement(rewriter, loc, adaptor.getPosition(), op.getSegment());
     Value resultSlot = array(rewriter, loc, {null(rewriter, loc)}, ptrType());
     Value logits =
-        call<ExecFn::kvrt_exec_prefill>(
-            rewriter, op, ctx, site(rewriter, op), forwardKey(rewriter, op),
+        atSite<ExecFn::kvrt_exec_prefill>(rewriter, op)(
+            forwardKey(rewriter, op),
             forward(rewriter, op, ForwardEntryPoint::Prefill),
-            adaptor.getModel(), views, offsetArray,
+            adaptor.getModel(), views, offsets,
             constI64(rewriter, loc, adaptor.getViews().size()),
             adaptor.getTokens(), hasPosition, position, label,
             constI32(rewriter, loc, op.getLast() ? 1 : 0),
-            constI64(rewriter, loc, rows), resultSlot)
+            constI64(rewriter, loc, staticSize(op.getLogits().getType(), 0)),
+            resultSlot)
             .front();
     Value result = LLVM::LoadOp::create(rewriter, loc, ptrType(), resultSlot);
     rewriter.replaceOp(op, {result, logits});
@@ -354,20 +373,14 @@ struct LoadBlockLowering : RuntimePattern<LoadBlockOp> {
   LogicalResult
   matchAndRewrite(LoadBlockOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    Location loc = op.getLoc();
-    Value ctx = contextOf(op, rewriter);
-    Value hasPosition = constI32(rewriter, loc, op.getPosition() ? 1 : 0);
-    Value position = op.getPosition()
-                         ? toI64(rewriter, loc, adaptor.getPosition())
-                         : constI64(rewriter, loc, 0);
-    Value label = op.getSegment() ? string(rewriter, loc, *op.getSegment())
-                                  : null(rewriter, loc);
-    rewriter.replaceOp(
-        op, call<ExecFn::kvrt_exec_load_block>(
-                rewriter, op, ctx, site(rewriter, op), forwardKey(rewriter, op),
-                forward(rewriter, op, ForwardEntryPoint::Prefill),
-                adaptor.getModel(), adaptor.getTokens(), hasPosition, position,
-                label));
+    auto [hasPosition, position, label] = placement(
+        rewriter, op.getLoc(), adaptor.getPosition(), op.getSegment());
+    rewriter.replaceOp(op,
+                       atSite<ExecFn::kvrt_exec_load_block>(rewriter, op)(
+                           forwardKey(rewriter, op),
+                           forward(rewriter, op, ForwardEntryPoint::Prefill),
+                           adaptor.getModel(), adaptor.getTokens(), hasPosition,
+                           position, label));
     return success();
   }
 };
@@ -377,9 +390,8 @@ struct StoreBlockLowering : RuntimePattern<StoreBlockOp> {
   LogicalResult
   matchAndRewrite(StoreBlockOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    Value ctx = contextOf(op, rewriter);
-    call<ExecFn::kvrt_exec_store_block>(rewriter, op, ctx, site(rewriter, op),
-                                        adaptor.getModel(), adaptor.getCache());
+    atSite<ExecFn::kvrt_exec_store_block>(rewriter, op)(adaptor.getModel(),
+                                                        adaptor.getCache());
     rewriter.eraseOp(op);
     return success();
   }
@@ -391,9 +403,7 @@ struct SliceLowering : RuntimePattern<SliceOp> {
   matchAndRewrite(SliceOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
-    Value ctx = contextOf(op, rewriter);
-    rewriter.replaceOp(op, call<ExecFn::kvrt_exec_slice>(
-                               rewriter, op, ctx, site(rewriter, op),
+    rewriter.replaceOp(op, atSite<ExecFn::kvrt_exec_slice>(rewriter, op)(
                                adaptor.getCache(),
                                toI64(rewriter, loc, adaptor.getBegin()),
                                toI64(rewriter, loc, adaptor.getEnd())));
@@ -407,12 +417,10 @@ struct ConcatLowering : RuntimePattern<ConcatOp> {
   matchAndRewrite(ConcatOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
-    Value ctx = contextOf(op, rewriter);
     Value views = array(rewriter, loc, adaptor.getInputs(), ptrType());
     rewriter.replaceOp(
-        op, call<ExecFn::kvrt_exec_concat>(
-                rewriter, op, ctx, site(rewriter, op), views,
-                constI64(rewriter, loc, adaptor.getInputs().size())));
+        op, atSite<ExecFn::kvrt_exec_concat>(rewriter, op)(
+                views, constI64(rewriter, loc, adaptor.getInputs().size())));
     return success();
   }
 };
@@ -422,11 +430,9 @@ struct RopeShiftLowering : RuntimePattern<RopeShiftOp> {
   LogicalResult
   matchAndRewrite(RopeShiftOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    Value ctx = contextOf(op, rewriter);
-    rewriter.replaceOp(
-        op, call<ExecFn::kvrt_exec_rope_shift>(
-                rewriter, op, ctx, site(rewriter, op), adaptor.getCache(),
-                toI64(rewriter, op.getLoc(), adaptor.getDelta())));
+    rewriter.replaceOp(op, atSite<ExecFn::kvrt_exec_rope_shift>(rewriter, op)(
+                               adaptor.getCache(), toI64(rewriter, op.getLoc(),
+                                                         adaptor.getDelta())));
     return success();
   }
 };
@@ -437,12 +443,10 @@ struct SegmentBoundsLowering : RuntimePattern<SegmentBoundsOp> {
   matchAndRewrite(SegmentBoundsOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
-    Value ctx = contextOf(op, rewriter);
     Value zero = constI64(rewriter, loc, 0);
     Value bounds = array(rewriter, loc, {zero, zero}, i64());
-    call<ExecFn::kvrt_exec_segment_bounds>(
-        rewriter, op, ctx, site(rewriter, op), adaptor.getCache(),
-        string(rewriter, loc, op.getSegment()), bounds);
+    atSite<ExecFn::kvrt_exec_segment_bounds>(rewriter, op)(
+        adaptor.getCache(), string(rewriter, loc, op.getSegment()), bounds);
     SmallVector<Value> results;
     for (int32_t i = 0; i < 2; ++i) {
       Value slot = LLVM::GEPOp::create(rewriter, loc, ptrType(), i64(), bounds,
@@ -460,13 +464,10 @@ struct TokensLowering : RuntimePattern<TokensOp> {
   LogicalResult
   matchAndRewrite(TokensOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    auto type = cast<RankedTensorType>(op.getType());
-    Value ctx = contextOf(op, rewriter);
     rewriter.replaceOp(
-        op, call<ExecFn::kvrt_exec_view_tokens>(
-                rewriter, op, ctx, site(rewriter, op), adaptor.getCache(),
-                constI64(rewriter, op.getLoc(),
-                         type.isDynamicDim(0) ? -1 : type.getDimSize(0))));
+        op, atSite<ExecFn::kvrt_exec_view_tokens>(rewriter, op)(
+                adaptor.getCache(),
+                constI64(rewriter, op.getLoc(), staticSize(op.getType(), 0))));
     return success();
   }
 };
@@ -491,7 +492,6 @@ struct SelectiveRecomputeLowering : RuntimePattern<SelectiveRecomputeOp> {
   matchAndRewrite(SelectiveRecomputeOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
-    Value ctx = contextOf(op, rewriter);
     std::optional<APFloat> fraction = op.getFraction(),
                            deviation = op.getDeviation();
     if (fraction.has_value() == deviation.has_value())
@@ -503,8 +503,8 @@ struct SelectiveRecomputeLowering : RuntimePattern<SelectiveRecomputeOp> {
     Value amountValue = arith::ConstantOp::create(
         rewriter, loc, rewriter.getF64FloatAttr(amount));
     rewriter.replaceOp(
-        op, call<ExecFn::kvrt_exec_selective_recompute>(
-                rewriter, op, ctx, site(rewriter, op), forwardKey(rewriter, op),
+        op, atSite<ExecFn::kvrt_exec_selective_recompute>(rewriter, op)(
+                forwardKey(rewriter, op),
                 forward(rewriter, op, ForwardEntryPoint::Prefill),
                 adaptor.getModel(), adaptor.getCache(),
                 toI64(rewriter, loc, adaptor.getBegin()),
@@ -519,10 +519,9 @@ struct MaterializeLowering : RuntimePattern<MaterializeOp> {
   LogicalResult
   matchAndRewrite(MaterializeOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    Value ctx = contextOf(op, rewriter);
     rewriter.replaceOp(
-        op, call<ExecFn::kvrt_exec_materialize>(
-                rewriter, op, ctx, site(rewriter, op), forwardKey(rewriter, op),
+        op, atSite<ExecFn::kvrt_exec_materialize>(rewriter, op)(
+                forwardKey(rewriter, op),
                 forward(rewriter, op, ForwardEntryPoint::Materialize),
                 adaptor.getModel(), adaptor.getCache()));
     return success();
@@ -535,17 +534,13 @@ struct AttentionLowering : RuntimePattern<AttentionOp> {
   matchAndRewrite(AttentionOp op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
-    Value ctx = contextOf(op, rewriter);
     Value views = array(rewriter, loc, adaptor.getViews(), ptrType());
-    SmallVector<Value> offsets;
-    for (Value offset : adaptor.getOffsets())
-      offsets.push_back(toI64(rewriter, loc, offset));
-    Value offsetArray = array(rewriter, loc, offsets, i64());
+    Value offsets = indexArray(rewriter, loc, adaptor.getOffsets());
     rewriter.replaceOp(
-        op, call<ExecFn::kvrt_exec_attention>(
-                rewriter, op, ctx, site(rewriter, op), forwardKey(rewriter, op),
+        op, atSite<ExecFn::kvrt_exec_attention>(rewriter, op)(
+                forwardKey(rewriter, op),
                 forward(rewriter, op, ForwardEntryPoint::Attention),
-                adaptor.getModel(), adaptor.getQuery(), views, offsetArray,
+                adaptor.getModel(), adaptor.getQuery(), views, offsets,
                 constI64(rewriter, loc, adaptor.getViews().size()),
                 constI64(rewriter, loc, op.getLayer()),
                 toI64(rewriter, loc, adaptor.getPosition()),
@@ -568,7 +563,6 @@ struct TokenConstantLowering : RuntimePattern<arith::ConstantOp> {
     if (!dense || !isTokensType(op.getType()))
       return failure();
     Location loc = op.getLoc();
-    Value ctx = contextOf(op, rewriter);
     int64_t n = dense.getNumElements();
     Value data;
     if (n == 0) {
@@ -585,9 +579,8 @@ struct TokenConstantLowering : RuntimePattern<arith::ConstantOp> {
       }
       data = LLVM::AddressOfOp::create(rewriter, loc, ptrType(), name);
     }
-    rewriter.replaceOp(op, call<ExecFn::kvrt_exec_tokens_constant>(
-                               rewriter, op, ctx, site(rewriter, op), data,
-                               constI64(rewriter, loc, n)));
+    rewriter.replaceOp(op, atSite<ExecFn::kvrt_exec_tokens_constant>(
+                               rewriter, op)(data, constI64(rewriter, loc, n)));
     return success();
   }
 };
@@ -604,9 +597,8 @@ struct TensorEmptyLowering : RuntimePattern<tensor::EmptyOp> {
     Value size = type.isDynamicDim(0)
                      ? toI64(rewriter, loc, adaptor.getDynamicSizes()[0])
                      : constI64(rewriter, loc, type.getDimSize(0));
-    Value ctx = contextOf(op, rewriter);
-    rewriter.replaceOp(op, call<ExecFn::kvrt_exec_tokens_empty>(
-                               rewriter, op, ctx, site(rewriter, op), size));
+    rewriter.replaceOp(
+        op, atSite<ExecFn::kvrt_exec_tokens_empty>(rewriter, op)(size));
     return success();
   }
 };
@@ -620,21 +612,19 @@ struct TensorDimLowering : RuntimePattern<tensor::DimOp> {
     if (!isHandleType(type))
       return rewriter.notifyMatchFailure(op, "not a token or logits tensor");
     Location loc = op.getLoc();
-    Value ctx = contextOf(op, rewriter);
+    Value source = adaptor.getSource();
     Value size;
     if (isTokensType(type))
-      size = call<ExecFn::kvrt_exec_tokens_size>(rewriter, op, ctx,
-                                                 adaptor.getSource())
+      size = call<ExecFn::kvrt_exec_tokens_size>(
+                 rewriter, op, contextOf(op, rewriter), source)
                  .front();
     else if (isLogitsType(type))
-      size = call<ExecFn::kvrt_exec_logits_dim>(
-                 rewriter, op, ctx, site(rewriter, op), adaptor.getSource(),
-                 toI64(rewriter, loc, adaptor.getIndex()))
+      size = atSite<ExecFn::kvrt_exec_logits_dim>(rewriter, op)(
+                 source, toI64(rewriter, loc, adaptor.getIndex()))
                  .front();
     else
-      size = call<ExecFn::kvrt_exec_tensor_dim>(
-                 rewriter, op, ctx, site(rewriter, op), adaptor.getSource(),
-                 toI64(rewriter, loc, adaptor.getIndex()))
+      size = atSite<ExecFn::kvrt_exec_tensor_dim>(rewriter, op)(
+                 source, toI64(rewriter, loc, adaptor.getIndex()))
                  .front();
     rewriter.replaceOp(op, toIndex(rewriter, loc, size));
     return success();
@@ -650,25 +640,20 @@ struct TensorCastLowering : RuntimePattern<tensor::CastOp> {
     if (!type || !isHandleType(type) || isa<CacheType, ModelType>(type) ||
         !isHandleType(op.getSource().getType()))
       return rewriter.notifyMatchFailure(op, "not a token or logits tensor");
-    Location loc = op.getLoc();
-    Value ctx = contextOf(op, rewriter);
+    Value source = adaptor.getSource();
     auto size = [&](unsigned i) {
-      return constI64(rewriter, loc,
-                      type.isDynamicDim(i) ? -1 : type.getDimSize(i));
+      return constI64(rewriter, op.getLoc(), staticSize(type, i));
     };
     if (isTokensType(type))
-      rewriter.replaceOp(op, call<ExecFn::kvrt_exec_tokens_cast>(
-                                 rewriter, op, ctx, site(rewriter, op),
-                                 adaptor.getSource(), size(0)));
+      rewriter.replaceOp(op, atSite<ExecFn::kvrt_exec_tokens_cast>(
+                                 rewriter, op)(source, size(0)));
     else if (isLogitsType(type))
-      rewriter.replaceOp(op, call<ExecFn::kvrt_exec_logits_cast>(
-                                 rewriter, op, ctx, site(rewriter, op),
-                                 adaptor.getSource(), size(0), size(1)));
+      rewriter.replaceOp(op, atSite<ExecFn::kvrt_exec_logits_cast>(
+                                 rewriter, op)(source, size(0), size(1)));
     else
       rewriter.replaceOp(op,
-                         call<ExecFn::kvrt_exec_tensor_cast>(
-                             rewriter, op, ctx, site(rewriter, op),
-                             adaptor.getSource(), size(0), size(1), size(2)));
+                         atSite<ExecFn::kvrt_exec_tensor_cast>(rewriter, op)(
+                             source, size(0), size(1), size(2)));
     return success();
   }
 };
@@ -764,8 +749,7 @@ LogicalResult ConvertKVToRuntimePass::prepare(LoweringState &state) {
   for (auto func : module.getOps<func::FuncOp>()) {
     if (func.isExternal())
       continue;
-    bool host = llvm::any_of(func.getArgumentTypes(), isHandleType) ||
-                llvm::any_of(func.getResultTypes(), isHandleType);
+    bool host = hasHostSignature(func);
     func.walk([&](Operation *op) {
       if (isa<KVDialect>(op->getDialect()) || usesHostTypes(op))
         host = true;
@@ -789,8 +773,7 @@ LogicalResult ConvertKVToRuntimePass::prepare(LoweringState &state) {
   bool ok = true;
   for (auto func : module.getOps<func::FuncOp>()) {
     if (func.isExternal()) {
-      if (llvm::any_of(func.getArgumentTypes(), isHandleType) ||
-          llvm::any_of(func.getResultTypes(), isHandleType)) {
+      if (hasHostSignature(func)) {
         // A declaration may be defined elsewhere only if nothing here calls
         // it: its context argument would be missing.
         std::optional<SymbolTable::UseRange> uses =
@@ -838,11 +821,7 @@ LogicalResult ConvertKVToRuntimePass::prepare(LoweringState &state) {
 
   // The context argument, the sites and the plan.
   Type ptr = LLVM::LLVMPointerType::get(&getContext());
-  // In module order, so that site numbers are deterministic.
-  SmallVector<func::FuncOp> hostFuncs;
-  for (auto func : module.getOps<func::FuncOp>())
-    if (state.hostFuncs.contains(func))
-      hostFuncs.push_back(func);
+  SmallVector<func::FuncOp> hostFuncs = state.hostFuncsInOrder();
   for (func::FuncOp func : hostFuncs)
     if (failed(func.insertArgument(0, ptr, {}, func.getLoc())))
       return failure();
@@ -884,11 +863,7 @@ void ConvertKVToRuntimePass::buildEntryWrappers(LoweringState &state) {
   Type ptr = LLVM::LLVMPointerType::get(context);
   Type i64 = IntegerType::get(context, 64);
   OpBuilder builder(context);
-  SmallVector<func::FuncOp> hostFuncs;
-  for (auto func : state.module.getOps<func::FuncOp>())
-    if (state.hostFuncs.contains(func))
-      hostFuncs.push_back(func);
-  for (func::FuncOp func : hostFuncs) {
+  for (func::FuncOp func : state.hostFuncsInOrder()) {
     if (!func.isPublic())
       continue;
     FunctionType type = func.getFunctionType();
@@ -1029,7 +1004,7 @@ void ConvertKVToRuntimePass::runOnOperation() {
     }
   }
   buildEntryWrappers(state);
-  module->setAttr(kSitesAttrName, ArrayAttr::get(context, state.siteLocs));
+  module->setAttr(kExecSitesAttrName, ArrayAttr::get(context, state.siteLocs));
   numSites = state.siteLocs.size();
   numFunctions = state.hostFuncs.size();
 }

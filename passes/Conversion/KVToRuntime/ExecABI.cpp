@@ -7,6 +7,20 @@
 using namespace mlir;
 using namespace mlir::kv;
 
+bool mlir::kv::isTokensType(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && tensor.getRank() == 1 &&
+         tensor.getElementType().isInteger(32);
+}
+bool mlir::kv::isLogitsType(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && tensor.getRank() == 2 && tensor.getElementType().isF32();
+}
+bool mlir::kv::isQueryType(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && tensor.getRank() == 3 && tensor.getElementType().isF32();
+}
+
 FunctionType mlir::kv::getForwardEntryType(MLIRContext *context) {
   return FunctionType::get(context, {LLVM::LLVMPointerType::get(context)}, {});
 }

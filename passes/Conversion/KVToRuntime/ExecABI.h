@@ -72,26 +72,7 @@ namespace detail {
 #include "runtime/core/KVParallel.def"
 #include "runtime/exec/ExecABI.def"
 #undef KVIR_SIGNATURE
-#undef CTX
-#undef SITE
-#undef VIEW
-#undef CVIEW
-#undef VIEWS
-#undef VIEW_OUT
-#undef MODEL
-#undef CTOKENS
-#undef CLOGITS
-#undef CTENSOR
-#undef I32S
-#undef I64S
-#undef I64_OUT
-#undef STR
-#undef I32
-#undef I64
-#undef F64
-#undef PREFILL_FN
-#undef ATTENTION_FN
-#undef MATERIALIZE_FN
+#include "runtime/exec/ExecABIUndef.h"
 #undef TASK
 #undef PTR
 #undef NONE
@@ -129,6 +110,18 @@ inline constexpr ExecFunction kExecFunctions[] = {
 constexpr const ExecFunction &execFunction(ExecFn fn) {
   return kExecFunctions[static_cast<size_t>(fn)];
 }
+
+/// The module attribute in which convert-kv-to-runtime lists the location of
+/// every site, by site index (runners read it to report a failure at its op).
+constexpr llvm::StringLiteral kExecSitesAttrName = "kv.exec_sites";
+
+/// The tensors that cross the exec ABI as runtime handles, as the conversion
+/// and the runners that bind entries classify them: token lists (1-D i32),
+/// logits ([n][vocab] f32) and attention queries and outputs
+/// ([n][heads][head_size] f32).
+bool isTokensType(Type type);
+bool isLogitsType(Type type);
+bool isQueryType(Type type);
 
 /// The type of a forward entry point at the func level: (!llvm.ptr) -> ().
 FunctionType getForwardEntryType(MLIRContext *context);

@@ -21,8 +21,9 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:           arith.truncf %{{.*}} : f64 to f32
 // CHECK:         func.func private @warp_sum(%{{.*}}: f32) -> f32
 // CHECK-COUNT-5:   gpu.shuffle xor
-// RMSNorm: f64 partial sums in shared memory, added after a barrier.
-// CHECK:         gpu.func @rmsnorm({{.*}}) workgroup(%[[PARTIALS:.+]] : memref<256xf64, #gpu.address_space<workgroup>>) kernel
+// RMSNorm: f64 partial sums in shared memory (16-byte aligned, as every
+// shared buffer: the widest vector access), added after a barrier.
+// CHECK:         gpu.func @rmsnorm({{.*}}) workgroup(%[[PARTIALS:.+]] : memref<256xf64, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK:           memref.store %{{.*}}, %[[PARTIALS]][%{{.*}}] : memref<256xf64, #gpu.address_space<workgroup>>
 // CHECK:           gpu.barrier
 // CHECK:           math.sqrt %{{.*}} : f64
@@ -34,10 +35,14 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:         gpu.func @store_kv(
 // CHECK:           call @rope_cs(
 // CHECK:           call @rotate(
-// The query rotated once into shared memory; one element per lane; online
-// softmax per warp (new max, rescale factor), then the warps merged.
-// CHECK:         gpu.func @attn_tile({{.*}}) workgroup(%[[QS:.+]] : memref<8xf32, #gpu.address_space<workgroup>>, %{{.*}} : memref<4xf32, #gpu.address_space<workgroup>>, %{{.*}} : memref<4xf32, #gpu.address_space<workgroup>>, %{{.*}} : memref<32xf32, #gpu.address_space<workgroup>>) kernel
+// Each query of the block (z, z + gridDim.z, ... < n) rotated once into
+// shared memory; one element per lane; online softmax per warp (new max,
+// rescale factor), then the warps merged.
+// CHECK:         gpu.func @attn_tile({{.*}}, %[[AN:.+]]: index) workgroup(%[[QS:.+]] : memref<8xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{.*}} : memref<4xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{.*}} : memref<4xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{.*}} : memref<32xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK:           %[[DELTA:.+]] = memref.load %{{.*}}[%{{.*}}, %c4{{.*}}] : memref<?x8xi64>
+// CHECK:           %[[BZ:.+]] = gpu.block_id  z
+// CHECK:           %[[GZ:.+]] = gpu.grid_dim  z
+// CHECK:           scf.for %{{.*}} = %[[BZ]] to %[[AN]] step %[[GZ]]
 // CHECK:           arith.subi %{{.*}}, %[[DELTA]] : i64
 // CHECK:           call @rope_cs(
 // CHECK:           call @rotate(
@@ -57,7 +62,10 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:           math.exp %[[DS]] : f32
 // CHECK:           vector.fma %{{.*}} : vector<1xf32>
 // CHECK:           gpu.barrier
-// CHECK:         gpu.func @attn_merge(
+// CHECK:         gpu.func @attn_merge({{.*}}, %[[MN:.+]]: index) kernel
+// CHECK:           %[[BY:.+]] = gpu.block_id  y
+// CHECK:           %[[GY:.+]] = gpu.grid_dim  y
+// CHECK:           scf.for %{{.*}} = %[[BY]] to %[[MN]] step %[[GY]]
 // CHECK:           arith.divf
 // Materialize: K rotated by the run's offset (column 4), V copied.
 // CHECK:         gpu.func @materialize(
@@ -76,8 +84,9 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 
 // The launches with the grids of docs/gpu-backend.md, n tokens: rmsnorm (n),
 // matmul (ceil(M / 8), ceil(n / 4)) with 256 threads, store_kv (n, kv_heads)
-// with head_size / 2 threads, attn_tile (tiles, heads, n) and attn_merge
-// (heads, n) with 128, swiglu ceil(n hidden / 256).
+// with head_size / 2 threads, attn_tile (tiles, heads, min(n, 65535)) and
+// attn_merge (heads, min(n, 65535)) with 128, which take n, swiglu
+// ceil(n hidden / 256).
 // HOST:        func.func private @[[P:kv_fwd_[0-9a-f]{16}]]_prefill_impl(
 // HOST:          %[[N:.+]] = arith.index_cast %{{.*}} : i64 to index
 // HOST:          scf.for
@@ -89,8 +98,9 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c4, %[[GY]], %c1) threads in (%c256, %c1, %c1)
 // HOST:            gpu.launch_func @[[P]]_kernels::@store_kv blocks in (%[[N]], %c4, %c1) threads in (%c4, %c1, %c1)
 // HOST:            %[[TILES:.+]] = memref.dim %{{.*}}, %c0 : memref<?x4xi64>
-// HOST:            gpu.launch_func @[[P]]_kernels::@attn_tile blocks in (%[[TILES]], %c8, %[[N]]) threads in (%c128, %c1, %c1)
-// HOST:            gpu.launch_func @[[P]]_kernels::@attn_merge blocks in (%c8, %[[N]], %c1) threads in (%c128, %c1, %c1)
+// HOST:            %[[QZ:.+]] = arith.minui %[[N]], %c65535 : index
+// HOST:            gpu.launch_func @[[P]]_kernels::@attn_tile blocks in (%[[TILES]], %c8, %[[QZ]]) threads in (%c128, %c1, %c1) {{.*}}, %[[N]] : index)
+// HOST:            gpu.launch_func @[[P]]_kernels::@attn_merge blocks in (%c8, %[[QZ]], %c1) threads in (%c128, %c1, %c1) {{.*}}, %[[N]] : index)
 // HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c8, %[[GY]], %c1) threads in (%c256, %c1, %c1) {{.*}}, %c1_i32 : i32)
 // HOST:            gpu.launch_func @[[P]]_kernels::@rmsnorm
 // HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c22, %[[GY]], %c1)
@@ -118,7 +128,7 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 module attributes {kv.export_forwards = [!kv.model<dim = 1024, hidden = 2816, layers = 2, heads = 8, kv_heads = 8, vocab = 64>]} {}
 
 // CHECK-LABEL: module attributes {gpu.container_module}
-// CHECK:       gpu.func @attn_tile({{.*}}) workgroup(%{{.*}} : memref<128xf32, #gpu.address_space<workgroup>>, {{.*}}, %{{.*}} : memref<512xf32, #gpu.address_space<workgroup>>) kernel
+// CHECK:       gpu.func @attn_tile({{.*}}) workgroup(%{{.*}} : memref<128xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, {{.*}}, %{{.*}} : memref<512xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK:         vector.load %{{.*}} : memref<?xf32>, vector<4xf32>
 // HOST:        func.func private @kv_fwd_{{[0-9a-f]+}}_prefill_impl(
 // HOST:          @store_kv blocks in (%{{.*}}, %c8, %c1) threads in (%c64, %c1, %c1)

@@ -104,3 +104,139 @@ TEST(CudaRuntimeDeathTest, DeviceMemoryWithoutADriverIsAnError) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// Against the checking stub driver (test/stub-cuda): what a real driver
+// refuses, the runtime avoids or reports with the details.
+//===----------------------------------------------------------------------===//
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace {
+
+/// A module of one kernel `k(ptr)`; `extra` is added before it.
+std::string stubPtx(const std::string &extra = "") {
+  return ".version 8.0\n.target sm_90\n.address_size 64\n" + extra +
+         ".visible .entry k(\n\t.param .u64 .ptr .align 1 k_param_0\n)\n{\n"
+         "\t.reg .b64 %rd<2>;\n\tld.param.u64 %rd1, [k_param_0];\n"
+         "\tst.global.b32 [%rd1], 0;\n\tret;\n}\n";
+}
+
+/// In the child: the runtime on the stub, initialised.
+void useStub() {
+  setenv("KVIR_CUDA_DRIVER", KVIR_STUB_CUDA, 1);
+  if (kvrt_cuda_init() != KVRT_OK) {
+    std::fprintf(stderr, "init: %s\n", kvrt_last_error());
+    std::exit(6);
+  }
+}
+
+/// In the child: the runtime on the stub, and kernel `k` of stubPtx() loaded
+/// through the JIT path.
+void *stubKernel() {
+  useStub();
+  std::string ptx = stubPtx();
+  void *module = mgpuModuleLoadJIT(ptx.data(), 3);
+  return mgpuModuleGetFunction(module, "k");
+}
+
+TEST(CudaRuntimeDeathTest, EveryThreadGetsTheContext) {
+  auto run = [] {
+    useStub();
+    kvrt_status status = KVRT_ERR_INTERNAL;
+    std::thread([&] {
+      void *ptr = nullptr;
+      status = kvrt_cuda_malloc(64, &ptr);
+      kvrt_cuda_free(ptr);
+    }).join();
+    std::fprintf(stderr, "status=%s\n", kvrt_status_name(status));
+    std::exit(status == KVRT_OK && !kvrt_cuda_last_error() ? 4 : 5);
+  };
+  EXPECT_EXIT(run(), testing::ExitedWithCode(4), "status=ok");
+}
+
+TEST(CudaRuntimeDeathTest, ARefusedModuleCarriesTheJitLog) {
+  auto run = [] {
+    useStub();
+    std::string ptx =
+        stubPtx(".extern .func (.param .b32 r) __nv_expf(.param .b32 x);\n");
+    void *module = mgpuModuleLoadJIT(ptx.data(), 3);
+    std::fprintf(stderr, "error=%s\n", kvrt_cuda_last_error());
+    std::exit(module ? 5 : 4);
+  };
+  EXPECT_EXIT(run(), testing::ExitedWithCode(4),
+              "error=cuModuleLoadDataEx \\(PTX JIT\\) failed: "
+              "CUDA_ERROR_INVALID_PTX \\(218\\): a PTX JIT compilation "
+              "failed; the JIT's log: ptxas fatal   : Unresolved extern "
+              "function '__nv_expf'");
+}
+
+TEST(CudaRuntimeDeathTest, AFailedLaunchNamesTheKernelAndItsGrid) {
+  auto run = [] {
+    void *kernel = stubKernel();
+    void *out = mgpuMemAlloc(64, nullptr, false);
+    void *params[] = {&out};
+    mgpuLaunchKernel(kernel, 1, 70000, 1, 32, 1, 1, 0, nullptr, params, nullptr,
+                     1);
+    std::fprintf(stderr, "error=%s\n", kvrt_cuda_last_error());
+    std::exit(kernel && out ? 4 : 5);
+  };
+  EXPECT_EXIT(run(), testing::ExitedWithCode(4),
+              "error=cuLaunchKernel \\(kernel k, grid 1x70000x1, block "
+              "32x1x1, 0 bytes of dynamic shared memory\\) failed: "
+              "CUDA_ERROR_INVALID_VALUE");
+}
+
+TEST(CudaRuntimeDeathTest, AFaultIsReportedWithTheLastLaunch) {
+  auto run = [] {
+    void *kernel = stubKernel();
+    // A host pointer where the kernel dereferences device memory.
+    int host = 0;
+    void *out = &host;
+    void *params[] = {&out};
+    mgpuLaunchKernel(kernel, 2, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr, 1);
+    kvrt_status status = kvrt_cuda_synchronize();
+    std::fprintf(stderr, "status=%s error=%s\n", kvrt_status_name(status),
+                 kvrt_cuda_last_error());
+    std::exit(status == KVRT_ERR_UNAVAILABLE ? 4 : 5);
+  };
+  EXPECT_EXIT(run(), testing::ExitedWithCode(4),
+              "error=cuCtxSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS "
+              "\\(700\\): an illegal memory access was encountered \\(the "
+              "last launch: kernel k, grid 2x1x1");
+}
+
+TEST(CudaRuntimeDeathTest, ModulesAreNotUnloadedOnceTheProcessExits) {
+  // A program library unloads its module from a destructor that runs after
+  // the driver may be finalised (the stub is, and refuses the call): once
+  // exit() has begun the runtime leaves the module to the process's end.
+  std::string log = testing::TempDir() + "/kvir-unload-at-exit.log";
+  std::remove(log.c_str());
+  auto run = [&] {
+    setenv("KVIR_STUB_CUDA_LOG", log.c_str(), 1);
+    setenv("KVIR_STUB_CUDA_TRACE", "1", 1);
+    // Destroyed after the runtime's exit handler ran (constructed before).
+    static void *module = nullptr;
+    static struct Unload {
+      ~Unload() { mgpuModuleUnload(module); }
+    } unload;
+    useStub();
+    std::string ptx = stubPtx();
+    module = mgpuModuleLoadJIT(ptx.data(), 3);
+    std::exit(module ? 4 : 5);
+  };
+  EXPECT_EXIT(run(), testing::ExitedWithCode(4), "");
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("call cuModuleLoadDataEx"), std::string::npos)
+      << text.str();
+  EXPECT_EQ(text.str().find("cuModuleUnload"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("0 refused, 0 faults"), std::string::npos)
+      << text.str();
+}
+
+} // namespace
