@@ -42,6 +42,7 @@ RUN = {
     "build/bin/kv-run examples/agent-edit.mlir --model ../shared/models/stories260K.bin --synthesize-inputs --compare-full-prefill --backend cpu": [MODEL],
     "build/bin/kv-run examples/compose-skills.mlir --synthesize-inputs --compare-full-prefill": [],
     'build/bin/kv-run --model ../shared/models/stories260K.bin --tokens "1 2 3" --dump-logits out.f32': [MODEL],
+    "build/bin/kv-run --model ../shared/models/stories260K.bin --tokens 1 --greedy 16": [MODEL],
     'build/bin/kv-run examples/story-edit.mlir --model ../shared/models/stories260K.bin --text opening="Once upon a time, there was a little" --bos opening --text hero="girl named Lily." --text new_hero="boy named Tim." --text notes="She loved to play outside in the park." --text answer="One day," --compare-full-prefill --attribute': [MODEL],
     "build/bin/kv-convert ../shared/models/stories260K.bin stories260K.q8_0.gguf --type q8_0 --tokenizer ../shared/models/tok512.bin": [MODEL],
     "build/bin/kv-run examples/agent-edit.mlir --model stories260K.q8_0.gguf --synthesize-inputs --compare-full-prefill": [MODEL],
