@@ -255,6 +255,9 @@ SmallVector<Value> ForwardEmitter::forLoop(
     Value lb, Value ub, Value step, ValueRange inits,
     function_ref<SmallVector<Value>(Value iv, ValueRange iters)> body) {
   auto loop = scf::ForOp::create(b, lb, ub, step, inits);
+  // Without carried values the builder has put in a yield: ours replaces it.
+  if (inits.empty())
+    loop.getBody()->getTerminator()->erase();
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToEnd(loop.getBody());

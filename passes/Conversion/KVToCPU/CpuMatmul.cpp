@@ -353,51 +353,124 @@ void cpu::emitMatmul(ForwardEmitter &e, int64_t vectorBits, bool accumulate) {
 
 namespace {
 
-/// Widens row `row` (the byte offset of its first block) of `cols` elements
-/// of weights in `format` to f32 into `out` (memref<?xf32>): block by block,
-/// each group (a group shares its scale and min) as one vector of its
-/// elements, with the operations of the runtime's dequantisation
+/// What foldRow calls on each piece of a row: the piece's first column, its
+/// weights (a vector of f32, or one f32 in a tail), its index within the
+/// block (the group; 0 outside blocks) and the carried values; returns the
+/// carried values.
+using RowPieceFn = function_ref<SmallVector<Value>(Value col, Value w,
+                                                   int64_t slot, ValueRange)>;
+
+/// Folds over row `row` (the byte offset of its first block) of `cols`
+/// elements of weights in `format`, widened to f32 piece by piece in
+/// registers with the operations of the runtime's dequantisation
 /// (ForwardEmitter's groupScale, groupQuant, dequant), so the values are the
-/// oracle's bit for bit. f16 and bf16: 16 elements at a time, then the rest.
-void emitWidenRow(ForwardEmitter &e, kvrt_weight_format format, Value bytes,
-                  Value row, Value cols, Value out) {
+/// oracle's bit for bit: block by block, each group (a group shares its
+/// scale and min) as one vector; f16 and bf16 16 elements at a time, then
+/// the rest one by one (`tail`). Returns the carried values.
+SmallVector<Value> foldRow(ForwardEmitter &e, kvrt_weight_format format,
+                           Value bytes, Value row, Value cols, ValueRange inits,
+                           RowPieceFn piece, RowPieceFn tail) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   if (!kvrt::isBlockFormat(format)) {
     bool f16 = format == KVRT_WEIGHT_F16;
     Value c16 = e.cIndex(16);
     Value whole = e.sub(cols, e.remu(cols, c16));
-    e.forLoop(c0, whole, c16, [&](Value j) {
-      Value raw =
-          vector::LoadOp::create(e.b, e.vec(32, e.byte()), bytes,
-                                 ValueRange{e.add(row, e.mul(j, e.cIndex(2)))});
-      Value halves = vector::BitCastOp::create(
-          e.b, e.vec(16, f16 ? Type(e.b.getF16Type()) : e.b.getBF16Type()),
-          raw);
-      Value wide = f16 ? arith::ExtFOp::create(e.b, e.vec(16, e.f32()), halves)
-                             .getResult()
-                       : e.fromBF16(halves);
-      vector::StoreOp::create(e.b, wide, out, ValueRange{j});
-    });
-    e.forLoop(whole, cols, c1, [&](Value j) {
-      e.store(e.weightElement(format, bytes, row, j), out, {j});
-    });
-    return;
+    SmallVector<Value> carried = e.forLoop(
+        c0, whole, c16, inits,
+        [&](Value j, ValueRange accs) -> SmallVector<Value> {
+          Value raw = vector::LoadOp::create(
+              e.b, e.vec(32, e.byte()), bytes,
+              ValueRange{e.add(row, e.mul(j, e.cIndex(2)))});
+          Value halves = vector::BitCastOp::create(
+              e.b, e.vec(16, f16 ? Type(e.b.getF16Type()) : e.b.getBF16Type()),
+              raw);
+          Value wide =
+              f16 ? arith::ExtFOp::create(e.b, e.vec(16, e.f32()), halves)
+                        .getResult()
+                  : e.fromBF16(halves);
+          return piece(j, wide, 0, accs);
+        });
+    return e.forLoop(whole, cols, c1, carried,
+                     [&](Value j, ValueRange accs) -> SmallVector<Value> {
+                       return tail(j, e.weightElement(format, bytes, row, j), 0,
+                                   accs);
+                     });
   }
   kvrt::BlockLayout block = kvrt::blockLayout(format);
   ForwardEmitter::Groups groups = ForwardEmitter::groupsOf(format);
   Value blocks = e.divu(cols, e.cIndex(block.elements));
-  e.forLoop(c0, blocks, c1, [&](Value i) {
-    Value at = e.add(row, e.mul(i, e.cIndex(block.bytes)));
-    Value first = e.mul(i, e.cIndex(block.elements));
-    for (int64_t g = 0; g < groups.count; ++g) {
-      Value group = e.cIndex(g);
-      auto [scale, min] = e.groupScale(format, bytes, at, group);
-      Value q = e.groupQuant(format, bytes, at, group, c0, groups.elements);
-      vector::StoreOp::create(
-          e.b, e.dequant(scale, min, q), out,
-          ValueRange{e.add(first, e.cIndex(g * groups.elements))});
+  return e.forLoop(
+      c0, blocks, c1, inits,
+      [&](Value i, ValueRange accs) -> SmallVector<Value> {
+        Value at = e.add(row, e.mul(i, e.cIndex(block.bytes)));
+        Value first = e.mul(i, e.cIndex(block.elements));
+        SmallVector<Value> carried(accs);
+        for (int64_t g = 0; g < groups.count; ++g) {
+          Value group = e.cIndex(g);
+          auto [scale, min] = e.groupScale(format, bytes, at, group);
+          Value q = e.groupQuant(format, bytes, at, group, c0, groups.elements);
+          carried = piece(e.add(first, e.cIndex(g * groups.elements)),
+                          e.dequant(scale, min, q), g, carried);
+        }
+        return carried;
+      });
+}
+
+/// Widens row `row` of `cols` weights in `format` to f32 into `out`
+/// (memref<?xf32>), exactly (foldRow).
+void emitWidenRow(ForwardEmitter &e, kvrt_weight_format format, Value bytes,
+                  Value row, Value cols, Value out) {
+  auto store = [&](Value col, Value w, int64_t, ValueRange) {
+    if (isa<VectorType>(w.getType()))
+      vector::StoreOp::create(e.b, w, out, ValueRange{col});
+    else
+      e.store(w, out, {col});
+    return SmallVector<Value>();
+  };
+  foldRow(e, format, bytes, row, cols, {}, store, store);
+}
+
+/// c[t][o] (+)= a[t] · (row `row` of `k` weights in `format`), the weights
+/// widened in registers (foldRow) and multiplied as they come: nothing is
+/// copied. Two 16-lane accumulators (alternating over the 16-lane parts of
+/// the pieces) and a scalar one for a tail.
+void emitQuantDot(ForwardEmitter &e, kvrt_weight_format format, Value a,
+                  Value bytes, Value row, Value c, Value t, Value o, Value k,
+                  bool accumulate) {
+  VectorType v16 = e.vec(kLanes, e.f32());
+  Value zero = e.splatF32(kLanes, 0.0f);
+  Value scalarZero = arith::ConstantOp::create(e.b, e.b.getF32FloatAttr(0.0f));
+  auto piece = [&](Value col, Value w, int64_t slot,
+                   ValueRange accs) -> SmallVector<Value> {
+    SmallVector<Value> next(accs);
+    int64_t parts = cast<VectorType>(w.getType()).getNumElements() / kLanes;
+    for (int64_t j = 0; j < parts; ++j) {
+      Value part = parts == 1
+                       ? w
+                       : vector::ExtractStridedSliceOp::create(
+                             e.b, w, ArrayRef<int64_t>{j * kLanes},
+                             ArrayRef<int64_t>{kLanes}, ArrayRef<int64_t>{1});
+      Value x = vector::LoadOp::create(
+          e.b, v16, a, ValueRange{t, e.add(col, e.cIndex(j * kLanes))});
+      int64_t slotOf = (slot * parts + j) % 2;
+      next[slotOf] = vector::FMAOp::create(e.b, x, part, next[slotOf]);
     }
-  });
+    return next;
+  };
+  auto tail = [&](Value col, Value w, int64_t,
+                  ValueRange accs) -> SmallVector<Value> {
+    Value p = arith::MulFOp::create(e.b, e.load(a, {t, col}), w);
+    return {accs[0], accs[1], arith::AddFOp::create(e.b, accs[2], p)};
+  };
+  SmallVector<Value> accs =
+      foldRow(e, format, bytes, row, k, {zero, zero, scalarZero}, piece, tail);
+  Value sum =
+      vector::ReductionOp::create(e.b, vector::CombiningKind::ADD,
+                                  arith::AddFOp::create(e.b, accs[0], accs[1]));
+  Value total = arith::AddFOp::create(e.b, sum, accs[2]);
+  if (accumulate)
+    total = arith::AddFOp::create(e.b, e.load(c, {t, o}), total);
+  e.store(total, c, {t, o});
 }
 
 } // namespace
@@ -410,9 +483,8 @@ std::string cpu::quantMatmulName(kvrt_weight_format format, bool accumulate) {
 /// c[t][o] (+)= sum_i a[t][i] * b[o][i] for weights b in `format`, as
 /// (a, bytes, byte offset of b, c, pack buffer, widen buffer). Fewer rows
 /// than kPackedMinRows (decode): parallel over the outputs, each weight row
-/// widened to f32 once into a buffer on the task's stack and multiplied with
-/// every token's row by the f32 dot-product kernel (emitDotRows, over a view
-/// whose rows all are that buffer): each weight byte is read once. More
+/// widened in registers as it is multiplied with a token's row
+/// (emitQuantDot): nothing is packed, converted into memory or copied. More
 /// rows (prefill): the weights widened to f32, as many rows at a time as the
 /// widen buffer holds (in parallel), then multiplied by the f32 packed
 /// kernel (matmul_nt) into those columns of c. Widening is exact, so either
@@ -445,24 +517,15 @@ void cpu::emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
                       // caller do not reach it but through `v`.)
                       Value a = v[0], bytes = v[1], offset = v[2], c = v[3];
                       Value c1 = e.cIndex(1);
-                      Value m = memref::DimOp::create(e.b, c, c1);
                       Value k = memref::DimOp::create(e.b, a, c1);
                       Value rowBytes = rowBytesOf(k);
-                      Value row = memref::AllocaOp::create(
-                          e.b, MemRefType::get({ShapedType::kDynamic}, e.f32()),
-                          ValueRange{k});
-                      // Every row of this view is the widened row: emitDotRows
-                      // reads output o's weights at [o][i].
-                      Value rows = memref::ReinterpretCastOp::create(
-                          e.b, matrixType(e), row,
-                          OpFoldResult(e.b.getIndexAttr(0)),
-                          ArrayRef<OpFoldResult>{m, k},
-                          ArrayRef<OpFoldResult>{e.b.getIndexAttr(0),
-                                                 e.b.getIndexAttr(1)});
+                      Value n = memref::DimOp::create(e.b, a, e.cIndex(0));
                       e.forLoop(lo, hi, c1, [&](Value o) {
-                        emitWidenRow(e, format, bytes,
-                                     e.add(offset, e.mul(o, rowBytes)), k, row);
-                        emitDotRows(e, a, rows, c, o, e.add(o, c1), accumulate);
+                        Value row = e.add(offset, e.mul(o, rowBytes));
+                        e.forLoop(e.cIndex(0), n, c1, [&](Value t) {
+                          emitQuantDot(e, format, a, bytes, row, c, t, o, k,
+                                       accumulate);
+                        });
                       });
                     });
       },
