@@ -97,6 +97,7 @@ BUILDS = "builds the project (the test suite runs inside a build)"
 BENCH = "a benchmark: minutes of timing on an idle machine, not a test"
 SUITE = "runs a test suite ctest already runs"
 NOT_RUN = {
+    "bench/peer/side-by-side.sh --shape dim=512,hidden=1376,layers=8,heads=8,kv_heads=4,vocab=32000 --prompt 512 --decode 64": "a benchmark against llama.cpp, fetched with npm (minutes, not a test)",
     "bench/peer/llama-agreement.sh": "fetches llama.cpp with npm (a peer to compare with, not a dependency) and runs for minutes",
     "bash tools/quickstart.sh": "installs Debian packages (as root) and builds",
     "cmake -G Ninja -S . -B build && cmake --build build && ctest --test-dir build --output-on-failure": BUILDS,
