@@ -33,3 +33,13 @@ fetch_llama() {
   llama_libs=$work/bin/package/bins/linux-x64
   llama_src=$work/llama.cpp
 }
+
+# Compiles the peer tool SRC (beside this script, with llama-peer.h) against
+# the library fetch_llama found, into OUT; sets LLAMA_BACKEND_DIR for it.
+build_llama_tool() { # SRC OUT
+  c++ -std=c++17 -O1 -I"$llama_src/include" -I"$llama_src/ggml/include" \
+    "$1" -o "$2" \
+    -L"$llama_libs" -l:libllama.v0.5.0.so -l:libggml.v0.5.0.so \
+    -l:libggml-base.so -Wl,-rpath,"$llama_libs"
+  export LLAMA_BACKEND_DIR=$llama_libs
+}

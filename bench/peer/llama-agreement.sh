@@ -54,13 +54,7 @@ trap 'rm -rf "$work"' EXIT
 if ! fetch_llama llama-agreement "$work" "$peer"; then
   exit 0
 fi
-libs=$llama_libs
-src=$llama_src
-c++ -std=c++17 -O1 -I"$src/include" -I"$src/ggml/include" \
-  "$here/llama-logits.cpp" -o "$work/llama-logits" \
-  -L"$libs" -l:libllama.v0.5.0.so -l:libggml.v0.5.0.so -l:libggml-base.so \
-  -Wl,-rpath,"$libs"
-export LLAMA_BACKEND_DIR=$libs
+build_llama_tool "$here/llama-logits.cpp" "$work/llama-logits"
 
 # 64 tokens: the start of stories260K's greedy list (beside the model),
 # verbatim (no BOS added by either side).
@@ -123,7 +117,7 @@ quantised() { # NAME F32.gguf KVIR-TYPE LLAMA-FTYPE
     "$accuracyMine |"
 }
 
-echo "llama.cpp: @node-llama-cpp/linux-x64@3.22.1 ($libs); KVIR: $build"
+echo "llama.cpp: @node-llama-cpp/linux-x64@3.22.1 ($llama_libs); KVIR: $build"
 echo "64 tokens prefilled from position 0; logits: max |diff|, top-1 agreement"
 echo
 echo "Files written by kv-convert:"

@@ -31,10 +31,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ggml-backend.h"
+#include "llama-peer.h"
+
 #include "ggml.h"
 #include "gguf.h"
-#include "llama.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -103,34 +103,18 @@ int main(int argc, char **argv) {
                          "OUT.f32 [THREADS]\n");
     return 2;
   }
-  std::vector<llama_token> tokens;
   std::istringstream ids(argv[2]);
-  for (long id; ids >> id;)
-    tokens.push_back(llama_token(id));
+  std::vector<llama_token> tokens = peer::readIds(ids);
   if (tokens.empty()) {
     std::fprintf(stderr, "llama-logits: no token ids\n");
     return 2;
   }
   int threads = argc > 4 ? std::atoi(argv[4]) : 1;
-  // The CPU backends are shared libraries beside libllama.
-  if (const char *dir = std::getenv("LLAMA_BACKEND_DIR"))
-    ggml_backend_load_all_from_path(dir);
-  else
-    ggml_backend_load_all();
-  llama_backend_init();
-  llama_model_params mp = llama_model_default_params();
-  llama_model *model = llama_model_load_from_file(argv[1], mp);
-  if (!model) {
-    std::fprintf(stderr, "llama-logits: llama.cpp cannot load %s\n", argv[1]);
+  llama_model *model = peer::loadModel("llama-logits", argv[1]);
+  if (!model)
     return 1;
-  }
-  llama_context_params cp = llama_context_default_params();
   int32_t n = int32_t(tokens.size());
-  cp.n_ctx = uint32_t(n + 16);
-  cp.n_batch = uint32_t(n);
-  cp.n_ubatch = uint32_t(n);
-  cp.n_threads = threads;
-  cp.n_threads_batch = threads;
+  llama_context_params cp = peer::contextParams(n + 16, n, threads);
   cp.type_k = GGML_TYPE_F32;
   cp.type_v = GGML_TYPE_F32;
   cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -139,15 +123,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "llama-logits: cannot create a context\n");
     return 1;
   }
-  llama_batch batch = llama_batch_init(n, 0, 1);
-  for (int32_t i = 0; i < n; ++i) {
-    batch.token[i] = tokens[size_t(i)];
-    batch.pos[i] = i;
-    batch.n_seq_id[i] = 1;
-    batch.seq_id[i][0] = 0;
-    batch.logits[i] = 1;
-  }
-  batch.n_tokens = n;
+  llama_batch batch = peer::promptBatch(tokens, /*allLogits=*/true);
   if (llama_decode(ctx, batch) != 0) {
     std::fprintf(stderr, "llama-logits: llama_decode failed\n");
     return 1;

@@ -694,6 +694,103 @@ void kvir::run::printJson(const Report &r) {
   j.finish();
 }
 
+namespace {
+
+/// Decode steps of a token-list run (one per generated token after the
+/// first), and their time per step.
+int64_t decodeSteps(const TokenListReport &r) {
+  return std::max<int64_t>(int64_t(r.generated.size()) - 1, 0);
+}
+double perStep(const TokenListReport &r) {
+  return decodeSteps(r) > 0 ? r.decodeSeconds / double(decodeSteps(r)) : 0;
+}
+
+void printTokenListText(const TokenListReport &r) {
+  size_t n = r.tokens.size();
+  std::printf("model: %s (%s)\nbackend: %s\n", r.model.c_str(),
+              r.config.c_str(), r.backend.c_str());
+  if (!r.tokenizer.empty())
+    std::printf("tokenizer: %s\n", r.tokenizer.c_str());
+  std::printf("weights: %llu bytes resident\n",
+              (unsigned long long)r.weightBytes);
+  std::printf("tokens: %zu (positions 0..%zu)\n", n, n - 1);
+  if (r.fromText) {
+    std::printf("text (%s): %s\n", r.bos ? "BOS first" : "no BOS",
+                exec::quoteText(r.text).c_str());
+    std::printf("token ids:");
+    for (int32_t t : r.tokens)
+      std::printf(" %d", t);
+    std::printf("\ndecoded: %s\n", exec::quoteText(r.decoded).c_str());
+  }
+  std::printf("argmax at last position: %lld (logit %.6f)\n",
+              (long long)r.argmax, r.argmaxLogit);
+  if (!r.tokenizer.empty())
+    std::printf("argmax text: %s\n", exec::quoteText(r.argmaxText).c_str());
+  if (!r.generated.empty()) {
+    std::printf("greedy continuation (%zu):", r.generated.size());
+    for (int32_t t : r.generated)
+      std::printf(" %d", t);
+    std::printf("\n");
+    if (!r.tokenizer.empty())
+      std::printf("greedy text: %s\n",
+                  exec::quoteText(r.generatedText).c_str());
+  }
+  std::printf("prefill: %zu tokens, %.3f ms (%.1f tokens/s)\n", n,
+              r.prefillSeconds * 1e3, double(n) / r.prefillSeconds);
+  if (decodeSteps(r) > 0)
+    std::printf("decode: %lld steps, %.3f ms per token (%.1f tokens/s)\n",
+                (long long)decodeSteps(r), perStep(r) * 1e3, 1 / perStep(r));
+  if (!r.logitsFile.empty())
+    std::printf("logits: %lld x %lld float32 -> %s\n", (long long)r.logitsRows,
+                (long long)r.vocab, r.logitsFile.c_str());
+}
+
+void printTokenListJson(const TokenListReport &r) {
+  Json j(stdout);
+  j.beginObject();
+  j.field("model", r.model);
+  j.field("config", r.config);
+  j.field("backend", r.backend);
+  if (!r.tokenizer.empty())
+    j.field("tokenizer", r.tokenizer);
+  j.field("weight_bytes", int64_t(r.weightBytes));
+  j.numbers("tokens", r.tokens);
+  if (r.fromText) {
+    j.field("text", r.text);
+    j.field("bos", r.bos);
+    j.field("decoded", r.decoded);
+  }
+  j.field("argmax", r.argmax);
+  j.field("argmax_logit", double(r.argmaxLogit));
+  if (!r.tokenizer.empty())
+    j.field("argmax_text", r.argmaxText);
+  j.numbers("greedy", r.generated);
+  if (!r.tokenizer.empty() && !r.generated.empty())
+    j.field("greedy_text", r.generatedText);
+  j.field("prefill_ms", r.prefillSeconds * 1e3);
+  j.field("prefill_tokens_per_s", double(r.tokens.size()) / r.prefillSeconds);
+  j.field("decode_steps", decodeSteps(r));
+  if (decodeSteps(r) > 0) {
+    j.field("decode_ms_per_token", perStep(r) * 1e3);
+    j.field("decode_tokens_per_s", 1 / perStep(r));
+  }
+  if (!r.logitsFile.empty()) {
+    j.field("logits_file", r.logitsFile);
+    j.field("logits_rows", r.logitsRows);
+  }
+  j.endObject();
+  j.finish();
+}
+
+} // namespace
+
+void kvir::run::printTokenListReport(const TokenListReport &report, bool json) {
+  if (json)
+    printTokenListJson(report);
+  else
+    printTokenListText(report);
+}
+
 void kvir::run::printReport(const Report &report, bool json) {
   if (json)
     printJson(report);

@@ -128,6 +128,38 @@ bool writeFloats(const std::vector<float> &values, const std::string &path,
 /// "dim 64, hidden 172, layers 5, heads 8/4, vocab 512".
 std::string describeConfig(const kvrt_model_config &config);
 
+/// What kv-run's token-list form (no program) prints; Runner::printTokenList
+/// fills it.
+struct TokenListReport {
+  std::string model, config, backend;
+  /// The tokenizer's file ("" without one).
+  std::string tokenizer;
+  std::vector<int32_t> tokens;
+  /// Where the tokens came from text: the text, whether BOS went in front,
+  /// and the tokens decoded back.
+  bool fromText = false, bos = false;
+  std::string text, decoded;
+  /// The argmax of the last position's logits, and its text (with a
+  /// tokenizer).
+  int64_t argmax = 0;
+  float argmaxLogit = 0;
+  std::string argmaxText;
+  /// The greedy tokens (--greedy N) and their text (with a tokenizer).
+  std::vector<int32_t> generated;
+  std::string generatedText;
+  /// The prefill's time, and the decode steps' (generated - 1 of them).
+  double prefillSeconds = 0, decodeSeconds = 0;
+  /// Bytes of the model's weights in memory, as they are kept (mapped from
+  /// the file or owned).
+  uint64_t weightBytes = 0;
+  /// Where --dump-logits wrote its rows ("" without it), and their shape.
+  std::string logitsFile;
+  int64_t logitsRows = 0, vocab = 0;
+};
+
+/// Prints `report` as text or (`json`) JSON.
+void printTokenListReport(const TokenListReport &report, bool json);
+
 void printText(const Report &report);
 void printJson(const Report &report);
 /// printJson with `json` (--json), else printText.

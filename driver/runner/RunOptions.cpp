@@ -99,13 +99,15 @@ void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
               q.compareFull);
   parser.integer("greedy", "N",
                  "continue greedily for N tokens from the answer (default 16 "
-                 "with --compare-full-prefill, else 0)",
+                 "with --compare-full-prefill, else 0); without a program, "
+                 "generate N tokens from the prompt and time the decode steps",
                  q.greedy, &q.greedyGiven);
   parser.flag("json", "print the report as JSON", q.json);
   parser.text("dump-logits", "FILE",
               "write the answer's logits (the first returned logits with "
-              "rows; the first returned tensor when there are none) as "
-              "little-endian float32 [rows][vocab]",
+              "rows; the first returned tensor when there are none; without a "
+              "program, every position's) as little-endian float32 "
+              "[rows][vocab]",
               q.dumpLogits, &q.dumpLogitsGiven);
 
   parser.section("the KV pool and the context");

@@ -2,7 +2,9 @@
 
 #include "driver/runner/Runner.h"
 
+#include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/exec/Measure.h"
 
 #include <algorithm>
 #include <chrono>
@@ -183,13 +185,18 @@ bool Runner::complete(Report &report, const Entry &entry,
   return true;
 }
 
-bool Runner::checkTokenList(const std::vector<int32_t> &tokens,
+bool Runner::checkTokenList(const std::vector<int32_t> &tokens, int64_t greedy,
                             std::string &error) const {
-  if (limit > 0 && int64_t(tokens.size()) > limit) {
-    error = std::to_string(tokens.size()) +
-            " tokens are more than the context limit of " +
-            std::to_string(limit) + " (--max-context; the model was trained " +
-            "on " + std::to_string(modelConfig.seq_len) + ")";
+  int64_t context = int64_t(tokens.size()) + std::max<int64_t>(greedy - 1, 0);
+  if (limit > 0 && context > limit) {
+    error = (greedy > 1 ? std::to_string(tokens.size()) + " tokens and " +
+                              std::to_string(greedy - 1) +
+                              " generated ones (--greedy " +
+                              std::to_string(greedy) + ")"
+                        : std::to_string(tokens.size()) + " tokens") +
+            " are more than the context limit of " + std::to_string(limit) +
+            " (--max-context; the model was trained " + "on " +
+            std::to_string(modelConfig.seq_len) + ")";
     return false;
   }
   for (size_t i = 0; i < tokens.size(); ++i)
@@ -204,65 +211,79 @@ bool Runner::checkTokenList(const std::vector<int32_t> &tokens,
 
 bool Runner::prefillTokenList(const Forward &forward, TokenListRun &run,
                               std::string &error) {
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
   kvrt_view *empty = nullptr, *filled = nullptr;
-  auto start = std::chrono::steady_clock::now();
+  auto start = Clock::now();
   kvrt_status status = kvrt_view_create(pool(), &empty);
   if (!status)
     status = backend().prefill(forward, model(), empty, run.tokens.data(),
                                int64_t(run.tokens.size()), /*pos=*/0,
-                               /*label=*/nullptr, /*lastOnly=*/false,
+                               /*label=*/nullptr, /*lastOnly=*/!run.allRows,
                                &run.logits, &filled);
-  run.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
+  run.seconds = since(start);
   kvrt_view_release(empty);
-  kvrt_view_release(filled);
+  exec::ViewRef cache = exec::adoptView(filled);
   if (status) {
     error =
         std::string(backend().name()) + " prefill failed: " + kvrt_last_error();
     return false;
   }
-  return true;
+  run.generated.clear();
+  run.decodeSeconds = 0;
+  if (run.greedy == 0)
+    return true;
+  // The decode steps continue from the last row and the filled cache.
+  exec::Logits last;
+  last.rows = 1;
+  last.vocab = modelConfig.vocab_size;
+  last.data.assign(run.logits.end() - last.vocab, run.logits.end());
+  start = Clock::now();
+  bool ok = exec::greedyContinue(backend(), forward, model(), last, cache,
+                                 run.greedy, run.generated, error);
+  run.decodeSeconds = since(start);
+  return ok;
 }
 
 bool Runner::printTokenList(const TokenListRun &run,
-                            const std::string &dumpLogits, std::string &error) {
-  size_t n = run.tokens.size(), vocab = modelConfig.vocab_size;
-  const float *last = run.logits.data() + (n - 1) * vocab;
-  size_t argmax = std::max_element(last, last + vocab) - last;
-  std::printf("model: %s (%s)\nbackend: %s\n", description.c_str(),
-              describeConfig(modelConfig).c_str(), backend().name());
+                            const std::string &dumpLogits, bool json,
+                            std::string &error) {
+  TokenListReport r;
+  r.model = description;
+  r.config = describeConfig(modelConfig);
+  r.backend = backend().name();
   if (tokenizer())
-    std::printf("tokenizer: %s\n", tokenizerFile.c_str());
-  std::printf("tokens: %zu (positions 0..%zu)\n", n, n - 1);
-  if (run.fromText) {
-    // What the model reads, decoded back: the round trip of the encoding.
-    std::string decoded;
-    if (!exec::decodeTokens(tokenizer(), -1, run.tokens, decoded, error))
-      return false;
-    std::printf("text (%s): %s\n", run.bos ? "BOS first" : "no BOS",
-                exec::quoteText(run.text).c_str());
-    std::printf("token ids:");
-    for (int32_t t : run.tokens)
-      std::printf(" %d", t);
-    std::printf("\ndecoded: %s\n", exec::quoteText(decoded).c_str());
-  }
-  std::printf("argmax at last position: %zu (logit %.6f)\n", argmax,
-              last[argmax]);
-  if (tokenizer()) {
-    std::string piece;
-    if (!exec::decodeTokens(tokenizer(), run.tokens.back(), {int32_t(argmax)},
-                            piece, error))
-      return false;
-    std::printf("argmax text: %s\n", exec::quoteText(piece).c_str());
-  }
-  std::printf("time: %.3f ms (%.1f tokens/s)\n", run.seconds * 1e3,
-              n / run.seconds);
+    r.tokenizer = tokenizerFile;
+  r.tokens = run.tokens;
+  r.vocab = modelConfig.vocab_size;
+  const float *last = run.logits.data() + run.logits.size() - r.vocab;
+  r.argmax = std::max_element(last, last + r.vocab) - last;
+  r.argmaxLogit = last[r.argmax];
+  // What the model reads, decoded back: the round trip of the encoding.
+  r.fromText = run.fromText;
+  r.bos = run.bos;
+  r.text = run.text;
+  if (run.fromText &&
+      !exec::decodeTokens(tokenizer(), -1, run.tokens, r.decoded, error))
+    return false;
+  r.generated = run.generated;
+  if (tokenizer() &&
+      (!exec::decodeTokens(tokenizer(), run.tokens.back(), {int32_t(r.argmax)},
+                           r.argmaxText, error) ||
+       !exec::decodeTokens(tokenizer(), run.tokens.back(), run.generated,
+                           r.generatedText, error)))
+    return false;
+  r.prefillSeconds = run.seconds;
+  r.decodeSeconds = run.decodeSeconds;
+  r.weightBytes = kvrt::weightBytes(*model());
   if (!dumpLogits.empty()) {
     if (!writeFloats(run.logits, dumpLogits, error))
       return false;
-    std::printf("logits: %zu x %zu float32 -> %s\n", n, vocab,
-                dumpLogits.c_str());
+    r.logitsFile = dumpLogits;
+    r.logitsRows = int64_t(run.logits.size()) / r.vocab;
   }
+  printTokenListReport(r, json);
   return true;
 }

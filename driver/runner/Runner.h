@@ -47,7 +47,7 @@ struct Entry {
   std::string program;
 };
 
-/// A token list prefilled from position 0 with every row of logits (kv-run
+/// A token list prefilled from position 0, then continued greedily (kv-run
 /// without a program).
 struct TokenListRun {
   std::vector<int32_t> tokens;
@@ -55,9 +55,19 @@ struct TokenListRun {
   /// front.
   bool fromText = false, bos = false;
   std::string text;
-  /// What the prefill computed, and in how long.
+  /// Every position's logits (--dump-logits), else the last one's only: a
+  /// prefill that needs one row computes the classifier for one row.
+  bool allRows = false;
+  /// Tokens to generate greedily from the prompt (--greedy N): the argmax of
+  /// the prompt's last logits, then of each decode step's; N - 1 steps of
+  /// one token each.
+  int64_t greedy = 0;
+  /// What the prefill computed (`allRows` or one row), and in how long.
   std::vector<float> logits;
   double seconds = 0;
+  /// The generated tokens, and the time of the decode steps together.
+  std::vector<int32_t> generated;
+  double decodeSeconds = 0;
 };
 
 /// Runs entries of compiled kv programs on one model.
@@ -138,21 +148,25 @@ public:
                 const exec::RunOutcome &outcome, const RequestOptions &request,
                 const exec::RunOutcome *reference, std::string &error);
 
-  /// Checks a token list against the context limit and the vocabulary
-  /// before it is prefilled; false with `error`.
-  bool checkTokenList(const std::vector<int32_t> &tokens,
+  /// Checks a token list, and the `greedy` tokens to generate after it
+  /// (all but the last enter the context), against the context limit and
+  /// the vocabulary before it is prefilled; false with `error`.
+  bool checkTokenList(const std::vector<int32_t> &tokens, int64_t greedy,
                       std::string &error) const;
 
   /// Prefills `run.tokens` from position 0 into an empty view of the pool
-  /// with `forward`, every row of logits, timed. False with `error`.
+  /// with `forward` (the rows of logits `run.allRows` asks for), then
+  /// generates `run.greedy` tokens, one decode step per token after the
+  /// first; each part timed. False with `error`.
   bool prefillTokenList(const Forward &forward, TokenListRun &run,
                         std::string &error);
 
-  /// Prints what `run` computed: the model, the tokens (and their text
-  /// decoded back), the argmax at the last position, the time; with
-  /// `dumpLogits`, writes every row there. False with `error`.
+  /// Prints what `run` computed, as text or (`json`) JSON: the model, the
+  /// tokens (and their text decoded back), the argmax at the last position,
+  /// the generated tokens and their text, the times; with `dumpLogits`,
+  /// writes every row there. False with `error`.
   bool printTokenList(const TokenListRun &run, const std::string &dumpLogits,
-                      std::string &error);
+                      bool json, std::string &error);
 
 private:
   Runner() = default;

@@ -45,6 +45,7 @@ RUN = {
     "build/bin/kv-run examples/agent-edit.mlir --model ../shared/models/stories260K.bin --synthesize-inputs --compare-full-prefill --backend cpu": [MODEL],
     "build/bin/kv-run examples/compose-skills.mlir --synthesize-inputs --compare-full-prefill": [],
     'build/bin/kv-run --model ../shared/models/stories260K.bin --tokens "1 2 3" --dump-logits out.f32': [MODEL],
+    "build/bin/kv-run --model ../shared/models/stories260K.bin --tokens 1 --greedy 16": [MODEL],
     'build/bin/kv-run examples/story-edit.mlir --model ../shared/models/stories260K.bin --text opening="Once upon a time, there was a little" --bos opening --text hero="girl named Lily." --text new_hero="boy named Tim." --text notes="She loved to play outside in the park." --text answer="One day," --compare-full-prefill --attribute': [MODEL],
     "build/bin/kv-convert ../shared/models/stories260K.bin stories260K.q8_0.gguf --type q8_0 --tokenizer ../shared/models/tok512.bin": [MODEL],
     "build/bin/kv-run examples/agent-edit.mlir --model stories260K.q8_0.gguf --synthesize-inputs --compare-full-prefill": [MODEL],
@@ -99,6 +100,7 @@ BUILDS = "builds the project (the test suite runs inside a build)"
 BENCH = "a benchmark: minutes of timing on an idle machine, not a test"
 SUITE = "runs a test suite ctest already runs"
 NOT_RUN = {
+    "bench/peer/side-by-side.sh --shape dim=512,hidden=1376,layers=8,heads=8,kv_heads=4,vocab=32000 --prompt 512 --decode 64": "a benchmark against llama.cpp, fetched with npm (minutes, not a test)",
     "bench/peer/llama-agreement.sh": "fetches llama.cpp with npm (a peer to compare with, not a dependency) and runs for minutes",
     "bash tools/quickstart.sh": "installs Debian packages (as root) and builds",
     "cmake -G Ninja -S . -B build && cmake --build build && ctest --test-dir build --output-on-failure": BUILDS,

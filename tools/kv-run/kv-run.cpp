@@ -10,8 +10,9 @@
 //     same final context, and the attribution of an edited answer to the
 //     segments before it;
 //   kv-run --model FILE (--tokens "1 2 3" | --tokens-file F | --text STRING)
-//          [--dump-logits OUT]
-//     prefills a token list from position 0.
+//          [--greedy N] [--json] [--dump-logits OUT]
+//     prefills a token list from position 0, then generates N tokens
+//     greedily, timing the prefill and the decode steps.
 // --model takes a llama2.c checkpoint or a GGUF file. Without --model, a
 // built-in synthetic model of stories260K's shape is used. Text goes through
 // the tokenizer inside a GGUF model, the one beside the model
@@ -69,11 +70,13 @@ const char *kUsage =
     "      --text hero=\"girl named Lily.\" ... --attribute\n"
     "  kv-run --model M.bin --tokens \"1 2 3\" --dump-logits out.f32\n"
     "  kv-run --model M.bin --text \"Once upon a time\" --bos prompt\n"
+    "  kv-run --model M.bin --tokens 1 --greedy 64 --json\n"
     "\n"
     "With PROGRAM, kv-run plans it with kv-optimize, JIT-compiles it and runs "
     "its\nentry. Without, it prefills a token list from position 0: --text "
     "and --text-file\ntake the prompt itself (--bos prompt puts BOS in "
-    "front), --dump-logits writes\nthe logits of every position.\n";
+    "front), --dump-logits writes\nthe logits of every position, --greedy N "
+    "generates N tokens from the prompt\n(prefill and decode timed apart).\n";
 
 /// kv-run's command line: the runners' options and its own.
 struct Options {
@@ -209,9 +212,10 @@ llvm::Error runTokens(const Options &options) {
       return encoded.takeError();
     *tokens = std::move(*encoded);
   }
-  if (!r.checkTokenList(*tokens, error))
+  if (!r.checkTokenList(*tokens, o.request.greedyTokens(), error))
     return makeError(error);
-  warnBeyondTraining(r, int64_t(tokens->size()));
+  warnBeyondTraining(r, int64_t(tokens->size()) +
+                            std::max<int64_t>(o.request.greedyTokens() - 1, 0));
   if (!r.preparePool(KVRT_KV_F32, /*fromProgram=*/false, error))
     return makeError(error);
   llvm::Expected<Forward> forward = forwardFor(
@@ -220,13 +224,15 @@ llvm::Error runTokens(const Options &options) {
     return forward.takeError();
   TokenListRun run;
   run.tokens = std::move(*tokens);
+  run.allRows = o.request.dumpLogitsGiven;
+  run.greedy = o.request.greedyTokens();
   if (!text.texts.empty()) {
     run.fromText = true;
     run.text = text.texts.front().text;
     run.bos = text.bos.count("prompt") > 0;
   }
   if (!r.prefillTokenList(*forward, run, error) ||
-      !r.printTokenList(run, o.request.dumpLogits, error))
+      !r.printTokenList(run, o.request.dumpLogits, o.request.json, error))
     return makeError(error);
   return llvm::Error::success();
 }

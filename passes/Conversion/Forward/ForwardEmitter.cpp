@@ -149,7 +149,12 @@ Value ForwardEmitter::fromKV(Value value) {
   case KVRT_KV_BF16:
     break;
   }
+  return fromBF16(value);
+}
+
+Value ForwardEmitter::fromBF16(Value value) {
   // A bfloat16 is the top half of the f32 with the same value.
+  Type target = withElement(value.getType(), f32());
   Type wide = withElement(value.getType(), i32());
   Type narrow = withElement(value.getType(), b.getI16Type());
   Value bits = arith::ExtUIOp::create(
@@ -250,6 +255,9 @@ SmallVector<Value> ForwardEmitter::forLoop(
     Value lb, Value ub, Value step, ValueRange inits,
     function_ref<SmallVector<Value>(Value iv, ValueRange iters)> body) {
   auto loop = scf::ForOp::create(b, lb, ub, step, inits);
+  // Without carried values the builder has put in a yield: ours replaces it.
+  if (inits.empty())
+    loop.getBody()->getTerminator()->erase();
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToEnd(loop.getBody());
@@ -555,19 +563,55 @@ std::pair<Value, Value> ForwardEmitter::groupScale(kvrt_weight_format format,
   llvm_unreachable("groupScale of a format without blocks");
 }
 
-Value ForwardEmitter::groupQuant(kvrt_weight_format format, Value bytes,
-                                 Value block, Value g, Value l) {
-  switch (format) {
-  case KVRT_WEIGHT_Q8_0: {
-    Value q = load(bytes, add(add(block, cIndex(2)), l));
-    return toF32(*this, arith::ExtSIOp::create(b, i32(), q));
+namespace {
+
+/// The integer arithmetic of groupQuant on `lanes` consecutive elements: a
+/// scalar i32 for 1 lane, else vector<lanes x i32> (the same operations on
+/// each lane, so both give the same values).
+struct Lanes {
+  ForwardEmitter &e;
+  int64_t lanes;
+
+  Type i32() { return lanes == 1 ? e.i32() : Type(e.vec(lanes, e.i32())); }
+  /// `v` (a scalar i32) in every lane.
+  Value splat(Value v) {
+    return lanes == 1 ? v : vector::BroadcastOp::create(e.b, i32(), v);
   }
+  Value c(int32_t v) { return lanes == 1 ? e.cI32(v) : e.splatI32(lanes, v); }
+  /// The bytes at..at+lanes-1, zero- or sign-extended.
+  Value bytes(Value memref, Value at, bool isSigned) {
+    Value raw = lanes == 1
+                    ? e.load(memref, at)
+                    : vector::LoadOp::create(e.b, e.vec(lanes, e.b.getI8Type()),
+                                             memref, ValueRange{at});
+    if (isSigned)
+      return arith::ExtSIOp::create(e.b, i32(), raw);
+    return arith::ExtUIOp::create(e.b, i32(), raw);
+  }
+  /// (v >> shift) & mask, shift a scalar i32.
+  Value bits(Value v, Value shift, int32_t mask) {
+    Value shifted = arith::ShRUIOp::create(e.b, v, splat(shift));
+    return arith::AndIOp::create(e.b, shifted, c(mask));
+  }
+  Value f32(Value v) {
+    Type type = lanes == 1 ? e.f32() : Type(e.vec(lanes, e.f32()));
+    return arith::SIToFPOp::create(e.b, type, v);
+  }
+};
+
+} // namespace
+
+Value ForwardEmitter::groupQuant(kvrt_weight_format format, Value bytes,
+                                 Value block, Value g, Value l, int64_t lanes) {
+  Lanes v{*this, lanes};
+  switch (format) {
+  case KVRT_WEIGHT_Q8_0:
+    return v.f32(v.bytes(bytes, add(add(block, cIndex(2)), l), true));
   case KVRT_WEIGHT_Q4_0: {
     // Group 0: the low nibbles of the 16 bytes, group 1 the high ones.
-    Value byte = loadU8(bytes, add(add(block, cIndex(2)), l));
-    Value shift = toI32(mul(g, cIndex(4)));
-    Value q = andBits(*this, shr(*this, byte, shift), 0xF);
-    return toF32(*this, arith::SubIOp::create(b, q, cI32(8)));
+    Value byte = v.bytes(bytes, add(add(block, cIndex(2)), l), false);
+    Value q = v.bits(byte, toI32(mul(g, cIndex(4))), 0xF);
+    return v.f32(arith::SubIOp::create(b, q, v.c(8)));
   }
   case KVRT_WEIGHT_Q4_K:
   case KVRT_WEIGHT_Q5_K: {
@@ -575,16 +619,15 @@ Value ForwardEmitter::groupQuant(kvrt_weight_format format, Value bytes,
     // ...]; Q5_K adds bit g of qh[l] as 16.
     bool q5 = format == KVRT_WEIGHT_Q5_K;
     Value qs = add(block, cIndex(q5 ? 48 : 16));
-    Value byte =
-        loadU8(bytes, add(add(qs, mul(divu(g, cIndex(2)), cIndex(32))), l));
-    Value shift = toI32(mul(remu(g, cIndex(2)), cIndex(4)));
-    Value q = andBits(*this, shr(*this, byte, shift), 0xF);
+    Value byte = v.bytes(
+        bytes, add(add(qs, mul(divu(g, cIndex(2)), cIndex(32))), l), false);
+    Value q = v.bits(byte, toI32(mul(remu(g, cIndex(2)), cIndex(4))), 0xF);
     if (q5) {
-      Value high = loadU8(bytes, add(add(block, cIndex(16)), l));
-      Value bit = andBits(*this, shr(*this, high, toI32(g)), 1);
-      q = arith::OrIOp::create(b, q, arith::ShLIOp::create(b, bit, cI32(4)));
+      Value high = v.bytes(bytes, add(add(block, cIndex(16)), l), false);
+      Value bit = v.bits(high, toI32(g), 1);
+      q = arith::OrIOp::create(b, q, arith::ShLIOp::create(b, bit, v.c(4)));
     }
-    return toF32(*this, q);
+    return v.f32(q);
   }
   case KVRT_WEIGHT_Q6_K: {
     // Group k (16 elements) of half k / 8, quarter (k % 8) / 2: element
@@ -596,14 +639,14 @@ Value ForwardEmitter::groupQuant(kvrt_weight_format format, Value bytes,
     Value at = add(mul(remu(g, cIndex(2)), cIndex(16)), l);
     Value ql = add(add(block, mul(half, cIndex(64))),
                    add(mul(remu(quarter, cIndex(2)), cIndex(32)), at));
-    Value lowShift = toI32(mul(divu(quarter, cIndex(2)), cIndex(4)));
-    Value low = andBits(*this, shr(*this, loadU8(bytes, ql), lowShift), 0xF);
+    Value low = v.bits(v.bytes(bytes, ql, false),
+                       toI32(mul(divu(quarter, cIndex(2)), cIndex(4))), 0xF);
     Value qh = add(add(block, add(cIndex(128), mul(half, cIndex(32)))), at);
-    Value highShift = toI32(mul(quarter, cIndex(2)));
-    Value high = andBits(*this, shr(*this, loadU8(bytes, qh), highShift), 3);
+    Value high =
+        v.bits(v.bytes(bytes, qh, false), toI32(mul(quarter, cIndex(2))), 3);
     Value q =
-        arith::OrIOp::create(b, low, arith::ShLIOp::create(b, high, cI32(4)));
-    return toF32(*this, arith::SubIOp::create(b, q, cI32(32)));
+        arith::OrIOp::create(b, low, arith::ShLIOp::create(b, high, v.c(4)));
+    return v.f32(arith::SubIOp::create(b, q, v.c(32)));
   }
   case KVRT_WEIGHT_F32:
   case KVRT_WEIGHT_F16:
@@ -614,8 +657,14 @@ Value ForwardEmitter::groupQuant(kvrt_weight_format format, Value bytes,
 }
 
 Value ForwardEmitter::dequant(Value scale, Value min, Value q) {
-  Value y = arith::MulFOp::create(b, scale, q);
-  return min ? arith::SubFOp::create(b, y, min) : y;
+  // Scalars in every lane where q is a vector.
+  auto like = [&](Value x) -> Value {
+    if (!isa<VectorType>(q.getType()))
+      return x;
+    return vector::BroadcastOp::create(b, q.getType(), x);
+  };
+  Value y = arith::MulFOp::create(b, like(scale), q);
+  return min ? arith::SubFOp::create(b, y, like(min)) : y;
 }
 
 Value ForwardEmitter::weightElement(kvrt_weight_format format, Value bytes,

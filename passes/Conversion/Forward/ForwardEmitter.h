@@ -118,6 +118,8 @@ public:
   Value toKV(Value value);
   /// A K/V element value (scalar or vector) widened to f32, exactly.
   Value fromKV(Value value);
+  /// A bfloat16 value (scalar or vector) widened to f32, exactly.
+  Value fromBF16(Value value);
 
   Value add(Value a, Value c);
   Value sub(Value a, Value c);
@@ -254,10 +256,13 @@ public:
   std::pair<Value, Value> groupScale(kvrt_weight_format format, Value bytes,
                                      Value block, Value g);
   /// q of element `l` (index) of group `g` of the block, offset as the
-  /// format says (Q4_0 q - 8, Q6_K q - 32), as f32 (exact).
+  /// format says (Q4_0 q - 8, Q6_K q - 32), as f32 (exact); with `lanes`
+  /// > 1, of elements l .. l + lanes - 1 as a vector<lanes x f32> (their
+  /// bytes are consecutive in every format: one vector load each).
   Value groupQuant(kvrt_weight_format format, Value bytes, Value block, Value g,
-                   Value l);
-  /// A * q - B: the element, as Quant.h's dequantizeRow gives it.
+                   Value l, int64_t lanes = 1);
+  /// A * q - B: the element (or the lanes of q), as Quant.h's dequantizeRow
+  /// gives it.
   Value dequant(Value scale, Value min, Value q);
 
   /// Element `j` (index) of the row at byte `row` of a weight in `format`,

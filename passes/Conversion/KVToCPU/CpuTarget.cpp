@@ -74,7 +74,8 @@ public:
       return;
     }
     call(e, quantMatmulName(b.format, accumulate),
-         {rows(e, a, n, k), b.bytes, b.offset, rows(e, c, n, m)});
+         {rows(e, a, n, k), b.bytes, b.offset, rows(e, c, n, m), packBuffer(e),
+          functionBuffer(e, widenBuffers)});
   }
 
   void storeKV(ForwardEmitter &e, BufferRef k, BufferRef v, Value n, Value pos,
@@ -119,20 +120,27 @@ public:
       memref::DeallocOp::create(e.b, buffer);
     temporaries.clear();
     packBuffers.clear();
+    widenBuffers.clear();
   }
 
 private:
   /// 512 (AVX-512) or 256 (AVX2): the kernels' register blocking.
   int64_t vectorBits;
   SmallVector<Value> temporaries;
-  /// The packed-weights buffer of each function that multiplies.
-  llvm::DenseMap<Operation *, Value> packBuffers;
+  /// The packed-weights buffer of each function that multiplies, and the
+  /// one weights of other formats are widened to f32 in (for a prefill).
+  llvm::DenseMap<Operation *, Value> packBuffers, widenBuffers;
 
   /// The buffer the matmuls of the function being emitted pack weights into,
   /// allocated once at its entry (a temporary) with packBufferFloats.
-  Value packBuffer(ForwardEmitter &e) {
+  Value packBuffer(ForwardEmitter &e) { return functionBuffer(e, packBuffers); }
+
+  /// A buffer of packBufferFloats floats of the function being emitted, one
+  /// per function and map, allocated at its entry (a temporary).
+  Value functionBuffer(ForwardEmitter &e,
+                       llvm::DenseMap<Operation *, Value> &buffers) {
     func::FuncOp function = enclosingFunction(e);
-    Value &buffer = packBuffers[function];
+    Value &buffer = buffers[function];
     if (buffer)
       return buffer;
     int64_t floats = packBufferFloats(e, vectorBits);

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# KVIR and llama.cpp side by side on the same GGUF files, same threads, one
+# run (issue 20, item 7): prefill of a prompt, then greedy decoding, and the
+# peak resident memory of each process. Not a test dependency: llama.cpp is
+# the peer, fetched for this benchmark only.
+#
+#   bench/peer/side-by-side.sh [--peer DIR] [--build DIR] [--shape SPEC]
+#       [--prompt N] [--decode N] [--threads "1 2"] [--types "q4_k_m q8_0 f16"]
+#
+# llama.cpp comes from npm as prebuilt binaries (fetch-llama.sh):
+# @node-llama-cpp/linux-x64@3.22.1 (libllama, libggml and the CPU backends)
+# and node-llama-cpp@3.22.1 (the llama.cpp source of the same release, for
+# llama.h and ggml-backend.h). --peer DIR uses a folder holding both unpacked
+# instead (DIR/bin/package/bins/linux-x64 and DIR/llama.cpp). Without npm
+# (and without --peer) the script says it skipped and exits 0.
+#
+# --shape is kv-convert's synthetic spec (random weights; default
+# TinyLlama's: dim 2048, hidden 5632, 22 layers, 32 heads, 4 KV heads,
+# vocabulary 32000); each --types entry is a file kv-convert writes from it
+# (its --type). The prompt is --prompt seeded random ids (default 512), the
+# same for both; --decode tokens (default 128) are generated greedily from
+# it. KVIR: kv-run --tokens-file PROMPT --greedy N --threads T --json (its
+# own timers: the prefill, then the decode steps); llama.cpp: llama-speed.cpp
+# (llama_decode of the prompt in one batch, then one token per step, its
+# default context: f16 K/V). Peak RSS is /usr/bin/time's, of the whole
+# process (KVIR's includes its JIT compile). Prints a markdown table.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+peer=
+build=$root/build
+shape=dim=2048,hidden=5632,layers=22,heads=32,kv_heads=4,vocab=32000
+prompt=512
+decode=128
+threads="1 2"
+types="q4_k_m q8_0 f16"
+while [ $# -gt 0 ]; do
+  case "$1" in
+  --peer) peer=$(cd "$2" && pwd); shift 2 ;;
+  --build) build=$(cd "$2" && pwd); shift 2 ;;
+  --shape) shape=$2; shift 2 ;;
+  --prompt) prompt=$2; shift 2 ;;
+  --decode) decode=$2; shift 2 ;;
+  --threads) threads=$2; shift 2 ;;
+  --types) types=$2; shift 2 ;;
+  *) echo "side-by-side: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+. "$here/fetch-llama.sh"
+if ! fetch_llama side-by-side "$work" "$peer"; then
+  exit 0
+fi
+build_llama_tool "$here/llama-speed.cpp" "$work/llama-speed"
+
+vocab=$(echo "$shape" | sed -n 's/.*vocab=\([0-9]*\).*/\1/p')
+# llama.cpp loads no file without a vocabulary: a llama2.c tokenizer of
+# `vocab` pieces (<unk>, BOS, EOS, the 256 byte pieces, then " w0", " w1",
+# ...), embedded by kv-convert. Neither side tokenizes: the ids go verbatim.
+python3 - "$vocab" "$work/vocab.bin" <<'PY'
+import struct, sys
+n, path = int(sys.argv[1]), sys.argv[2]
+pieces = [b"<unk>", b"\n<s>\n", b"\n</s>\n"] + [b"<0x%02X>" % i for i in range(256)]
+pieces += [b" w%d" % i for i in range(n - len(pieces))]
+with open(path, "wb") as f:
+    f.write(struct.pack("<i", max(len(p) for p in pieces)))
+    for k, p in enumerate(pieces):
+        f.write(struct.pack("<fi", -float(k), len(p)) + p)
+PY
+python3 -c "import random, sys; random.seed(7); print(' '.join(str(random.randrange(3, int(sys.argv[2]))) for _ in range(int(sys.argv[1]))))" \
+  "$prompt" "$vocab" >"$work/prompt.txt"
+
+# The peak RSS in MiB of a command, run with its output to FILE (its log to
+# FILE.log).
+peak() { # FILE CMD...
+  local out=$1
+  shift
+  /usr/bin/time -f "%M" -o "$work/rss" "$@" >"$out" 2>"$out.log"
+  echo $(($(cat "$work/rss") / 1024))
+}
+field() { # FILE KEY: a value of llama-speed's line
+  tr ' ' '\n' <"$1" | grep -A1 -x "$2" | tail -1
+}
+json() { # FILE KEY: a number of kv-run's --json report
+  python3 -c "import json, sys; print('%.1f' % json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"
+}
+
+echo "shape: $shape; prompt $prompt tokens, decode $decode tokens; $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo
+echo "| file | MiB | threads | prefill ms KVIR / llama.cpp | ratio | decode ms/token KVIR / llama.cpp | ratio | peak RSS MiB KVIR / llama.cpp | greedy ids agree |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+for type in $types; do
+  file=$work/model.$type.gguf
+  "$build/bin/kv-convert" "synthetic:$shape" "$file" --type "$type" \
+    --tokenizer "$work/vocab.bin" >/dev/null
+  mib=$(($(stat -c %s "$file") / 1048576))
+  for t in $threads; do
+    kvRss=$(peak "$work/kvir.json" "$build/bin/kv-run" --model "$file" \
+      --tokens-file "$work/prompt.txt" --greedy "$decode" --threads "$t" \
+      --no-tokenizer --json)
+    llRss=$(peak "$work/llama.txt" "$work/llama-speed" "$file" \
+      "$work/prompt.txt" "$decode" "$t")
+    kvPrefill=$(json "$work/kvir.json" prefill_ms)
+    kvDecode=$(python3 -c "import json, sys; print('%.2f' % json.load(open(sys.argv[1])).get('decode_ms_per_token', 0))" "$work/kvir.json")
+    llPrefill=$(field "$work/llama.txt" prefill_ms)
+    llDecode=$(field "$work/llama.txt" decode_ms_per_token)
+    agree=$(python3 -c "
+import json, sys
+a = json.load(open(sys.argv[1]))['greedy']
+b = [int(x) for x in open(sys.argv[2]).read().split('greedy')[1].split()]
+n = 0
+while n < min(len(a), len(b)) and a[n] == b[n]:
+    n += 1
+print(f'{n}/{len(a)}')" "$work/kvir.json" "$work/llama.txt")
+    ratio() { python3 -c "import sys; print('%.2fx' % (float(sys.argv[2]) / float(sys.argv[1])))" "$1" "$2"; }
+    echo "| $type | $mib | $t | $kvPrefill / $llPrefill | $(ratio "$kvPrefill" "$llPrefill") | $kvDecode / $llDecode | $(ratio "$kvDecode" "$llDecode") | $kvRss / $llRss | $agree |"
+  done
+done
+echo
+echo "ratio: llama.cpp's time over KVIR's (above 1.00x: KVIR is faster)"
