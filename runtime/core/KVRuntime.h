@@ -146,6 +146,8 @@ typedef struct kvrt_model_config {
   int32_t seq_len;
   /// 1 if the classifier is the token embedding, 0 if it has its own wcls.
   int32_t shared_classifier;
+  /// 1 if the Q, K and V projections add a bias (bq, bk, bv: Qwen2), else 0.
+  int32_t qkv_bias;
   kvrt_rope_layout rope_layout;
   /// RoPE base: frequency of pair i is rope_theta^(-2i/d), d the rotary
   /// dimensions (rope_dim), divided by the scaling below.
@@ -264,7 +266,7 @@ kvrt_status kvrt_model_load(const char *path, kvrt_model **out);
 /// Builds a model of any valid config whose weights come from `seed` through
 /// splitmix64 (identical on every machine): matrices uniform in
 /// [-1, 1) / sqrt(fan_in), the embedding uniform in [-1, 1), norm weights in
-/// [0.75, 1.25).
+/// [0.75, 1.25), biases in [-0.5, 0.5).
 kvrt_status kvrt_model_synthetic(const kvrt_model_config *config, uint64_t seed,
                                  kvrt_model **out);
 

@@ -310,6 +310,52 @@ TEST(GGUFTest, RopeVariantsRoundTrip) {
             std::string::npos);
 }
 
+TEST(GGUFTest, QkvBiasesRoundTrip) {
+  // The biases are written as attn_{q,k,v}.bias (F32 vectors, whatever the
+  // matrices' type); a file that has them loads with qkv_bias, and gives the
+  // oracle's logits of the model it was written from.
+  kvrt_model_config c = smallConfig(KVRT_ROPE_INTERLEAVED);
+  c.qkv_bias = 1;
+  ModelPtr model = syntheticModel(c, 11);
+  std::string path = scratch("bias.gguf");
+  ASSERT_EQ(
+      kvrt_model_save_gguf(model.get(), nullptr, KVRT_GGUF_F32, path.c_str()),
+      KVRT_OK)
+      << kvrt_last_error();
+  ModelPtr back = loadModel(path);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->config.qkv_bias, 1);
+  EXPECT_EQ(weightsOf(back.get()), weightsOf(model.get()));
+  std::vector<int32_t> tokens = {1, 5, 9, 2, 7};
+  EXPECT_EQ(oracleLogits(back.get(), tokens),
+            oracleLogits(model.get(), tokens));
+  // The biases change the logits: the same weights without them differ.
+  kvrt_model_config plain = c;
+  plain.qkv_bias = 0;
+  ModelPtr unbiased = syntheticModel(plain, 11);
+  EXPECT_NE(oracleLogits(unbiased.get(), tokens),
+            oracleLogits(model.get(), tokens));
+  // Q8_0 keeps the bias vectors F32.
+  std::string q8 = scratch("bias-q8.gguf");
+  ASSERT_EQ(
+      kvrt_model_save_gguf(model.get(), nullptr, KVRT_GGUF_Q8_0, q8.c_str()),
+      KVRT_OK)
+      << kvrt_last_error();
+  ModelPtr backQ8 = loadModel(q8);
+  ASSERT_TRUE(backQ8);
+  kvrt_model_weights w0, w1;
+  kvrt_model_get_weights(model.get(), &w0);
+  kvrt_model_get_weights(backQ8.get(), &w1);
+  ASSERT_EQ(w1.bk.n_slices, w0.bk.n_slices);
+  for (int64_t l = 0; l < w0.bk.n_slices; ++l) {
+    EXPECT_EQ(w1.bk.slices[l].format, KVRT_WEIGHT_F32);
+    ASSERT_EQ(w1.bk.slices[l].bytes, w0.bk.slices[l].bytes);
+    EXPECT_EQ(std::memcmp(w0.bk.slices[l].data, w1.bk.slices[l].data,
+                          size_t(w0.bk.slices[l].bytes)),
+              0);
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // A malformed-GGUF corpus
 //===----------------------------------------------------------------------===//
