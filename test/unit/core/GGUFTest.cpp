@@ -138,6 +138,12 @@ std::vector<float> roundedWeights(const kvrt_model *model,
   return data;
 }
 
+/// The bytes of the file at `path`.
+std::string fileBytes(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 std::vector<float> oracleLogits(const kvrt_model *model,
                                 const std::vector<int32_t> &tokens) {
   PoolPtr pool = poolFor(model, 8);
@@ -258,8 +264,7 @@ TEST(GGUFTest, TokenizerIsTok512) {
     EXPECT_EQ(sa, sb) << id;
   }
   // The file holds U+2581 for spaces, not ' ' (the reader turns them back).
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  std::string bytes = fileBytes(path);
   EXPECT_NE(bytes.find("\xe2\x96\x81"
                        "Once"),
             std::string::npos);
@@ -301,12 +306,15 @@ TEST(GGUFTest, RopeVariantsRoundTrip) {
     EXPECT_EQ(b.rope_theta, a.rope_theta);
     EXPECT_EQ(weightsOf(back.get()), weightsOf(model.get()));
   }
-  // Half RoPE has no GGUF llama spelling: refused, not written wrong.
-  ModelPtr half = syntheticModel(smallConfig(KVRT_ROPE_HALF), 3);
+  // Half RoPE is qwen2's, which rotates whole heads without factors:
+  // partial rotary with half RoPE is refused, not written wrong.
+  kvrt_model_config partialHalf = smallConfig(KVRT_ROPE_HALF);
+  partialHalf.rope_dim = 8;
+  ModelPtr half = syntheticModel(partialHalf, 3);
   EXPECT_EQ(kvrt_model_save_gguf(half.get(), nullptr, KVRT_GGUF_F32,
                                  scratch("half.gguf").c_str()),
             KVRT_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(kvrt_last_error()).find("interleaved"),
+  EXPECT_NE(std::string(kvrt_last_error()).find("qwen2 architecture"),
             std::string::npos);
 }
 
@@ -353,6 +361,53 @@ TEST(GGUFTest, QkvBiasesRoundTrip) {
     EXPECT_EQ(std::memcmp(w0.bk.slices[l].data, w1.bk.slices[l].data,
                           size_t(w0.bk.slices[l].bytes)),
               0);
+  }
+}
+
+TEST(GGUFTest, Qwen2RoundTrip) {
+  // Half (neox) RoPE with biases is written as GGUF's qwen2 architecture
+  // (qwen2.* keys), tied or with its own output.weight, and comes back
+  // with the same config, weights and oracle logits.
+  for (int32_t shared : {0, 1}) {
+    SCOPED_TRACE(shared ? "tied classifier" : "output.weight");
+    kvrt_model_config c = smallConfig(KVRT_ROPE_HALF);
+    c.qkv_bias = 1;
+    c.rope_theta = 1000000.0;
+    c.shared_classifier = shared;
+    ModelPtr model = syntheticModel(c, 5);
+    std::string path = scratch("qwen2.gguf");
+    ASSERT_EQ(
+        kvrt_model_save_gguf(model.get(), nullptr, KVRT_GGUF_F32, path.c_str()),
+        KVRT_OK)
+        << kvrt_last_error();
+    std::string bytes = fileBytes(path);
+    EXPECT_NE(bytes.find("qwen2.embedding_length"), std::string::npos);
+    EXPECT_EQ(bytes.find("llama."), std::string::npos);
+    // The name as GGUF stores it, after its u64 length (not attn_output's).
+    std::string output("\x0d\0\0\0\0\0\0\0output.weight", 21);
+    EXPECT_EQ(bytes.find(output) != std::string::npos, shared == 0);
+    ModelPtr back = loadModel(path);
+    ASSERT_TRUE(back);
+    const kvrt_model_config &b = back->config;
+    EXPECT_EQ(b.rope_layout, KVRT_ROPE_HALF);
+    EXPECT_EQ(b.qkv_bias, 1);
+    EXPECT_EQ(b.shared_classifier, shared);
+    EXPECT_EQ(b.rope_theta, 1000000.0);
+    EXPECT_EQ(weightsOf(back.get()), weightsOf(model.get()));
+    std::vector<int32_t> tokens = {3, 1, 4, 1, 5, 9};
+    EXPECT_EQ(oracleLogits(back.get(), tokens),
+              oracleLogits(model.get(), tokens));
+    // Another architecture's name: an error naming the supported ones.
+    std::string other = bytes;
+    for (size_t at = other.find("qwen2"); at != std::string::npos;
+         at = other.find("qwen2", at))
+      other.replace(at, 5, "qwen9");
+    kvrt_model *bad = nullptr;
+    EXPECT_NE(kvrt_model_load_gguf_buffer(other.data(), other.size(), &bad),
+              KVRT_OK);
+    EXPECT_EQ(std::string(kvrt_last_error()),
+              "bad GGUF model: architecture 'qwen9' is not supported (llama "
+              "and qwen2 are)");
   }
 }
 
@@ -618,7 +673,7 @@ TEST(GGUFTest, MalformedFilesAreNamed) {
        [](Builder &b) {
          b.key("general.architecture")->value = Builder::string("gpt2");
        },
-       "architecture 'gpt2' is not supported (llama is)"},
+       "architecture 'gpt2' is not supported (llama and qwen2 are)"},
       {"key of the wrong type",
        [](Builder &b) {
          Builder::Key *k = b.key("llama.embedding_length");
