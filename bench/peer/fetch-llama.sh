@@ -33,3 +33,17 @@ fetch_llama() {
   llama_libs=$work/bin/package/bins/linux-x64
   llama_src=$work/llama.cpp
 }
+
+# Compiles bench/peer/llama-logits.cpp against what fetch_llama found, into
+# WORK/llama-logits, and points ggml at its CPU backends.
+#
+#   build_llama_logits WORK
+build_llama_logits() {
+  local work=$1 here
+  here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+  c++ -std=c++17 -O1 -I"$llama_src/include" -I"$llama_src/ggml/include" \
+    "$here/llama-logits.cpp" -o "$work/llama-logits" \
+    -L"$llama_libs" -l:libllama.v0.5.0.so -l:libggml.v0.5.0.so \
+    -l:libggml-base.so -Wl,-rpath,"$llama_libs"
+  export LLAMA_BACKEND_DIR=$llama_libs
+}

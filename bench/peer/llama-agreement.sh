@@ -55,12 +55,7 @@ if ! fetch_llama llama-agreement "$work" "$peer"; then
   exit 0
 fi
 libs=$llama_libs
-src=$llama_src
-c++ -std=c++17 -O1 -I"$src/include" -I"$src/ggml/include" \
-  "$here/llama-logits.cpp" -o "$work/llama-logits" \
-  -L"$libs" -l:libllama.v0.5.0.so -l:libggml.v0.5.0.so -l:libggml-base.so \
-  -Wl,-rpath,"$libs"
-export LLAMA_BACKEND_DIR=$libs
+build_llama_logits "$work"
 
 # 64 tokens: the start of stories260K's greedy list (beside the model),
 # verbatim (no BOS added by either side).
