@@ -70,6 +70,18 @@ FailureOr<APFloat> parseFloatParameter(AsmParser &parser) {
   return APFloat(value);
 }
 
+/// `true` or `false`.
+FailureOr<bool> parseBoolParameter(AsmParser &parser) {
+  SMLoc loc = parser.getCurrentLocation();
+  StringRef word;
+  if (parser.parseKeyword(&word))
+    return failure();
+  if (word == "true" || word == "false")
+    return word == "true";
+  return parser.emitError(loc)
+         << "expected true or false, got '" << word << "'";
+}
+
 /// The layout's name, or llama.cpp's name of it, as the runtime spells them.
 FailureOr<RopeLayout> parseRopeLayoutParameter(AsmParser &parser) {
   SMLoc loc = parser.getCurrentLocation();
@@ -140,7 +152,7 @@ LogicalResult ModelType::verify(function_ref<InFlightDiagnostic()> emitError,
                                 int64_t heads, int64_t kvHeads, int64_t vocab,
                                 RopeLayout rope, APFloat theta, APFloat eps,
                                 int64_t ropeDim, APFloat ropeScale,
-                                DenseF32ArrayAttr ropeFreqs) {
+                                DenseF32ArrayAttr ropeFreqs, bool qkvBias) {
   std::pair<StringRef, int64_t> sizes[] = {
       {"dim", dim},     {"hidden", hidden},    {"layers", layers},
       {"heads", heads}, {"kv_heads", kvHeads}, {"vocab", vocab}};
@@ -160,6 +172,7 @@ LogicalResult ModelType::verify(function_ref<InFlightDiagnostic()> emitError,
   config.rope_layout = toRuntime(rope);
   config.rope_theta = theta.convertToDouble();
   config.rms_eps = eps.convertToDouble();
+  config.qkv_bias = qkvBias ? 1 : 0;
   if (ropeDim < 0 || ropeDim > std::numeric_limits<int32_t>::max())
     return emitError() << "model rope_dim must be in [0, 2^31), got "
                        << ropeDim;
@@ -196,7 +209,7 @@ ModelType ModelType::get(MLIRContext *context,
              config.n_heads, config.n_kv_heads, config.vocab_size,
              fromRuntime(config.rope_layout), APFloat(config.rope_theta),
              APFloat(config.rms_eps), config.rope_dim,
-             APFloat(kvir::ropeScale(config)), freqs);
+             APFloat(kvir::ropeScale(config)), freqs, config.qkv_bias != 0);
 }
 
 kvrt_model_config ModelType::getConfig() const {
@@ -214,6 +227,7 @@ kvrt_model_config ModelType::getConfig() const {
   config.rms_eps = getEpsValue();
   config.rope_dim = static_cast<int32_t>(getRopeDim());
   config.rope_scale = getRopeScale().convertToDouble();
+  config.qkv_bias = getQkvBias() ? 1 : 0;
   if (DenseF32ArrayAttr freqs = getRopeFreqs()) {
     config.n_rope_freq_factors = static_cast<int32_t>(freqs.size());
     llvm::copy(freqs.asArrayRef(), config.rope_freq_factors);

@@ -42,6 +42,15 @@ def KV_RopeFreqsParameter
   let printer = "printRopeFreqsParameter($_printer, $_self)";
 }
 
+// `qkv_bias = true`: the Q, K and V projections add a bias (Qwen2); printed
+// only where true.
+def KV_QkvBiasParameter
+    : DefaultValuedParameter<"bool", "false",
+                             "Q, K and V projections add a bias"> {
+  let parser = "parseBoolParameter($_parser)";
+  let printer = "$_printer << ($_self ? \"true\" : \"false\")";
+}
+
 // A parameter that a program may omit (it then takes `value`) but that is
 // always printed, so that a printed model spells out what its kernels compute
 // with. ODS's struct() elides a parameter equal to its default; the default
@@ -81,6 +90,9 @@ def KV_ModelType : KV_Type<"Model", "model"> {
               vocab = 512, rope = half, theta = 500000.0, eps = 1.0e-05,
               rope_dim = 4, rope_scale = 2.0, rope_freqs = [1.0, 8.0]>
     ```
+
+    `qkv_bias = true` (printed only where true): the Q, K and V projections
+    add a bias, as Qwen2's do.
   }];
   // The struct keys are the parameter names, in any order when parsed and in
   // this order when printed. A field added later is one line here: a
@@ -103,7 +115,8 @@ def KV_ModelType : KV_Type<"Model", "model"> {
                            "rotary dimensions of a head (0: all)">:$rope_dim,
     KV_FloatParameter<"linear RoPE scaling",
                       "::llvm::APFloat(1.0)">:$rope_scale,
-    KV_RopeFreqsParameter:$rope_freqs
+    KV_RopeFreqsParameter:$rope_freqs,
+    KV_QkvBiasParameter:$qkv_bias
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
@@ -116,13 +129,14 @@ def KV_ModelType : KV_Type<"Model", "model"> {
                      "RopeLayout":$rope, "::llvm::APFloat":$theta,
                      "::llvm::APFloat":$eps, "int64_t":$ropeDim,
                      "::llvm::APFloat":$ropeScale,
-                     "::mlir::DenseF32ArrayAttr":$ropeFreqs), [{
+                     "::mlir::DenseF32ArrayAttr":$ropeFreqs,
+                     "bool":$qkvBias), [{
       // rope_dim equal to the head size rotates the whole head, as 0 does:
       // one type per configuration.
       if (heads > 0 && ropeDim == dim / heads)
         ropeDim = 0;
       return $_get($_ctxt, dim, hidden, layers, heads, kvHeads, vocab, rope,
-                   theta, eps, ropeDim, ropeScale, ropeFreqs);
+                   theta, eps, ropeDim, ropeScale, ropeFreqs, qkvBias);
     }]>,
     TypeBuilder<(ins "const ::kvrt_model_config &":$config)>,
     // Without RoPE frequency variants.
@@ -132,7 +146,7 @@ def KV_ModelType : KV_Type<"Model", "model"> {
                      "::llvm::APFloat":$eps), [{
       return $_get($_ctxt, dim, hidden, layers, heads, kvHeads, vocab, rope,
                    theta, eps, /*ropeDim=*/0, ::llvm::APFloat(1.0),
-                   ::mlir::DenseF32ArrayAttr());
+                   ::mlir::DenseF32ArrayAttr(), /*qkvBias=*/false);
     }]>
   ];
   let extraClassDeclaration = [{

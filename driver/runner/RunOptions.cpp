@@ -82,6 +82,11 @@ void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
   parser.list("bos", "NAME",
               "put BOS in front of the encoding of the text argument NAME",
               q.bos);
+  parser.flag("special",
+              "special tokens written in the text (<|im_start|>, "
+              "<|eot_id|>: a byte-level BPE vocabulary's CONTROL tokens) are "
+              "those tokens; without it they are plain text",
+              q.special);
   parser.text("tokenizer", "FILE",
               "tokenizer for text in and out, a llama2.c tokenizer.bin or a "
               "GGUF file (default: the tokenizer inside a GGUF --model, else "
@@ -274,5 +279,6 @@ bool kvir::run::readTextOptions(const RunnerOptions &runner,
     out.texts.push_back(item);
   }
   out.bos.insert(request.bos.begin(), request.bos.end());
+  out.special = request.special;
   return true;
 }

@@ -66,6 +66,8 @@ struct RequestOptions {
   std::vector<std::pair<std::string, std::string>> texts;
   /// `--bos NAME`.
   std::vector<std::string> bos;
+  /// `--special`.
+  bool special = false;
   /// `--synthesize-inputs`, `--sample-length N`, `--seed N`.
   bool synthesize = false;
   int64_t sampleLength = 16;

@@ -547,21 +547,29 @@ std::string checkTensor(const TensorInfo &info, const uint8_t *src) {
 
 std::string readConfig(const Metadata &meta, const Parsed &parsed,
                        kvrt_model_config &c, const TensorInfo *&ropeFreqs) {
-  std::optional<std::string_view> arch =
+  std::optional<std::string_view> archName =
       meta.text("general.architecture", true);
-  if (!arch)
+  if (!archName)
     return meta.error();
-  if (*arch != "llama")
-    return str("architecture '", *arch, "' is not supported (llama is)");
+  const Architecture *arch = nullptr;
+  for (const Architecture &a : kArchitectures)
+    if (*archName == a.name)
+      arch = &a;
+  if (!arch)
+    return str("architecture '", *archName, "' is not supported (",
+               architectureNames(), " are)");
+  // The keys of the architecture: "<arch>.<what>".
+  std::string prefix = std::string(arch->name) + ".";
+  auto key = [&](const char *what) { return prefix + what; };
   kvrt_model_config_init(&c);
   struct Size {
-    const char *key;
+    std::string key;
     int32_t *field;
-  } sizes[] = {{"llama.context_length", &c.seq_len},
-               {"llama.embedding_length", &c.dim},
-               {"llama.block_count", &c.n_layers},
-               {"llama.feed_forward_length", &c.hidden_dim},
-               {"llama.attention.head_count", &c.n_heads}};
+  } sizes[] = {{key("context_length"), &c.seq_len},
+               {key("embedding_length"), &c.dim},
+               {key("block_count"), &c.n_layers},
+               {key("feed_forward_length"), &c.hidden_dim},
+               {key("attention.head_count"), &c.n_heads}};
   for (const Size &s : sizes) {
     std::optional<int32_t> v = meta.count(s.key, true);
     if (!v)
@@ -571,39 +579,44 @@ std::string readConfig(const Metadata &meta, const Parsed &parsed,
     *s.field = *v;
   }
   // Optional in the GGUF spec: head_count_kv defaults to head_count.
-  std::optional<int32_t> kvHeads = meta.count("llama.attention.head_count_kv");
+  std::optional<int32_t> kvHeads = meta.count(key("attention.head_count_kv"));
   std::optional<double> eps =
-      meta.real("llama.attention.layer_norm_rms_epsilon", true);
-  std::optional<double> theta = meta.real("llama.rope.freq_base");
+      meta.real(key("attention.layer_norm_rms_epsilon"), true);
+  std::optional<double> theta = meta.real(key("rope.freq_base"));
   if (!meta.error().empty())
     return meta.error();
   c.n_kv_heads = kvHeads ? *kvHeads : c.n_heads;
   c.rms_eps = *eps;
   c.rope_theta = theta ? *theta : 10000.0;
-  // llama.cpp's "normal" RoPE: interleaved pairs.
-  c.rope_layout = KVRT_ROPE_INTERLEAVED;
+  // llama.cpp's RoPE type of the architecture: llama's "normal"
+  // (interleaved pairs, the order its converter permutes Q/K into), qwen2's
+  // "neox" (halves, Q/K as Hugging Face stores them).
+  c.rope_layout = arch->rope;
   if (c.n_heads == 0 || c.dim % c.n_heads != 0)
     return str("invalid configuration: ", kvir::describeArchitectureError(c));
-  std::optional<int32_t> ropeDim = meta.count("llama.rope.dimension_count");
-  std::optional<std::string_view> scaling =
-      meta.text("llama.rope.scaling.type");
-  std::optional<double> factor = meta.real("llama.rope.scaling.factor");
+  std::optional<int32_t> ropeDim = meta.count(key("rope.dimension_count"));
+  std::optional<std::string_view> scaling = meta.text(key("rope.scaling.type"));
+  std::optional<double> factor = meta.real(key("rope.scaling.factor"));
   if (!meta.error().empty())
     return meta.error();
   if (ropeDim)
     c.rope_dim = *ropeDim == c.dim / c.n_heads ? 0 : *ropeDim;
+  if (c.rope_dim != 0 && !arch->ropeVariants)
+    return str("key '", key("rope.dimension_count"), "' = ", *ropeDim, ": the ",
+               arch->name, " architecture rotates whole heads (",
+               c.dim / c.n_heads, ")");
   if (scaling && *scaling != "none" && *scaling != "linear")
     return str("RoPE scaling '", *scaling,
                "' is not supported (none and linear are)");
   if (factor && (!scaling || *scaling == "linear")) {
     if (!(std::isfinite(*factor) && *factor > 0))
-      return str("key 'llama.rope.scaling.factor' = ", *factor,
+      return str("key '", key("rope.scaling.factor"), "' = ", *factor,
                  " must be positive and finite");
     c.rope_scale = *factor;
   }
   if (scaling && *scaling == "linear" && !factor)
-    return "missing key 'llama.rope.scaling.factor' (llama.rope.scaling.type "
-           "is linear)";
+    return str("missing key '", key("rope.scaling.factor"), "' (",
+               key("rope.scaling.type"), " is linear)");
 
   // The vocabulary is the embedding's outer dimension. An optional tensor
   // (its first slice) in the file sets what makes it present: output.weight
@@ -612,7 +625,7 @@ std::string readConfig(const Metadata &meta, const Parsed &parsed,
   for (const TensorInfo &info : parsed.tensors) {
     if (info.name == tensorDecl(TensorId::token_embedding).gguf)
       embedding = &info;
-    if (info.name == "rope_freqs.weight")
+    if (info.name == "rope_freqs.weight" && arch->ropeVariants)
       ropeFreqs = &info;
     for (const TensorDecl &t : kTensors)
       if (t.presence != TensorPresence::Always && info.name == tensorName(t, 0))
@@ -625,11 +638,11 @@ std::string readConfig(const Metadata &meta, const Parsed &parsed,
                shapeText(embedding->dims, embedding->nDims), ", expected [",
                c.dim, ", vocab]");
   c.vocab_size = static_cast<int32_t>(embedding->dims[1]);
-  std::optional<int32_t> vocab = meta.count("llama.vocab_size");
+  std::optional<int32_t> vocab = meta.count(key("vocab_size"));
   if (!meta.error().empty())
     return meta.error();
   if (vocab && *vocab != c.vocab_size)
-    return str("key 'llama.vocab_size' = ", *vocab,
+    return str("key '", key("vocab_size"), "' = ", *vocab,
                " but token_embd.weight has ", c.vocab_size, " rows");
   std::string problem = describeConfigError(c);
   if (!problem.empty())
@@ -690,7 +703,8 @@ std::string readModel(const uint8_t *data, const Parsed &parsed,
   }
   for (auto &[name, info] : byName)
     if (info != ropeFreqs)
-      return str("unexpected tensor '", name, "' for the llama architecture");
+      return str("unexpected tensor '", name, "' for the ",
+                 *meta.text("general.architecture"), " architecture");
   const uint8_t *section = data + parsed.dataStart;
   if (ropeFreqs) {
     const uint8_t *src = section + ropeFreqs->offset;
@@ -732,7 +746,9 @@ std::string readModel(const uint8_t *data, const Parsed &parsed,
   auto converted = [](const TensorInfo &info, const TensorDecl &decl,
                       const uint8_t *at) {
     kvrt_weight_format format = formatOf(info);
-    return (decl.kind == TensorKind::Norm && format != KVRT_WEIGHT_F32) ||
+    bool vector =
+        decl.kind == TensorKind::Norm || decl.kind == TensorKind::Bias;
+    return (vector && format != KVRT_WEIGHT_F32) ||
            (format == KVRT_WEIGHT_F32 &&
             reinterpret_cast<uintptr_t>(at) % alignof(float) != 0);
   };
@@ -1089,6 +1105,17 @@ std::string readAll(const uint8_t *data, size_t size,
 //===----------------------------------------------------------------------===//
 // Entry points
 //===----------------------------------------------------------------------===//
+
+std::string kvrt::gguf::architectureNames() {
+  std::string names;
+  size_t n = std::size(kArchitectures);
+  for (size_t i = 0; i < n; ++i)
+    names += std::string(i == 0       ? ""
+                         : i + 1 == n ? " and "
+                                      : ", ") +
+             kArchitectures[i].name;
+  return names;
+}
 
 bool kvrt::gguf::hasMagic(const void *data, size_t size) {
   uint32_t magic;

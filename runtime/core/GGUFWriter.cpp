@@ -305,11 +305,24 @@ kvrt_status saveGGUF(const kvrt_model &model, const kvrt_tokenizer *tokenizer,
     return fail(
         KVRT_ERR_INVALID_ARGUMENT,
         str("cannot save '", path, "': unknown GGUF tensor type ", int(type)));
-  if (c.rope_layout != KVRT_ROPE_INTERLEAVED)
+  // The architecture is the one whose RoPE layout the config has: llama
+  // for interleaved (normal), qwen2 for half (neox).
+  const Architecture *arch = nullptr;
+  for (const Architecture &a : kArchitectures)
+    if (a.rope == c.rope_layout)
+      arch = &a;
+  if (!arch)
     return fail(KVRT_ERR_INVALID_ARGUMENT,
                 str("cannot save '", path,
-                    "': GGUF's llama architecture has interleaved (normal) "
-                    "RoPE only"));
+                    "': no GGUF architecture has its "
+                    "RoPE layout"));
+  if (!arch->ropeVariants && (c.rope_dim != 0 || c.n_rope_freq_factors != 0))
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("cannot save '", path, "': half (neox) RoPE is GGUF's ",
+                    arch->name,
+                    " architecture, which rotates whole heads without "
+                    "frequency factors (llama, with interleaved RoPE, has "
+                    "them)"));
   if (tokenizer && kvrt_tokenizer_check_vocab(tokenizer, c.vocab_size))
     return fail(KVRT_ERR_INVALID_ARGUMENT,
                 str("cannot save '", path, "': ", kvrt_last_error()));
@@ -354,23 +367,25 @@ kvrt_status saveGGUF(const kvrt_model &model, const kvrt_tokenizer *tokenizer,
                        c.rope_freq_factors,
                        nullptr});
 
-  w.text("general.architecture", "llama");
+  w.text("general.architecture", arch->name);
+  std::string prefix = std::string(arch->name) + ".";
+  auto key = [&](const char *what) { return prefix + what; };
   w.text("general.name", "kvir");
   w.u32("general.alignment", kDefaultAlignment);
   w.u32("general.file_type", fileTypeOf(type));
-  w.u32("llama.context_length", uint32_t(c.seq_len));
-  w.u32("llama.embedding_length", uint32_t(c.dim));
-  w.u32("llama.block_count", uint32_t(c.n_layers));
-  w.u32("llama.feed_forward_length", uint32_t(c.hidden_dim));
-  w.u32("llama.attention.head_count", uint32_t(c.n_heads));
-  w.u32("llama.attention.head_count_kv", uint32_t(c.n_kv_heads));
-  w.u32("llama.rope.dimension_count", uint32_t(kvir::ropeDims(c)));
-  w.u32("llama.vocab_size", uint32_t(c.vocab_size));
-  w.f32("llama.attention.layer_norm_rms_epsilon", float(c.rms_eps));
-  w.f32("llama.rope.freq_base", float(c.rope_theta));
+  w.u32(key("context_length"), uint32_t(c.seq_len));
+  w.u32(key("embedding_length"), uint32_t(c.dim));
+  w.u32(key("block_count"), uint32_t(c.n_layers));
+  w.u32(key("feed_forward_length"), uint32_t(c.hidden_dim));
+  w.u32(key("attention.head_count"), uint32_t(c.n_heads));
+  w.u32(key("attention.head_count_kv"), uint32_t(c.n_kv_heads));
+  w.u32(key("rope.dimension_count"), uint32_t(kvir::ropeDims(c)));
+  w.u32(key("vocab_size"), uint32_t(c.vocab_size));
+  w.f32(key("attention.layer_norm_rms_epsilon"), float(c.rms_eps));
+  w.f32(key("rope.freq_base"), float(c.rope_theta));
   if (kvir::ropeScale(c) != 1.0) {
-    w.text("llama.rope.scaling.type", "linear");
-    w.f32("llama.rope.scaling.factor", float(kvir::ropeScale(c)));
+    w.text(key("rope.scaling.type"), "linear");
+    w.f32(key("rope.scaling.factor"), float(kvir::ropeScale(c)));
   }
   if (tokenizer)
     writeTokenizer(w, *tokenizer);

@@ -146,6 +146,8 @@ typedef struct kvrt_model_config {
   int32_t seq_len;
   /// 1 if the classifier is the token embedding, 0 if it has its own wcls.
   int32_t shared_classifier;
+  /// 1 if the Q, K and V projections add a bias (bq, bk, bv: Qwen2), else 0.
+  int32_t qkv_bias;
   kvrt_rope_layout rope_layout;
   /// RoPE base: frequency of pair i is rope_theta^(-2i/d), d the rotary
   /// dimensions (rope_dim), divided by the scaling below.
@@ -251,8 +253,8 @@ void kvrt_model_config_init(kvrt_model_config *config);
 kvrt_status kvrt_model_config_validate(const kvrt_model_config *config);
 
 /// Loads a model with full validation; the format is told by the file's
-/// first bytes, not its name. A GGUF file (magic "GGUF", version 3, llama
-/// architecture: runtime/core/GGUF.h) gets the configuration its keys
+/// first bytes, not its name. A GGUF file (magic "GGUF", version 3, llama or
+/// qwen2 architecture: runtime/core/GGUF.h) gets the configuration its keys
 /// state, and is mapped read-only: its matrices stay in the file's formats,
 /// in the mapping (the page cache is shared between processes); only norm
 /// vectors stored in another format than f32 are converted. Any other file
@@ -264,7 +266,7 @@ kvrt_status kvrt_model_load(const char *path, kvrt_model **out);
 /// Builds a model of any valid config whose weights come from `seed` through
 /// splitmix64 (identical on every machine): matrices uniform in
 /// [-1, 1) / sqrt(fan_in), the embedding uniform in [-1, 1), norm weights in
-/// [0.75, 1.25).
+/// [0.75, 1.25), biases in [-0.5, 0.5).
 kvrt_status kvrt_model_synthetic(const kvrt_model_config *config, uint64_t seed,
                                  kvrt_model **out);
 
@@ -292,13 +294,14 @@ typedef enum kvrt_gguf_type {
   KVRT_GGUF_Q5_K_M = 0x10000 + 17,
 } kvrt_gguf_type;
 
-/// Loads a GGUF v3 llama model from `size` bytes in memory, validated as
-/// kvrt_model_load validates a GGUF file (runtime/core/GGUF.h). The model
+/// Loads a GGUF v3 llama or qwen2 model from `size` bytes in memory, validated
+/// as kvrt_model_load validates a GGUF file (runtime/core/GGUF.h). The model
 /// keeps a copy of the tensor data (the buffer may go away).
 kvrt_status kvrt_model_load_gguf_buffer(const void *data, size_t size,
                                         kvrt_model **out);
 
-/// Writes a model as a GGUF v3 llama file: the llama.* keys of its config,
+/// Writes a model as a GGUF v3 file of the llama architecture (interleaved
+/// RoPE) or the qwen2 one (half RoPE): the <architecture>.* keys of its config,
 /// matrices in `type` (vectors stay F32), a rope_freqs tensor for frequency
 /// factors, and the tokenizer's vocabulary (tokenizer.ggml.*, spaces as
 /// U+2581) when `tokenizer` is not NULL. A matrix whose rows are not whole
@@ -306,7 +309,7 @@ kvrt_status kvrt_model_load_gguf_buffer(const void *data, size_t size,
 /// 32-element blocks, else (and Q8_0, Q4_0 too) to F16, as llama.cpp's
 /// converter does (docs/models.md). Weights of another format are
 /// dequantised first, unless their format is the one written. Fails for half
-/// RoPE, which GGUF's llama architecture cannot express.
+/// RoPE with partial rotary or frequency factors, which qwen2 cannot express.
 kvrt_status kvrt_model_save_gguf(const kvrt_model *model,
                                  const struct kvrt_tokenizer *tokenizer,
                                  kvrt_gguf_type type, const char *path);

@@ -29,6 +29,8 @@ std::string kvrt::describeConfigError(const kvrt_model_config &c) {
     return str("seq_len = ", c.seq_len, " must be positive");
   if (c.shared_classifier != 0 && c.shared_classifier != 1)
     return str("shared_classifier = ", c.shared_classifier, " must be 0 or 1");
+  if (c.qkv_bias != 0 && c.qkv_bias != 1)
+    return str("qkv_bias = ", c.qkv_bias, " must be 0 or 1");
   return "";
 }
 

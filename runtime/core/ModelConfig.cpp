@@ -221,6 +221,8 @@ std::string kvir::configKey(const kvrt_model_config &c, kvrt_kv_dtype dtype) {
     std::snprintf(buf, sizeof(buf), " rope_scale=0x%016" PRIx64, bits);
     key += buf;
   }
+  if (c.qkv_bias)
+    key += " qkv_bias";
   if (c.n_rope_freq_factors) {
     key += " rope_freqs=";
     for (int32_t i = 0; i < c.n_rope_freq_factors; ++i) {

@@ -31,6 +31,8 @@ bool kvrt::tensorPresent(TensorPresence presence, const kvrt_model_config &c) {
     return true;
   case TensorPresence::SeparateClassifier:
     return c.shared_classifier == 0;
+  case TensorPresence::QkvBias:
+    return c.qkv_bias == 1;
   }
   return false;
 }
@@ -41,6 +43,9 @@ void kvrt::setTensorPresent(TensorPresence presence, kvrt_model_config &c) {
     return;
   case TensorPresence::SeparateClassifier:
     c.shared_classifier = 0;
+    return;
+  case TensorPresence::QkvBias:
+    c.qkv_bias = 1;
     return;
   }
 }

@@ -25,12 +25,12 @@ enum class ShapeSymbol { One, Dim, KvDim, Hidden, Vocab };
 /// A whole-model tensor, or n_layers equal slices, one per layer.
 enum class TensorScope { Global, Layer };
 /// What a tensor's values are: how the synthetic model draws them.
-enum class TensorKind { Embedding, Norm, Matrix };
+enum class TensorKind { Embedding, Norm, Matrix, Bias };
 /// Who reads a tensor: the generated forward (a weight field of its
 /// prefill), or the runtime (the embedding rows it copies in).
 enum class TensorReader { Forward, Runtime };
 /// When a config has a tensor (tensorPresent).
-enum class TensorPresence { Always, SeparateClassifier };
+enum class TensorPresence { Always, SeparateClassifier, QkvBias };
 
 /// The tensors of ModelTensors.def by field name, in order; `none` follows
 /// the last one.

@@ -78,6 +78,9 @@ extern "C" kvrt_status kvrt_model_synthetic(const kvrt_model_config *config,
         case TensorKind::Matrix:
           p[i] = u * scale;
           break;
+        case TensorKind::Bias:
+          p[i] = 0.5f * u;
+          break;
         }
       }
       p += spec.count;

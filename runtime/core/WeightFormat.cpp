@@ -235,7 +235,8 @@ std::optional<WeightFormats> WeightFormats::parse(std::string_view spec,
     }
     if (decl->kind != TensorKind::Matrix) {
       error = "'" + std::string(field) +
-              "' is a norm vector: the forward reads it as f32";
+              "' is a vector (a norm or a bias): the forward reads it as "
+              "f32";
       return std::nullopt;
     }
     int64_t slices = decl->scope == TensorScope::Layer ? layers : 1;

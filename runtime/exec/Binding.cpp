@@ -41,6 +41,9 @@ std::string modelMismatch(const kvrt_model_config &type,
     if (f.expected != f.actual)
       return str(f.name, " = ", f.expected, ", the model has ", f.name, " = ",
                  f.actual);
+  if (type.qkv_bias != c.qkv_bias)
+    return str("qkv_bias = ", type.qkv_bias ? "true" : "false",
+               ", the model has qkv_bias = ", c.qkv_bias ? "true" : "false");
   if (type.rope_layout != c.rope_layout)
     return str("rope = ", ropeLayoutName(type.rope_layout),
                ", the model has rope = ", ropeLayoutName(c.rope_layout));

@@ -139,6 +139,9 @@ std::string EntryManifest::serialize() const {
          << ropeLayoutName(m.rope_layout) << buf;
       if (std::string ext = ropeExtensionWord(m); !ext.empty())
         os << " " << ext;
+      // Q/K/V biases (qwen2): a word of its own, only where set.
+      if (m.qkv_bias)
+        os << " qkv-bias";
     }
     os << "\n";
   }
@@ -203,7 +206,7 @@ bool EntryManifest::parse(const std::string &text, EntryManifest &out,
         return bad("bad argument");
       if (a.kind == ValueKind::Model) {
         int64_t v[6];
-        if (w.size() != 16 && w.size() != 17)
+        if (w.size() < 16 || w.size() > 18)
           return bad("a model argument needs its architecture");
         for (int i = 0; i < 6; ++i)
           if (!parseIntWord(w[7 + i], v[i]) || v[i] <= 0 || v[i] > INT32_MAX)
@@ -222,8 +225,16 @@ bool EntryManifest::parse(const std::string &text, EntryManifest &out,
         m.rope_layout = *rope;
         m.seq_len = 0;
         m.shared_classifier = 1;
-        if (w.size() == 17 && !parseRopeExtensionWord(w[16], m))
+        // Then the RoPE variants, then qkv-bias, each where present.
+        size_t next = 16;
+        if (next < w.size() && w[next] != "qkv-bias" &&
+            !parseRopeExtensionWord(w[next++], m))
           return bad("bad model RoPE variants '" + w[16] + "'");
+        if (next < w.size() && w[next++] != "qkv-bias")
+          return bad("bad model word '" + w[next - 1] + "'");
+        m.qkv_bias = w.back() == "qkv-bias" ? 1 : 0;
+        if (next != w.size())
+          return bad("a model argument needs its architecture");
       }
       out.args.push_back(a);
     } else if (w[0] == "result" && w.size() == 2) {

@@ -147,8 +147,9 @@ bool kvir::exec::encodeTextInputs(const TextOptions &options,
     encoded.source = item.source;
     encoded.text = item.text;
     encoded.bos = options.bos.count(item.name) > 0;
-    if (kvir::encode(tokenizer, item.text, encoded.bos, /*eos=*/false,
-                     encoded.tokens)) {
+    uint32_t flags = (encoded.bos ? KVRT_ENCODE_BOS : 0u) |
+                     (options.special ? KVRT_ENCODE_SPECIAL : 0u);
+    if (kvir::encode(tokenizer, item.text, flags, encoded.tokens)) {
       error = "cannot encode the text of " + item.option + " " + item.name +
               ": " + kvrt_last_error();
       return false;

@@ -42,6 +42,10 @@ struct TextOptions {
   std::vector<Item> texts;
   /// `--bos NAME`: the text arguments encoded with BOS in front.
   std::set<std::string> bos;
+  /// `--special`: special (CONTROL) tokens written in the text, such as
+  /// `<|im_start|>`, are those tokens (KVRT_ENCODE_SPECIAL); else they are
+  /// plain text.
+  bool special = false;
 };
 
 /// `modelFile` itself when it is a GGUF file with a tokenizer, else

@@ -119,6 +119,12 @@ void matvec(const float *w, const double *x, int64_t rows, int64_t cols,
     out[r] = dot(x, w + r * cols, static_cast<int32_t>(cols));
 }
 
+/// x += b.
+void addBias(double *x, const float *b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    x[i] += b[i];
+}
+
 /// out = x / sqrt(mean(x^2) + eps) * w.
 void rmsnorm(const double *x, const float *w, int32_t n, double eps,
              double *out) {
@@ -250,6 +256,11 @@ void forward(const kvrt_model_config &c, const Weights &w, KVSpan &span,
       matvec(wq, xb.data(), dim, dim, &q[t * dim]);
       matvec(wk, xb.data(), kvDim, dim, k.data());
       matvec(wv, xb.data(), kvDim, dim, v.data());
+      if (c.qkv_bias) {
+        addBias(&q[t * dim], w.bq + l * dim, dim);
+        addBias(k.data(), w.bk + l * kvDim, kvDim);
+        addBias(v.data(), w.bv + l * kvDim, kvDim);
+      }
       for (int32_t g = 0; g < c.n_kv_heads; ++g) {
         double *kh = &k[g * headSize];
         applyRope(kh, c, pos + t);

@@ -22,8 +22,10 @@
 #include "runtime/core/KVRuntime.h"
 #include "runtime/core/KVTokenizer.h"
 #include "runtime/core/Model.h"
+#include "runtime/core/ModelConfig.h"
 #include "runtime/core/WeightFormat.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -38,7 +40,7 @@ namespace {
 
 const char *kUsage =
     "kv-convert: convert a model between llama2.c checkpoints and GGUF v3 "
-    "(llama\narchitecture); IN's format is told by its first bytes "
+    "(llama\nand qwen2 architectures); IN's format is told by its first bytes "
     "(docs/models.md)\n"
     "\n"
     "usage: kv-convert IN OUT [--to gguf|llama2c] [--type TYPE]\n"
@@ -46,8 +48,12 @@ const char *kUsage =
     "\n"
     "IN may be synthetic:dim=D,hidden=H,layers=L,heads=N,kv_heads=K,vocab=V"
     "[,seed=S]\n"
-    "[,shared=0|1]: a seeded synthetic model of that shape (interleaved "
-    "RoPE).\n"
+    "[,shared=0|1][,arch=llama|llama3|qwen2]: a seeded synthetic model of\n"
+    "that shape; arch sets what the rest of the config is (default llama:\n"
+    "interleaved RoPE, theta 10000; llama3: theta 500000 and Llama 3.1's\n"
+    "RoPE frequency factors, written as rope_freqs; qwen2: half (neox)\n"
+    "RoPE, theta 1000000, eps 1e-6, biases on Q, K and V, written as GGUF's\n"
+    "qwen2 architecture).\n"
     "\n"
     "A GGUF model converts to llama2.c only where that format can hold it:\n"
     "interleaved RoPE over the whole head, theta 10000, eps 1e-5, no RoPE\n"
@@ -75,6 +81,7 @@ bool syntheticModel(const std::string &spec, kvrt_model **out,
   kvrt_model_config_init(&c);
   c.seq_len = 2048;
   uint64_t seed = 1;
+  std::string arch = "llama";
   struct Field {
     const char *name;
     int32_t *value;
@@ -103,12 +110,39 @@ bool syntheticModel(const std::string &spec, kvrt_model **out,
       known = true;
       seed = v;
     }
+    if (key == "arch") {
+      if (value != "llama" && value != "llama3" && value != "qwen2") {
+        problem = "bad synthetic model '" + item +
+                  "' (arch = llama, llama3 or qwen2)";
+        return false;
+      }
+      arch = value;
+      continue;
+    }
     if (!known || !number) {
       problem = "bad synthetic model '" + item +
                 "' (dim, hidden, layers, heads, kv_heads, vocab, seed, "
                 "shared = an integer)";
       return false;
     }
+  }
+  if (arch == "llama3") {
+    // Llama 3.1's RoPE: base 500000, factor 8 over an original context of
+    // 8192, low and high frequency factors 1 and 4.
+    c.rope_theta = 500000.0;
+    if (c.n_heads > 0 && c.dim % c.n_heads == 0 &&
+        (c.dim / c.n_heads) % 2 == 0 &&
+        c.dim / c.n_heads / 2 <= KVRT_MAX_ROPE_PAIRS) {
+      std::vector<float> factors = kvir::llama3RopeFreqFactors(
+          c.dim / c.n_heads, c.rope_theta, 8.0, 1.0, 4.0, 8192.0);
+      c.n_rope_freq_factors = int32_t(factors.size());
+      std::copy(factors.begin(), factors.end(), c.rope_freq_factors);
+    }
+  } else if (arch == "qwen2") {
+    c.rope_layout = KVRT_ROPE_HALF;
+    c.rope_theta = 1000000.0;
+    c.rms_eps = 1e-6;
+    c.qkv_bias = 1;
   }
   if (kvrt_model_synthetic(&c, seed, out)) {
     problem = kvrt_last_error();
@@ -134,7 +168,9 @@ ErrorStats matrixError(const kvrt_model &reference, const kvrt_model &model) {
   std::map<std::string, int> slices;
   const float *pa = a.data(), *pb = b.data();
   for (const kvrt::TensorSpec &spec : kvrt::specsOf(model.config)) {
-    if (spec.kind != kvrt::TensorKind::Norm) {
+    // Matrices only: vectors (norms, biases) are written f32.
+    if (spec.kind == kvrt::TensorKind::Matrix ||
+        spec.kind == kvrt::TensorKind::Embedding) {
       for (uint64_t i = 0; i < spec.count; ++i) {
         double d = double(pb[i]) - double(pa[i]);
         stats.sumSquares += d * d;

@@ -35,6 +35,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/WithColor.h"
@@ -86,6 +87,7 @@ struct Options {
   std::string tokens, tokensFile;
   bool tokensGiven = false, tokensFileGiven = false;
   bool attribute = false;
+  bool printTokens = false;
 };
 
 llvm::Error makeError(const llvm::Twine &message) {
@@ -154,6 +156,63 @@ readTokens(const Options &options, const exec::TextOptions &prompt,
   return tokens;
 }
 
+/// `bytes` as a quoted C-like literal: printable ASCII and whole UTF-8
+/// characters as they are, quotes and backslashes escaped, other bytes
+/// (controls, a character's bytes split across tokens) as \n, \t or \xHH.
+std::string quoted(llvm::StringRef bytes) {
+  std::string out = "'";
+  for (size_t i = 0; i < bytes.size();) {
+    unsigned char c = bytes[i];
+    // A whole UTF-8 sequence: its lead byte's length, continuation bytes.
+    size_t n = c >= 0xF0 && c < 0xF5 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+    bool whole = n > 0 && c < 0xF5 && i + n <= bytes.size();
+    for (size_t k = 1; whole && k < n; ++k)
+      whole = (static_cast<unsigned char>(bytes[i + k]) & 0xC0) == 0x80;
+    if (whole) {
+      out += bytes.substr(i, n).str();
+      i += n;
+      continue;
+    }
+    if (c == '\'' || c == '\\')
+      out += std::string("\\") + char(c);
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c >= 0x20 && c < 0x7F)
+      out += char(c);
+    else
+      out += llvm::formatv("\\x{0:X-2}", unsigned(c)).str();
+    ++i;
+  }
+  return out + "'";
+}
+
+/// --print-tokens: each token's id, its piece as the vocabulary spells it,
+/// and the text it decodes to alone (special tokens included).
+llvm::Error printTokens(const kvrt_tokenizer *tokenizer,
+                        const std::vector<int32_t> &tokens) {
+  std::printf("tokens: %zu\n", tokens.size());
+  for (int32_t id : tokens) {
+    const char *piece = nullptr, *text = nullptr;
+    size_t pieceLength = 0, textLength = 0;
+    if (kvrt_tokenizer_get_piece(tokenizer, id, &piece, &pieceLength,
+                                 nullptr) ||
+        kvrt_tokenizer_decode_token_ex(tokenizer, -1, id, KVRT_DECODE_SPECIAL,
+                                       &text, &textLength))
+      return runtimeError("cannot print token " + std::to_string(id));
+    // Padded to 24 characters (UTF-8 lead bytes), not bytes.
+    std::string shown = quoted(llvm::StringRef(piece, pieceLength));
+    size_t width = 0;
+    for (char c : shown)
+      width += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    shown.append(width < 24 ? 24 - width : 0, ' ');
+    std::printf("%8d  %s %s\n", id, shown.c_str(),
+                quoted(llvm::StringRef(text, textLength)).c_str());
+  }
+  return llvm::Error::success();
+}
+
 /// The forward of `model` (its config, its weights' formats) for the first
 /// form (no program).
 llvm::Expected<Forward> forwardFor(const ComputeBackend &backend,
@@ -183,6 +242,9 @@ llvm::Error runTokens(const Options &options) {
   if (options.attribute)
     return makeError("--attribute belongs to the program form (kv-run "
                      "PROGRAM.mlir --attribute)");
+  if (options.printTokens && o.request.texts.empty())
+    return makeError("--print-tokens shows what a text became: give --text "
+                     "or --text-file");
   if (o.runner.storeGiven)
     return makeError("--kv-store belongs to the program form: blocks are "
                      "loaded and stored by kv.load_block and kv.store_block");
@@ -211,6 +273,8 @@ llvm::Error runTokens(const Options &options) {
     if (!encoded)
       return encoded.takeError();
     *tokens = std::move(*encoded);
+    if (options.printTokens)
+      return printTokens(r.tokenizer(), *tokens);
   }
   if (!r.checkTokenList(*tokens, o.request.greedyTokens(), error))
     return makeError(error);
@@ -320,6 +384,9 @@ llvm::Error runProgram(const Options &options) {
   if (options.tokensGiven || options.tokensFileGiven)
     return makeError("--tokens/--tokens-file belong to the first form; a "
                      "program takes --input NAME=FILE");
+  if (options.printTokens)
+    return makeError("--print-tokens belongs to the first form (kv-run "
+                     "--model M --text STRING --print-tokens)");
   std::string error;
   exec::InputOptions inputs;
   if (!readInputFiles(o.request, inputs, error))
@@ -451,6 +518,11 @@ void declareOptions(OptionParser &parser, Options &options) {
               "segments before it, by patching each segment's K/V with its "
               "value in the edited context (docs/kv-run.md)",
               options.attribute);
+  parser.flag("print-tokens",
+              "without a program: print the ids and pieces of the text of "
+              "--text or --text-file (each piece as the vocabulary spells it, "
+              "then the text it decodes to) instead of running it",
+              options.printTokens);
 }
 
 /// Prints `message` as kv-run's error; the exit status.

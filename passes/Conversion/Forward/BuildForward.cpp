@@ -296,6 +296,11 @@ void emitPrefill(ForwardEmitter &e, ForwardTarget &target) {
                     /*accumulate=*/false);
       target.matmul(e, xb, w(P_wv, l), v, n, e.kvDim, e.dim,
                     /*accumulate=*/false);
+      if (e.config.qkv_bias) {
+        target.addBias(e, q, w(P_bq, l), n, e.dim);
+        target.addBias(e, k, w(P_bk, l), n, e.kvDim);
+        target.addBias(e, v, w(P_bv, l), n, e.kvDim);
+      }
       target.storeKV(e, k, v, n, pos, kv, l);
       target.attention(e, q, att, n, pos, kv, l);
       target.matmul(e, att, w(P_wo, l), at(x, zero), n, e.dim, e.dim,

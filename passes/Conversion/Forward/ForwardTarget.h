@@ -99,6 +99,12 @@ public:
   virtual void matmul(ForwardEmitter &e, BufferRef a, WeightRef b, BufferRef c,
                       Value n, int64_t m, int64_t k, bool accumulate) = 0;
 
+  /// c[t] += bias for rows t < n of c ([n][m]): the Q/K/V biases of a
+  /// config with qkv_bias. A target emits what this needs only for such
+  /// configs.
+  virtual void addBias(ForwardEmitter &e, BufferRef c, WeightRef bias, Value n,
+                       int64_t m) = 0;
+
   /// Rotates the n new keys k ([n][kv_dim]) to positions pos + t and writes
   /// them and the values v into the pages of the last run of the table, at
   /// layer `layer` (index).

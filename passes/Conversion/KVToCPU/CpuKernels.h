@@ -53,10 +53,12 @@ void emitMatmul(ForwardEmitter &e, int64_t vectorBits, bool accumulate);
 void emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
                      bool accumulate);
 std::string quantMatmulName(kvrt_weight_format format, bool accumulate);
-/// CpuMath.cpp: rope_table, rope_apply, swiglu.
+/// CpuMath.cpp: rope_table, rope_apply, swiglu, add_bias (configs with
+/// qkv_bias only).
 void emitRopeTable(ForwardEmitter &e);
 void emitRopeApply(ForwardEmitter &e);
 void emitSwiglu(ForwardEmitter &e);
+void emitAddBias(ForwardEmitter &e);
 /// CpuKVPages.cpp: store_kv.
 void emitStoreKV(ForwardEmitter &e);
 /// CpuMath.cpp: exp16.

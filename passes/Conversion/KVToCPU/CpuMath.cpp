@@ -100,6 +100,24 @@ void cpu::emitSwiglu(ForwardEmitter &e) {
   e.finishFunction();
 }
 
+/// c[t][j] += b[j]: a few floats per token next to the matmul before it, so
+/// a plain loop (LLVM vectorises the inner one).
+void cpu::emitAddBias(ForwardEmitter &e) {
+  func::FuncOp f = e.beginFunction(e.name("add_bias"),
+                                   {matrixType(e), vectorType(e)}, false);
+  Value c = f.getArgument(0), b = f.getArgument(1);
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  Value n = memref::DimOp::create(e.b, c, c0);
+  Value m = memref::DimOp::create(e.b, c, c1);
+  e.forLoop(c0, n, c1, [&](Value t) {
+    e.forLoop(c0, m, c1, [&](Value j) {
+      Value sum = arith::AddFOp::create(e.b, e.load(c, {t, j}), e.load(b, {j}));
+      e.store(sum, c, {t, j});
+    });
+  });
+  e.finishFunction();
+}
+
 /// Rotates the new K of layer `layer` to positions pos + t and writes K and
 
 /// exp(x) on 16 lanes for the softmax weights (x = score - running max <=

@@ -93,6 +93,14 @@ public:
           kv.pageTokens, vector(e, out, size)});
   }
 
+  void addBias(ForwardEmitter &e, BufferRef c, WeightRef bias, Value n,
+               int64_t m) override {
+    requireF32(bias, "the CPU bias");
+    Value size = e.cIndex(m);
+    BufferRef b{e.f32View(bias.bytes, bias.offset, size), e.cIndex(0)};
+    call(e, "add_bias", {rows(e, c, n, m), vector(e, b, size)});
+  }
+
   void swiglu(ForwardEmitter &e, BufferRef h1, BufferRef h3,
               Value count) override {
     call(e, "swiglu", {vector(e, h1, count), vector(e, h3, count)});
@@ -185,6 +193,8 @@ void CpuTarget::emitKernels(ForwardEmitter &e) {
   emitRopeTable(e);
   emitRopeApply(e);
   emitSwiglu(e);
+  if (e.config.qkv_bias)
+    emitAddBias(e);
   emitStoreKV(e);
   emitExp16(e);
   emitAttention(e, vectorBits);

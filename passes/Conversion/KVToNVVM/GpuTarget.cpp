@@ -156,6 +156,17 @@ public:
            {kv.part, ntiles, out.memref, out.offset, n});
   }
 
+  void addBias(ForwardEmitter &e, BufferRef c, WeightRef bias, Value n,
+               int64_t m) override {
+    requireF32(bias, "the GPU bias");
+    Value c0 = e.cIndex(0), c1 = e.cIndex(1), cM = e.cIndex(m);
+    // The slice as floats, as rmsnorm's weights.
+    Value b = e.f32View(bias.bytes, bias.offset, cM);
+    Value blocks = e.divu(e.add(cM, e.cIndex(kBlock - 1)), e.cIndex(kBlock));
+    launch(e, kernels.addBias, {blocks, n, c1}, {e.cIndex(kBlock), c1, c1},
+           {c.memref, c.offset, b, c0, cM});
+  }
+
   void swiglu(ForwardEmitter &e, BufferRef h1, BufferRef h3,
               Value count) override {
     Value c1 = e.cIndex(1);
@@ -184,7 +195,8 @@ private:
   /// The kernels and device helpers of the forward being built (emitKernels
   /// runs once per forward, before its stages).
   struct Kernels {
-    gpu::GPUFuncOp rmsnorm, swiglu, storeKV, attnTile, attnMerge, materialize;
+    gpu::GPUFuncOp rmsnorm, swiglu, addBias, storeKV, attnTile, attnMerge,
+        materialize;
     /// The matmul of each weight format the forward reads.
     std::array<gpu::GPUFuncOp, KVRT_WEIGHT_FORMAT_COUNT> matmul;
     func::FuncOp ropeCosSin, rotate, warpSum;
@@ -271,6 +283,7 @@ private:
   void emitRmsnorm(ForwardEmitter &e);
   void emitMatmul(ForwardEmitter &e, kvrt_weight_format format);
   void emitSwiglu(ForwardEmitter &e);
+  void emitAddBias(ForwardEmitter &e);
   void emitStoreKV(ForwardEmitter &e);
   void emitAttnTile(ForwardEmitter &e);
   void emitAttnMerge(ForwardEmitter &e);
@@ -292,6 +305,8 @@ void GpuTarget::emitKernels(ForwardEmitter &e) {
   for (kvrt_weight_format format : e.formats.used())
     emitMatmul(e, format);
   emitSwiglu(e);
+  if (e.config.qkv_bias)
+    emitAddBias(e);
   emitStoreKV(e);
   emitAttnTile(e);
   emitAttnMerge(e);
@@ -482,6 +497,25 @@ void GpuTarget::emitSwiglu(ForwardEmitter &e) {
     Value h = e.load(h1, {ia});
     Value g = e.load(h3, {e.add(h3off, i)});
     e.store(e.swiglu(h, g), h1, {ia});
+  });
+  finishKernel(e);
+}
+
+/// c[t][j] += b[j] for j < m: block (x, t) adds to row t, one thread per
+/// column.
+void GpuTarget::emitAddBias(ForwardEmitter &e) {
+  Type f = e.buffer(e.f32()), ix = e.index();
+  kernels.addBias = beginKernel(e, "add_bias", {f, ix, f, ix, ix});
+  ArrayRef<BlockArgument> arg = kernels.addBias.getArguments();
+  Value c = arg[0], cOff = arg[1], b = arg[2], bOff = arg[3], m = arg[4];
+  Value t = blockId(e, gpu::Dimension::y);
+  Value j = e.add(e.mul(blockId(e, gpu::Dimension::x), e.cIndex(kBlock)),
+                  threadId(e));
+  e.ifThen(e.cmp(arith::CmpIPredicate::ult, j, m), [&] {
+    Value at = e.add(cOff, e.add(e.mul(t, m), j));
+    Value sum = arith::AddFOp::create(e.b, e.load(c, {at}),
+                                      e.load(b, {e.add(bOff, j)}));
+    e.store(sum, c, {at});
   });
   finishKernel(e);
 }

@@ -54,7 +54,7 @@ module attributes {kv.export_forwards = [!kv.model<dim = 32, hidden = 64, layers
 // -----
 
 // Norm vectors are f32 in memory: the forward reads them so.
-// expected-error @+1 {{'rms_att' is a norm vector: the forward reads it as f32}}
+// expected-error @+1 {{'rms_att' is a vector (a norm or a bias): the forward reads it as f32}}
 module attributes {kv.export_forwards = [!kv.model<dim = 32, hidden = 64, layers = 2, heads = 2, kv_heads = 2, vocab = 10>], kv.weight_formats = [[!kv.model<dim = 32, hidden = 64, layers = 2, heads = 2, kv_heads = 2, vocab = 10>, "rms_att:q8_0"]]} {
 }
 

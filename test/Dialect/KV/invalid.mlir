@@ -318,6 +318,12 @@ func.func private @unknown_rope(!kv.model<dim = 64, hidden = 172, layers = 5, he
 
 // -----
 
+// expected-error@+2 {{expected true or false, got 'yes'}}
+// expected-error@+1 {{failed to parse KV_ModelType parameter 'qkv_bias'}}
+func.func private @bad_qkv_bias(!kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, qkv_bias = yes>)
+
+// -----
+
 // A model without RoPE frequency factors omits rope_freqs.
 // expected-error@+2 {{model rope_freqs must not be empty (omit it)}}
 // expected-error@+1 {{failed to parse KV_ModelType parameter 'rope_freqs'}}

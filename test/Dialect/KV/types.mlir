@@ -6,6 +6,7 @@
 // CHECK: !model2 = !kv.model<dim = 16, hidden = 32, layers = 1, heads = 1, kv_heads = 1, vocab = 8, rope = interleaved, theta = 1234.5, eps = 1.0e-05>
 // CHECK: !model3 = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope = half, theta = 5.0e+05, eps = 1.0e-05, rope_dim = 4, rope_scale = 2.0, rope_freqs = [1.0, 8.5]>
 // CHECK: !model4 = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope = interleaved, theta = 10000.0, eps = 1.0e-05, rope_scale = 0.25>
+// CHECK: !model5 = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope = half, theta = 1.0e+06, eps = 1.0e-06, qkv_bias = true>
 
 // CHECK-LABEL: func.func @models
 // CHECK-SAME: !model, %{{.+}}: !model1, %{{.+}}: !model2
@@ -25,6 +26,15 @@ func.func @rope_variants(
     %a: !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope = neox, theta = 500000.0, rope_dim = 4, rope_scale = 2.0, rope_freqs = [1.0, 8.5]>,
     %b: !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope = normal, rope_scale = 0.25>,
     %c: !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope_dim = 8, rope_scale = 1.0>) {
+  return
+}
+
+// qkv_bias prints where it is true (Qwen2's biases on Q, K and V).
+// CHECK-LABEL: func.func @qkv_bias
+// CHECK-SAME: !model5, %{{.+}}: !model1)
+func.func @qkv_bias(
+    %a: !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, rope = neox, theta = 1000000.0, eps = 1.0e-06, qkv_bias = true>,
+    %b: !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512, qkv_bias = false>) {
   return
 }
 

@@ -138,6 +138,12 @@ std::vector<float> roundedWeights(const kvrt_model *model,
   return data;
 }
 
+/// The bytes of the file at `path`.
+std::string fileBytes(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 std::vector<float> oracleLogits(const kvrt_model *model,
                                 const std::vector<int32_t> &tokens) {
   PoolPtr pool = poolFor(model, 8);
@@ -258,8 +264,7 @@ TEST(GGUFTest, TokenizerIsTok512) {
     EXPECT_EQ(sa, sb) << id;
   }
   // The file holds U+2581 for spaces, not ' ' (the reader turns them back).
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  std::string bytes = fileBytes(path);
   EXPECT_NE(bytes.find("\xe2\x96\x81"
                        "Once"),
             std::string::npos);
@@ -301,13 +306,109 @@ TEST(GGUFTest, RopeVariantsRoundTrip) {
     EXPECT_EQ(b.rope_theta, a.rope_theta);
     EXPECT_EQ(weightsOf(back.get()), weightsOf(model.get()));
   }
-  // Half RoPE has no GGUF llama spelling: refused, not written wrong.
-  ModelPtr half = syntheticModel(smallConfig(KVRT_ROPE_HALF), 3);
+  // Half RoPE is qwen2's, which rotates whole heads without factors:
+  // partial rotary with half RoPE is refused, not written wrong.
+  kvrt_model_config partialHalf = smallConfig(KVRT_ROPE_HALF);
+  partialHalf.rope_dim = 8;
+  ModelPtr half = syntheticModel(partialHalf, 3);
   EXPECT_EQ(kvrt_model_save_gguf(half.get(), nullptr, KVRT_GGUF_F32,
                                  scratch("half.gguf").c_str()),
             KVRT_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(kvrt_last_error()).find("interleaved"),
+  EXPECT_NE(std::string(kvrt_last_error()).find("qwen2 architecture"),
             std::string::npos);
+}
+
+TEST(GGUFTest, QkvBiasesRoundTrip) {
+  // The biases are written as attn_{q,k,v}.bias (F32 vectors, whatever the
+  // matrices' type); a file that has them loads with qkv_bias, and gives the
+  // oracle's logits of the model it was written from.
+  kvrt_model_config c = smallConfig(KVRT_ROPE_INTERLEAVED);
+  c.qkv_bias = 1;
+  ModelPtr model = syntheticModel(c, 11);
+  std::string path = scratch("bias.gguf");
+  ASSERT_EQ(
+      kvrt_model_save_gguf(model.get(), nullptr, KVRT_GGUF_F32, path.c_str()),
+      KVRT_OK)
+      << kvrt_last_error();
+  ModelPtr back = loadModel(path);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->config.qkv_bias, 1);
+  EXPECT_EQ(weightsOf(back.get()), weightsOf(model.get()));
+  std::vector<int32_t> tokens = {1, 5, 9, 2, 7};
+  EXPECT_EQ(oracleLogits(back.get(), tokens),
+            oracleLogits(model.get(), tokens));
+  // The biases change the logits: the same weights without them differ.
+  kvrt_model_config plain = c;
+  plain.qkv_bias = 0;
+  ModelPtr unbiased = syntheticModel(plain, 11);
+  EXPECT_NE(oracleLogits(unbiased.get(), tokens),
+            oracleLogits(model.get(), tokens));
+  // Q8_0 keeps the bias vectors F32.
+  std::string q8 = scratch("bias-q8.gguf");
+  ASSERT_EQ(
+      kvrt_model_save_gguf(model.get(), nullptr, KVRT_GGUF_Q8_0, q8.c_str()),
+      KVRT_OK)
+      << kvrt_last_error();
+  ModelPtr backQ8 = loadModel(q8);
+  ASSERT_TRUE(backQ8);
+  kvrt_model_weights w0, w1;
+  kvrt_model_get_weights(model.get(), &w0);
+  kvrt_model_get_weights(backQ8.get(), &w1);
+  ASSERT_EQ(w1.bk.n_slices, w0.bk.n_slices);
+  for (int64_t l = 0; l < w0.bk.n_slices; ++l) {
+    EXPECT_EQ(w1.bk.slices[l].format, KVRT_WEIGHT_F32);
+    ASSERT_EQ(w1.bk.slices[l].bytes, w0.bk.slices[l].bytes);
+    EXPECT_EQ(std::memcmp(w0.bk.slices[l].data, w1.bk.slices[l].data,
+                          size_t(w0.bk.slices[l].bytes)),
+              0);
+  }
+}
+
+TEST(GGUFTest, Qwen2RoundTrip) {
+  // Half (neox) RoPE with biases is written as GGUF's qwen2 architecture
+  // (qwen2.* keys), tied or with its own output.weight, and comes back
+  // with the same config, weights and oracle logits.
+  for (int32_t shared : {0, 1}) {
+    SCOPED_TRACE(shared ? "tied classifier" : "output.weight");
+    kvrt_model_config c = smallConfig(KVRT_ROPE_HALF);
+    c.qkv_bias = 1;
+    c.rope_theta = 1000000.0;
+    c.shared_classifier = shared;
+    ModelPtr model = syntheticModel(c, 5);
+    std::string path = scratch("qwen2.gguf");
+    ASSERT_EQ(
+        kvrt_model_save_gguf(model.get(), nullptr, KVRT_GGUF_F32, path.c_str()),
+        KVRT_OK)
+        << kvrt_last_error();
+    std::string bytes = fileBytes(path);
+    EXPECT_NE(bytes.find("qwen2.embedding_length"), std::string::npos);
+    EXPECT_EQ(bytes.find("llama."), std::string::npos);
+    // The name as GGUF stores it, after its u64 length (not attn_output's).
+    std::string output("\x0d\0\0\0\0\0\0\0output.weight", 21);
+    EXPECT_EQ(bytes.find(output) != std::string::npos, shared == 0);
+    ModelPtr back = loadModel(path);
+    ASSERT_TRUE(back);
+    const kvrt_model_config &b = back->config;
+    EXPECT_EQ(b.rope_layout, KVRT_ROPE_HALF);
+    EXPECT_EQ(b.qkv_bias, 1);
+    EXPECT_EQ(b.shared_classifier, shared);
+    EXPECT_EQ(b.rope_theta, 1000000.0);
+    EXPECT_EQ(weightsOf(back.get()), weightsOf(model.get()));
+    std::vector<int32_t> tokens = {3, 1, 4, 1, 5, 9};
+    EXPECT_EQ(oracleLogits(back.get(), tokens),
+              oracleLogits(model.get(), tokens));
+    // Another architecture's name: an error naming the supported ones.
+    std::string other = bytes;
+    for (size_t at = other.find("qwen2"); at != std::string::npos;
+         at = other.find("qwen2", at))
+      other.replace(at, 5, "qwen9");
+    kvrt_model *bad = nullptr;
+    EXPECT_NE(kvrt_model_load_gguf_buffer(other.data(), other.size(), &bad),
+              KVRT_OK);
+    EXPECT_EQ(std::string(kvrt_last_error()),
+              "bad GGUF model: architecture 'qwen9' is not supported (llama "
+              "and qwen2 are)");
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -572,7 +673,7 @@ TEST(GGUFTest, MalformedFilesAreNamed) {
        [](Builder &b) {
          b.key("general.architecture")->value = Builder::string("gpt2");
        },
-       "architecture 'gpt2' is not supported (llama is)"},
+       "architecture 'gpt2' is not supported (llama and qwen2 are)"},
       {"key of the wrong type",
        [](Builder &b) {
          Builder::Key *k = b.key("llama.embedding_length");

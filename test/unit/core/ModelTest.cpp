@@ -231,6 +231,53 @@ TEST(ModelTest, SaveRejectsWhatTheFormatCannotHold) {
             KVRT_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kvrt_last_error()).find("interleaved"),
             std::string::npos);
+  // Q/K/V biases: the header has no flag for them.
+  c = tinyConfig(true);
+  c.qkv_bias = 1;
+  model = syntheticModel(c, 1);
+  std::string path = dir.file("bias.bin");
+  EXPECT_EQ(kvrt_model_save(model.get(), path.c_str()),
+            KVRT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(kvrt_last_error()),
+            "cannot save to '" + path +
+                "': the llama2.c format has no tensor bq");
+}
+
+TEST(ModelTest, QkvBiasTensors) {
+  // qkv_bias adds bq [dim], bk and bv [kv_dim] per layer after wv, drawn in
+  // [-0.5, 0.5); without it they hold no data.
+  kvrt_model_config c = tinyConfig(true);
+  c.qkv_bias = 1;
+  std::vector<kvrt::TensorSpec> specs = *kvrt::tensorSpecs(c);
+  ASSERT_EQ(specs.size(), 14u);
+  EXPECT_STREQ(specs[5].name, "bq");
+  EXPECT_EQ(specs[5].count, 2u * 8);
+  EXPECT_STREQ(specs[6].name, "bk");
+  EXPECT_EQ(specs[6].count, 2u * 4);
+  EXPECT_STREQ(specs[7].name, "bv");
+  ModelPtr model = syntheticModel(c, 3);
+  kvrt_model_weights w;
+  ASSERT_EQ(kvrt_model_get_weights(model.get(), &w), KVRT_OK);
+  EXPECT_EQ(w.bk.n_slices, 2);
+  EXPECT_EQ(w.bk.rows, 1);
+  EXPECT_EQ(w.bk.cols, 4);
+  for (int64_t l = 0; l < 2; ++l) {
+    const float *bq = kvrt::f32Data(w.bq, l);
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_GE(bq[i], -0.5f);
+      EXPECT_LT(bq[i], 0.5f);
+    }
+  }
+  c.qkv_bias = 0;
+  ModelPtr plain = syntheticModel(c, 3);
+  ASSERT_EQ(kvrt_model_get_weights(plain.get(), &w), KVRT_OK);
+  EXPECT_EQ(w.bq.n_slices, 0);
+  EXPECT_EQ(w.bv.n_slices, 0);
+  c.qkv_bias = 2;
+  kvrt_model *bad = nullptr;
+  EXPECT_EQ(kvrt_model_synthetic(&c, 1, &bad), KVRT_ERR_BAD_MODEL);
+  EXPECT_NE(std::string(kvrt_last_error()).find("qkv_bias = 2 must be 0 or 1"),
+            std::string::npos);
 }
 
 TEST(ModelTest, InvalidConfigs) {

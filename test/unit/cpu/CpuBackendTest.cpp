@@ -93,6 +93,18 @@ void lastRunKV(const kvrt_view *view, int32_t layer, std::vector<float> &k,
   }
 }
 
+/// The last runs of `a` and `b` store the same K/V (layer 0 and the last
+/// layer of a two-layer model).
+void expectSameStoredKV(const kvrt_view *a, const kvrt_view *b) {
+  for (int32_t layer : {0, 1}) {
+    std::vector<float> ka, va, kb, vb;
+    lastRunKV(a, layer, ka, va);
+    lastRunKV(b, layer, kb, vb);
+    EXPECT_LT(maxDiff(ka, kb), 1e-5) << "K of layer " << layer;
+    EXPECT_LT(maxDiff(va, vb), 1e-5) << "V of layer " << layer;
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // stories260K
 //===----------------------------------------------------------------------===//
@@ -171,14 +183,7 @@ void checkSyntheticAgainstOracle(const kvrt_model *model,
     Prefilled cpu = cpuPrefill(model, empty.get(), tokens, 3);
     Prefilled ref = refPrefill(model, empty.get(), tokens, 3);
     EXPECT_LT(maxDiff(cpu.logits, ref.logits), tolerance(ref.logits)) << n;
-    // Same stored K/V (layer 0 and the last layer).
-    for (int32_t layer : {0, 1}) {
-      std::vector<float> kc, vc, kr, vr;
-      lastRunKV(cpu.view.get(), layer, kc, vc);
-      lastRunKV(ref.view.get(), layer, kr, vr);
-      EXPECT_LT(maxDiff(kc, kr), 1e-5) << "K of layer " << layer;
-      EXPECT_LT(maxDiff(vc, vr), 1e-5) << "V of layer " << layer;
-    }
+    expectSameStoredKV(cpu.view.get(), ref.view.get());
   }
   // Far positions: angles come from integer positions in double.
   std::vector<int32_t> tokens = randomTokens(20, vocab, 9);
@@ -577,6 +582,43 @@ TEST(CpuBackendTest, ForwardSourcesAreUpstreamThenLLVM) {
   EXPECT_NE(std::string(kvrt_last_error()).find("is not divisible"),
             std::string::npos)
       << kvrt_last_error();
+}
+
+//===----------------------------------------------------------------------===//
+// Q/K/V biases (qkv_bias): Qwen2's shape
+//===----------------------------------------------------------------------===//
+
+/// Qwen2's shape, small: biases on Q, K and V, half (NEOX) RoPE, its
+/// frequency base, GQA, a separate classifier.
+kvrt_model_config qwen2Config() {
+  kvrt_model_config c = smallConfig(KVRT_ROPE_HALF);
+  c.qkv_bias = 1;
+  c.rope_theta = 1000000.0;
+  c.shared_classifier = 0;
+  return c;
+}
+
+TEST(QkvBiasTest, CpuForwardMatchesTheOracle) {
+  ModelPtr model = syntheticModel(qwen2Config(), 23);
+  checkSyntheticAgainstOracle(model.get());
+  // The biases are in the math: the oracle without them differs.
+  kvrt_model_config plain = qwen2Config();
+  plain.qkv_bias = 0;
+  ModelPtr unbiased = syntheticModel(plain, 23);
+  PoolPtr pool = poolFor(model.get(), 64, 7);
+  ViewPtr empty = emptyView(pool.get());
+  std::vector<int32_t> tokens = randomTokens(9, plain.vocab_size, 309);
+  Prefilled a = refPrefill(model.get(), empty.get(), tokens, 2);
+  Prefilled b = refPrefill(unbiased.get(), empty.get(), tokens, 2);
+  EXPECT_GT(maxDiff(a.logits, b.logits), 1e-2);
+}
+
+TEST(QkvBiasTest, ShiftedRunsMatchTheOracle) {
+  // Relocation by a RoPE shift stays exact with biases: K is biased before
+  // it is rotated, so a shift rotates the biased key as a prefill there
+  // would.
+  ModelPtr model = syntheticModel(qwen2Config(), 29);
+  checkShiftedRuns(model.get());
 }
 
 } // namespace

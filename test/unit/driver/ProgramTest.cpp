@@ -503,6 +503,38 @@ TEST(ProgramTest, ManifestRoundTrips) {
   EXPECT_NE(error.find("truncated"), std::string::npos) << error;
 }
 
+// A model argument's RoPE variants and Q/K/V biases round-trip, each word
+// where present.
+TEST(ProgramTest, ManifestModelVariantsRoundTrip) {
+  for (int variant = 0; variant < 4; ++variant) {
+    EntryManifest m;
+    m.entry = "main";
+    ArgSpec a;
+    a.kind = ValueKind::Model;
+    a.name = "arg0";
+    kvrt_model_config &c = a.model;
+    kvrt_model_config_init(&c);
+    c.seq_len = 0;
+    c.rope_layout = KVRT_ROPE_HALF;
+    c.qkv_bias = variant & 1;
+    if (variant & 2) {
+      c.rope_dim = 4;
+      c.n_rope_freq_factors = 2;
+      c.rope_freq_factors[0] = 1.0f;
+      c.rope_freq_factors[1] = 8.0f;
+    }
+    m.args.push_back(a);
+    EntryManifest parsed;
+    std::string error;
+    ASSERT_TRUE(EntryManifest::parse(m.serialize(), parsed, error)) << error;
+    EXPECT_EQ(parsed.serialize(), m.serialize());
+    EXPECT_EQ(parsed.args[0].model.qkv_bias, c.qkv_bias) << variant;
+    EXPECT_EQ(parsed.args[0].model.n_rope_freq_factors, c.n_rope_freq_factors);
+    EXPECT_EQ(m.serialize().find("qkv-bias") != std::string::npos,
+              c.qkv_bias == 1);
+  }
+}
+
 // --attribute's auxiliary entry returns the operands of the story's edit
 // (the old cache, labelled by segment, and the new tokens), and the
 // attribution over them agrees with the program: cot_slice's answer is z_S
