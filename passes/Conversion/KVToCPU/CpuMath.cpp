@@ -118,8 +118,6 @@ void cpu::emitAddBias(ForwardEmitter &e) {
   e.finishFunction();
 }
 
-/// Rotates the new K of layer `layer` to positions pos + t and writes K and
-
 /// exp(x) on 16 lanes for the softmax weights (x = score - running max <=
 /// 0): Cody-Waite reduction x = n ln2 + r (ln2 split in two, n ln2_hi
 /// exact), the degree-7 minimax polynomial of Cephes' expf on |r| <= ln2/2
