@@ -237,7 +237,7 @@ public:
       b[i] = float(int(i * 5 % 11) - 5) * 0.03f;
     check(kvir::compiler::compileMatmul(m, k, &fn));
     ma = kvir::memrefF32(a.data(), int64_t(a.size()));
-    mb = kvir::memrefF32(b.data(), int64_t(b.size()));
+    mb = {b.data(), b.data(), 0, {int64_t(b.size() * sizeof(float))}, {1}};
     mc = kvir::memrefF32(c.data(), int64_t(c.size()));
   }
 
@@ -272,7 +272,8 @@ private:
   int64_t m, k;
   std::vector<float> a, b, c;
   kvir::compiler::MatmulFn fn = nullptr;
-  kvrt_memref_f32 ma, mb, mc;
+  kvrt_memref_f32 ma, mc;
+  kvrt_memref_weight mb;
 };
 
 /// The matmul of shape `shape` through the generated code (0) or OpenBLAS

@@ -870,9 +870,9 @@ kvrt_status kvir::compiler::compileMatmul(int64_t m, int64_t k, MatmulFn *out) {
   kv::ForwardEmitter e(*module, config, "kv_matmul");
   target->emitKernels(e);
   Type buffer = e.buffer(e.f32());
-  func::FuncOp f =
-      e.beginFunction("kv_matmul", {buffer, buffer, buffer, e.index()},
-                      /*isPublic=*/true);
+  func::FuncOp f = e.beginFunction(
+      "kv_matmul", {buffer, e.buffer(e.byte()), buffer, e.index()},
+      /*isPublic=*/true);
   f->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(), UnitAttr::get(&ctx));
   Value zero = e.cIndex(0);
   target->matmul(e, {f.getArgument(0), zero}, {f.getArgument(1), zero},

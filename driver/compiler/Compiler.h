@@ -201,10 +201,11 @@ compileForward(const kvrt_model_config &config, Target target, Forward *out,
                const kvir::WeightFormats &formats = kvir::WeightFormats());
 
 /// The generated CPU matmul alone, for benchmarks against BLAS: c = a · bᵀ
-/// with a [n][k], the weights b [m][k] and c [n][m] (contiguous buffers), as
-/// the forward computes its projections (the packed micro-kernel from 4 rows
-/// on, on the runtime's threads).
-using MatmulFn = void (*)(kvrt_memref_f32 *a, kvrt_memref_f32 *b,
+/// with a [n][k], the f32 weights b [m][k] and c [n][m] (contiguous
+/// buffers), as the forward computes its projections (the packed
+/// micro-kernel from 4 rows on, on the runtime's threads). The weights are
+/// passed as the forward takes them: their bytes (sizes[0] = 4 m k).
+using MatmulFn = void (*)(kvrt_memref_f32 *a, kvrt_memref_weight *b,
                           kvrt_memref_f32 *c, int64_t n);
 kvrt_status compileMatmul(int64_t m, int64_t k, MatmulFn *out);
 
