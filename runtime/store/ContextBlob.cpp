@@ -364,7 +364,8 @@ kvrt_status kvir::store::mapContextBlob(std::string_view blob,
     label += record.labelBytes;
   }
   logits.resize(f.logits);
-  std::memcpy(logits.data(), sections.logits, f.logits * 4);
+  if (f.logits) // an empty vector's data() may be null: no memcpy from it
+    std::memcpy(logits.data(), sections.logits, f.logits * 4);
   *out = view;
   return KVRT_OK;
 }

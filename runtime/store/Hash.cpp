@@ -102,6 +102,8 @@ void Sha256::block(const uint8_t *data) {
 }
 
 void Sha256::update(const void *data, size_t n) {
+  if (n == 0) // an empty input's pointer may be null: nothing to copy from
+    return;
   const uint8_t *p = static_cast<const uint8_t *>(data);
   length += n;
   if (buffered) {
