@@ -313,13 +313,15 @@ void ByteLevelBPE::encodeWord(std::string_view word,
 kvrt_status ByteLevelBPE::encodePlain(std::string_view text, size_t offset,
                                       std::vector<int32_t> &out) const {
   if (unk < 0)
-    for (size_t i = 0; i < text.size(); ++i) {
-      unsigned char byte = static_cast<unsigned char>(text[i]);
-      // An invalid byte is encoded as U+FFFD's bytes, which need tokens too.
-      bool invalid =
-          byte >= 0x80 && unicode::utf8SequenceLength(text.substr(i, 4)) == 0;
-      for (unsigned char b :
-           invalid ? std::string_view("\xEF\xBF\xBD") : text.substr(i, 1))
+    for (size_t i = 0, len = 1; i < text.size(); i += len) {
+      // A whole UTF-8 sequence at a time (its continuation bytes are not
+      // invalid bytes); an invalid byte is encoded as U+FFFD's bytes, which
+      // need tokens too.
+      len = unicode::utf8SequenceLength(text.substr(i, 4));
+      bool invalid = len == 0;
+      len = invalid ? 1 : len;
+      for (unsigned char b : invalid ? std::string_view("\xEF\xBF\xBD")
+                                     : text.substr(i, len))
         if (byteTokens[b] < 0)
           return fail(KVRT_ERR_INVALID_ARGUMENT,
                       str("kvrt_tokenizer_encode: the byte 0x", std::hex,

@@ -408,6 +408,18 @@ TEST(BPETest, MissingByteTokensUseUnkOrFail) {
                 .find("the byte 0x7A (text offset 1) has no token"),
             std::string::npos)
       << kvrt_last_error();
+  // A continuation byte of a valid character is checked as itself (it was
+  // taken for an invalid byte, U+FFFD's bytes checked instead, and its
+  // missing token came out as id -1).
+  Vocab accented;
+  accented.tokens[0xA9] = "<not A9>";
+  TokenizerRef noA9 = accented.make();
+  EXPECT_EQ(kvir::encode(noA9.get(), "a\xC3\xA9", 0u, out),
+            KVRT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvrt_last_error())
+                .find("the byte 0xA9 (text offset 1) has no token"),
+            std::string::npos)
+      << kvrt_last_error();
   v.unk = v.add("<unk>", KVRT_TOKEN_UNKNOWN);
   TokenizerRef withUnk = v.make();
   EXPECT_EQ(encode(withUnk.get(), "az"), (Tokens{'a', v.unk}));
