@@ -320,8 +320,8 @@ kvrt_status ByteLevelBPE::encodePlain(std::string_view text, size_t offset,
       len = unicode::utf8SequenceLength(text.substr(i, 4));
       bool invalid = len == 0;
       len = invalid ? 1 : len;
-      for (unsigned char b : invalid ? std::string_view("\xEF\xBF\xBD")
-                                     : text.substr(i, len))
+      for (unsigned char b :
+           invalid ? std::string_view("\xEF\xBF\xBD") : text.substr(i, len))
         if (byteTokens[b] < 0)
           return fail(KVRT_ERR_INVALID_ARGUMENT,
                       str("kvrt_tokenizer_encode: the byte 0x", std::hex,
