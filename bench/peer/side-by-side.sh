@@ -6,6 +6,7 @@
 #
 #   bench/peer/side-by-side.sh [--peer DIR] [--build DIR] [--shape SPEC]
 #       [--prompt N] [--decode N] [--threads "1 2"] [--types "q4_k_m q8_0 f16"]
+#       [--files DIR]
 #
 # llama.cpp comes from npm as prebuilt binaries (fetch-llama.sh):
 # @node-llama-cpp/linux-x64@3.22.1 (libllama, libggml and the CPU backends)
@@ -18,7 +19,10 @@
 # TinyLlama's: dim 2048, hidden 5632, 22 layers, 32 heads, 4 KV heads,
 # vocabulary 32000); each --types entry is a file kv-convert writes from it
 # (its --type). The prompt is --prompt seeded random ids (default 512), the
-# same for both; --decode tokens (default 128) are generated greedily from
+# same for both. --files DIR keeps the converted files in DIR and reuses
+# them on the next run with the same shape (converting a TinyLlama-shaped
+# model takes minutes on 2 cores; without it they go to a temporary folder).
+# --decode tokens (default 128) are generated greedily from
 # it. KVIR: kv-run --tokens-file PROMPT --greedy N --threads T --json (its
 # own timers: the prefill, then the decode steps); llama.cpp: llama-speed.cpp
 # (llama_decode of the prompt in one batch, then one token per step, its
@@ -35,6 +39,7 @@ prompt=512
 decode=128
 threads="1 2"
 types="q4_k_m q8_0 f16"
+files=
 while [ $# -gt 0 ]; do
   case "$1" in
   --peer) peer=$(cd "$2" && pwd); shift 2 ;;
@@ -44,11 +49,13 @@ while [ $# -gt 0 ]; do
   --decode) decode=$2; shift 2 ;;
   --threads) threads=$2; shift 2 ;;
   --types) types=$2; shift 2 ;;
+  --files) mkdir -p "$2" && files=$(cd "$2" && pwd); shift 2 ;;
   *) echo "side-by-side: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+files=${files:-$work}
 
 . "$here/fetch-llama.sh"
 if ! fetch_llama side-by-side "$work" "$peer"; then
@@ -93,9 +100,14 @@ echo
 echo "| file | MiB | threads | prefill ms KVIR / llama.cpp | ratio | decode ms/token KVIR / llama.cpp | ratio | peak RSS MiB KVIR / llama.cpp | greedy ids agree |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for type in $types; do
-  file=$work/model.$type.gguf
-  "$build/bin/kv-convert" "synthetic:$shape" "$file" --type "$type" \
-    --tokenizer "$work/vocab.bin" >/dev/null
+  # A kept file is named by the shape and its type: a reused one is the
+  # same file kv-convert would write again (the synthetic model is seeded).
+  file=$files/$(echo "$shape" | tr ',=' '-_').$type.gguf
+  if [ ! -s "$file" ]; then
+    "$build/bin/kv-convert" "synthetic:$shape" "$file.tmp" --to gguf --type "$type" \
+      --tokenizer "$work/vocab.bin" >/dev/null
+    mv "$file.tmp" "$file"
+  fi
   mib=$(($(stat -c %s "$file") / 1048576))
   for t in $threads; do
     kvRss=$(peak "$work/kvir.json" "$build/bin/kv-run" --model "$file" \
