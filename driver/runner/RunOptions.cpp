@@ -86,7 +86,8 @@ void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
   parser.flag("special",
               "special tokens written in the text (<|im_start|>, "
               "<|eot_id|>: a byte-level BPE vocabulary's CONTROL tokens) are "
-              "those tokens; without it they are plain text",
+              "those tokens; without it they are plain text (kv-serve: the "
+              "default of a request's \"special\")",
               q.special);
   parser.text("tokenizer", "FILE",
               "tokenizer for text in and out, a llama2.c tokenizer.bin or a "
