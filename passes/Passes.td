@@ -299,4 +299,69 @@ def KVFuseRopeShiftPass : Pass<"kv-fuse-rope-shift", "ModuleOp"> {
   ];
 }
 
+def KVRetargetModelPass : Pass<"kv-retarget-model", "ModuleOp"> {
+  let summary = "Retypes a program written for one model to another model's shape";
+  let description = [{
+    A kv program names its model's shape in its types: the `!kv.model`
+    (dimensions, architecture, RoPE, vocabulary), the layers x KV heads x
+    head size of every `!kv.cache`, and the vocabulary as the columns of its
+    logits. This pass rewrites all of them from the one model type the
+    program uses to `model`, so that a program written for one model (the
+    examples are written for stories260K) runs on a model file of another
+    shape: every `!kv.model` becomes `model`, every `!kv.cache` takes its
+    layers x KV heads x head size (element type and context kept), and the
+    logits of `kv.prefill` and `kv.logits` take its vocabulary, followed
+    through `func.return` into function results and `func.call` results
+    (and through calls into callee arguments).
+
+    A program already of `model` is left untouched. The pass refuses, with
+    a diagnostic at the op or type and without changing anything, what it
+    cannot retype soundly: a program of two model types, a cache that does
+    not hold K/V of the program's model, logits used by any other op (its
+    result type would have to be derived), a `kv.attention` whose query
+    shape (heads x head size) or layer the target does not have, and a
+    constant token id outside the target vocabulary. Token arguments are
+    the caller's: their ids and lengths are checked when they are bound.
+
+    `kv-run --retarget-model` runs it with the type of the `--model` file.
+
+    Before (`model="!kv.model<dim = 64, hidden = 128, layers = 2, heads = 4,
+    kv_heads = 2, vocab = 1462, rope = half, theta = 1000000.0, eps = 1.0e-06,
+    qkv_bias = true>"`):
+    ```mlir
+    !model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8,
+                       kv_heads = 4, vocab = 512>
+    func.func @main(%m: !model, %t: tensor<?xi32>) -> tensor<1x512xf32> {
+      %c0 = kv.empty : !kv.cache<5x4x8xf32>
+      %c1, %l = kv.prefill %m, %c0, %t last : ... -> ..., tensor<1x512xf32>
+      return %l : tensor<1x512xf32>
+    }
+    ```
+    After:
+    ```mlir
+    func.func @main(%m: !kv.model<dim = 64, ..., qkv_bias = true>,
+                    %t: tensor<?xi32>) -> tensor<1x1462xf32> {
+      %c0 = kv.empty : !kv.cache<2x2x16xf32>
+      %c1, %l = kv.prefill %m, %c0, %t last : ... -> ..., tensor<1x1462xf32>
+      return %l : tensor<1x1462xf32>
+    }
+    ```
+  }];
+  let options = [
+    Option<"model", "model", "std::string", /*default=*/"",
+           "The !kv.model to retarget the program to, as its type text "
+           "(kv-run --retarget-model takes it from the --model file)">,
+    Option<"emitStatistics", "emit-statistics", "bool", /*default=*/"false",
+           "Emit the pass statistics as a remark on the module (Debian's "
+           "LLVM is built without the statistics -mlir-pass-statistics "
+           "prints)">
+  ];
+  let statistics = [
+    Statistic<"numModels", "models", "Number of !kv.model values retyped">,
+    Statistic<"numCaches", "caches", "Number of !kv.cache values retyped">,
+    Statistic<"numLogits", "logits",
+              "Number of logits values given the target vocabulary">
+  ];
+}
+
 #endif // KVIR_PASSES_PASSES_TD

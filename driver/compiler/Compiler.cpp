@@ -139,7 +139,8 @@ OwningOpRef<ModuleOp> kvir::compiler::exactReferenceOf(ModuleOp module) {
 OwningOpRef<ModuleOp> kvir::compiler::loadProgram(
     MLIRContext &context, llvm::SourceMgr &sourceMgr, StringRef path,
     llvm::function_ref<LogicalResult(ModuleOp)> beforePlanning,
-    OwningOpRef<ModuleOp> *exactReference) {
+    OwningOpRef<ModuleOp> *exactReference,
+    llvm::function_ref<LogicalResult(ModuleOp)> afterParsing) {
   // A file is read whole, and only a regular one of bounded size: a FIFO or
   // a device would block or never end (exec::readFile).
   std::unique_ptr<llvm::MemoryBuffer> buffer;
@@ -165,7 +166,7 @@ OwningOpRef<ModuleOp> kvir::compiler::loadProgram(
   if (failed(compiler::checkParserHazards(text, bufferName, &context)))
     return nullptr;
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
-  if (!module)
+  if (!module || (afterParsing && failed(afterParsing(*module))))
     return nullptr;
   // The reference is copied before planning, and planned after the program
   // (whose diagnostics come first).

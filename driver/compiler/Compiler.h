@@ -52,16 +52,20 @@ enum class Target { Cpu, Gpu };
 void registerDialects(mlir::DialectRegistry &registry);
 
 /// Parses and verifies `path` ("-" for stdin) into `sourceMgr`, calls
-/// `beforePlanning` on it when given (e.g. addAttributionEntry), then plans
-/// it (planProgram). Null after a diagnostic. With `exactReference`, also
-/// plans exactReferenceOf the parsed program (copied before
-/// `beforePlanning`) into it (null when the program has no erratum edit).
+/// `afterParsing` on it when given (e.g. retargetModel: what the program
+/// and its exact reference share), then `beforePlanning` (e.g.
+/// addAttributionEntry), then plans it (planProgram). Null after a
+/// diagnostic. With `exactReference`, also plans exactReferenceOf the
+/// program (copied before `beforePlanning`) into it (null when the program
+/// has no erratum edit).
 mlir::OwningOpRef<mlir::ModuleOp> loadProgram(
     mlir::MLIRContext &context, llvm::SourceMgr &sourceMgr,
     llvm::StringRef path,
     llvm::function_ref<mlir::LogicalResult(mlir::ModuleOp)> beforePlanning =
         nullptr,
-    mlir::OwningOpRef<mlir::ModuleOp> *exactReference = nullptr);
+    mlir::OwningOpRef<mlir::ModuleOp> *exactReference = nullptr,
+    llvm::function_ref<mlir::LogicalResult(mlir::ModuleOp)> afterParsing =
+        nullptr);
 
 /// The same for a program in memory.
 mlir::OwningOpRef<mlir::ModuleOp> parseProgram(

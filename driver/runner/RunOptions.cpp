@@ -22,10 +22,11 @@ void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
 
   parser.section("the model and where it runs");
   parser.text("model", "FILE",
-              "model to run: a llama2.c checkpoint or a GGUF v3 llama file "
-              "(F32, F16, BF16 or Q8_0; told by its magic; see "
-              "docs/models.md) (default: the built-in synthetic model of "
-              "stories260K's shape)",
+              "model to run: a llama2.c checkpoint or a GGUF v3 file of "
+              "architecture llama (Llama 1, 2, 3, Mistral) or qwen2, its "
+              "matrices F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K (told "
+              "by its magic; see docs/models.md) (default: the built-in "
+              "synthetic model of stories260K's shape)",
               r.model);
   parser.text("synthetic", "NAME",
               "without --model, the seeded synthetic model to run: default "
@@ -85,7 +86,8 @@ void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
   parser.flag("special",
               "special tokens written in the text (<|im_start|>, "
               "<|eot_id|>: a byte-level BPE vocabulary's CONTROL tokens) are "
-              "those tokens; without it they are plain text",
+              "those tokens; without it they are plain text (kv-serve: the "
+              "default of a request's \"special\")",
               q.special);
   parser.text("tokenizer", "FILE",
               "tokenizer for text in and out, a llama2.c tokenizer.bin or a "

@@ -385,7 +385,10 @@ bool Engine::Impl::tokensOf(const Content &content, const std::string &param,
                            param);
       return false;
     }
-    if (encode(tokenizer, content.text, content.bos, false, out)) {
+    uint32_t flags =
+        (content.bos ? KVRT_ENCODE_BOS : 0u) |
+        (content.special.value_or(options.special) ? KVRT_ENCODE_SPECIAL : 0u);
+    if (encode(tokenizer, content.text, flags, out)) {
       error = requestError(
           400, "invalid_value",
           param + ": cannot encode the text: " + kvrt_last_error(), param);

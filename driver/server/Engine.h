@@ -87,6 +87,9 @@ struct EngineOptions {
   std::string chatTemplate = "auto";
   /// The model's name in /v1/models and responses ("": from the file).
   std::string modelId;
+  /// Whether special tokens written in a request's text are those tokens
+  /// where the request does not say ("special"; kv-serve --special).
+  bool special = false;
   /// Seconds a request may take (waiting for its context included).
   double requestTimeout = 300;
 };

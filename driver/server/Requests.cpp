@@ -275,8 +275,8 @@ std::vector<int32_t> readTokenIds(const json &value, const std::string &param,
   return tokens;
 }
 
-/// `text` (with `bos`) or `tokens`, exactly one; `required` says whether
-/// neither is an error.
+/// `text` (with `bos` and `special`) or `tokens`, exactly one; `required`
+/// says whether neither is an error.
 bool readContent(Object &o, Content &out, const RequestLimits &limits,
                  bool required, const char *textKey = "text",
                  const char *tokensKey = "tokens") {
@@ -287,6 +287,10 @@ bool readContent(Object &o, Content &out, const RequestLimits &limits,
          std::string("give ") + textKey + " or " + tokensKey + ", not both",
          "conflicting_fields");
   bool bosGiven = o.boolean("bos", out.bos);
+  bool special = false;
+  bool specialGiven = o.boolean("special", special);
+  if (specialGiven)
+    out.special = special;
   if (!text && !tokens) {
     if (required)
       fail(o.at(textKey),
@@ -295,6 +299,9 @@ bool readContent(Object &o, Content &out, const RequestLimits &limits,
     if (bosGiven)
       fail(o.at("bos"), std::string("goes with ") + textKey,
            "conflicting_fields");
+    if (specialGiven)
+      fail(o.at("special"), std::string("goes with ") + textKey,
+           "conflicting_fields");
     return false;
   }
   if (tokens) {
@@ -302,6 +309,11 @@ bool readContent(Object &o, Content &out, const RequestLimits &limits,
       fail(o.at("bos"),
            std::string("goes with ") + textKey + ": " + tokensKey +
                " are taken verbatim (put the BOS id in front)",
+           "conflicting_fields");
+    if (specialGiven)
+      fail(o.at("special"),
+           std::string("goes with ") + textKey + ": " + tokensKey +
+               " are taken verbatim (special ids included)",
            "conflicting_fields");
     out.isText = false;
     out.tokens = readTokenIds(*tokens, o.at(tokensKey), limits);
@@ -706,11 +718,20 @@ bool kvir::serve::decodeCompletion(const std::string &body,
     Object o(value, "");
     o.string("model", out.model);
     const json &prompt = o.require("prompt");
+    bool special = false;
+    bool specialGiven = o.boolean("special", special);
     if (prompt.is_string()) {
       out.prompt.isText = true;
       out.prompt.text = prompt.get<std::string>();
       out.prompt.bos = true;
+      if (specialGiven)
+        out.prompt.special = special;
     } else if (prompt.is_array() && (prompt.empty() || prompt[0].is_number())) {
+      if (specialGiven)
+        fail(o.at("special"),
+             "goes with a text prompt: token ids are taken verbatim (special "
+             "ids included)",
+             "conflicting_fields");
       out.prompt.isText = false;
       out.prompt.tokens = readTokenIds(prompt, "prompt", limits);
     } else {

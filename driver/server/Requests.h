@@ -16,6 +16,7 @@
 #define KVIR_DRIVER_SERVER_REQUESTS_H
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,10 @@ struct Content {
   /// BOS in front of the text's encoding (ignored for token ids, which are
   /// taken verbatim).
   bool bos = false;
+  /// Whether special tokens written in the text (`<|im_start|>`: a
+  /// byte-level BPE vocabulary's CONTROL tokens) are those tokens; unset:
+  /// the server's default (kv-serve --special).
+  std::optional<bool> special;
 };
 
 /// One segment of a context: a name (an identifier), a kind (the kv

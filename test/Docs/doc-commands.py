@@ -94,6 +94,9 @@ RUN = {
     'curl -s localhost:8080/health': [MODEL, HTTP],
     'curl -s localhost:8080/v1/contexts -H \'Content-Type: application/json\' -d \'{"segments": [{"name": "a", "text": "x", "colour": "red"}]}\'': [MODEL, HTTP],
     "build/bin/kv-convert synthetic:dim=256,hidden=768,layers=4,heads=4,kv_heads=2,vocab=512 d256.q4_k_m.gguf --type q4_k_m": [],
+    "python3 test/golden/tokenizer/make-vocabs.py gguf vocabs": [],
+    "build/bin/kv-convert synthetic:dim=64,hidden=128,layers=2,heads=4,kv_heads=2,vocab=1462,arch=qwen2,shared=1,seed=7 qwen2.gguf --tokenizer vocabs/qwen2.gguf": [],
+    'build/bin/kv-run examples/story-edit.mlir --model qwen2.gguf --retarget-model --text opening="Once upon a time, there was a little" --text hero="girl named Lily." --text new_hero="boy named Tim." --text notes="She loved to play outside in the park." --text answer="One day," --compare-full-prefill': [],
 }
 
 BUILDS = "builds the project (the test suite runs inside a build)"

@@ -29,10 +29,12 @@
 #include "driver/compiler/Compiler.h"
 #include "driver/runner/Runner.h"
 #include "driver/version/Version.h"
+#include "passes/Transforms/RetargetModel.h"
 #include "runtime/core/ForwardCall.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -88,6 +90,7 @@ struct Options {
   bool tokensGiven = false, tokensFileGiven = false;
   bool attribute = false;
   bool printTokens = false;
+  bool retarget = false;
 };
 
 llvm::Error makeError(const llvm::Twine &message) {
@@ -242,6 +245,9 @@ llvm::Error runTokens(const Options &options) {
   if (options.attribute)
     return makeError("--attribute belongs to the program form (kv-run "
                      "PROGRAM.mlir --attribute)");
+  if (options.retarget)
+    return makeError("--retarget-model belongs to the program form: a token "
+                     "list runs on any model as it is");
   if (options.printTokens && o.request.texts.empty())
     return makeError("--print-tokens shows what a text became: give --text "
                      "or --text-file");
@@ -419,6 +425,24 @@ llvm::Error runProgram(const Options &options) {
     attribution = std::move(*entry);
     return mlir::success();
   };
+  // --retarget-model: the program (and so its exact reference) retyped to
+  // the model file's shape before anything else reads its types.
+  context.loadDialect<mlir::kv::KVDialect>();
+  mlir::kv::ModelType fileModel =
+      mlir::kv::ModelType::get(&context, runner.config());
+  auto retarget = [&](mlir::ModuleOp module) -> mlir::LogicalResult {
+    mlir::FailureOr<mlir::kv::RetargetSummary> summary =
+        mlir::kv::retargetModel(module, fileModel);
+    if (mlir::failed(summary) || mlir::failed(mlir::verify(module)))
+      return mlir::failure();
+    if (summary->from && summary->from != fileModel)
+      llvm::WithColor::note(llvm::errs(), "kv-run")
+          << "--retarget-model: the program's " << summary->from
+          << " is now the model file's " << fileModel << " ("
+          << "retyped " << summary->models << " !kv.model, " << summary->caches
+          << " !kv.cache and " << summary->logits << " logits values)\n";
+    return mlir::success();
+  };
   // With the comparison, a program with erratum edits is also planned with
   // them exact: its answer's context is the edited context, the reference.
   mlir::OwningOpRef<mlir::ModuleOp> reference;
@@ -428,7 +452,10 @@ llvm::Error runProgram(const Options &options) {
           ? llvm::function_ref<mlir::LogicalResult(mlir::ModuleOp)>(
                 addAttribution)
           : nullptr,
-      o.request.compareFull ? &reference : nullptr);
+      o.request.compareFull ? &reference : nullptr,
+      options.retarget
+          ? llvm::function_ref<mlir::LogicalResult(mlir::ModuleOp)>(retarget)
+          : nullptr);
   if (!planned)
     return failed();
   mlir::FailureOr<mlir::func::FuncOp> entry =
@@ -448,7 +475,15 @@ llvm::Error runProgram(const Options &options) {
   Report report;
   std::vector<exec::Value> args;
   if (!runner.bind(*manifest, inputs, args, report, error)) {
-    mlir::emitError(entry->getLoc()) << error;
+    mlir::InFlightDiagnostic diag = mlir::emitError(entry->getLoc()) << error;
+    if (!options.retarget &&
+        llvm::any_of(entry->getArgumentTypes(), [&](mlir::Type type) {
+          auto model = llvm::dyn_cast<mlir::kv::ModelType>(type);
+          return model && model != fileModel;
+        }))
+      diag.attachNote() << "the program was written for another model: "
+                           "kv-run --retarget-model retypes it to the --model "
+                           "file's (docs/kv-run.md)";
     return failed();
   }
   compiler::LowerOptions lowering;
@@ -518,6 +553,13 @@ void declareOptions(OptionParser &parser, Options &options) {
               "segments before it, by patching each segment's K/V with its "
               "value in the edited context (docs/kv-run.md)",
               options.attribute);
+  parser.flag("retarget-model",
+              "run a program written for another model's shape: retype its "
+              "!kv.model, its !kv.cache shapes and its logits' vocabulary "
+              "to the model's (the kv-retarget-model pass; a note says what "
+              "changed, a program it cannot retype is an error at the op); "
+              "without it a program must name the model's exact type",
+              options.retarget);
   parser.flag("print-tokens",
               "without a program: print the ids and pieces of the text of "
               "--text or --text-file (each piece as the vocabulary spells it, "

@@ -278,6 +278,7 @@ bool parseOptions(int argc, char **argv, Options &o, run::OptionParser &parser,
   o.server.threads = int(o.threads);
   o.server.limits = o.engine.limits = limits;
   o.engine.runner = o.run.runner;
+  o.engine.special = o.run.request.special;
   o.engine.maxContexts = o.maxContexts;
   o.engine.maxContextsPerTenant = o.maxPerTenant;
   o.engine.maxBlocks = o.maxBlocks;

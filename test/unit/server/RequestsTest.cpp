@@ -59,6 +59,52 @@ TEST(ServeRequests, CreateContext) {
   EXPECT_EQ(r.segments[1].kind, "fact");
 }
 
+// "special" goes with text: unset by default (the server's default
+// applies), set either way where given, refused with token ids or alone.
+TEST(ServeRequests, SpecialTokensInText) {
+  CreateContextRequest r;
+  RequestError e;
+  ASSERT_TRUE(decodeCreateContext(
+      R"({"segments": [{"name": "a", "text": "<|im_start|>x", "special": true},
+                       {"name": "b", "text": "<|im_start|>x", "special": false},
+                       {"name": "c", "text": "<|im_start|>x"}]})",
+      limits(), r, e))
+      << e.message;
+  EXPECT_EQ(r.segments[0].content.special, std::optional<bool>(true));
+  EXPECT_EQ(r.segments[1].content.special, std::optional<bool>(false));
+  EXPECT_FALSE(r.segments[2].content.special.has_value());
+  std::string param;
+  EXPECT_NE(createError(R"({"segments": [{"name": "a", "tokens": [1],
+                                          "special": true}]})",
+                        nullptr, &param)
+                .find("goes with text: tokens are taken verbatim"),
+            std::string::npos);
+  EXPECT_EQ(param, "segments[0].special");
+  EXPECT_NE(createError(R"({"segments": [{"name": "a", "special": "yes",
+                                          "text": "x"}]})")
+                .find("special"),
+            std::string::npos);
+
+  CompletionRequest c;
+  ASSERT_TRUE(decodeCompletion(
+      R"({"prompt": "<|im_start|>x", "special": true})", limits(), c, e))
+      << e.message;
+  EXPECT_EQ(c.prompt.special, std::optional<bool>(true));
+  ASSERT_TRUE(decodeCompletion(R"({"prompt": "x"})", limits(), c, e));
+  EXPECT_FALSE(c.prompt.special.has_value());
+  EXPECT_FALSE(decodeCompletion(R"({"prompt": [1, 2], "special": true})",
+                                limits(), c, e));
+  EXPECT_EQ(e.code, "conflicting_fields");
+  EXPECT_EQ(e.param, "special");
+
+  EditRequest edit;
+  ASSERT_TRUE(decodeEdit(R"({"segment": "a", "text": "<|im_end|>",
+                             "special": true})",
+                         limits(), edit, e))
+      << e.message;
+  EXPECT_EQ(edit.content.special, std::optional<bool>(true));
+}
+
 TEST(ServeRequests, MalformedBodies) {
   int status = 0;
   EXPECT_NE(createError("", &status).find("empty"), std::string::npos);

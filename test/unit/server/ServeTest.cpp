@@ -17,6 +17,7 @@
 
 #include "driver/server/ServeProcess.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -39,10 +40,11 @@ bool haveModel() { return std::ifstream(kModel).good(); }
   if (!haveModel())                                                            \
   GTEST_SKIP() << "stories260K not found at " << kModel
 
-/// A server on stories260K with `extra` options.
-std::unique_ptr<ServeProcess> startServer(std::vector<std::string> extra = {}) {
+/// A server on `model` (stories260K by default) with `extra` options.
+std::unique_ptr<ServeProcess> startServer(std::vector<std::string> extra = {},
+                                          const std::string &model = kModel) {
   auto server = std::make_unique<ServeProcess>();
-  std::vector<std::string> args = {"--model", kModel, "--threads", "1"};
+  std::vector<std::string> args = {"--model", model, "--threads", "1"};
   args.insert(args.end(), extra.begin(), extra.end());
   static int count = 0;
   std::string log = ::testing::TempDir() + "/kv-serve-" +
@@ -399,6 +401,85 @@ TEST(Serve, BadInput) {
   EXPECT_EQ(s->get("/health").status, 200);
   EXPECT_EQ(s->get(ctx).status, 200);
   EXPECT_EQ(s->stop(), 0);
+}
+
+/// A qwen2-shaped GGUF file (random weights) with the qwen2 test
+/// vocabulary: byte-level BPE, <|im_start|> and <|im_end|> CONTROL tokens.
+/// Empty where kv-convert fails.
+std::string qwen2Model() {
+  std::string path = ::testing::TempDir() + "/serve-qwen2-" +
+                     std::to_string(getpid()) + ".gguf";
+  std::string command =
+      std::string(KVIR_KV_CONVERT_PATH) +
+      " synthetic:dim=64,hidden=128,layers=2,heads=4,kv_heads=2,vocab=1462,"
+      "arch=qwen2,shared=1,seed=7 " +
+      path + " --tokenizer " + KVIR_GOLDEN_VOCAB_DIR +
+      "/qwen2.gguf > /dev/null";
+  return std::system(command.c_str()) == 0 ? path : "";
+}
+
+/// The ids and the decoded text of the one segment of a context made of
+/// `segment` (named "p").
+std::pair<std::vector<int32_t>, std::string> encoded(ServeProcess &s,
+                                                     Json segment) {
+  segment["name"] = "p";
+  std::string id = create(s, {{"segments", {segment}}});
+  Reply read = s.get("/v1/contexts/" + id + "?tokens=1");
+  EXPECT_EQ(read.status, 200) << read.body;
+  return {ids(read.json["token_ids"]["p"]),
+          read.json["text"].value("p", std::string())};
+}
+
+// Raw text with "special": true reads <|im_start|> as the CONTROL token, as
+// kv-run --special does; without it the same text is plain text; kv-serve
+// --special makes true the default, which a request's "special": false
+// overrides; chat templates insert their specials either way.
+TEST(Serve, SpecialTokensInText) {
+  std::string model = qwen2Model();
+  ASSERT_FALSE(model.empty()) << "kv-convert could not write the model";
+  const std::string text = "<|im_start|>user";
+  {
+    auto s = startServer({}, model);
+    auto [special, specialText] =
+        encoded(*s, {{"text", text}, {"special", true}});
+    auto [plain, plainText] = encoded(*s, {{"text", text}});
+    auto [user, userText] = encoded(*s, {{"text", "user"}});
+    // One id for the control token, then the text after it as alone.
+    ASSERT_EQ(special.size(), 1 + user.size());
+    EXPECT_EQ(std::vector<int32_t>(special.begin() + 1, special.end()), user);
+    EXPECT_EQ(specialText, "user"); // a control token decodes to nothing
+    EXPECT_GT(plain.size(), special.size());
+    EXPECT_EQ(std::count(plain.begin(), plain.end(), special[0]), 0);
+    EXPECT_EQ(plainText, text);
+
+    Reply completion = s->post("/v1/completions", {{"prompt", text},
+                                                   {"special", true},
+                                                   {"max_tokens", 1},
+                                                   {"temperature", 0}});
+    ASSERT_EQ(completion.status, 200) << completion.body;
+    Reply plainCompletion =
+        s->post("/v1/completions",
+                {{"prompt", text}, {"max_tokens", 1}, {"temperature", 0}});
+    ASSERT_EQ(plainCompletion.status, 200) << plainCompletion.body;
+    EXPECT_EQ(completion.json["usage"]["prompt_tokens"].get<size_t>() +
+                  plain.size() - special.size(),
+              plainCompletion.json["usage"]["prompt_tokens"].get<size_t>());
+
+    Reply bad = s->post(
+        "/v1/contexts",
+        {{"segments", {{{"name", "p"}, {"tokens", {1}}, {"special", true}}}}});
+    EXPECT_EQ(bad.status, 400) << bad.body;
+    Reply chat = s->post(
+        "/v1/chat/completions",
+        {{"messages", {{{"role", "user"}, {"content", "<|im_start|>"}}}},
+         {"max_tokens", 1}});
+    ASSERT_EQ(chat.status, 200) << chat.body;
+  }
+  auto s = startServer({"--special"}, model);
+  EXPECT_EQ(encoded(*s, {{"text", text}}).first,
+            encoded(*s, {{"text", text}, {"special", true}}).first);
+  EXPECT_EQ(encoded(*s, {{"text", text}, {"special", false}}).second, text);
+  std::filesystem::remove(model);
 }
 
 TEST(Serve, ApiKeysAndTenants) {
