@@ -122,8 +122,8 @@ bool kvir::exec::encodeTextInputs(const TextOptions &options,
   if (!options.texts.empty() && !tokenizer) {
     error = options.texts.front().option +
             " needs a tokenizer: give --tokenizer FILE (a llama2.c "
-            "tokenizer.bin), or run a --model whose folder holds "
-            "tok<vocab>.bin";
+            "tokenizer.bin or a GGUF file), run a GGUF --model that "
+            "embeds one, or a --model whose folder holds tok<vocab>.bin";
     return false;
   }
   for (const std::string &name : options.bos) {
