@@ -249,7 +249,10 @@ struct ThreadsGuard {
 /// and each output is one FMA chain, so logits and stored K/V are
 /// bit-identical for any thread count, and they match the oracle. Then
 /// steps of 1, 3 and 7 tokens over it, whose attention is parallel over
-/// ranges of KV heads (as many as threads): bit-identical too.
+/// ranges of KV heads (as many as threads), and of 13 and 25 tokens (at
+/// least 8 context tokens each), whose attention is parallel over ranges
+/// of KV heads and of tokens, each range's tokens in groups that share one
+/// pass over the keys: bit-identical too.
 void checkThreadsAgree(const kvrt_model *model) {
   ThreadsGuard guard;
   int32_t vocab = vocabOf(model);
@@ -266,7 +269,7 @@ void checkThreadsAgree(const kvrt_model *model) {
   const int64_t stepPos = 2 + int64_t(tokens.size());
   auto stepTokens = [&](size_t n) { return randomTokens(n, vocab, 90 + n); };
   std::map<size_t, std::vector<float>> steps;
-  for (size_t n : {1, 3, 7}) {
+  for (size_t n : {1, 3, 7, 13, 25}) {
     Prefilled step = cpuPrefill(model, one.view.get(), stepTokens(n), stepPos);
     Prefilled refStep =
         refPrefill(model, ref.view.get(), stepTokens(n), stepPos);
