@@ -33,12 +33,11 @@ constexpr int64_t kCacheLineBytes = 64;
 /// Attention of fewer query tokens than this (a decode step) is parallel
 /// over KV heads, not over tokens.
 constexpr int64_t kHeadParallelTokens = 2 * kQueryTokens;
-/// Attention of a few query tokens over a long context (an edit's or a
-/// compose's recomputed segment: at most groupCapacity tokens, after at
-/// least this many context tokens per query token) is parallel over KV
-/// heads too, each task's tokens in groups that share one pass over the
-/// keys: per block of kQueryTokens tokens, each pass read the whole
-/// context's K/V, far beyond the last-level cache at 8K tokens.
+/// Attention of query tokens over a long context (an edit's or a compose's
+/// recomputed segments: at least this many context tokens per query token)
+/// is parallel over KV heads too, each task's tokens in groups that share
+/// one pass over the keys: per block of kQueryTokens tokens, each pass read
+/// the whole context's K/V, far beyond the last-level cache at 8K tokens.
 constexpr int64_t kContextPerQuery = 8;
 /// The most tokens of a group, and the bytes their state (rotated query,
 /// accumulators, running max and sum) may take on a task's stack.
@@ -614,26 +613,28 @@ void cpu::emitAttention(ForwardEmitter &e, int64_t vectorBits) {
   SmallVector<Value> captures(f.getArguments());
   Value n = captures[1], pos = captures[2];
   captures.erase(captures.begin() + 1);
-  // The split: for a few tokens, `ranges` ranges of KV heads (min(threads,
-  // KV heads)) times `splits` ranges of tokens (as many as keep every
-  // thread busy, of at least kQueryTokens tokens), each item one range of
-  // each; for more, 0 ranges: items are tokens, each with every head.
+  // The split: for a decode step or tokens over a long context, `ranges`
+  // ranges of KV heads (min(threads, KV heads)) times `splits` ranges of
+  // tokens (as many as keep every thread busy, of at least kQueryTokens
+  // tokens, and at most groupCapacity tokens each), each item one range of
+  // each; else (a prefill) 0 ranges: items are tokens, each with every
+  // head.
   Value cKVH = e.cIndex(e.kvHeads), c0 = e.cIndex(0), c1 = e.cIndex(1);
   Value cTB = e.cIndex(kQueryTokens);
   Value threads = numThreads(e);
   Value decode =
       e.cmp(arith::CmpIPredicate::ult, n, e.cIndex(kHeadParallelTokens));
-  Value longContext = arith::AndIOp::create(
-      e.b, e.cmp(arith::CmpIPredicate::ule, n, e.cIndex(groupCapacity(e))),
-      e.cmp(arith::CmpIPredicate::sge, pos,
-            e.toI64(e.mul(n, e.cIndex(kContextPerQuery)))));
+  Value longContext = e.cmp(arith::CmpIPredicate::sge, pos,
+                            e.toI64(e.mul(n, e.cIndex(kContextPerQuery))));
   Value byHeads = arith::OrIOp::create(e.b, decode, longContext);
   Value headRanges = e.maxu(e.minu(threads, cKVH), c1);
   auto ceilDiv = [&](Value a, Value b) {
     return e.divu(e.add(a, e.sub(b, c1)), b);
   };
   Value splits =
-      e.maxu(e.minu(ceilDiv(threads, headRanges), ceilDiv(n, cTB)), c1);
+      e.maxu(e.maxu(e.minu(ceilDiv(threads, headRanges), ceilDiv(n, cTB)),
+                    ceilDiv(n, e.cIndex(groupCapacity(e)))),
+             c1);
   Value ranges = e.select(byHeads, headRanges, c0);
   captures.push_back(n);
   captures.push_back(ranges);
