@@ -58,6 +58,13 @@ cl::opt<int> history("history",
                      cl::desc("tokens of the agent scenario's history "
                               "(context = history + 2100)"),
                      cl::init(2000), cl::cat(category));
+cl::opt<int> longHistory(
+    "long-history",
+    cl::desc("also the cot_slice edit of an agent context with this history "
+             "(context = history + 2100; 0: none, the default; --hw: 30668, "
+             "a 32K-token context), after the other rows: its plan and full "
+             "prefill once, without the exact plan's row"),
+    cl::init(0), cl::cat(category));
 cl::opt<int> blockTokens("block", cl::desc("tokens per composed skill block"),
                          cl::init(512), cl::cat(category));
 cl::opt<int> blockCount("blocks", cl::desc("skill blocks composed (default 4)"),
@@ -73,9 +80,9 @@ cl::opt<bool> hardware(
     cl::desc("every CPU figure against this machine's limits in one run: its "
              "FMA peak and read bandwidth, prefill on 1 and 2 threads, the "
              "matmul vs OpenBLAS, decode attention on f32/f16/bf16 pages, "
-             "then the edit and compose rows at 8K tokens (defaults "
-             "--history 6000 --blocks 8 --block 1024, the synthetic model "
-             "only)"),
+             "then the edit and compose rows at 8K tokens and the cot_slice "
+             "edit at 32K (defaults --history 6000 --long-history 30668 "
+             "--blocks 8 --block 1024, the synthetic model only)"),
     cl::init(false), cl::cat(category));
 
 /// The agent context of the design brief (system 1200, history, a fact, tools
@@ -227,6 +234,23 @@ bool measure(ComputeBackend &backend, const kvrt_model *model, kvrt_pool *pool,
   return true;
 }
 
+/// Each plan's share of its full prefill's tokens, FLOPs and wall time, and
+/// how much more of the wall time than of the FLOPs it takes (1: the plan
+/// computes at the full prefill's FLOP rate).
+void printShares(const std::vector<Row> &rows) {
+  llvm::outs() << llvm::format("\n%-28s %-12s %8s %8s %8s %10s\n",
+                               "share of the full prefill", "plan", "tokens",
+                               "FLOPs", "wall", "wall/FLOP");
+  for (const Row &r : rows) {
+    double flops = double(r.work.flops) / r.fullFlops;
+    double wall = r.work.seconds / r.fullSeconds;
+    llvm::outs() << llvm::format("%-28s %-12s %7.2f%% %7.2f%% %7.2f%% %10.2f\n",
+                                 r.scenario.c_str(), r.strategy.c_str(),
+                                 100.0 * r.work.prefillTokens / r.fullTokens,
+                                 100.0 * flops, 100.0 * wall, wall / flops);
+  }
+}
+
 void printRows(const std::vector<Row> &rows) {
   llvm::outs() << llvm::format("%-28s %-12s %8s %10s %10s %8s %8s %8s %8s\n",
                                "scenario", "plan", "tokens", "plan ms",
@@ -250,8 +274,9 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
     return false;
   // A scenario holds a few copies of its context at once (plan, full
   // prefill, their views).
-  int64_t longest = std::max(int64_t(history) + 2200,
-                             64 + int64_t(blockCount) * blockTokens + 64);
+  int64_t longest =
+      std::max({int64_t(history) + 2200, int64_t(longHistory) + 2200,
+                64 + int64_t(blockCount) * blockTokens + 64});
   bench::PoolRef pool = bench::createPool(
       model, std::max<int64_t>(4096, 8 * (longest / 16 + 1)), "kv-bench");
   if (!pool)
@@ -275,7 +300,14 @@ bool benchModel(const kvrt_model *model, const std::string &description) {
                    std::to_string(int(blockTokens)),
                "compose", rows))
     return false;
+  // The long context's cot_slice edit alone: the kernels are warm, and its
+  // full prefill is most of the report's run time.
+  if (longHistory > 0 && !measure(*backend, model, pool.get(),
+                                  agentProgram(c, longHistory, "cot_slice"),
+                                  "agent edit", "cot_slice", rows))
+    return false;
   printRows(rows);
+  printShares(rows);
   return true;
 }
 
@@ -299,6 +331,8 @@ int main(int argc, char **argv) {
     std::fflush(stdout);
     if (!history.getNumOccurrences())
       history = 6000;
+    if (!longHistory.getNumOccurrences())
+      longHistory = 30668;
     if (!blockCount.getNumOccurrences())
       blockCount = 8;
     if (!blockTokens.getNumOccurrences())
@@ -309,9 +343,10 @@ int main(int argc, char **argv) {
     compiler::applyThreadsOption(threads, "kv-bench");
     llvm::outs() << "\n== edit and compose vs full prefill\n";
   }
-  if (history < 0 || blockTokens < 1 || blockCount < 1 ||
+  if (history < 0 || longHistory < 0 || blockTokens < 1 || blockCount < 1 ||
       int64_t(blockTokens) * blockCount > 1 << 20) {
-    llvm::errs() << "kv-bench: --history must be >= 0, --block and --blocks "
+    llvm::errs() << "kv-bench: --history and --long-history must be >= 0, "
+                    "--block and --blocks "
                     ">= 1, and blocks x block at most 2^20 tokens\n";
     return 1;
   }
@@ -320,7 +355,7 @@ int main(int argc, char **argv) {
     // Room for the longest context a scenario builds.
     kvrt_model_config c = bench::syntheticConfig(
         synthDim, synthLayers, synthVocab,
-        std::max({4096, int(history) + 2200,
+        std::max({4096, int(history) + 2200, int(longHistory) + 2200,
                   64 + int(blockCount) * int(blockTokens) + 64}));
     kvrt_model *model = nullptr;
     if (kvrt_model_synthetic(&c, 42, &model)) {

@@ -33,6 +33,25 @@ constexpr int64_t kCacheLineBytes = 64;
 /// Attention of fewer query tokens than this (a decode step) is parallel
 /// over KV heads, not over tokens.
 constexpr int64_t kHeadParallelTokens = 2 * kQueryTokens;
+/// Attention of query tokens over a long context (an edit's or a compose's
+/// recomputed segments: at least this many context tokens per query token)
+/// is parallel over KV heads too, each task's tokens in groups that share
+/// one pass over the keys: per block of kQueryTokens tokens, each pass read
+/// the whole context's K/V, far beyond the last-level cache at 8K tokens.
+constexpr int64_t kContextPerQuery = 8;
+/// The most tokens of a group, and the bytes their state (rotated query,
+/// accumulators, running max and sum) may take on a task's stack.
+constexpr int64_t kGroupMaxTokens = 64;
+constexpr int64_t kGroupStateBytes = 512 * 1024;
+
+/// The most query tokens that share a pass over the keys: as many as
+/// kGroupStateBytes hold (a multiple of kQueryTokens, at least one block),
+/// at most kGroupMaxTokens.
+int64_t groupCapacity(ForwardEmitter &e) {
+  int64_t perToken = (2 * e.dim + 2 * e.heads) * int64_t(sizeof(float));
+  int64_t tokens = kGroupStateBytes / perToken / kQueryTokens * kQueryTokens;
+  return std::clamp(tokens, kQueryTokens, kGroupMaxTokens);
+}
 /// Attention's online softmax steps over chunks of whole pages of at least
 /// this many keys (one page if it has more): on f16/bf16 pages, where decode
 /// attention is compute-bound, 64 keys share one step's max, rescale and
@@ -106,19 +125,23 @@ Value reduceEach(ForwardEmitter &e, ArrayRef<Value> vectors) {
   return vector::ShuffleOp::create(e.b, sums, sums, gather);
 }
 
-/// Query tokens lo .. hi-1 of the attention, the query heads of KV heads
-/// gLo .. gHi-1 (scratch on this task's stack), in blocks of kQueryTokens,
-/// the rest one at a time. `wide`: the host has 512-bit vectors (AVX-512),
-/// which hold blocks of 4 x 4 scores and V sums in registers, not 2 x 2.
+/// The attention of `spans` (query tokens x KV heads) of a task, span i
+/// the tokens `span(i)` returns, each in groups of `groupTokens` (<=
+/// groupCapacity) that share one pass over the keys, with the query heads
+/// of its KV heads (scratch on this task's stack). `wide`: the host has
+/// 512-bit vectors (AVX-512), which hold blocks of 4 x 4 scores and V sums
+/// in registers, not 2 x 2.
+struct Span {
+  Value lo, hi, gLo, gHi;
+};
 void emitAttentionRows(ForwardEmitter &e, bool wide, Value q, Value pos,
                        Value kv, Value pages, Value runs, Value layer, Value pt,
-                       Value out, Value lo, Value hi, Value gLo, Value gHi) {
+                       Value out, Value spans, function_ref<Span(Value)> spanAt,
+                       Value groupTokens) {
   Type h1 = headType(e), tab = ropeTableType(e);
   Value c0 = e.cIndex(0), c1 = e.cIndex(1), c16 = e.cIndex(16);
   Value cHS = e.cIndex(e.headSize), cD = e.cIndex(e.dim),
         cNH = e.cIndex(e.heads), cG = e.cIndex(e.group);
-  // The query heads of this task's KV heads.
-  Value hLo = e.mul(gLo, cG), hHi = e.mul(gHi, cG);
   Value scale = e.scoreScale();
   Value ninf = e.cF32Bits(0xFF800000u), zf = e.cF32(0.0f);
   VectorType v16 = e.vec(kLanes, e.f32());
@@ -137,12 +160,13 @@ void emitAttentionRows(ForwardEmitter &e, bool wide, Value q, Value pos,
   auto stackBuffer = [&](int64_t size, Type element) -> Value {
     return memref::AllocaOp::create(e.b, MemRefType::get({size}, element));
   };
-  // Per token of a block: its rotated query, and per query head the
+  // Per token of a group: its rotated query, and per query head the
   // running max, sum and accumulator.
-  Value qrot = stackBuffer(kQueryTokens * e.dim, e.f32());
-  Value mx = stackBuffer(kQueryTokens * e.heads, e.f32());
-  Value lsum = stackBuffer(kQueryTokens * e.heads, e.f32());
-  Value acc = stackBuffer(kQueryTokens * e.dim, e.f32());
+  const int64_t capacity = groupCapacity(e);
+  Value qrot = stackBuffer(capacity * e.dim, e.f32());
+  Value mx = stackBuffer(capacity * e.heads, e.f32());
+  Value lsum = stackBuffer(capacity * e.heads, e.f32());
+  Value acc = stackBuffer(capacity * e.dim, e.f32());
   // Scores of a chunk of pages, [token x G][chunk pages x page_tokens + 16]:
   // a row has room for the last 16-lane block of the weights.
   Value chunkPages = e.maxu(e.divu(e.cIndex(chunkKeys(e.kvElement())), pt), c1);
@@ -226,41 +250,43 @@ void emitAttentionRows(ForwardEmitter &e, bool wide, Value q, Value pos,
   };
   // The correction factor of each row for this chunk.
   Value cr = stackBuffer(kQueryTokens * e.group, e.f32());
-  // Query tokens go in blocks of kQueryTokens (the rest one by one): a
-  // block's rows (token x query head of a group) share each pass over the
-  // keys. A token's keys end at its own causal limit; in a block the pass
-  // runs to the last token's, and the keys past a token's limit score -inf:
-  // weight 0, and a chunk without a key of its own leaves its sums exactly
-  // as they were, so a token's result does not depend on its block.
-  auto tokenBlock = [&](int64_t tb, Value t0) {
-    const int64_t rows = tb * e.group;
-    SmallVector<Value> tok, m;
-    for (int64_t tt = 0; tt < tb; ++tt) {
-      tok.push_back(e.add(t0, e.cIndex(tt)));
-      m.push_back(arith::AddIOp::create(e.b, pos, e.toI64(tok.back())));
-    }
-    // Row r = tt * G + i: token tt, query head g * G + i of KV head g.
-    auto stateAt = [&](Value tt, Value h) { return e.add(e.mul(tt, cNH), h); };
-    e.forLoop(c0, e.cIndex(tb * e.heads), c1, [&](Value th) {
+  // A group's query tokens [g0, g1) share one pass over the keys: per
+  // chunk of pages and KV head, the chunk's K/V (in L1) serve every block
+  // of kQueryTokens tokens of the group (the rest one by one), whose rows
+  // (token x query head of the KV head) share each key slice load. A
+  // token's keys end at its own causal limit; the pass runs to the group's
+  // last token's, and the keys past a token's limit score -inf: weight 0,
+  // and a chunk without a key of its own leaves its sums exactly as they
+  // were, so a token's result depends neither on its group nor on its
+  // block.
+  auto tokenGroup = [&](Value g0, Value g1, Value gLo, Value gHi) {
+    // The query heads of the span's KV heads.
+    Value hLo = e.mul(gLo, cG), hHi = e.mul(gHi, cG);
+    Value count = e.sub(g1, g0);
+    Value cTB = e.cIndex(kQueryTokens);
+    Value blocked = e.add(g0, e.mul(e.divu(count, cTB), cTB));
+    // State of token g0 + lt, query head h.
+    auto stateAt = [&](Value lt, Value h) { return e.add(e.mul(lt, cNH), h); };
+    e.forLoop(c0, e.mul(count, cNH), c1, [&](Value th) {
       e.store(ninf, mx, {th});
       e.store(zf, lsum, {th});
       vector::StoreOp::create(e.b, zv, acc, ValueRange{e.mul(th, cHS)});
     });
+    auto positionOf = [&](Value t) {
+      return arith::AddIOp::create(e.b, pos, e.toI64(t)).getResult();
+    };
     e.forLoop(c0, nruns, c1, [&](Value r) {
       RunRow run = e.loadRun(runs, r);
-      SmallVector<Value> visible;
-      for (int64_t tt = 0; tt < tb; ++tt)
-        visible.push_back(e.visibleKeys(m[tt], run));
       // Positions grow with the token: the last one sees the most keys.
-      Value most = visible.back();
+      Value most = e.visibleKeys(positionOf(e.sub(g1, c1)), run);
       e.ifThen(e.cmp(arith::CmpIPredicate::sgt, most, e.cI64(0)), [&] {
         // (R(m) q) . (R(Δ) k) = (R(m - Δ) q) . k: one rotation per run and
         // token.
-        for (int64_t tt = 0; tt < tb; ++tt) {
-          Value qp = arith::SubIOp::create(e.b, m[tt], run.delta);
+        e.forLoop(g0, g1, c1, [&](Value t) {
+          Value qp = arith::SubIOp::create(e.b, positionOf(t), run.delta);
           call(e, "rope_table", {qp, cs, sn});
-          Value qoff = e.mul(tok[tt], cD);
-          Value roff = e.cIndex(tt * e.dim);
+          Value qoff = e.mul(t, cD);
+          Value roff = e.mul(e.sub(t, g0), cD);
           e.forLoop(hLo, hHi, c1, [&](Value h) {
             Value ho = e.mul(h, cHS);
             auto head = [&](Value memref, Value offset) -> Value {
@@ -274,7 +300,7 @@ void emitAttentionRows(ForwardEmitter &e, bool wide, Value q, Value pos,
                  {head(q, e.add(qoff, ho)), head(qrot, e.add(roff, ho)), cs,
                   sn});
           });
-        }
+        });
         Value pageOffset = e.toIndex(run.pageOffset);
         Value slotBegin = e.toIndex(run.slotBegin);
         Value send = e.add(slotBegin, e.toIndex(most));
@@ -325,69 +351,73 @@ void emitAttentionRows(ForwardEmitter &e, bool wide, Value q, Value pos,
               return HeadK{kb, e.sub(target, kb)};
             };
             Value gq = e.mul(g, cG);
-            Value qbase = e.mul(gq, cHS);
-            // The offset in qrot and acc of row r's head.
-            auto rowOffset = [&](int64_t r) {
-              return e.add(qbase, e.cIndex((r / e.group) * e.dim +
-                                           (r % e.group) * e.headSize));
-            };
-            // Scores: each 16-lane slice of a key is loaded (and widened)
-            // once and dotted with the same slice of every row, one
-            // accumulator per key and row; keys go in groups of scoreKeys
-            // and rows in blocks of scoreRows, so that a query slice
-            // loaded once serves every key of the group. The group's dots
-            // are then summed together by one transposed reduction (a
-            // vector of their scores), scaled, and stored row by row.
-            auto scoreGroup = [&](ArrayRef<Value> keys, HeadK k, Value keyShift,
-                                  Value column) {
-              const int64_t kn = keys.size();
-              SmallVector<Value> kos;
-              for (Value s : keys)
-                kos.push_back(e.add(k.base, e.mul(s, cHS)));
-              Value keyIds;
-              if (tb > 1) {
+            // The block of tb tokens from t0: row r = tt * G + i is token
+            // t0 + tt, query head g * G + i of KV head g.
+            auto tokenBlock = [&](int64_t tb, Value t0) {
+              const int64_t rows = tb * e.group;
+              Value lt0 = e.sub(t0, g0);
+              SmallVector<Value> visible;
+              for (int64_t tt = 0; tt < tb; ++tt)
+                visible.push_back(
+                    e.visibleKeys(positionOf(e.add(t0, e.cIndex(tt))), run));
+              Value qbase = e.add(e.mul(lt0, cD), e.mul(gq, cHS));
+              // The offset in qrot and acc of row r's head.
+              auto rowOffset = [&](int64_t r) {
+                return e.add(qbase, e.cIndex((r / e.group) * e.dim +
+                                             (r % e.group) * e.headSize));
+              };
+              // Scores: each 16-lane slice of a key is loaded (and widened)
+              // once and dotted with the same slice of every row, one
+              // accumulator per key and row; keys go in groups of scoreKeys
+              // and rows in blocks of scoreRows, so that a query slice
+              // loaded once serves every key of the group. The group's dots
+              // are then summed together by one transposed reduction (a
+              // vector of their scores), scaled, and stored row by row.
+              auto scoreGroup = [&](ArrayRef<Value> keys, HeadK k,
+                                    Value keyShift, Value column) {
+                const int64_t kn = keys.size();
+                SmallVector<Value> kos;
+                for (Value s : keys)
+                  kos.push_back(e.add(k.base, e.mul(s, cHS)));
                 // The group's key numbers in the run, for the causal mask.
                 VectorType kv64 = e.vec(kn, e.i64());
                 SmallVector<int64_t> steps(kn);
                 std::iota(steps.begin(), steps.end(), 0);
-                keyIds = arith::AddIOp::create(
+                Value keyIds = arith::AddIOp::create(
                     e.b,
                     vector::BroadcastOp::create(
                         e.b, kv64,
                         arith::AddIOp::create(e.b, keyShift, e.toI64(keys[0]))),
                     arith::ConstantOp::create(
                         e.b, DenseElementsAttr::get(kv64, ArrayRef(steps))));
-              }
-              for (int64_t r0 = 0; r0 < rows; r0 += scoreRows) {
-                int64_t rn = std::min(scoreRows, rows - r0);
-                // dots[i * kn + j]: row r0 + i, key j.
-                SmallVector<Value> dots(kn * rn, z16);
-                for (int64_t c = 0; c < slices; ++c) {
-                  SmallVector<Value> ks;
-                  for (Value ko : kos) {
-                    Value at = e.add(ko, e.cIndex(c * kLanes));
-                    if (r0 == 0 && startsLine(c))
-                      prefetchAhead(at, k.ahead);
-                    ks.push_back(loadKV(at, c));
+                for (int64_t r0 = 0; r0 < rows; r0 += scoreRows) {
+                  int64_t rn = std::min(scoreRows, rows - r0);
+                  // dots[i * kn + j]: row r0 + i, key j.
+                  SmallVector<Value> dots(kn * rn, z16);
+                  for (int64_t c = 0; c < slices; ++c) {
+                    SmallVector<Value> ks;
+                    for (Value ko : kos) {
+                      Value at = e.add(ko, e.cIndex(c * kLanes));
+                      if (r0 == 0 && startsLine(c))
+                        prefetchAhead(at, k.ahead);
+                      ks.push_back(loadKV(at, c));
+                    }
+                    for (int64_t i = 0; i < rn; ++i) {
+                      Value qv = loadF32(
+                          qrot, e.add(rowOffset(r0 + i), e.cIndex(c * kLanes)),
+                          c);
+                      for (int64_t j = 0; j < kn; ++j)
+                        dots[i * kn + j] = vector::FMAOp::create(
+                            e.b, qv, ks[j], dots[i * kn + j]);
+                    }
                   }
+                  Value scores = arith::MulFOp::create(
+                      e.b, reduceEach(e, dots),
+                      vector::BroadcastOp::create(e.b, v16, scale));
                   for (int64_t i = 0; i < rn; ++i) {
-                    Value qv = loadF32(
-                        qrot, e.add(rowOffset(r0 + i), e.cIndex(c * kLanes)),
-                        c);
-                    for (int64_t j = 0; j < kn; ++j)
-                      dots[i * kn + j] = vector::FMAOp::create(
-                          e.b, qv, ks[j], dots[i * kn + j]);
-                  }
-                }
-                Value scores = arith::MulFOp::create(
-                    e.b, reduceEach(e, dots),
-                    vector::BroadcastOp::create(e.b, v16, scale));
-                for (int64_t i = 0; i < rn; ++i) {
-                  Value row = vector::ExtractStridedSliceOp::create(
-                      e.b, scores, ArrayRef<int64_t>{i * kn},
-                      ArrayRef<int64_t>{kn}, ArrayRef<int64_t>{1});
-                  if (tb > 1) {
-                    VectorType kv64 = e.vec(kn, e.i64());
+                    Value row = vector::ExtractStridedSliceOp::create(
+                        e.b, scores, ArrayRef<int64_t>{i * kn},
+                        ArrayRef<int64_t>{kn}, ArrayRef<int64_t>{1});
                     Value seen = arith::CmpIOp::create(
                         e.b, arith::CmpIPredicate::slt, keyIds,
                         vector::BroadcastOp::create(
@@ -396,140 +426,144 @@ void emitAttentionRows(ForwardEmitter &e, bool wide, Value q, Value pos,
                         e.b, seen, row,
                         vector::BroadcastOp::create(e.b, e.vec(kn, e.f32()),
                                                     ninf));
+                    vector::StoreOp::create(
+                        e.b, row, sc,
+                        ValueRange{e.add(e.mul(e.cIndex(r0 + i), scw),
+                                         e.add(column, keys[0]))});
                   }
-                  vector::StoreOp::create(
-                      e.b, row, sc,
-                      ValueRange{e.add(e.mul(e.cIndex(r0 + i), scw),
-                                       e.add(column, keys[0]))});
+                }
+              };
+              Value cSK = e.cIndex(scoreKeys);
+              e.forLoop(pc, pcEnd, c1, [&](Value pi) {
+                PageKeys k = pageKeys(pi);
+                HeadK head = headOn(pi, k.page);
+                Value groups =
+                    e.add(k.s0, e.mul(e.divu(e.sub(k.s1, k.s0), cSK), cSK));
+                e.forLoop(k.s0, groups, cSK, [&](Value s) {
+                  SmallVector<Value> keys;
+                  for (int64_t j = 0; j < scoreKeys; ++j)
+                    keys.push_back(e.add(s, e.cIndex(j)));
+                  scoreGroup(keys, head, k.keyShift, k.column);
+                });
+                e.forLoop(groups, k.s1, c1, [&](Value s) {
+                  scoreGroup({s}, head, k.keyShift, k.column);
+                });
+              });
+              // Per row: the chunk's max, the rescale of what came before, and
+              // the weights exp(score - max) over the scores (a row that has
+              // seen no key yet gets weights 0: softmaxRescale's shift).
+              e.forLoop(c0, e.cIndex(rows), c1, [&](Value row) {
+                Value tt = e.add(lt0, e.divu(row, cG));
+                Value state = stateAt(tt, e.add(gq, e.remu(row, cG)));
+                auto scoreAt = [&](Value bl) {
+                  return e.add(e.mul(row, scw), bl);
+                };
+                // The chunk's max, 16 scores at a time (lanes past the chunk
+                // read as -inf).
+                Value maxv = e.forLoop(
+                    colBegin, colEnd, c16, {ninf16},
+                    [&](Value bl, ValueRange vm) -> SmallVector<Value> {
+                      Value mask = vector::CreateMaskOp::create(
+                          e.b, m16, ValueRange{e.sub(colEnd, bl)});
+                      Value sv = maskedLoad(sc, scoreAt(bl), mask, ninf16);
+                      return {arith::MaxNumFOp::create(e.b, vm[0], sv)};
+                    })[0];
+                Value chunkMax = vector::ReductionOp::create(
+                    e.b, vector::CombiningKind::MAXNUMF, maxv);
+                Value oldMax = e.load(mx, {state});
+                auto [newMax, shift, corr] = e.softmaxRescale(oldMax, chunkMax);
+                Value l1 =
+                    arith::MulFOp::create(e.b, e.load(lsum, {state}), corr);
+                Value mb = vector::BroadcastOp::create(e.b, v16, shift);
+                Value weights = e.forLoop(
+                    colBegin, colEnd, c16, {z16},
+                    [&](Value bl, ValueRange ps) -> SmallVector<Value> {
+                      Value bi = scoreAt(bl);
+                      Value mask = vector::CreateMaskOp::create(
+                          e.b, m16, ValueRange{e.sub(colEnd, bl)});
+                      Value sv = maskedLoad(sc, bi, mask, ninf16);
+                      Value d = arith::SubFOp::create(e.b, sv, mb);
+                      Value p = call(e, "exp16", {d}, {v16})[0];
+                      vector::StoreOp::create(e.b, p, sc, ValueRange{bi});
+                      return {arith::AddFOp::create(e.b, ps[0], p)};
+                    })[0];
+                Value wsum = vector::ReductionOp::create(
+                    e.b, vector::CombiningKind::ADD, weights);
+                e.store(newMax, mx, {state});
+                e.store(arith::AddFOp::create(e.b, l1, wsum), lsum, {state});
+                e.store(corr, cr, {row});
+              });
+              // V: per block of rows and of head slices, the accumulators
+              // stay in registers over the chunk's keys, page by page; each V
+              // slice is loaded (and widened) once per block of rows.
+              for (int64_t r0 = 0; r0 < rows; r0 += valueHeads) {
+                int64_t rn = std::min(valueHeads, rows - r0);
+                for (int64_t c0s = 0; c0s < slices; c0s += valueSlices) {
+                  int64_t cn = std::min(valueSlices, slices - c0s);
+                  auto accAt = [&](int64_t i, int64_t c) {
+                    return e.add(rowOffset(r0 + i),
+                                 e.cIndex((c0s + c) * kLanes));
+                  };
+                  SmallVector<Value> inits;
+                  for (int64_t i = 0; i < rn; ++i) {
+                    Value corr = vector::BroadcastOp::create(
+                        e.b, v16, e.load(cr, {e.cIndex(r0 + i)}));
+                    for (int64_t c = 0; c < cn; ++c)
+                      inits.push_back(arith::MulFOp::create(
+                          e.b, loadF32(acc, accAt(i, c), c0s + c), corr));
+                  }
+                  SmallVector<Value> sums = e.forLoop(
+                      pc, pcEnd, c1, inits,
+                      [&](Value pi, ValueRange pa) -> SmallVector<Value> {
+                        PageKeys k = pageKeys(pi);
+                        HeadK head = headOn(pi, k.page);
+                        Value vb = e.add(head.base, strides.kv);
+                        return e.forLoop(
+                            k.s0, k.s1, c1, pa,
+                            [&](Value s, ValueRange aa) -> SmallVector<Value> {
+                              Value vo = e.add(vb, e.mul(s, cHS));
+                              SmallVector<Value> vs;
+                              for (int64_t c = 0; c < cn; ++c) {
+                                Value at =
+                                    e.add(vo, e.cIndex((c0s + c) * kLanes));
+                                if (r0 == 0 && startsLine(c0s + c))
+                                  prefetchAhead(at, head.ahead);
+                                vs.push_back(loadKV(at, c0s + c));
+                              }
+                              Value col = e.add(k.column, s);
+                              SmallVector<Value> next;
+                              for (int64_t i = 0; i < rn; ++i) {
+                                Value p = vector::BroadcastOp::create(
+                                    e.b, v16,
+                                    e.load(sc,
+                                           {e.add(e.mul(e.cIndex(r0 + i), scw),
+                                                  col)}));
+                                for (int64_t c = 0; c < cn; ++c)
+                                  next.push_back(vector::FMAOp::create(
+                                      e.b, p, vs[c], aa[i * cn + c]));
+                              }
+                              return next;
+                            });
+                      });
+                  for (int64_t i = 0; i < rn; ++i)
+                    for (int64_t c = 0; c < cn; ++c)
+                      storeF32(sums[i * cn + c], acc, accAt(i, c), c0s + c);
                 }
               }
             };
-            Value cSK = e.cIndex(scoreKeys);
-            e.forLoop(pc, pcEnd, c1, [&](Value pi) {
-              PageKeys k = pageKeys(pi);
-              HeadK head = headOn(pi, k.page);
-              Value groups =
-                  e.add(k.s0, e.mul(e.divu(e.sub(k.s1, k.s0), cSK), cSK));
-              e.forLoop(k.s0, groups, cSK, [&](Value s) {
-                SmallVector<Value> keys;
-                for (int64_t j = 0; j < scoreKeys; ++j)
-                  keys.push_back(e.add(s, e.cIndex(j)));
-                scoreGroup(keys, head, k.keyShift, k.column);
-              });
-              e.forLoop(groups, k.s1, c1, [&](Value s) {
-                scoreGroup({s}, head, k.keyShift, k.column);
-              });
-            });
-            // Per row: the chunk's max, the rescale of what came before, and
-            // the weights exp(score - max) over the scores (a row that has
-            // seen no key yet gets weights 0: softmaxRescale's shift).
-            e.forLoop(c0, e.cIndex(rows), c1, [&](Value row) {
-              Value tt = e.divu(row, cG);
-              Value state = stateAt(tt, e.add(gq, e.remu(row, cG)));
-              auto scoreAt = [&](Value bl) {
-                return e.add(e.mul(row, scw), bl);
-              };
-              // The chunk's max, 16 scores at a time (lanes past the chunk
-              // read as -inf).
-              Value maxv =
-                  e.forLoop(colBegin, colEnd, c16, {ninf16},
-                            [&](Value bl, ValueRange vm) -> SmallVector<Value> {
-                              Value mask = vector::CreateMaskOp::create(
-                                  e.b, m16, ValueRange{e.sub(colEnd, bl)});
-                              Value sv =
-                                  maskedLoad(sc, scoreAt(bl), mask, ninf16);
-                              return {arith::MaxNumFOp::create(e.b, vm[0], sv)};
-                            })[0];
-              Value chunkMax = vector::ReductionOp::create(
-                  e.b, vector::CombiningKind::MAXNUMF, maxv);
-              Value oldMax = e.load(mx, {state});
-              auto [newMax, shift, corr] = e.softmaxRescale(oldMax, chunkMax);
-              Value l1 =
-                  arith::MulFOp::create(e.b, e.load(lsum, {state}), corr);
-              Value mb = vector::BroadcastOp::create(e.b, v16, shift);
-              Value weights = e.forLoop(
-                  colBegin, colEnd, c16, {z16},
-                  [&](Value bl, ValueRange ps) -> SmallVector<Value> {
-                    Value bi = scoreAt(bl);
-                    Value mask = vector::CreateMaskOp::create(
-                        e.b, m16, ValueRange{e.sub(colEnd, bl)});
-                    Value sv = maskedLoad(sc, bi, mask, ninf16);
-                    Value d = arith::SubFOp::create(e.b, sv, mb);
-                    Value p = call(e, "exp16", {d}, {v16})[0];
-                    vector::StoreOp::create(e.b, p, sc, ValueRange{bi});
-                    return {arith::AddFOp::create(e.b, ps[0], p)};
-                  })[0];
-              Value wsum = vector::ReductionOp::create(
-                  e.b, vector::CombiningKind::ADD, weights);
-              e.store(newMax, mx, {state});
-              e.store(arith::AddFOp::create(e.b, l1, wsum), lsum, {state});
-              e.store(corr, cr, {row});
-            });
-            // V: per block of rows and of head slices, the accumulators
-            // stay in registers over the chunk's keys, page by page; each V
-            // slice is loaded (and widened) once per block of rows.
-            for (int64_t r0 = 0; r0 < rows; r0 += valueHeads) {
-              int64_t rn = std::min(valueHeads, rows - r0);
-              for (int64_t c0s = 0; c0s < slices; c0s += valueSlices) {
-                int64_t cn = std::min(valueSlices, slices - c0s);
-                auto accAt = [&](int64_t i, int64_t c) {
-                  return e.add(rowOffset(r0 + i), e.cIndex((c0s + c) * kLanes));
-                };
-                SmallVector<Value> inits;
-                for (int64_t i = 0; i < rn; ++i) {
-                  Value corr = vector::BroadcastOp::create(
-                      e.b, v16, e.load(cr, {e.cIndex(r0 + i)}));
-                  for (int64_t c = 0; c < cn; ++c)
-                    inits.push_back(arith::MulFOp::create(
-                        e.b, loadF32(acc, accAt(i, c), c0s + c), corr));
-                }
-                SmallVector<Value> sums = e.forLoop(
-                    pc, pcEnd, c1, inits,
-                    [&](Value pi, ValueRange pa) -> SmallVector<Value> {
-                      PageKeys k = pageKeys(pi);
-                      HeadK head = headOn(pi, k.page);
-                      Value vb = e.add(head.base, strides.kv);
-                      return e.forLoop(
-                          k.s0, k.s1, c1, pa,
-                          [&](Value s, ValueRange aa) -> SmallVector<Value> {
-                            Value vo = e.add(vb, e.mul(s, cHS));
-                            SmallVector<Value> vs;
-                            for (int64_t c = 0; c < cn; ++c) {
-                              Value at =
-                                  e.add(vo, e.cIndex((c0s + c) * kLanes));
-                              if (r0 == 0 && startsLine(c0s + c))
-                                prefetchAhead(at, head.ahead);
-                              vs.push_back(loadKV(at, c0s + c));
-                            }
-                            Value col = e.add(k.column, s);
-                            SmallVector<Value> next;
-                            for (int64_t i = 0; i < rn; ++i) {
-                              Value p = vector::BroadcastOp::create(
-                                  e.b, v16,
-                                  e.load(sc,
-                                         {e.add(e.mul(e.cIndex(r0 + i), scw),
-                                                col)}));
-                              for (int64_t c = 0; c < cn; ++c)
-                                next.push_back(vector::FMAOp::create(
-                                    e.b, p, vs[c], aa[i * cn + c]));
-                            }
-                            return next;
-                          });
-                    });
-                for (int64_t i = 0; i < rn; ++i)
-                  for (int64_t c = 0; c < cn; ++c)
-                    storeF32(sums[i * cn + c], acc, accAt(i, c), c0s + c);
-              }
-            }
+            e.forLoop(g0, blocked, cTB,
+                      [&](Value t0) { tokenBlock(kQueryTokens, t0); });
+            e.forLoop(blocked, g1, c1, [&](Value t) { tokenBlock(1, t); });
           });
         });
       });
     });
     // A head that saw no key has sum 0 and accumulator 0: it gets zeros.
-    for (int64_t tt = 0; tt < tb; ++tt) {
-      Value qoff = e.mul(tok[tt], cD);
+    e.forLoop(g0, g1, c1, [&](Value t) {
+      Value qoff = e.mul(t, cD);
+      Value lt = e.sub(t, g0);
       e.forLoop(hLo, hHi, c1, [&](Value h) {
-        Value state = stateAt(e.cIndex(tt), h);
+        Value state = stateAt(lt, h);
         Value inv = e.softmaxNormalizer(e.load(lsum, {state}));
         Value a = vector::LoadOp::create(e.b, vHS, acc,
                                          ValueRange{e.mul(state, cHS)});
@@ -538,12 +572,15 @@ void emitAttentionRows(ForwardEmitter &e, bool wide, Value q, Value pos,
         vector::StoreOp::create(e.b, o, out,
                                 ValueRange{e.add(qoff, e.mul(h, cHS))});
       });
-    }
+    });
   };
-  Value cTB = e.cIndex(kQueryTokens);
-  Value blocked = e.add(lo, e.mul(e.divu(e.sub(hi, lo), cTB), cTB));
-  e.forLoop(lo, blocked, cTB, [&](Value t0) { tokenBlock(kQueryTokens, t0); });
-  e.forLoop(blocked, hi, c1, [&](Value t) { tokenBlock(1, t); });
+  e.forLoop(c0, spans, c1, [&](Value i) {
+    Span span = spanAt(i);
+    e.forLoop(span.lo, span.hi, groupTokens, [&](Value g0) {
+      tokenGroup(g0, e.minu(e.add(g0, groupTokens), span.hi), span.gLo,
+                 span.gHi);
+    });
+  });
 }
 
 } // namespace
@@ -574,36 +611,62 @@ void cpu::emitAttention(ForwardEmitter &e, int64_t vectorBits) {
        e.table(KVRT_RUN_WIDTH), e.index(), e.index(), v1},
       false);
   SmallVector<Value> captures(f.getArguments());
-  Value n = captures[1];
+  Value n = captures[1], pos = captures[2];
   captures.erase(captures.begin() + 1);
-  // The split: `ranges` ranges of KV heads (min(threads, KV heads)), each
-  // with every token, for a few tokens; 0 (by tokens, each with every
-  // head) for more.
-  Value cKVH = e.cIndex(e.kvHeads), c0 = e.cIndex(0);
+  // The split: for a decode step or tokens over a long context, `ranges`
+  // ranges of KV heads (min(threads, KV heads)) times `splits` ranges of
+  // tokens (as many as keep every thread busy, of at least kQueryTokens
+  // tokens, and at most groupCapacity tokens each), each item one range of
+  // each; else (a prefill) 0 ranges: items are tokens, each with every
+  // head.
+  Value cKVH = e.cIndex(e.kvHeads), c0 = e.cIndex(0), c1 = e.cIndex(1);
+  Value cTB = e.cIndex(kQueryTokens);
   Value threads = numThreads(e);
-  Value byHeads =
+  Value decode =
       e.cmp(arith::CmpIPredicate::ult, n, e.cIndex(kHeadParallelTokens));
-  Value headRanges = e.maxu(e.minu(threads, cKVH), e.cIndex(1));
+  Value longContext = e.cmp(arith::CmpIPredicate::sge, pos,
+                            e.toI64(e.mul(n, e.cIndex(kContextPerQuery))));
+  Value byHeads = arith::OrIOp::create(e.b, decode, longContext);
+  Value headRanges = e.maxu(e.minu(threads, cKVH), c1);
+  auto ceilDiv = [&](Value a, Value b) {
+    return e.divu(e.add(a, e.sub(b, c1)), b);
+  };
+  Value splits =
+      e.maxu(e.maxu(e.minu(ceilDiv(threads, headRanges), ceilDiv(n, cTB)),
+                    ceilDiv(n, e.cIndex(groupCapacity(e)))),
+             c1);
   Value ranges = e.select(byHeads, headRanges, c0);
   captures.push_back(n);
   captures.push_back(ranges);
-  parallelFor(e, "attention_task", e.select(byHeads, headRanges, n), captures,
-              [&](ValueRange v, Value begin, Value end) {
-                Value n = v[8], ranges = v[9];
-                Value zero = e.cIndex(0), kvh = e.cIndex(e.kvHeads);
-                Value byHeads = e.cmp(arith::CmpIPredicate::ne, ranges, zero);
-                // Items [begin, end) are tokens, or ranges of heads: range i is
-                // the heads [i * KVH / ranges, (i + 1) * KVH / ranges).
-                Value divisor = e.maxu(ranges, e.cIndex(1));
-                auto head = [&](Value item) {
-                  return e.divu(e.mul(item, kvh), divisor);
-                };
-                emitAttentionRows(e, vectorBits >= 512, v[0], v[1], v[2], v[3],
-                                  v[4], v[5], v[6], v[7],
-                                  e.select(byHeads, zero, begin),
-                                  e.select(byHeads, n, end),
-                                  e.select(byHeads, head(begin), zero),
-                                  e.select(byHeads, head(end), kvh));
-              });
+  captures.push_back(splits);
+  parallelFor(
+      e, "attention_task", e.select(byHeads, e.mul(headRanges, splits), n),
+      captures, [&](ValueRange v, Value begin, Value end) {
+        Value n = v[8], ranges = v[9], splits = v[10];
+        Value zero = e.cIndex(0), one = e.cIndex(1), kvh = e.cIndex(e.kvHeads);
+        Value byHeads = e.cmp(arith::CmpIPredicate::ne, ranges, zero);
+        // Items [begin, end) are tokens (one span: those tokens, every
+        // head), or spans: item i the tokens [s * n / splits, (s + 1) * n /
+        // splits) of s = i / ranges and the KV heads [r * KVH / ranges,
+        // (r + 1) * KVH / ranges) of r = i % ranges.
+        Value divisor = e.maxu(ranges, one);
+        auto spanAt = [&](Value i) -> Span {
+          Value item = e.add(begin, i);
+          Value s = e.divu(item, divisor), r = e.remu(item, divisor);
+          auto cut = [&](Value k, Value total, Value parts) {
+            return e.divu(e.mul(k, total), parts);
+          };
+          Value s1 = e.add(s, one), r1 = e.add(r, one);
+          return Span{e.select(byHeads, cut(s, n, splits), begin),
+                      e.select(byHeads, cut(s1, n, splits), end),
+                      e.select(byHeads, cut(r, kvh, divisor), zero),
+                      e.select(byHeads, cut(r1, kvh, divisor), kvh)};
+        };
+        Value spans = e.select(byHeads, e.sub(end, begin), one);
+        Value groupTokens = e.select(byHeads, e.cIndex(groupCapacity(e)),
+                                     e.cIndex(kQueryTokens));
+        emitAttentionRows(e, vectorBits >= 512, v[0], v[1], v[2], v[3], v[4],
+                          v[5], v[6], v[7], spans, spanAt, groupTokens);
+      });
   e.finishFunction();
 }

@@ -66,6 +66,14 @@ int64_t elementsPerLane(int64_t headSize) {
   return (headSize + kWarp - 1) / kWarp;
 }
 
+/// Queries an attn_tile block takes together, sharing each load of a key
+/// and value: as many as keep their rotated query slice and state (max,
+/// sum, accumulator) in a lane's registers, 2 x epl + 2 floats each (16
+/// floats of query and accumulator a lane in all), at most 8.
+int64_t attnQueries(int64_t headSize) {
+  return std::clamp<int64_t>(16 / elementsPerLane(headSize), 1, 8);
+}
+
 class GpuTarget final : public ForwardTarget {
 public:
   StringRef name() const override { return "GPU"; }
@@ -147,9 +155,14 @@ public:
     // The host cut the runs into tiles (docs/gpu-backend.md); their count is
     // the table's, known from its descriptor on the host.
     Value ntiles = memref::DimOp::create(e.b, kv.tiles, e.cIndex(0));
-    // At most kMaxGridYZ blocks of queries; each takes every gz-th query.
+    // At most kMaxGridYZ blocks of query groups; each takes every gz-th
+    // group. attn_merge: every gz-th query.
+    Value cQ = e.cIndex(attnQueries(e.headSize));
+    Value groups = e.divu(e.add(n, e.sub(cQ, c1)), cQ);
     Value gz = e.minu(n, e.cIndex(kMaxGridYZ));
-    launch(e, kernels.attnTile, {ntiles, heads, gz}, {block, c1, c1},
+    launch(e, kernels.attnTile,
+           {ntiles, heads, e.minu(groups, e.cIndex(kMaxGridYZ))},
+           {block, c1, c1},
            {q.memref, q.offset, pos, kv.kv, kv.pages, kv.runs, kv.tiles, ntiles,
             layer, kv.pageTokens, kv.part, n});
     launch(e, kernels.attnMerge, {heads, gz, c1}, {block, c1, c1},
@@ -583,21 +596,24 @@ void GpuTarget::emitStoreKV(ForwardEmitter &e) {
   finishKernel(e);
 }
 
-/// Attention of the queries t = z, z + Z, ... < n (grid z, of Z <= 65535
-/// blocks), head h (grid y) over one run tile (grid x): keys [key_begin,
-/// key_end) of run `run` (a row of `tiles`). Each query is rotated once to
-/// m - Δ of the run ((R(m)q)·(R(Δ)k) = (R(m-Δ)q)·k; keys are never
-/// rewritten) into shared memory; the keys that count are a prefix of the
-/// run (visibleKeys). Four warps take every fourth key, each lane
-/// holding ceil(head_size / 32) elements of the head (one coalesced load per
-/// key and warp), with an online softmax per warp; the warps merge in shared
-/// memory and the tile's (max, sum, accumulator[head_size]) goes to `part`
-/// for attn_merge.
+/// Attention of the groups of queries [Q g, Q g + Q) (Q = attnQueries) for g
+/// = z, z + Z, ... (grid z, of Z <= 65535 blocks), head h (grid y) over one
+/// run tile (grid x): keys [key_begin, key_end) of run `run` (a row of
+/// `tiles`). Each query is rotated once to m - Δ of the run ((R(m)q)·(R(Δ)k)
+/// = (R(m-Δ)q)·k; keys are never rewritten) into shared memory; the keys
+/// that count are a prefix of the run (visibleKeys). Four warps take every
+/// fourth key, each lane holding ceil(head_size / 32) elements of the head
+/// (one coalesced load per key and warp, shared by the group's queries),
+/// with an online softmax per warp and query; per query, the warps merge in
+/// shared memory and the tile's (max, sum, accumulator[head_size]) goes to
+/// `part` for attn_merge. A query's arithmetic does not depend on its
+/// group: a key past its causal limit is skipped (a warp-uniform branch).
 void GpuTarget::emitAttnTile(ForwardEmitter &e) {
   Type f = e.buffer(e.f32()), ix = e.index();
   int64_t epl = elementsPerLane(e.headSize);
   int64_t lanes = e.headSize / epl;
-  MemRefType qType = workgroupBuffer(e, e.headSize, e.f32());
+  const int64_t nq = attnQueries(e.headSize);
+  MemRefType qType = workgroupBuffer(e, nq * e.headSize, e.f32());
   MemRefType warpType = workgroupBuffer(e, kAttnWarps, e.f32());
   MemRefType accType = workgroupBuffer(e, kAttnWarps * e.headSize, e.f32());
   kernels.attnTile = beginKernel(e, "attn_tile",
@@ -614,7 +630,7 @@ void GpuTarget::emitAttnTile(ForwardEmitter &e) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1), c2 = e.cIndex(2),
         cWarp = e.cIndex(kWarp), cWarps = e.cIndex(kAttnWarps),
         cBlock = e.cIndex(kAttnBlock), cHS = e.cIndex(e.headSize),
-        cHS2 = e.cIndex(e.headSize + 2);
+        cHS2 = e.cIndex(e.headSize + 2), cQ = e.cIndex(nq);
   Value scale = e.scoreScale();
   Value ninf = e.cF32Bits(0xFF800000u), zf = e.cF32(0.0f);
   VectorType vEPL = e.vec(epl, e.f32());
@@ -628,48 +644,71 @@ void GpuTarget::emitAttnTile(ForwardEmitter &e) {
   Value keyBegin = e.load(tiles, {tile, c1});
   Value keyEnd = e.load(tiles, {tile, c2});
   RunRow run = e.loadRun(runs, r);
-  // The shared buffers are reused by the next query without a barrier of
-  // its own: qs is read only before the second barrier of a query, and wm,
-  // wl, wacc are written only after the first barrier of the next one.
+  Value kbeg = e.toIndex(keyBegin);
+  Value pageOffset = e.toIndex(run.pageOffset);
+  Value slotBegin = e.toIndex(run.slotBegin);
+  PageStrides strides = e.pageStrides(pt);
+  Value g = e.divu(h, e.cIndex(e.group));
+  // Lanes past head_size / epl hold nothing: zeros in the dot products.
+  Value active = e.cmp(arith::CmpIPredicate::ult, lane, e.cIndex(lanes));
+  Value el = e.mul(lane, e.cIndex(epl));
+  // The shared buffers are reused without a barrier of their own: qs is
+  // read only before the first merge's barriers, and each merge writes wm,
+  // wl, wacc only after a barrier that follows the previous merge's reads.
   Value z = blockId(e, gpu::Dimension::z);
   Value gridZ = gpu::GridDimOp::create(e.b, gpu::Dimension::z);
-  e.forLoop(z, n, gridZ, [&](Value t) {
-    Value m = arith::AddIOp::create(e.b, pos, e.toI64(t));
-    Value kend = e.toIndex(e.mins(keyEnd, e.visibleKeys(m, run)));
-    Value kbeg = e.toIndex(keyBegin);
-    Value pageOffset = e.toIndex(run.pageOffset);
-    Value slotBegin = e.toIndex(run.slotBegin);
-    // The query rotated to m - Δ, into shared memory.
-    Value qp = arith::SubIOp::create(e.b, m, run.delta);
-    Value qrow = e.add(e.add(qoff, e.mul(t, e.cIndex(e.dim))), e.mul(h, cHS));
-    e.forLoop(tid, e.cIndex(e.half), cBlock, [&](Value i) {
-      auto [ia, ib] = e.ropePair(i);
-      auto cs =
-          func::CallOp::create(e.b, kernels.ropeCosSin, ValueRange{qp, i});
-      Value xa = e.load(q, {e.add(qrow, ia)});
-      Value xb = e.load(q, {e.add(qrow, ib)});
-      auto rot = func::CallOp::create(
-          e.b, kernels.rotate,
-          ValueRange{xa, xb, cs.getResult(0), cs.getResult(1)});
-      e.store(rot.getResult(0), qs, {ia});
-      e.store(rot.getResult(1), qs, {ib});
-    });
+  Value groups = e.divu(e.add(n, e.sub(cQ, c1)), cQ);
+  e.forLoop(z, groups, gridZ, [&](Value group) {
+    // Query i of the group: its token, whether it exists, the end of its
+    // keys in the tile (the tile's start when it has none).
+    SmallVector<Value> ts, valid, kends;
+    Value kmax = kbeg;
+    for (int64_t i = 0; i < nq; ++i) {
+      Value t = e.add(e.mul(group, cQ), e.cIndex(i));
+      Value m = arith::AddIOp::create(e.b, pos, e.toI64(t));
+      Value ok = e.cmp(arith::CmpIPredicate::ult, t, n);
+      Value kend =
+          e.select(ok, e.toIndex(e.mins(keyEnd, e.visibleKeys(m, run))), kbeg);
+      ts.push_back(t);
+      valid.push_back(ok);
+      kends.push_back(kend);
+      kmax = e.maxu(kmax, kend);
+      // The query rotated to m - Δ, into shared memory.
+      e.ifThen(ok, [&] {
+        Value qp = arith::SubIOp::create(e.b, m, run.delta);
+        Value qrow =
+            e.add(e.add(qoff, e.mul(t, e.cIndex(e.dim))), e.mul(h, cHS));
+        Value qsrow = e.cIndex(i * e.headSize);
+        e.forLoop(tid, e.cIndex(e.half), cBlock, [&](Value pair) {
+          auto [ia, ib] = e.ropePair(pair);
+          auto cs = func::CallOp::create(e.b, kernels.ropeCosSin,
+                                         ValueRange{qp, pair});
+          Value xa = e.load(q, {e.add(qrow, ia)});
+          Value xb = e.load(q, {e.add(qrow, ib)});
+          auto rot = func::CallOp::create(
+              e.b, kernels.rotate,
+              ValueRange{xa, xb, cs.getResult(0), cs.getResult(1)});
+          e.store(rot.getResult(0), qs, {e.add(qsrow, ia)});
+          e.store(rot.getResult(1), qs, {e.add(qsrow, ib)});
+        });
+      });
+    }
     gpu::BarrierOp::create(e.b);
-    // Lanes past head_size / epl hold nothing: zeros in the dot products.
-    Value active = e.cmp(arith::CmpIPredicate::ult, lane, e.cIndex(lanes));
-    Value el = e.mul(lane, e.cIndex(epl));
-    Value qv = e.ifThenElse(
-        active, {vEPL},
-        [&]() -> SmallVector<Value> {
-          return {vector::LoadOp::create(e.b, vEPL, qs, ValueRange{el})};
-        },
-        [&]() -> SmallVector<Value> { return {zv}; })[0];
-    PageStrides strides = e.pageStrides(pt);
-    Value g = e.divu(h, e.cIndex(e.group));
+    SmallVector<Value> qvs, inits;
+    for (int64_t i = 0; i < nq; ++i) {
+      qvs.push_back(e.ifThenElse(
+          active, {vEPL},
+          [&]() -> SmallVector<Value> {
+            return {vector::LoadOp::create(
+                e.b, vEPL, qs,
+                ValueRange{e.add(e.cIndex(i * e.headSize), el)})};
+          },
+          [&]() -> SmallVector<Value> { return {zv}; })[0]);
+      inits.append({ninf, zf, zv});
+    }
     SmallVector<Value> res = e.forLoop(
-        e.add(kbeg, warp), kend, cWarps, {ninf, zf, zv},
+        e.add(kbeg, warp), kmax, cWarps, inits,
         [&](Value j, ValueRange it) -> SmallVector<Value> {
-          Value mr = it[0], lr = it[1], ar = it[2];
           Value slot = e.add(slotBegin, j);
           Value page = e.pageId(pages, pageOffset, e.divu(slot, pt));
           Value ka = e.add(e.add(e.headBase(strides, page, layer, g),
@@ -688,66 +727,86 @@ void GpuTarget::emitAttnTile(ForwardEmitter &e) {
               [&]() -> SmallVector<Value> {
                 return {zv, zv};
               });
-          Value pr = arith::MulFOp::create(e.b, qv, kvv[0]);
-          Value lsum =
-              vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, pr);
-          Value dot =
-              func::CallOp::create(e.b, kernels.warpSum, ValueRange{lsum})
-                  .getResult(0);
-          Value sc = arith::MulFOp::create(e.b, dot, scale);
-          auto [mn, shift, corr] = e.softmaxRescale(mr, sc);
-          Value ds = arith::SubFOp::create(e.b, sc, shift);
-          Value p = math::ExpOp::create(e.b, ds);
-          Value l1 = arith::MulFOp::create(e.b, lr, corr);
-          Value l2 = arith::AddFOp::create(e.b, l1, p);
-          Value a1 = arith::MulFOp::create(
-              e.b, ar, vector::BroadcastOp::create(e.b, vEPL, corr));
-          Value a2 = vector::FMAOp::create(
-              e.b, vector::BroadcastOp::create(e.b, vEPL, p), kvv[1], a1);
-          return {mn, l2, a2};
+          SmallVector<Value> next;
+          for (int64_t i = 0; i < nq; ++i) {
+            Value mr = it[3 * i], lr = it[3 * i + 1], ar = it[3 * i + 2];
+            Value sees = e.cmp(arith::CmpIPredicate::ult, j, kends[i]);
+            next.append(e.ifThenElse(
+                sees, {e.f32(), e.f32(), vEPL},
+                [&]() -> SmallVector<Value> {
+                  Value pr = arith::MulFOp::create(e.b, qvs[i], kvv[0]);
+                  Value lsum = vector::ReductionOp::create(
+                      e.b, vector::CombiningKind::ADD, pr);
+                  Value dot = func::CallOp::create(e.b, kernels.warpSum,
+                                                   ValueRange{lsum})
+                                  .getResult(0);
+                  Value sc = arith::MulFOp::create(e.b, dot, scale);
+                  auto [mn, shift, corr] = e.softmaxRescale(mr, sc);
+                  Value ds = arith::SubFOp::create(e.b, sc, shift);
+                  Value p = math::ExpOp::create(e.b, ds);
+                  Value l1 = arith::MulFOp::create(e.b, lr, corr);
+                  Value l2 = arith::AddFOp::create(e.b, l1, p);
+                  Value a1 = arith::MulFOp::create(
+                      e.b, ar, vector::BroadcastOp::create(e.b, vEPL, corr));
+                  Value a2 = vector::FMAOp::create(
+                      e.b, vector::BroadcastOp::create(e.b, vEPL, p), kvv[1],
+                      a1);
+                  return {mn, l2, a2};
+                },
+                [&]() -> SmallVector<Value> {
+                  return {mr, lr, ar};
+                }));
+          }
+          return next;
         });
-    e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, c0), [&] {
-      e.store(res[0], wm, {warp});
-      e.store(res[1], wl, {warp});
-    });
-    e.ifThen(active, [&] {
-      vector::StoreOp::create(e.b, res[2], wacc,
-                              ValueRange{e.add(e.mul(warp, cHS), el)});
-    });
-    gpu::BarrierOp::create(e.b);
-    // The four warps merged under their global max (every weight 0 when no
-    // warp saw a key).
-    Value mall = e.forLoop(c0, cWarps, c1, {ninf},
-                           [&](Value w, ValueRange mm) -> SmallVector<Value> {
-                             Value mw = e.load(wm, {w});
-                             return {arith::MaxNumFOp::create(e.b, mm[0], mw)};
-                           })[0];
-    Value any =
-        arith::CmpFOp::create(e.b, arith::CmpFPredicate::OGT, mall, ninf);
-    Value th = e.add(e.mul(t, e.cIndex(e.heads)), h);
-    Value pbase = e.mul(e.add(e.mul(th, ntiles), tile), cHS2);
-    Value pacc = e.add(pbase, c2);
-    e.forLoop(tid, cHS, cBlock, [&](Value i) {
-      Value acc =
-          e.forLoop(c0, cWarps, c1, {zf},
-                    [&](Value w, ValueRange aa) -> SmallVector<Value> {
-                      Value fw = mergeWeight(e, e.load(wm, {w}), mall, any);
-                      Value av = e.load(wacc, {e.add(e.mul(w, cHS), i)});
-                      return {math::FmaOp::create(e.b, fw, av, aa[0])};
-                    })[0];
-      e.store(acc, part, {e.add(pacc, i)});
-    });
-    e.ifThen(e.cmp(arith::CmpIPredicate::eq, tid, c0), [&] {
-      Value lall = e.forLoop(c0, cWarps, c1, {zf},
-                             [&](Value w, ValueRange ll) -> SmallVector<Value> {
-                               Value fw =
-                                   mergeWeight(e, e.load(wm, {w}), mall, any);
-                               Value lw = e.load(wl, {w});
-                               return {math::FmaOp::create(e.b, fw, lw, ll[0])};
-                             })[0];
-      e.store(mall, part, {pbase});
-      e.store(lall, part, {e.add(pbase, c1)});
-    });
+    for (int64_t i = 0; i < nq; ++i) {
+      e.ifThen(valid[i], [&] {
+        gpu::BarrierOp::create(e.b);
+        e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, c0), [&] {
+          e.store(res[3 * i], wm, {warp});
+          e.store(res[3 * i + 1], wl, {warp});
+        });
+        e.ifThen(active, [&] {
+          vector::StoreOp::create(e.b, res[3 * i + 2], wacc,
+                                  ValueRange{e.add(e.mul(warp, cHS), el)});
+        });
+        gpu::BarrierOp::create(e.b);
+        // The four warps merged under their global max (every weight 0
+        // when no warp saw a key).
+        Value mall =
+            e.forLoop(c0, cWarps, c1, {ninf},
+                      [&](Value w, ValueRange mm) -> SmallVector<Value> {
+                        Value mw = e.load(wm, {w});
+                        return {arith::MaxNumFOp::create(e.b, mm[0], mw)};
+                      })[0];
+        Value any =
+            arith::CmpFOp::create(e.b, arith::CmpFPredicate::OGT, mall, ninf);
+        Value th = e.add(e.mul(ts[i], e.cIndex(e.heads)), h);
+        Value pbase = e.mul(e.add(e.mul(th, ntiles), tile), cHS2);
+        Value pacc = e.add(pbase, c2);
+        e.forLoop(tid, cHS, cBlock, [&](Value x) {
+          Value acc =
+              e.forLoop(c0, cWarps, c1, {zf},
+                        [&](Value w, ValueRange aa) -> SmallVector<Value> {
+                          Value fw = mergeWeight(e, e.load(wm, {w}), mall, any);
+                          Value av = e.load(wacc, {e.add(e.mul(w, cHS), x)});
+                          return {math::FmaOp::create(e.b, fw, av, aa[0])};
+                        })[0];
+          e.store(acc, part, {e.add(pacc, x)});
+        });
+        e.ifThen(e.cmp(arith::CmpIPredicate::eq, tid, c0), [&] {
+          Value lall =
+              e.forLoop(c0, cWarps, c1, {zf},
+                        [&](Value w, ValueRange ll) -> SmallVector<Value> {
+                          Value fw = mergeWeight(e, e.load(wm, {w}), mall, any);
+                          Value lw = e.load(wl, {w});
+                          return {math::FmaOp::create(e.b, fw, lw, ll[0])};
+                        })[0];
+          e.store(mall, part, {pbase});
+          e.store(lall, part, {e.add(pbase, c1)});
+        });
+      });
+    }
   });
   finishKernel(e);
 }

@@ -61,12 +61,15 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:         vector.fma
 // CHECK:         arith.shli
 // CHECK:       func.func private @[[P]]_attention_kernel(%{{.*}}: memref<?xf32, strided<[1], offset: ?>>, %{{.*}}: index, %{{.*}}: i64, %{{.*}}: memref<?xf32>, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?x8xi64>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: memref<?xf32, strided<[1], offset: ?>>)
-// One parallel loop: over tokens when there are eight or more, else (a
-// decode step) over as many ranges of KV heads as there are threads, 0 ranges
+// One parallel loop: over tokens for a prefill, else (fewer than eight
+// tokens, a decode step, or at least 8 context tokens per query token) over
+// ranges of KV heads (as many as threads) times ranges of tokens, 0 ranges
 // telling the task it has tokens; the task gets the arguments through a
 // context struct.
 // CHECK:         call @kvrt_get_num_threads() : () -> i32
-// CHECK:         %[[FEW:.+]] = arith.cmpi ult, %{{.*}}, %c8{{[_0-9]*}} : index
+// CHECK:         %[[DECODE:.+]] = arith.cmpi ult, %{{.*}}, %c8{{[_0-9]*}} : index
+// CHECK:         arith.cmpi sge, %{{.*}}, %{{.*}} : i64
+// CHECK:         %[[FEW:.+]] = arith.ori %[[DECODE]], %{{.*}} : i1
 // CHECK:         %[[RANGES:.+]] = arith.select %[[FEW]], %{{.*}}, %c0{{[_0-9]*}} : index
 // CHECK:         %[[ITEMS:.+]] = arith.select %[[FEW]], %{{.*}}, %{{.*}} : index
 // CHECK:         %[[TASK:.+]] = constant @[[P]]_attention_task
@@ -75,14 +78,12 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK-NOT:     call @kvrt_parallel_for
 // CHECK:       func.func private @[[P]]_attention_task(%{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64)
 // CHECK:         %[[KV:.+]] = builtin.unrealized_conversion_cast %{{.*}} : !llvm.struct<{{.*}}> to memref<?xf32>{{$}}
-// Query tokens in blocks of four share each pass over the keys. One query
+// A group of query tokens shares each pass over the keys. One query
 // rotation per run and token: to m - delta (column 4 of the run table).
 // CHECK:         %[[DELTA:.+]] = memref.load %{{.*}}[%{{.*}}, %c4{{[_0-9]*}}] : memref<?x8xi64>
 // CHECK:         scf.if
 // CHECK:           %[[QPOS:.+]] = arith.subi %{{.*}}, %[[DELTA]] : i64
 // CHECK:           call @[[P]]_rope_table(%[[QPOS]],
-// CHECK:           call @[[P]]_rope_apply(
-// CHECK-COUNT-3:   call @[[P]]_rope_table(
 // CHECK:           call @[[P]]_rope_apply(
 // Keys are read as stored from the arena, never rotated: no RoPE call after
 // the queries'. A 16-lane key slice (head size 8: masked by a constant mask) is
@@ -121,11 +122,11 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:             vector.fma %{{.*}}, %[[VS]], %[[A2]] : vector<16xf32>
 // CHECK:             vector.fma %{{.*}}, %[[VS]], %[[A3]] : vector<16xf32>
 // CHECK:           vector.maskedstore
-// The tokens left over go one at a time: one rotation per run, no masking.
-// CHECK:           call @[[P]]_rope_table(
-// CHECK:           call @[[P]]_rope_apply(
+// The group's tokens left over after its blocks of four go one at a time in
+// the same pass over the keys (no rotation of their own), masked as well: a
+// key past the token's causal limit scores -inf.
 // CHECK-NOT:       call @[[P]]_rope
-// CHECK-NOT:       arith.cmpi slt
+// CHECK:           arith.cmpi slt
 // CHECK:           scf.for {{.*}} iter_args(%{{[^ ]+}} = %{{.*}}, %{{[^ ]+}} = %{{.*}}) -> (vector<16xf32>, vector<16xf32>)
 // CHECK-NOT:       call @[[P]]_rope
 // CHECK:       func.func private @[[P]]_materialize_kernel(

@@ -35,20 +35,23 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:         gpu.func @store_kv(
 // CHECK:           call @rope_cs(
 // CHECK:           call @rotate(
-// Each query of the block (z, z + gridDim.z, ... < n) rotated once into
-// shared memory; one element per lane; online softmax per warp (new max,
-// rescale factor), then the warps merged.
-// CHECK:         gpu.func @attn_tile({{.*}}, %[[AN:.+]]: index) workgroup(%[[QS:.+]] : memref<8xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{.*}} : memref<4xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{.*}} : memref<4xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{.*}} : memref<32xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
+// Each group of 8 queries of the block (groups z, z + gridDim.z, ... <
+// ceil(n / 8)) rotated once into shared memory (8 heads of 8); one element
+// per lane; online softmax per warp and query (new max, rescale factor),
+// then the warps merged query by query.
+// CHECK:         gpu.func @attn_tile({{.*}}, %[[AN:.+]]: index) workgroup(%[[QS:.+]] : memref<64xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{.*}} : memref<4xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{.*}} : memref<4xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{.*}} : memref<32xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK:           %[[DELTA:.+]] = memref.load %{{.*}}[%{{.*}}, %c4{{.*}}] : memref<?x8xi64>
 // CHECK:           %[[BZ:.+]] = gpu.block_id  z
 // CHECK:           %[[GZ:.+]] = gpu.grid_dim  z
-// CHECK:           scf.for %{{.*}} = %[[BZ]] to %[[AN]] step %[[GZ]]
+// CHECK:           %[[AN7:.+]] = arith.addi %[[AN]], %{{.*}} : index
+// CHECK:           %[[GROUPS:.+]] = arith.divui %[[AN7]], %{{.*}} : index
+// CHECK:           scf.for %{{.*}} = %[[BZ]] to %[[GROUPS]] step %[[GZ]]
 // CHECK:           arith.subi %{{.*}}, %[[DELTA]] : i64
 // CHECK:           call @rope_cs(
 // CHECK:           call @rotate(
 // CHECK:           memref.store %{{.*}}, %[[QS]][%{{.*}}]
 // CHECK:           gpu.barrier
-// CHECK:           vector.load %[[QS]][%{{.*}}] : memref<8xf32, #gpu.address_space<workgroup>>, vector<1xf32>
+// CHECK:           vector.load %[[QS]][%{{.*}}] : memref<64xf32, #gpu.address_space<workgroup>>, vector<1xf32>
 // CHECK:           vector.load %{{.*}}[%{{.*}}] : memref<?xf32>, vector<1xf32>
 // CHECK:           call @warp_sum(
 // Online softmax per key: the new max, the shift scores take (0 while the
@@ -84,8 +87,9 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 
 // The launches with the grids of docs/gpu-backend.md, n tokens: rmsnorm (n),
 // matmul (ceil(M / 8), ceil(n / 4)) with 256 threads, store_kv (n, kv_heads)
-// with head_size / 2 threads, attn_tile (tiles, heads, min(n, 65535)) and
-// attn_merge (heads, min(n, 65535)) with 128, which take n, swiglu
+// with head_size / 2 threads, attn_tile (tiles, heads, min(ceil(n / 8),
+// 65535): groups of 8 queries of head size 8) and attn_merge (heads, min(n,
+// 65535)) with 128, which take n, swiglu
 // ceil(n hidden / 256).
 // HOST:        func.func private @[[P:kv_fwd_[0-9a-f]{16}]]_prefill_impl(
 // HOST:          %[[N:.+]] = arith.index_cast %{{.*}} : i64 to index
@@ -98,8 +102,11 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c4, %[[GY]], %c1) threads in (%c256, %c1, %c1)
 // HOST:            gpu.launch_func @[[P]]_kernels::@store_kv blocks in (%[[N]], %c4, %c1) threads in (%c4, %c1, %c1)
 // HOST:            %[[TILES:.+]] = memref.dim %{{.*}}, %c0 : memref<?x4xi64>
+// HOST:            %[[N7:.+]] = arith.addi %[[N]], %c7 : index
+// HOST:            %[[NG:.+]] = arith.divui %[[N7]], %c8 : index
 // HOST:            %[[QZ:.+]] = arith.minui %[[N]], %c65535 : index
-// HOST:            gpu.launch_func @[[P]]_kernels::@attn_tile blocks in (%[[TILES]], %c8, %[[QZ]]) threads in (%c128, %c1, %c1) {{.*}}, %[[N]] : index)
+// HOST:            %[[GZ:.+]] = arith.minui %[[NG]], %c65535 : index
+// HOST:            gpu.launch_func @[[P]]_kernels::@attn_tile blocks in (%[[TILES]], %c8, %[[GZ]]) threads in (%c128, %c1, %c1) {{.*}}, %[[N]] : index)
 // HOST:            gpu.launch_func @[[P]]_kernels::@attn_merge blocks in (%c8, %[[QZ]], %c1) threads in (%c128, %c1, %c1) {{.*}}, %[[N]] : index)
 // HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c8, %[[GY]], %c1) threads in (%c256, %c1, %c1) {{.*}}, %c1_i32 : i32)
 // HOST:            gpu.launch_func @[[P]]_kernels::@rmsnorm
@@ -124,11 +131,12 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 
 // -----
 
-// Head size 128: four elements per lane of the attention warps.
+// Head size 128: four elements per lane of the attention warps, groups of
+// four queries.
 module attributes {kv.export_forwards = [!kv.model<dim = 1024, hidden = 2816, layers = 2, heads = 8, kv_heads = 8, vocab = 64>]} {}
 
 // CHECK-LABEL: module attributes {gpu.container_module}
-// CHECK:       gpu.func @attn_tile({{.*}}) workgroup(%{{.*}} : memref<128xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, {{.*}}, %{{.*}} : memref<512xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
+// CHECK:       gpu.func @attn_tile({{.*}}) workgroup(%{{.*}} : memref<512xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, {{.*}}, %{{.*}} : memref<512xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK:         vector.load %{{.*}} : memref<?xf32>, vector<4xf32>
 // HOST:        func.func private @kv_fwd_{{[0-9a-f]+}}_prefill_impl(
 // HOST:          @store_kv blocks in (%{{.*}}, %c8, %c1) threads in (%c64, %c1, %c1)

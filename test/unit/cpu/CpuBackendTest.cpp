@@ -249,7 +249,10 @@ struct ThreadsGuard {
 /// and each output is one FMA chain, so logits and stored K/V are
 /// bit-identical for any thread count, and they match the oracle. Then
 /// steps of 1, 3 and 7 tokens over it, whose attention is parallel over
-/// ranges of KV heads (as many as threads): bit-identical too.
+/// ranges of KV heads (as many as threads), and of 13 and 25 tokens (at
+/// least 8 context tokens each), whose attention is parallel over ranges
+/// of KV heads and of tokens, each range's tokens in groups that share one
+/// pass over the keys: bit-identical too.
 void checkThreadsAgree(const kvrt_model *model) {
   ThreadsGuard guard;
   int32_t vocab = vocabOf(model);
@@ -266,7 +269,7 @@ void checkThreadsAgree(const kvrt_model *model) {
   const int64_t stepPos = 2 + int64_t(tokens.size());
   auto stepTokens = [&](size_t n) { return randomTokens(n, vocab, 90 + n); };
   std::map<size_t, std::vector<float>> steps;
-  for (size_t n : {1, 3, 7}) {
+  for (size_t n : {1, 3, 7, 13, 25}) {
     Prefilled step = cpuPrefill(model, one.view.get(), stepTokens(n), stepPos);
     Prefilled refStep =
         refPrefill(model, ref.view.get(), stepTokens(n), stepPos);
@@ -304,6 +307,32 @@ TEST(CpuBackendTest, ThreadsGiveIdenticalResultsGqaHalf) {
 // 4 KV heads: 3 threads take ranges of 1, 1 and 2 heads.
 TEST(CpuBackendTest, ThreadsGiveIdenticalResultsStories260K) {
   checkThreadsAgree(storiesModel());
+}
+
+/// A step of more tokens than one group takes (64 at this size) over a
+/// context of at least 8 tokens per query token: its attention goes by
+/// ranges of KV heads and of tokens, each range one group sharing a pass
+/// over the keys. It matches the oracle and is bit-identical on 1, 2 and 3
+/// threads.
+TEST(CpuBackendTest, LongContextGroupsMatchOracleOnAnyThreads) {
+  ThreadsGuard guard;
+  ModelPtr model = syntheticModel(makeConfig(64, 100, 2, 4, 2, 97, 1024), 5);
+  int32_t vocab = vocabOf(model.get());
+  PoolPtr pool = poolFor(model.get(), 512, 7);
+  ViewPtr empty = emptyView(pool.get());
+  std::vector<int32_t> context = randomTokens(640, vocab, 31);
+  std::vector<int32_t> step = randomTokens(75, vocab, 32);
+  kvrt_set_num_threads(1);
+  Prefilled cpu = cpuPrefill(model.get(), empty.get(), context, 0);
+  Prefilled ref = refPrefill(model.get(), empty.get(), context, 0);
+  Prefilled one = cpuPrefill(model.get(), cpu.view.get(), step, 640);
+  Prefilled refStep = refPrefill(model.get(), ref.view.get(), step, 640);
+  EXPECT_LT(maxDiff(one.logits, refStep.logits), kLogitTolerance);
+  for (int32_t threads : {2, 3}) {
+    kvrt_set_num_threads(threads);
+    Prefilled many = cpuPrefill(model.get(), cpu.view.get(), step, 640);
+    EXPECT_EQ(maxDiff(many.logits, one.logits), 0.0) << threads << " threads";
+  }
 }
 
 TEST(CpuBackendTest, ThreadCountIsClampedAndDefaulted) {
