@@ -19,6 +19,7 @@
 #include "driver/compiler/Compiler.h"
 #include "passes/Conversion/KVToCPU/CpuTarget.h"
 #include "runtime/core/ForwardCall.h"
+#include "runtime/core/KVParallel.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Quant.h"
 #include "runtime/cpu/CpuBackend.h"
@@ -352,6 +353,21 @@ TEST(QuantForwardTest, Int8DotWithinTheActivationQuantisationBound) {
     Prefilled r = refPrefill(model.get(), empty.get(), tokens, 0);
     std::printf("int8 dot, %zu tokens: max |logit diff| %.3e\n", n,
                 maxDiff(q.logits, r.logits));
+  }
+  // Each output is one tile's, whichever thread computes it: bit-identical
+  // for any thread count (decode tiles, prefill tiles, the quantising and
+  // packing passes).
+  for (size_t n : {1, 64}) {
+    std::vector<int32_t> tokens = randomTokens(n, c.vocab_size, 600 + n);
+    std::vector<std::vector<float>> logits;
+    for (int32_t threads : {1, 2, 3}) {
+      kvrt_set_num_threads(threads);
+      logits.push_back(
+          cpuPrefill(model.get(), empty.get(), tokens, 0, "int8").logits);
+    }
+    kvrt_set_num_threads(0);
+    EXPECT_EQ(logits[0], logits[1]) << n;
+    EXPECT_EQ(logits[0], logits[2]) << n;
   }
 }
 
