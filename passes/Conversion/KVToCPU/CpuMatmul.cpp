@@ -509,6 +509,56 @@ static func::FuncOp beginQuantMatmul(ForwardEmitter &e, StringRef base) {
                          {m2, e.buffer(e.byte()), e.index(), m2, f, f}, false);
 }
 
+/// Bytes of a row of `k` (index) weights in `format`.
+static Value weightRowBytes(ForwardEmitter &e, kvrt_weight_format format,
+                            Value k) {
+  kvrt::BlockLayout block = kvrt::blockLayout(format);
+  return e.mul(e.divu(k, e.cIndex(block.elements)), e.cIndex(block.bytes));
+}
+
+/// The prefill half of emitQuantMatmul: the weights widened to f32, as many
+/// rows at a time as `widen` holds (in parallel), then multiplied by the f32
+/// packed kernel (matmul_nt) into those columns of c.
+static void emitWidenedProduct(ForwardEmitter &e, kvrt_weight_format format,
+                               StringRef base, Value a, Value bytes,
+                               Value offset, Value c, Value packed, Value widen,
+                               bool accumulate) {
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  auto rowBytesOf = [&](Value k) { return weightRowBytes(e, format, k); };
+  Value n = memref::DimOp::create(e.b, a, c0);
+  Value k = memref::DimOp::create(e.b, a, c1);
+  Value m = memref::DimOp::create(e.b, c, c1);
+  Value capacity = memref::DimOp::create(e.b, widen, c0);
+  Value chunk = e.maxu(e.divu(capacity, k), c1);
+  e.forLoop(c0, m, chunk, [&](Value r0) {
+    Value count = e.minu(chunk, e.sub(m, r0));
+    parallelFor(
+        e, (base + "_widen_task").str(), count, {bytes, offset, widen, r0, k},
+        [&](ValueRange v, Value lo, Value hi) {
+          Value bytes = v[0], offset = v[1], widen = v[2], r0 = v[3], k = v[4];
+          Value rowBytes = rowBytesOf(k);
+          e.forLoop(lo, hi, e.cIndex(1), [&](Value o) {
+            Value out = memref::SubViewOp::create(
+                e.b, widen, ArrayRef<OpFoldResult>{e.mul(o, k)},
+                ArrayRef<OpFoldResult>{k},
+                ArrayRef<OpFoldResult>{e.b.getIndexAttr(1)});
+            emitWidenRow(e, format, bytes,
+                         e.add(offset, e.mul(e.add(r0, o), rowBytes)), k, out);
+          });
+        });
+    Value weights = memref::ReinterpretCastOp::create(
+        e.b, matrixType(e), widen, OpFoldResult(e.b.getIndexAttr(0)),
+        ArrayRef<OpFoldResult>{count, k},
+        ArrayRef<OpFoldResult>{k, e.b.getIndexAttr(1)});
+    Value columns = memref::SubViewOp::create(
+        e.b, c, ArrayRef<OpFoldResult>{c0, r0},
+        ArrayRef<OpFoldResult>{n, count},
+        ArrayRef<OpFoldResult>{e.b.getIndexAttr(1), e.b.getIndexAttr(1)});
+    call(e, accumulate ? "matmul_nt_acc" : "matmul_nt",
+         {a, weights, columns, packed});
+  });
+}
+
 /// c[t][o] (+)= sum_i a[t][i] * b[o][i] for weights b in `format`, as
 /// (a, bytes, byte offset of b, c, pack buffer, widen buffer). Fewer rows
 /// than kPackedMinRows (decode): parallel over the outputs, each weight row
@@ -526,12 +576,8 @@ void cpu::emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
         offset = fn.getArgument(2), c = fn.getArgument(3),
         packed = fn.getArgument(4), widen = fn.getArgument(5);
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
-  kvrt::BlockLayout block = kvrt::blockLayout(format);
-  auto rowBytesOf = [&](Value k) {
-    return e.mul(e.divu(k, e.cIndex(block.elements)), e.cIndex(block.bytes));
-  };
+  auto rowBytesOf = [&](Value k) { return weightRowBytes(e, format, k); };
   Value n = memref::DimOp::create(e.b, a, c0);
-  Value k = memref::DimOp::create(e.b, a, c1);
   Value m = memref::DimOp::create(e.b, c, c1);
   Value small = e.cmp(arith::CmpIPredicate::ult, n, e.cIndex(kPackedMinRows));
   e.ifElse(
@@ -560,37 +606,8 @@ void cpu::emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
                     });
       },
       [&] {
-        Value capacity = memref::DimOp::create(e.b, widen, c0);
-        Value chunk = e.maxu(e.divu(capacity, k), c1);
-        e.forLoop(c0, m, chunk, [&](Value r0) {
-          Value count = e.minu(chunk, e.sub(m, r0));
-          parallelFor(
-              e, base + "_widen_task", count, {bytes, offset, widen, r0, k},
-              [&](ValueRange v, Value lo, Value hi) {
-                Value bytes = v[0], offset = v[1], widen = v[2], r0 = v[3],
-                      k = v[4];
-                Value rowBytes = rowBytesOf(k);
-                e.forLoop(lo, hi, e.cIndex(1), [&](Value o) {
-                  Value out = memref::SubViewOp::create(
-                      e.b, widen, ArrayRef<OpFoldResult>{e.mul(o, k)},
-                      ArrayRef<OpFoldResult>{k},
-                      ArrayRef<OpFoldResult>{e.b.getIndexAttr(1)});
-                  emitWidenRow(e, format, bytes,
-                               e.add(offset, e.mul(e.add(r0, o), rowBytes)), k,
-                               out);
-                });
-              });
-          Value weights = memref::ReinterpretCastOp::create(
-              e.b, matrixType(e), widen, OpFoldResult(e.b.getIndexAttr(0)),
-              ArrayRef<OpFoldResult>{count, k},
-              ArrayRef<OpFoldResult>{k, e.b.getIndexAttr(1)});
-          Value columns = memref::SubViewOp::create(
-              e.b, c, ArrayRef<OpFoldResult>{c0, r0},
-              ArrayRef<OpFoldResult>{n, count},
-              ArrayRef<OpFoldResult>{e.b.getIndexAttr(1), e.b.getIndexAttr(1)});
-          call(e, accumulate ? "matmul_nt_acc" : "matmul_nt",
-               {a, weights, columns, packed});
-        });
+        emitWidenedProduct(e, format, base, a, bytes, offset, c, packed, widen,
+                           accumulate);
       });
   e.finishFunction();
 }
@@ -724,30 +741,43 @@ void emitQuantizeRows(ForwardEmitter &e, Value a, const Int8Activations &act,
   });
 }
 
-/// One register tile: tokens `tokens` (rows of the quantised activations)
-/// against Q8_0 weight rows starting at byte `rowAt` (one per output), over
-/// the whole row; returns the tokens x outputs sums, token-major. Per pair
-/// of blocks and output: the 64 quants biased by +128 (xor 0x80: unsigned,
-/// as vpdpbusd takes them) and the scales [d0 x 8 | d1 x 8]; per token and
-/// output, one vpdpbusd started at the token's bias (so the integer lanes
-/// hold sum w q exactly), converted to f32 and FMA'd with the product of
-/// both scales into the accumulator. An odd last block pairs with zeros.
-SmallVector<Value> emitInt8Tile(ForwardEmitter &e, Value bytes,
-                                const Int8Activations &act, Value blocks,
-                                ArrayRef<Value> tokens, ArrayRef<Value> rowAt) {
+/// One register tile of a decode step: tokens `tokens` (rows of the
+/// quantised activations) against weight rows in `format` starting at byte
+/// `rowAt` (one per output), over the whole row; returns the tokens x
+/// outputs sums, token-major. Per pair of 32-element groups p and output:
+/// the 64 quants as vpdpbusd's unsigned bytes and the groups' scales
+/// [A0 x 8 | A1 x 8]; per token and output, one vpdpbusd, converted to f32
+/// and FMA'd with the product of both scales into the accumulator.
+/// - Q8_0 (pairs of blocks): the quants biased by +128 (xor 0x80), the dot
+///   started at the token's bias, so the integer lanes hold sum w q exactly;
+///   an odd last block pairs with zeros.
+/// - Q4_K (4 pairs per 256-element block): the 32 bytes of qs whose low
+///   nibbles are group 2j and high nibbles group 2j + 1, unsigned as they
+///   are; an element being A q - B, the min enters as B times the token's
+///   scale times the sum of its quants (the bias lanes / -128).
+SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
+                                Value bytes, const Int8Activations &act,
+                                Value k, ArrayRef<Value> tokens,
+                                ArrayRef<Value> rowAt) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
              v32b = e.vec(32, e.byte()), v64b = e.vec(64, e.byte());
-  Value flip = arith::ConstantOp::create(
-      e.b, DenseElementsAttr::get(v64b, e.b.getI8IntegerAttr(-128)));
-  Value zeroBlock = arith::ConstantOp::create(
-      e.b, DenseElementsAttr::get(v32b, e.b.getI8IntegerAttr(0)));
+  auto splatBytes = [&](VectorType type, int8_t value) -> Value {
+    return arith::ConstantOp::create(
+        e.b, DenseElementsAttr::get(type, e.b.getI8IntegerAttr(value)));
+  };
+  Value flip = splatBytes(v64b, -128), zeroBlock = splatBytes(v32b, 0);
   Value quantsRow = e.mul(act.pairs, e.cIndex(64));
   Value laneRow = e.mul(act.pairs, e.cIndex(16));
   int64_t rows = tokens.size(), outputs = rowAt.size();
-  auto step = [&](Value p, ValueRange accs, bool full) -> SmallVector<Value> {
+  bool q4k = format == KVRT_WEIGHT_Q4_K, q6k = format == KVRT_WEIGHT_Q6_K;
+  /// A pair's weights of every output: the bytes, scales, mins (Q4_K).
+  struct PairWeights {
+    SmallVector<Value> bytes, scales, mins;
+  };
+  auto q8Pair = [&](Value p, bool full) {
+    PairWeights w;
     Value block0 = e.mul(p, e.cIndex(2 * 34));
-    SmallVector<Value> weights, scales;
     for (Value row : rowAt) {
       Value at0 = e.add(row, block0), at1 = e.add(at0, e.cIndex(34));
       prefetchWeights(e, bytes, at0);
@@ -758,11 +788,79 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, Value bytes,
                                         ValueRange{e.add(at1, e.cIndex(2))})
                      .getResult()
                : zeroBlock;
-      weights.push_back(
+      w.bytes.push_back(
           arith::XOrIOp::create(e.b, concat(e, q0, q1), flip).getResult());
       Value d1 = full ? e.loadF16(bytes, at1) : e.cF32(0.0f);
-      scales.push_back(pairScales(e, e.loadF16(bytes, at0), d1));
+      w.scales.push_back(pairScales(e, e.loadF16(bytes, at0), d1));
     }
+    return w;
+  };
+  auto q4kPair = [&](Value block, int64_t j) {
+    PairWeights w;
+    Value low = splatBytes(v32b, 0x0F);
+    Value four = splatBytes(v32b, 4);
+    for (Value row : rowAt) {
+      Value at = e.add(row, e.mul(block, e.cIndex(144)));
+      prefetchWeights(e, bytes, e.add(at, e.cIndex(j < 3 ? 48 * j : 143)));
+      Value q = vector::LoadOp::create(
+          e.b, v32b, bytes, ValueRange{e.add(at, e.cIndex(16 + 32 * j))});
+      Value lo = arith::AndIOp::create(e.b, q, low);
+      Value hi = arith::ShRUIOp::create(e.b, q, four);
+      w.bytes.push_back(concat(e, lo, hi));
+      auto [a0, b0] = e.groupScale(format, bytes, at, e.cIndex(2 * j));
+      auto [a1, b1] = e.groupScale(format, bytes, at, e.cIndex(2 * j + 1));
+      w.scales.push_back(pairScales(e, a0, a1));
+      w.mins.push_back(pairScales(e, b0, b1));
+    }
+    return w;
+  };
+  auto q6kPair = [&](Value block, int64_t j) {
+    // Elements 64j .. 64j + 63 of the block are half j / 2's q1, q2 (even
+    // j) or q3, q4 (odd j), ggml's dequantize_row_q6_K: the low 4 bits from
+    // the low (even) or high (odd) nibbles of ql[64 half + 0 .. 63], the
+    // high 2 from qh[32 half + l] at bits 0, 2 (even) or 4, 6 (odd). Lane L
+    // of the dot covers 4 elements of sub-block 4j + L / 4.
+    PairWeights w;
+    Value low = splatBytes(v32b, 0x0F), three = splatBytes(v32b, 3);
+    auto shifted = [&](Value v, int64_t bits) -> Value {
+      if (!bits)
+        return v;
+      return arith::ShRUIOp::create(e.b, v, splatBytes(v32b, bits));
+    };
+    int64_t half = j / 2, nibble = j % 2 ? 4 : 0, high = j % 2 ? 4 : 0;
+    SmallVector<int64_t> spread;
+    for (int64_t lane = 0; lane < 16; ++lane)
+      spread.push_back(lane / 4);
+    for (Value row : rowAt) {
+      Value at = e.add(row, e.mul(block, e.cIndex(210)));
+      prefetchWeights(e, bytes, e.add(at, e.cIndex(64 * j)));
+      auto load = [&](int64_t offset) -> Value {
+        return vector::LoadOp::create(e.b, v32b, bytes,
+                                      ValueRange{e.add(at, e.cIndex(offset))});
+      };
+      Value qh = load(128 + 32 * half);
+      auto quants = [&](Value ql, int64_t highShift) -> Value {
+        Value l4 = arith::AndIOp::create(e.b, shifted(ql, nibble), low);
+        Value h2 = arith::AndIOp::create(e.b, shifted(qh, highShift), three);
+        Value up = arith::ShLIOp::create(e.b, h2, splatBytes(v32b, 4));
+        return arith::OrIOp::create(e.b, l4, up);
+      };
+      w.bytes.push_back(concat(e, quants(load(64 * half), high),
+                               quants(load(64 * half + 32), high + 2)));
+      Value d = e.loadF16(bytes, e.add(at, e.cIndex(208)));
+      Value sc =
+          vector::LoadOp::create(e.b, e.vec(4, e.byte()), bytes,
+                                 ValueRange{e.add(at, e.cIndex(192 + 4 * j))});
+      Value a = arith::MulFOp::create(
+          e.b, vector::BroadcastOp::create(e.b, e.vec(4, e.f32()), d),
+          arith::SIToFPOp::create(
+              e.b, e.vec(4, e.f32()),
+              arith::ExtSIOp::create(e.b, e.vec(4, e.i32()), sc)));
+      w.scales.push_back(vector::ShuffleOp::create(e.b, a, a, spread));
+    }
+    return w;
+  };
+  auto multiply = [&](Value p, const PairWeights &w, ValueRange accs) {
     SmallVector<Value> next;
     for (Value t : tokens) {
       Value quants = vector::LoadOp::create(
@@ -774,26 +872,54 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, Value bytes,
       Value d =
           vector::LoadOp::create(e.b, v16f, act.scales, ValueRange{lanes});
       for (int64_t o = 0; o < outputs; ++o) {
-        Value dot = dotBytes(e, bias, weights[o], quants);
-        Value scale = arith::MulFOp::create(e.b, d, scales[o]);
+        // Q8_0: biased weights; Q4_K: unsigned as they are; Q6_K: q - 32,
+        // -32 (sum of 4 quants) = bias / 4, exactly.
+        Value start = q4k ? e.splatI32(16, 0)
+                      : q6k
+                          ? arith::ShRSIOp::create(e.b, bias, e.splatI32(16, 2))
+                                .getResult()
+                          : bias;
+        Value dot = dotBytes(e, start, w.bytes[o], quants);
+        Value scale = arith::MulFOp::create(e.b, d, w.scales[o]);
         Value wide = arith::SIToFPOp::create(e.b, v16f, dot);
-        next.push_back(
-            vector::FMAOp::create(e.b, wide, scale, accs[next.size()]));
+        Value acc = vector::FMAOp::create(e.b, wide, scale, accs[next.size()]);
+        if (q4k) {
+          // - B dx sum(q) = B dx (sum of the bias lanes) / 128.
+          Value minScale = arith::MulFOp::create(
+              e.b, arith::MulFOp::create(e.b, d, w.mins[o]),
+              e.splatF32(16, 1.0f / 128));
+          acc = vector::FMAOp::create(
+              e.b, arith::SIToFPOp::create(e.b, v16f, bias), minScale, acc);
+        }
+        next.push_back(acc);
       }
     }
     return next;
   };
   SmallVector<Value> inits(rows * outputs, e.splatF32(16, 0.0f));
-  Value fullPairs = e.divu(blocks, e.cIndex(2));
-  SmallVector<Value> accs =
-      e.forLoop(c0, fullPairs, c1, inits, [&](Value p, ValueRange accs) {
-        return step(p, accs, /*full=*/true);
-      });
-  SmallVector<Type> types(accs.size(), v16f);
-  accs = e.ifThenElse(
-      e.cmp(arith::CmpIPredicate::ne, e.remu(blocks, e.cIndex(2)), c0), types,
-      [&] { return step(fullPairs, accs, /*full=*/false); },
-      [&] { return accs; });
+  SmallVector<Value> accs;
+  if (q4k || q6k) {
+    accs = e.forLoop(c0, e.divu(k, e.cIndex(256)), c1, inits,
+                     [&](Value block, ValueRange carried) {
+                       SmallVector<Value> next(carried);
+                       for (int64_t j = 0; j < 4; ++j)
+                         next = multiply(
+                             e.add(e.mul(block, e.cIndex(4)), e.cIndex(j)),
+                             q4k ? q4kPair(block, j) : q6kPair(block, j), next);
+                       return next;
+                     });
+  } else {
+    Value blocks = e.divu(k, e.cIndex(32));
+    Value fullPairs = e.divu(blocks, e.cIndex(2));
+    accs = e.forLoop(c0, fullPairs, c1, inits, [&](Value p, ValueRange accs) {
+      return multiply(p, q8Pair(p, /*full=*/true), accs);
+    });
+    SmallVector<Type> types(accs.size(), v16f);
+    accs = e.ifThenElse(
+        e.cmp(arith::CmpIPredicate::ne, e.remu(blocks, e.cIndex(2)), c0), types,
+        [&] { return multiply(fullPairs, q8Pair(fullPairs, false), accs); },
+        [&] { return accs; });
+  }
   SmallVector<Value> sums;
   for (Value acc : accs)
     sums.push_back(
@@ -804,14 +930,13 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, Value bytes,
 /// Tiles of `rows` tokens from t0 (while below t1) x `outputs` weight rows
 /// from o0 of the integer-dot product; tokens past t1 and outputs past m are
 /// clamped when read and not stored.
-void emitInt8Tiles(ForwardEmitter &e, Value bytes, Value offset,
-                   const Int8Activations &act, Value c, Value k, Value t0,
-                   Value t1, Value o0, int64_t rows, int64_t outputs,
+void emitInt8Tiles(ForwardEmitter &e, kvrt_weight_format format, Value bytes,
+                   Value offset, const Int8Activations &act, Value c, Value k,
+                   Value t0, Value t1, Value o0, int64_t rows, int64_t outputs,
                    bool accumulate) {
   Value c1 = e.cIndex(1);
   Value m = memref::DimOp::create(e.b, c, c1);
-  Value blocks = e.divu(k, e.cIndex(32));
-  Value rowBytes = e.mul(blocks, e.cIndex(34));
+  Value rowBytes = weightRowBytes(e, format, k);
   SmallVector<Value> rowAt, outputIndex;
   for (int64_t o = 0; o < outputs; ++o) {
     Value index = e.add(o0, e.cIndex(o));
@@ -825,7 +950,7 @@ void emitInt8Tiles(ForwardEmitter &e, Value bytes, Value offset,
     for (int64_t r = 0; r < rows; ++r)
       tokens.push_back(e.minu(e.add(t, e.cIndex(r)), last));
     SmallVector<Value> sums =
-        emitInt8Tile(e, bytes, act, blocks, tokens, rowAt);
+        emitInt8Tile(e, format, bytes, act, k, tokens, rowAt);
     for (int64_t r = 0; r < rows; ++r) {
       Value token = e.add(t, e.cIndex(r));
       for (int64_t o = 0; o < outputs; ++o) {
@@ -1003,7 +1128,8 @@ void emitInt8PanelTiles(ForwardEmitter &e, const Int8Activations &act,
 } // namespace
 
 bool cpu::hasInt8Dot(kvrt_weight_format format) {
-  return format == KVRT_WEIGHT_Q8_0;
+  return format == KVRT_WEIGHT_Q8_0 || format == KVRT_WEIGHT_Q4_K ||
+         format == KVRT_WEIGHT_Q6_K;
 }
 
 /// c[t][o] (+)= sum_i a[t][i] * b[o][i] for Q8_0 weights b, by integer dot
@@ -1027,95 +1153,108 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
   Value n = memref::DimOp::create(e.b, a, c0);
   Value k = memref::DimOp::create(e.b, a, c1);
   Value m = memref::DimOp::create(e.b, c, c1);
-  Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
-  auto alloc = [&](Type element, Value count) -> Value {
-    return memref::AllocOp::create(e.b, e.buffer(element), ValueRange{count},
-                                   e.b.getI64IntegerAttr(64));
-  };
-  Value lanes = e.mul(e.mul(n, pairs), e.cIndex(16));
-  Int8Activations act{alloc(e.byte(), e.mul(lanes, e.cIndex(4))),
-                      alloc(e.i32(), lanes), alloc(e.f32(), lanes),
-                      alloc(e.i32(), e.mul(e.mul(n, pairs), e.cIndex(2))),
-                      pairs};
-  parallelFor(
-      e, base + "_quantize_task", n,
-      {a, act.quants, act.bias, act.scales, act.blockBias},
-      [&](ValueRange v, Value lo, Value hi) {
-        Value k = memref::DimOp::create(e.b, v[0], e.cIndex(1));
-        Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
-        emitQuantizeRows(e, v[0], {v[1], v[2], v[3], v[4], pairs}, lo, hi);
-      });
-  Value groupSize = e.cIndex(kInt8TileOutputs);
-  Value groups = e.divu(e.add(m, e.sub(groupSize, c1)), groupSize);
   Value small = e.cmp(arith::CmpIPredicate::ult, n, e.cIndex(kPackedMinRows));
-  SmallVector<Value> captures{bytes,      offset, act.quants, act.bias,
-                              act.scales, c,      a,          act.blockBias};
-  // The activations as a task receives them, and k (from a's shape).
-  auto unpack = [&](ValueRange v, Value &k) {
-    k = memref::DimOp::create(e.b, v[6], e.cIndex(1));
+  // Everything on the quantised activations: Q8_0's decode and prefill, the
+  // other formats' decode step (a prefill of theirs widens, below).
+  auto int8 = [&] {
     Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
-    return Int8Activations{v[2], v[3], v[4], v[7], pairs};
-  };
+    auto alloc = [&](Type element, Value count) -> Value {
+      return memref::AllocOp::create(e.b, e.buffer(element), ValueRange{count},
+                                     e.b.getI64IntegerAttr(64));
+    };
+    Value lanes = e.mul(e.mul(n, pairs), e.cIndex(16));
+    Int8Activations act{alloc(e.byte(), e.mul(lanes, e.cIndex(4))),
+                        alloc(e.i32(), lanes), alloc(e.f32(), lanes),
+                        alloc(e.i32(), e.mul(e.mul(n, pairs), e.cIndex(2))),
+                        pairs};
+    parallelFor(
+        e, base + "_quantize_task", n,
+        {a, act.quants, act.bias, act.scales, act.blockBias},
+        [&](ValueRange v, Value lo, Value hi) {
+          Value k = memref::DimOp::create(e.b, v[0], e.cIndex(1));
+          Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
+          emitQuantizeRows(e, v[0], {v[1], v[2], v[3], v[4], pairs}, lo, hi);
+        });
+    Value groupSize = e.cIndex(kInt8TileOutputs);
+    Value groups = e.divu(e.add(m, e.sub(groupSize, c1)), groupSize);
+    SmallVector<Value> captures{bytes,      offset, act.quants, act.bias,
+                                act.scales, c,      a,          act.blockBias};
+    // The activations as a task receives them, and k (from a's shape).
+    auto unpack = [&](ValueRange v, Value &k) {
+      k = memref::DimOp::create(e.b, v[6], e.cIndex(1));
+      Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
+      return Int8Activations{v[2], v[3], v[4], v[7], pairs};
+    };
 
-  e.ifElse(
-      small,
-      [&] {
-        parallelFor(e, base + "_dot_task", groups, captures,
-                    [&](ValueRange v, Value lo, Value hi) {
-                      Value k;
-                      Int8Activations act = unpack(v, k);
-                      Value n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
-                      e.forLoop(lo, hi, e.cIndex(1), [&](Value g) {
-                        emitInt8Tiles(e, v[0], v[1], act, v[5], k, e.cIndex(0),
-                                      n, e.mul(g, e.cIndex(kInt8TileOutputs)),
-                                      1, kInt8TileOutputs, accumulate);
-                      });
+    auto decode = [&] {
+      parallelFor(e, base + "_dot_task", groups, captures,
+                  [&](ValueRange v, Value lo, Value hi) {
+                    Value k;
+                    Int8Activations act = unpack(v, k);
+                    Value n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
+                    e.forLoop(lo, hi, e.cIndex(1), [&](Value g) {
+                      emitInt8Tiles(e, format, v[0], v[1], act, v[5], k,
+                                    e.cIndex(0), n,
+                                    e.mul(g, e.cIndex(kInt8TileOutputs)), 1,
+                                    kInt8TileOutputs, accumulate);
                     });
-      },
-      [&] {
-        // The weights repacked into panels of 16 outputs (biased, their
-        // scales beside), then register tiles over them.
-        Value blocks = e.divu(k, e.cIndex(32));
-        Value panels = e.divu(e.add(m, e.cIndex(15)), e.cIndex(16));
-        Value panelBlocks = e.mul(panels, blocks);
-        Value packedQuants = alloc(e.byte(), e.mul(panelBlocks, e.cIndex(512)));
-        Value packedScales = alloc(e.f32(), e.mul(panelBlocks, e.cIndex(16)));
-        parallelFor(e, base + "_pack_task", panels,
-                    {bytes, offset, packedQuants, packedScales, c, a},
-                    [&](ValueRange v, Value lo, Value hi) {
-                      Value k = memref::DimOp::create(e.b, v[5], e.cIndex(1));
-                      Value m = memref::DimOp::create(e.b, v[4], e.cIndex(1));
-                      emitInt8PackPanels(e, v[0], v[1], k, m, v[2], v[3], lo,
-                                         hi);
+                  });
+    };
+    auto prefill = [&] {
+      // The weights repacked into panels of 16 outputs (biased, their
+      // scales beside), then register tiles over them.
+      Value blocks = e.divu(k, e.cIndex(32));
+      Value panels = e.divu(e.add(m, e.cIndex(15)), e.cIndex(16));
+      Value panelBlocks = e.mul(panels, blocks);
+      Value packedQuants = alloc(e.byte(), e.mul(panelBlocks, e.cIndex(512)));
+      Value packedScales = alloc(e.f32(), e.mul(panelBlocks, e.cIndex(16)));
+      parallelFor(e, base + "_pack_task", panels,
+                  {bytes, offset, packedQuants, packedScales, c, a},
+                  [&](ValueRange v, Value lo, Value hi) {
+                    Value k = memref::DimOp::create(e.b, v[5], e.cIndex(1));
+                    Value m = memref::DimOp::create(e.b, v[4], e.cIndex(1));
+                    emitInt8PackPanels(e, v[0], v[1], k, m, v[2], v[3], lo, hi);
+                  });
+      Value chunkRows = e.cIndex(kChunkRows);
+      Value chunks = e.divu(e.add(n, e.sub(chunkRows, c1)), chunkRows);
+      Value tilePanels = e.cIndex(kInt8TilePanels);
+      Value panelGroups =
+          e.divu(e.add(panels, e.sub(tilePanels, c1)), tilePanels);
+      SmallVector<Value> tileCaptures(captures);
+      tileCaptures.append({chunks, packedQuants, packedScales});
+      parallelFor(e, base + "_tile_task", e.mul(panelGroups, chunks),
+                  tileCaptures, [&](ValueRange v, Value lo, Value hi) {
+                    Value k;
+                    Int8Activations act = unpack(v, k);
+                    Value n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
+                    e.forLoop(lo, hi, e.cIndex(1), [&](Value item) {
+                      Value g = e.divu(item, v[8]);
+                      Value t0 =
+                          e.mul(e.remu(item, v[8]), e.cIndex(kChunkRows));
+                      Value t1 = e.minu(n, e.add(t0, e.cIndex(kChunkRows)));
+                      emitInt8PanelTiles(e, act, v[9], v[10], v[5], k, t0, t1,
+                                         e.mul(g, e.cIndex(kInt8TilePanels)),
+                                         accumulate);
                     });
-        Value chunkRows = e.cIndex(kChunkRows);
-        Value chunks = e.divu(e.add(n, e.sub(chunkRows, c1)), chunkRows);
-        Value tilePanels = e.cIndex(kInt8TilePanels);
-        Value panelGroups =
-            e.divu(e.add(panels, e.sub(tilePanels, c1)), tilePanels);
-        SmallVector<Value> tileCaptures(captures);
-        tileCaptures.append({chunks, packedQuants, packedScales});
-        parallelFor(e, base + "_tile_task", e.mul(panelGroups, chunks),
-                    tileCaptures, [&](ValueRange v, Value lo, Value hi) {
-                      Value k;
-                      Int8Activations act = unpack(v, k);
-                      Value n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
-                      e.forLoop(lo, hi, e.cIndex(1), [&](Value item) {
-                        Value g = e.divu(item, v[8]);
-                        Value t0 =
-                            e.mul(e.remu(item, v[8]), e.cIndex(kChunkRows));
-                        Value t1 = e.minu(n, e.add(t0, e.cIndex(kChunkRows)));
-                        emitInt8PanelTiles(e, act, v[9], v[10], v[5], k, t0, t1,
-                                           e.mul(g, e.cIndex(kInt8TilePanels)),
-                                           accumulate);
-                      });
-                    });
-        memref::DeallocOp::create(e.b, packedQuants);
-        memref::DeallocOp::create(e.b, packedScales);
-      });
-  memref::DeallocOp::create(e.b, act.quants);
-  memref::DeallocOp::create(e.b, act.bias);
-  memref::DeallocOp::create(e.b, act.scales);
-  memref::DeallocOp::create(e.b, act.blockBias);
+                  });
+      memref::DeallocOp::create(e.b, packedQuants);
+      memref::DeallocOp::create(e.b, packedScales);
+    };
+    if (format == KVRT_WEIGHT_Q8_0)
+      e.ifElse(small, decode, prefill);
+    else
+      decode();
+    memref::DeallocOp::create(e.b, act.quants);
+    memref::DeallocOp::create(e.b, act.bias);
+    memref::DeallocOp::create(e.b, act.scales);
+    memref::DeallocOp::create(e.b, act.blockBias);
+  };
+  if (format == KVRT_WEIGHT_Q8_0)
+    int8();
+  else
+    e.ifElse(small, int8, [&] {
+      emitWidenedProduct(e, format, base, a, bytes, offset, c,
+                         fn.getArgument(4), fn.getArgument(5), accumulate);
+    });
   e.finishFunction();
 }
