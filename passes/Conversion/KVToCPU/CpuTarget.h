@@ -20,8 +20,9 @@ namespace mlir::kv {
 /// How the CPU forward multiplies quantised weights (the pass option
 /// `quant-dot`; docs/cpu-backend.md, "Integer dot products"):
 /// - F32: every format widened to f32 (exact: the oracle's weights);
-/// - Int8: integer dot products where the format has them (Q8_0), the
-///   activations quantised per block to int8; other formats widen;
+/// - Int8: integer dot products where the format has them, the activations
+///   quantised per block to int8: Q8_0 always, Q4_K and Q6_K in a decode
+///   step (their prefill widens); other formats widen;
 /// - Auto: Int8 where the host has AVX-512 VNNI, else F32.
 enum class QuantDot { Auto, F32, Int8 };
 /// "auto", "f32", "int8" (the option's values), or nullopt.
