@@ -50,6 +50,13 @@ struct LowerToCPUPipelineOptions
       llvm::cl::desc("Vector width the forward's register blocking is chosen "
                      "for: 512 (AVX-512), 256 (AVX2) or 0 (the host's)"),
       llvm::cl::init(0)};
+  PassOptions::Option<std::string> quantDot{
+      *this, "quant-dot",
+      llvm::cl::desc("How quantised weights are multiplied: f32 (widened "
+                     "exactly), int8 (integer dot products on Q8_0, and on "
+                     "Q4_K/Q6_K in decode steps; needs AVX-512 VNNI) or auto "
+                     "(int8 where the host has VNNI)"),
+      llvm::cl::init("auto")};
 };
 
 /// Builds kv-lower-to-cpu: the CPU forward of every model the program uses

@@ -54,6 +54,16 @@ import shutil
 if shutil.which("redis-server") and shutil.which("redis-cli"):
     config.available_features.add("redis-server")
 
+# AVX-512 VNNI on the host: `REQUIRES: avx512vnni` for tests of the integer
+# dot products of quantised weights (convert-kv-to-cpu's quant-dot=int8),
+# which the pass refuses on a host without them.
+try:
+    with open("/proc/cpuinfo") as cpuinfo:
+        if "avx512_vnni" in cpuinfo.read().split():
+            config.available_features.add("avx512vnni")
+except OSError:
+    pass
+
 tool_dirs = [config.kvir_tools_dir, config.llvm_tools_dir]
 tools = [ToolSubst("kv-opt", unresolved="fatal"), ToolSubst("kv-run", unresolved="ignore"),
          ToolSubst("kv-convert", unresolved="ignore"),

@@ -373,6 +373,7 @@ LogicalResult buildLowering(PassManager &pm, const LowerOptions &options,
   if (options.target == Target::Cpu) {
     kv::LowerToCPUPipelineOptions cpu;
     cpu.vectorBits = options.cpuVectorBits;
+    cpu.quantDot = options.cpuQuantDot;
     kv::buildLowerToCPUPipeline(pm, cpu);
     return success();
   }
@@ -797,7 +798,8 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
                                            Target target, Forward *out,
                                            kvrt_kv_dtype dtype,
                                            int64_t cpuVectorBits,
-                                           const kvir::WeightFormats &formats) {
+                                           const kvir::WeightFormats &formats,
+                                           const std::string &cpuQuantDot) {
   if (!out)
     return kvrt::nullArgument(__func__);
   static std::mutex mutex;
@@ -806,7 +808,9 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
   std::lock_guard<std::mutex> lock(mutex);
   std::string key =
       forwardKey(config, dtype, formats) +
-      (target == Target::Gpu ? " gpu" : " cpu" + std::to_string(cpuVectorBits));
+      (target == Target::Gpu
+           ? " gpu"
+           : " cpu" + std::to_string(cpuVectorBits) + " " + cpuQuantDot);
   auto it = cache.find(key);
   if (it != cache.end()) {
     *out = it->second;
@@ -824,6 +828,7 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
   options.target = target;
   options.format = "isa";
   options.cpuVectorBits = cpuVectorBits;
+  options.cpuQuantDot = cpuQuantDot;
   std::vector<std::string> symbols;
   for (kv::ForwardEntryPoint point : kForwardEntryPoints)
     symbols.push_back(kv::forwardEntryName(config, dtype, formats, point));

@@ -124,6 +124,9 @@ struct LowerOptions {
   /// CPU only: the vector width kv-lower-to-cpu's register blocking is
   /// chosen for (512, 256; 0: the host's).
   int64_t cpuVectorBits = 0;
+  /// CPU only: how quantised weights are multiplied (kv-lower-to-cpu's
+  /// quant-dot: auto, f32, int8).
+  std::string cpuQuantDot = "auto";
 };
 
 /// A lowered copy of `module` (kv-lower-to-cpu or kv-lower-to-nvvm), and the
@@ -196,13 +199,14 @@ compileProgram(mlir::OwningOpRef<mlir::ModuleOp> planned,
 /// and tests; cached per config for the life of the process, never
 /// destroyed: an ExecutionEngine destroyed by an exit handler runs the JIT's
 /// deinitializers after LLVM's statics are gone), its CPU register blocking
-/// chosen for `cpuVectorBits` (LowerOptions). KVRT_ERR_INVALID_ARGUMENT
-/// for a config the target cannot compile, with the message in
-/// kvrt_last_error().
+/// chosen for `cpuVectorBits` and its quantised weights multiplied as
+/// `cpuQuantDot` says (LowerOptions). KVRT_ERR_INVALID_ARGUMENT for a
+/// config the target cannot compile, with the message in kvrt_last_error().
 kvrt_status
 compileForward(const kvrt_model_config &config, Target target, Forward *out,
                kvrt_kv_dtype dtype = KVRT_KV_F32, int64_t cpuVectorBits = 0,
-               const kvir::WeightFormats &formats = kvir::WeightFormats());
+               const kvir::WeightFormats &formats = kvir::WeightFormats(),
+               const std::string &cpuQuantDot = "auto");
 
 /// The generated CPU matmul alone, for benchmarks against BLAS: c = a · bᵀ
 /// with a [n][k], the f32 weights b [m][k] and c [n][m] (contiguous

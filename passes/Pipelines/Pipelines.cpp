@@ -32,6 +32,7 @@ void mlir::kv::buildLowerToCPUPipeline(
   // lower to LLVM below: one module.
   ConvertKVToCPUPassOptions cpu;
   cpu.vectorBits = options.vectorBits;
+  cpu.quantDot = options.quantDot;
   pm.addPass(createConvertKVToCPUPass(cpu));
   pm.addPass(createConvertKVToRuntimePass());
   pm.addPass(createCanonicalizerPass());

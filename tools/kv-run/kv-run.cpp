@@ -91,6 +91,8 @@ struct Options {
   bool attribute = false;
   bool printTokens = false;
   bool retarget = false;
+  /// `--quant-dot`: kv-lower-to-cpu's quant-dot.
+  std::string quantDot = "auto";
 };
 
 llvm::Error makeError(const llvm::Twine &message) {
@@ -221,13 +223,14 @@ llvm::Error printTokens(const kvrt_tokenizer *tokenizer,
 llvm::Expected<Forward> forwardFor(const ComputeBackend &backend,
                                    const kvrt_model *model,
                                    const kvrt_model_config &config,
-                                   compiler::Target target,
-                                   kvrt_kv_dtype dtype) {
+                                   compiler::Target target, kvrt_kv_dtype dtype,
+                                   const std::string &quantDot) {
   Forward forward;
   if (!backend.runsGeneratedCode())
     return forward;
   if (compiler::compileForward(config, target, &forward, dtype,
-                               /*cpuVectorBits=*/0, modelWeightFormats(model)))
+                               /*cpuVectorBits=*/0, modelWeightFormats(model),
+                               quantDot))
     return runtimeError("cannot compile the forward of the model");
   return forward;
 }
@@ -288,8 +291,9 @@ llvm::Error runTokens(const Options &options) {
                             std::max<int64_t>(o.request.greedyTokens() - 1, 0));
   if (!r.preparePool(KVRT_KV_F32, /*fromProgram=*/false, error))
     return makeError(error);
-  llvm::Expected<Forward> forward = forwardFor(
-      r.backend(), r.model(), r.config(), target(o.runner), r.pageType());
+  llvm::Expected<Forward> forward =
+      forwardFor(r.backend(), r.model(), r.config(), target(o.runner),
+                 r.pageType(), options.quantDot);
   if (!forward)
     return forward.takeError();
   TokenListRun run;
@@ -492,6 +496,7 @@ llvm::Error runProgram(const Options &options) {
   lowering.exportModel = runner.config();
   lowering.exportDtype = runner.pageType();
   lowering.exportFormats = modelWeightFormats(runner.model());
+  lowering.cpuQuantDot = options.quantDot;
   mlir::FailureOr<compiler::CompiledProgram> program =
       compiler::compileProgram(std::move(planned), entryName, lowering);
   if (mlir::failed(program))
@@ -565,6 +570,14 @@ void declareOptions(OptionParser &parser, Options &options) {
               "--text or --text-file (each piece as the vocabulary spells it, "
               "then the text it decodes to) instead of running it",
               options.printTokens);
+  parser.text("quant-dot", "auto|f32|int8",
+              "how the generated CPU code multiplies quantised weights: f32 "
+              "widens them exactly (the oracle's weights), int8 takes integer "
+              "dot products on Q8_0 blocks (Q4_K, Q6_K: in decode steps) "
+              "against activations quantised per "
+              "block (AVX-512 VNNI; docs/cpu-backend.md), auto (default) int8 "
+              "where the host has VNNI",
+              options.quantDot);
 }
 
 /// Prints `message` as kv-run's error; the exit status.
@@ -597,6 +610,10 @@ int main(int argc, char **argv) {
                 positionals[1] + "'");
   if (!positionals.empty())
     options.program = positionals[0];
+  if (options.quantDot != "auto" && options.quantDot != "f32" &&
+      options.quantDot != "int8")
+    return fail("unknown --quant-dot '" + options.quantDot +
+                "' (available: auto, f32, int8)");
   if (!applyThreads(options.run.runner.threads, problem) ||
       !checkRunOptions(options.run, problem) ||
       !checkCacheOptions(options.cache, problem))

@@ -38,7 +38,20 @@ struct ConvertKVToCPUPass
           << int64_t(vectorBits);
       return signalPassFailure();
     }
-    std::unique_ptr<ForwardTarget> target = createCpuTarget(vectorBits);
+    std::optional<QuantDot> dot = parseQuantDot(quantDot);
+    if (!dot) {
+      getOperation().emitError()
+          << "convert-kv-to-cpu: quant-dot must be auto, f32 or int8, not '"
+          << quantDot << "'";
+      return signalPassFailure();
+    }
+    if (*dot == QuantDot::Int8 && !hostHasInt8Dot()) {
+      getOperation().emitError()
+          << "convert-kv-to-cpu: quant-dot=int8 needs AVX-512 VNNI "
+             "(avx512vnni, avx512bw), which this host lacks";
+      return signalPassFailure();
+    }
+    std::unique_ptr<ForwardTarget> target = createCpuTarget(vectorBits, *dot);
     FailureOr<unsigned> built = buildProgramForwards(getOperation(), *target);
     if (failed(built))
       return signalPassFailure();

@@ -53,6 +53,14 @@ void emitMatmul(ForwardEmitter &e, int64_t vectorBits, bool accumulate);
 void emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
                      bool accumulate);
 std::string quantMatmulName(kvrt_weight_format format, bool accumulate);
+/// CpuMatmul.cpp: the same function (name, arguments, result) by integer
+/// dot products on the weights' blocks, the activations quantised per block
+/// of 32 to int8 (llama.cpp's Q8_0 activations): AVX-512 VNNI (vpdpbusd).
+/// Only for formats where hasInt8Dot holds: Q8_0 (decode and prefill), Q4_K
+/// and Q6_K (decode; their prefill widens as emitQuantMatmul's does).
+void emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
+                    bool accumulate);
+bool hasInt8Dot(kvrt_weight_format format);
 /// CpuMath.cpp: rope_table, rope_apply, swiglu, add_bias (configs with
 /// qkv_bias only).
 void emitRopeTable(ForwardEmitter &e);

@@ -33,8 +33,10 @@ int64_t hostVectorBits() {
 
 class CpuTarget final : public ForwardTarget {
 public:
-  explicit CpuTarget(int64_t vectorBits)
-      : vectorBits(vectorBits ? vectorBits : hostVectorBits()) {}
+  CpuTarget(int64_t vectorBits, QuantDot quantDot)
+      : vectorBits(vectorBits ? vectorBits : hostVectorBits()),
+        int8Dot(quantDot == QuantDot::Int8 ||
+                (quantDot == QuantDot::Auto && hostHasInt8Dot())) {}
 
   StringRef name() const override { return "CPU"; }
 
@@ -61,8 +63,8 @@ public:
 
   /// f32 weights: the packed and dot-product kernels of matmul_nt over the
   /// slice viewed as floats. Other formats: matmul_<format>, which widens
-  /// the weights' blocks to f32 (CpuMatmul.cpp); the kernel is picked here,
-  /// per format, which is where integer dot products would go.
+  /// the weights' blocks to f32 or (Q8_0 with integer dots) multiplies them
+  /// as int8 (CpuMatmul.cpp; emitKernels picks which per format).
   void matmul(ForwardEmitter &e, BufferRef a, WeightRef b, BufferRef c, Value n,
               int64_t m, int64_t k, bool accumulate) override {
     if (b.format == KVRT_WEIGHT_F32) {
@@ -134,6 +136,8 @@ public:
 private:
   /// 512 (AVX-512) or 256 (AVX2): the kernels' register blocking.
   int64_t vectorBits;
+  /// Whether formats with an integer dot product (hasInt8Dot) use it.
+  bool int8Dot;
   SmallVector<Value> temporaries;
   /// The packed-weights buffer of each function that multiplies, and the
   /// one weights of other formats are widened to f32 in (for a prefill).
@@ -187,8 +191,10 @@ void CpuTarget::emitKernels(ForwardEmitter &e) {
   for (kvrt_weight_format format : e.formats.used()) {
     if (format == KVRT_WEIGHT_F32)
       continue;
-    emitQuantMatmul(e, format, /*accumulate=*/false);
-    emitQuantMatmul(e, format, /*accumulate=*/true);
+    auto emit =
+        int8Dot && hasInt8Dot(format) ? emitInt8Matmul : emitQuantMatmul;
+    emit(e, format, /*accumulate=*/false);
+    emit(e, format, /*accumulate=*/true);
   }
   emitRopeTable(e);
   emitRopeApply(e);
@@ -243,6 +249,26 @@ SmallVector<Value> cpu::call(ForwardEmitter &e, StringRef kernel,
           .getResults());
 }
 
-std::unique_ptr<ForwardTarget> mlir::kv::createCpuTarget(int64_t vectorBits) {
-  return std::make_unique<CpuTarget>(vectorBits);
+std::optional<QuantDot> mlir::kv::parseQuantDot(llvm::StringRef name) {
+  if (name == "auto")
+    return QuantDot::Auto;
+  if (name == "f32")
+    return QuantDot::F32;
+  if (name == "int8")
+    return QuantDot::Int8;
+  return std::nullopt;
+}
+
+bool mlir::kv::hostHasInt8Dot() {
+  llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+  auto has = [&](StringRef name) {
+    auto it = features.find(name);
+    return it != features.end() && it->second;
+  };
+  return has("avx512vnni") && has("avx512bw");
+}
+
+std::unique_ptr<ForwardTarget> mlir::kv::createCpuTarget(int64_t vectorBits,
+                                                         QuantDot quantDot) {
+  return std::make_unique<CpuTarget>(vectorBits, quantDot);
 }

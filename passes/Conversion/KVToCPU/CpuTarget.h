@@ -13,12 +13,28 @@
 #include "passes/Conversion/Forward/ForwardTarget.h"
 
 #include <memory>
+#include <optional>
 
 namespace mlir::kv {
 
+/// How the CPU forward multiplies quantised weights (the pass option
+/// `quant-dot`; docs/cpu-backend.md, "Integer dot products"):
+/// - F32: every format widened to f32 (exact: the oracle's weights);
+/// - Int8: integer dot products where the format has them, the activations
+///   quantised per block to int8: Q8_0 always, Q4_K and Q6_K in a decode
+///   step (their prefill widens); other formats widen;
+/// - Auto: Int8 where the host has AVX-512 VNNI, else F32.
+enum class QuantDot { Auto, F32, Int8 };
+/// "auto", "f32", "int8" (the option's values), or nullopt.
+std::optional<QuantDot> parseQuantDot(llvm::StringRef name);
+/// Whether this host runs the integer dot products (AVX-512 VNNI).
+bool hostHasInt8Dot();
+
 /// A new CPU target for vectors of `vectorBits` (512: AVX-512, 256: AVX2;
-/// 0: the host's), which sets the register tile of the packed matmul.
-std::unique_ptr<ForwardTarget> createCpuTarget(int64_t vectorBits = 0);
+/// 0: the host's), which sets the register tile of the packed matmul, and
+/// quantised weights multiplied as `quantDot` says.
+std::unique_ptr<ForwardTarget>
+createCpuTarget(int64_t vectorBits = 0, QuantDot quantDot = QuantDot::Auto);
 
 } // namespace mlir::kv
 

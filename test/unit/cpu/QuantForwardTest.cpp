@@ -10,16 +10,22 @@
 // where that is more (a tied classifier's logits reach 140 here). Then each
 // format's accuracy against the f32 model it was quantised from (max |logit
 // diff|, top-1 agreement), printed (docs/models.md has the figures) and held to
-// the order of the formats' precision.
+// the order of the formats' precision. All of that on the widening path
+// (quant-dot=f32); the integer dot products of Q8_0 (quant-dot=int8) are held
+// to the bound the activations' quantisation gives, and their accuracy printed.
 //
 //===----------------------------------------------------------------------===//
 
 #include "driver/compiler/Compiler.h"
+#include "passes/Conversion/KVToCPU/CpuTarget.h"
 #include "runtime/core/ForwardCall.h"
+#include "runtime/core/KVParallel.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/core/Quant.h"
 #include "runtime/cpu/CpuBackend.h"
 #include "test/unit/cpu/CpuTestSupport.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -31,26 +37,31 @@ namespace {
 
 constexpr double kLogitTolerance = kCpuLogitTolerance;
 
-/// The generated forward of `model`'s config for `formats`.
+/// The generated forward of `model`'s config for `formats`, its quantised
+/// weights multiplied as `quantDot` says: "f32" (widened exactly, the
+/// oracle's weights) unless a test says otherwise.
 kvir::Forward forwardFor(const kvrt_model *model,
-                         const kvir::WeightFormats &formats) {
+                         const kvir::WeightFormats &formats,
+                         const std::string &quantDot = "f32") {
   kvrt_model_config c;
   EXPECT_EQ(kvrt_model_get_config(model, &c), KVRT_OK);
   kvir::Forward forward;
   EXPECT_EQ(kvir::compiler::compileForward(c, kvir::compiler::Target::Cpu,
-                                           &forward, KVRT_KV_F32, 0, formats),
+                                           &forward, KVRT_KV_F32, 0, formats,
+                                           quantDot),
             KVRT_OK)
       << kvrt_last_error();
   return forward;
 }
 
 Prefilled cpuPrefill(const kvrt_model *model, const kvrt_view *view,
-                     const std::vector<int32_t> &tokens, int64_t pos) {
+                     const std::vector<int32_t> &tokens, int64_t pos,
+                     const std::string &quantDot = "f32") {
   Prefilled result;
   kvrt_view *out = nullptr;
   EXPECT_EQ(cpuBackend().prefill(
-                forwardFor(model, kvir::modelWeightFormats(model)), model, view,
-                tokens.data(), tokens.size(), pos, "cpu",
+                forwardFor(model, kvir::modelWeightFormats(model), quantDot),
+                model, view, tokens.data(), tokens.size(), pos, "cpu",
                 /*lastOnly=*/false, &result.logits, &out),
             KVRT_OK)
       << kvrt_last_error();
@@ -141,12 +152,13 @@ struct Accuracy {
   int64_t top1 = 0, rows = 0;
 };
 Accuracy accuracy(const kvrt_model *model, const kvrt_model *f32,
-                  const std::vector<int32_t> &tokens) {
+                  const std::vector<int32_t> &tokens,
+                  const std::string &quantDot = "f32") {
   kvrt_model_config c;
   EXPECT_EQ(kvrt_model_get_config(model, &c), KVRT_OK);
   PoolPtr pool = poolFor(model, 256);
   ViewPtr empty = emptyView(pool.get());
-  Prefilled q = cpuPrefill(model, empty.get(), tokens, 0);
+  Prefilled q = cpuPrefill(model, empty.get(), tokens, 0, quantDot);
   Prefilled r = refPrefill(f32, empty.get(), tokens, 0);
   Accuracy a;
   a.maxDiff = maxDiff(q.logits, r.logits);
@@ -204,6 +216,13 @@ TEST(QuantForwardTest, AccuracyFollowsTheFormatsPrecision) {
     got[t.name] = accuracy(model.get(), f32.get(), tokens);
     printAccuracy("synthetic dim 256", t.name, got[t.name]);
   }
+  // The integer dot products (Q8_0 only) add the activations' quantisation:
+  // printed beside the f32 path's figure (docs/models.md).
+  if (mlir::kv::hostHasInt8Dot()) {
+    ModelPtr q8 = quantised(f32.get(), "acc-q8_0", KVRT_GGUF_Q8_0);
+    printAccuracy("synthetic dim 256", "q8_0 int8",
+                  accuracy(q8.get(), f32.get(), tokens, "int8"));
+  }
   // More bits, closer logits.
   EXPECT_LT(got["f16"].maxDiff, got["q8_0"].maxDiff);
   EXPECT_LT(got["q8_0"].maxDiff, got["q6_k"].maxDiff);
@@ -233,6 +252,157 @@ TEST(QuantForwardTest, StoriesAccuracy) {
     // Every format but Q4_0 keeps the greedy chain of the f32 model.
     if (t.type != KVRT_GGUF_Q4_0)
       EXPECT_EQ(a.top1, a.rows);
+  }
+  // The Q8_0 file by integer dot products keeps it too (what greedy.test
+  // holds through kv-run).
+  if (mlir::kv::hostHasInt8Dot()) {
+    ModelPtr q8 = quantised(f32, "stories-q8_0", KVRT_GGUF_Q8_0);
+    Accuracy a = accuracy(q8.get(), f32, tokens, "int8");
+    printAccuracy("stories260K", "q8_0 int8", a);
+    EXPECT_EQ(a.top1, a.rows);
+  }
+}
+
+/// Row `row` of slice `layer` of `weight`, dequantised.
+std::vector<float> weightRow(const kvrt_weight &weight, int64_t layer,
+                             int64_t row) {
+  const kvrt_weight_slice &slice = weight.slices[layer];
+  int64_t rowBytes = kvrt::weightRowBytes(slice.format, weight.cols);
+  std::vector<float> out(weight.cols);
+  kvrt::dequantizeRow(slice.format,
+                      static_cast<const char *>(slice.data) + row * rowBytes,
+                      out.data(), weight.cols);
+  return out;
+}
+
+/// Layer 0's V of `n` random tokens by the int8 path (quant-dot=int8)
+/// against the oracle's, each output within the bound the activations'
+/// quantisation gives (Int8DotWithinTheActivationQuantisationBound);
+/// returns the largest difference.
+double checkLayer0Bound(const kvrt_model *model, size_t n) {
+  kvrt_model_config c;
+  EXPECT_EQ(kvrt_model_get_config(model, &c), KVRT_OK);
+  kvrt_model_weights w;
+  EXPECT_EQ(kvrt_model_get_weights(model, &w), KVRT_OK);
+  kvir::Forward forward =
+      forwardFor(model, kvir::modelWeightFormats(model), "int8");
+  PoolPtr pool = poolFor(model, 64);
+  ViewPtr empty = emptyView(pool.get());
+  int64_t kvDim = c.dim / c.n_heads * c.n_kv_heads;
+  std::vector<float> norm = weightRow(w.rms_att, 0, 0);
+  std::vector<int32_t> tokens = randomTokens(n, c.vocab_size, 400 + n);
+  std::vector<float> kc, vc, kr, vr;
+  EXPECT_EQ(cpuBackend().layerKV(forward, model, empty.get(), tokens.data(), n,
+                                 0, 0, &kc, &vc),
+            KVRT_OK)
+      << kvrt_last_error();
+  EXPECT_EQ(kvir::reference::layerKV(model, empty.get(), tokens.data(), n, 0, 0,
+                                     &kr, &vr),
+            KVRT_OK);
+  double worst = 0, largestRatio = 0;
+  for (size_t t = 0; t < n; ++t) {
+    std::vector<float> x = weightRow(w.token_embedding, 0, tokens[t]);
+    double squares = 0;
+    for (float v : x)
+      squares += double(v) * v;
+    double factor = 1.0 / std::sqrt(squares / c.dim + c.rms_eps);
+    std::vector<double> steps;
+    for (int64_t b = 0; b < c.dim / 32; ++b) {
+      double amax = 0;
+      for (int64_t i = 32 * b; i < 32 * b + 32; ++i)
+        amax = std::max(amax, std::fabs(x[i] * factor * norm[i]));
+      steps.push_back(amax / 127);
+    }
+    for (int64_t o = 0; o < kvDim; ++o) {
+      std::vector<float> row = weightRow(w.wv, 0, o);
+      double bound = 0;
+      for (int64_t i = 0; i < c.dim; ++i)
+        bound += steps[i / 32] / 2 * std::fabs(row[i]);
+      bound = bound * (1 + 1e-3) + 1e-5;
+      double diff = std::fabs(vc[t * kvDim + o] - vr[t * kvDim + o]);
+      EXPECT_LE(diff, bound) << "token " << t << " output " << o;
+      worst = std::max(worst, diff);
+      largestRatio = std::max(largestRatio, diff / bound);
+    }
+  }
+  std::printf("int8 dot, %s, %zu tokens: layer 0 V max |diff| %.3e, at most "
+              "%.2f of the bound\n",
+              kvrt::weightFormatName(w.wv.slices[0].format), n, worst,
+              largestRatio);
+  return worst;
+}
+
+TEST(QuantForwardTest, Int8DotWithinTheActivationQuantisationBound) {
+  // quant-dot=int8 multiplies Q8_0 blocks by activations quantised per
+  // block of 32: x ~ d q with d = max |x| / 127, |x - d q| <= d / 2. Layer
+  // 0's V (no RoPE) is then v_o = sum_i w_oi x_i with x the normed embedding
+  // (exact in both), so against the oracle's exact product
+  //   |v_int8 - v_ref| <= sum_b (d_b / 2) sum_{i in b} |w_oi|,
+  // times 1 + 1e-3 for the f32 rounding of 127 / max |x| and of x times it
+  // (each a relative 2^-24, far below that margin), plus the f32 path's
+  // 1e-5 (f32 against the oracle's f64 sums). dim 96 and hidden 224 are 3
+  // and 7 blocks (a pair of blocks with no second), 509 outputs of the
+  // classifier not a whole tile; 1 and 3 tokens take the decode tiles, 9
+  // and 64 the prefill ones (a part tile at the end).
+  if (!mlir::kv::hostHasInt8Dot())
+    GTEST_SKIP() << "this host has no AVX-512 VNNI (the integer dot path)";
+  kvrt_model_config c = makeConfig(96, 224, 2, 4, 2, 509, 256);
+  ModelPtr f32 = syntheticModel(c, 31);
+  ModelPtr model = quantised(f32.get(), "int8-q8_0", KVRT_GGUF_Q8_0);
+  ASSERT_NE(kvir::modelWeightFormats(model.get()).spec().find("wv:q8_0"),
+            std::string::npos);
+  for (size_t n : {1, 3, 9, 64}) {
+    SCOPED_TRACE(n);
+    // The integer path ran (the f32 path is within 1e-5).
+    EXPECT_GT(checkLayer0Bound(model.get(), n), 1e-5);
+  }
+  PoolPtr pool = poolFor(model.get(), 64);
+  ViewPtr empty = emptyView(pool.get());
+  // Every position's logits, with the decode tiles (1 token) and a
+  // prefill: reported (docs/models.md states them), no bound follows
+  // through the layers' nonlinearities.
+  for (size_t n : {1, 64}) {
+    std::vector<int32_t> tokens = randomTokens(n, c.vocab_size, 500 + n);
+    Prefilled q = cpuPrefill(model.get(), empty.get(), tokens, 0, "int8");
+    Prefilled r = refPrefill(model.get(), empty.get(), tokens, 0);
+    std::printf("int8 dot, %zu tokens: max |logit diff| %.3e\n", n,
+                maxDiff(q.logits, r.logits));
+  }
+  // Each output is one tile's, whichever thread computes it: bit-identical
+  // for any thread count (decode tiles, prefill tiles, the quantising and
+  // packing passes).
+  for (size_t n : {1, 64}) {
+    std::vector<int32_t> tokens = randomTokens(n, c.vocab_size, 600 + n);
+    std::vector<std::vector<float>> logits;
+    for (int32_t threads : {1, 2, 3}) {
+      kvrt_set_num_threads(threads);
+      logits.push_back(
+          cpuPrefill(model.get(), empty.get(), tokens, 0, "int8").logits);
+    }
+    kvrt_set_num_threads(0);
+    EXPECT_EQ(logits[0], logits[1]) << n;
+    EXPECT_EQ(logits[0], logits[2]) << n;
+  }
+}
+
+TEST(QuantForwardTest, Int8DotOfK_QuantDecodeWithinTheBound) {
+  // Q4_K's and Q6_K's decode steps take integer dot products too (an
+  // element is A q - B or A (q - 32): the same bound, w the dequantised
+  // weights); their prefill widens (exact: the f32 path's 1e-5).
+  if (!mlir::kv::hostHasInt8Dot())
+    GTEST_SKIP() << "this host has no AVX-512 VNNI (the integer dot path)";
+  ModelPtr f32 = syntheticModel(dim256Config(/*shared=*/false), 32);
+  for (auto [name, type] :
+       {std::pair{"q4_k", KVRT_GGUF_Q4_K}, std::pair{"q6_k", KVRT_GGUF_Q6_K}}) {
+    SCOPED_TRACE(name);
+    ModelPtr model = quantised(f32.get(), std::string("int8-") + name, type);
+    ASSERT_NE(kvir::modelWeightFormats(model.get())
+                  .spec()
+                  .find(std::string("wv:") + name),
+              std::string::npos);
+    for (size_t n : {1, 3})
+      EXPECT_GT(checkLayer0Bound(model.get(), n), 1e-5) << n;
+    EXPECT_LT(checkLayer0Bound(model.get(), 9), 1e-5);
   }
 }
 
