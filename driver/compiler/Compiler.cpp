@@ -38,6 +38,7 @@
 #include "llvm/ExecutionEngine/SectionMemoryManager.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
+#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -1003,4 +1004,19 @@ kvir::compiler::emitObject(ModuleOp lowered,
     return emitError(lowered.getLoc()) << "cannot write " << path;
   }
   return success();
+}
+
+std::string kvir::compiler::quantDotFor(StringRef cpu, StringRef requested) {
+  if (requested != "auto" || cpu == "native")
+    return requested.str();
+  initializeNativeTarget();
+  llvm::Triple triple(llvm::sys::getDefaultTargetTriple());
+  std::string lookupError;
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(triple, lookupError);
+  if (!target)
+    return "f32";
+  std::unique_ptr<llvm::MCSubtargetInfo> info(
+      target->createMCSubtargetInfo(triple, cpu, ""));
+  return info && info->checkFeatures("+avx512vnni,+avx512bw") ? "auto" : "f32";
 }

@@ -231,6 +231,13 @@ mlir::LogicalResult emitObject(mlir::ModuleOp lowered,
                                llvm::ArrayRef<exec::EntryManifest> manifests,
                                llvm::StringRef path, llvm::StringRef cpu);
 
+/// The CPU forward's quant-dot for code generated for `cpu` ("native" or an
+/// LLVM CPU name): `requested` where the CPU has the integer dot path's
+/// instructions (AVX-512 VNNI) or `requested` is not "auto", else "f32"
+/// (LowerOptions::cpuQuantDot), so that an object for another CPU never
+/// holds instructions that CPU lacks.
+std::string quantDotFor(llvm::StringRef cpu, llvm::StringRef requested);
+
 } // namespace kvir::compiler
 
 #endif // KVIR_DRIVER_COMPILER_COMPILER_H

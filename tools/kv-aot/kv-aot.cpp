@@ -222,9 +222,17 @@ int main(int argc, char **argv) {
       return fail("bad --weight-formats: " + error);
     formats = *parsed;
   }
+  // A GPU program's host code is built here and runs on the GPU machine:
+  // not this machine's CPU (AVX-512 here), a portable one.
+  std::string hostCpu = !cpu.empty() ? cpu.getValue()
+                        : gpu        ? "x86-64-v3"
+                                     : "native";
   kvir::compiler::LowerOptions options;
   options.target =
       gpu ? kvir::compiler::Target::Gpu : kvir::compiler::Target::Cpu;
+  // The int8 dot path only where the CPU the object is for has it.
+  options.cpuQuantDot =
+      kvir::compiler::quantDotFor(hostCpu, options.cpuQuantDot);
   options.exportModel = exportModel;
   options.exportFormats = formats;
   options.chip = chip;
@@ -261,11 +269,6 @@ int main(int argc, char **argv) {
     text += manifest.serialize();
   if (!writeFile(stem + ".manifest", text))
     return 1;
-  // A GPU program's host code is built here and runs on the GPU machine:
-  // not this machine's CPU (AVX-512 here), a portable one.
-  std::string hostCpu = !cpu.empty() ? cpu.getValue()
-                        : gpu        ? "x86-64-v3"
-                                     : "native";
   if (failed(kvir::compiler::emitObject(*lowered, manifests, stem + ".o",
                                         hostCpu)))
     return 1;
