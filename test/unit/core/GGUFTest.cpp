@@ -60,6 +60,16 @@ std::string scratch(const std::string &name) {
   return path;
 }
 
+/// Writes `model` in `type` to the scratch file `name`; its path, or ""
+/// (after a test failure naming the error) where the write fails.
+std::string saveGGUF(const kvrt_model *model, kvrt_gguf_type type,
+                     const std::string &name) {
+  std::string path = scratch(name);
+  kvrt_status status = kvrt_model_save_gguf(model, nullptr, type, path.c_str());
+  EXPECT_EQ(status, KVRT_OK) << kvrt_last_error();
+  return status == KVRT_OK ? path : "";
+}
+
 /// Runs kv-convert; its exit status.
 int convert(const std::string &args) {
   std::string command =
@@ -291,12 +301,11 @@ TEST(GGUFTest, RopeVariantsRoundTrip) {
       continue;
     SCOPED_TRACE(variant.name);
     ModelPtr model = syntheticModel(variant.config, 3);
-    std::string path = scratch(variant.name + ".gguf");
-    ASSERT_EQ(
-        kvrt_model_save_gguf(model.get(), nullptr, KVRT_GGUF_F32, path.c_str()),
-        KVRT_OK)
-        << kvrt_last_error();
+    std::string path =
+        saveGGUF(model.get(), KVRT_GGUF_F32, variant.name + ".gguf");
+    ASSERT_FALSE(path.empty());
     ModelPtr back = loadModel(path);
+    ASSERT_TRUE(back);
     const kvrt_model_config &a = model->config, &b = back->config;
     EXPECT_EQ(b.rope_dim, a.rope_dim);
     EXPECT_EQ(kvir::ropeScale(b), kvir::ropeScale(a));
@@ -325,11 +334,8 @@ TEST(GGUFTest, QkvBiasesRoundTrip) {
   kvrt_model_config c = smallConfig(KVRT_ROPE_INTERLEAVED);
   c.qkv_bias = 1;
   ModelPtr model = syntheticModel(c, 11);
-  std::string path = scratch("bias.gguf");
-  ASSERT_EQ(
-      kvrt_model_save_gguf(model.get(), nullptr, KVRT_GGUF_F32, path.c_str()),
-      KVRT_OK)
-      << kvrt_last_error();
+  std::string path = saveGGUF(model.get(), KVRT_GGUF_F32, "bias.gguf");
+  ASSERT_FALSE(path.empty());
   ModelPtr back = loadModel(path);
   ASSERT_TRUE(back);
   EXPECT_EQ(back->config.qkv_bias, 1);
@@ -344,11 +350,8 @@ TEST(GGUFTest, QkvBiasesRoundTrip) {
   EXPECT_NE(oracleLogits(unbiased.get(), tokens),
             oracleLogits(model.get(), tokens));
   // Q8_0 keeps the bias vectors F32.
-  std::string q8 = scratch("bias-q8.gguf");
-  ASSERT_EQ(
-      kvrt_model_save_gguf(model.get(), nullptr, KVRT_GGUF_Q8_0, q8.c_str()),
-      KVRT_OK)
-      << kvrt_last_error();
+  std::string q8 = saveGGUF(model.get(), KVRT_GGUF_Q8_0, "bias-q8.gguf");
+  ASSERT_FALSE(q8.empty());
   ModelPtr backQ8 = loadModel(q8);
   ASSERT_TRUE(backQ8);
   kvrt_model_weights w0, w1;
@@ -375,11 +378,8 @@ TEST(GGUFTest, Qwen2RoundTrip) {
     c.rope_theta = 1000000.0;
     c.shared_classifier = shared;
     ModelPtr model = syntheticModel(c, 5);
-    std::string path = scratch("qwen2.gguf");
-    ASSERT_EQ(
-        kvrt_model_save_gguf(model.get(), nullptr, KVRT_GGUF_F32, path.c_str()),
-        KVRT_OK)
-        << kvrt_last_error();
+    std::string path = saveGGUF(model.get(), KVRT_GGUF_F32, "qwen2.gguf");
+    ASSERT_FALSE(path.empty());
     std::string bytes = fileBytes(path);
     EXPECT_NE(bytes.find("qwen2.embedding_length"), std::string::npos);
     EXPECT_EQ(bytes.find("llama."), std::string::npos);
