@@ -2,12 +2,13 @@
 //
 // Internal to KVToCPU. The stages of CpuTarget.cpp call private functions
 // ("kernels") that one file per job emits: CpuMath.cpp (rmsnorm, rope_table,
-// rope_apply, swiglu, exp16), CpuMatmul.cpp (the packed and the dot-product
-// matmul, and the matmul of every other weight format), CpuAttention.cpp
-// (attention_kernel) and CpuKVPages.cpp (store_kv, materialize_kernel);
-// CpuParallel.h is the parallel loop several of them use. This header is what
-// they share: the vector width, the memref types of the kernels' arguments, the
-// function being emitted and the call of a kernel.
+// rope_apply, swiglu, exp16), CpuMatmul.cpp (the f32 packed and dot-product
+// matmuls), CpuQuantMatmul.cpp (every other weight format, widened to f32),
+// CpuInt8Matmul.cpp (quantised formats by integer dot products),
+// CpuAttention.cpp (attention_kernel) and CpuKVPages.cpp (store_kv,
+// materialize_kernel); CpuParallel.h is the parallel loop several of them use.
+// This header is what they share: the vector width, the memref types of the
+// kernels' arguments, the function being emitted and the call of a kernel.
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,12 +49,12 @@ SmallVector<Value> call(ForwardEmitter &e, StringRef kernel,
 void emitRmsnorm(ForwardEmitter &e);
 /// CpuMatmul.cpp: matmul_nt, or matmul_nt_acc with `accumulate`.
 void emitMatmul(ForwardEmitter &e, int64_t vectorBits, bool accumulate);
-/// CpuMatmul.cpp: matmul_<format> (or _acc) of weights in a format other
+/// CpuQuantMatmul.cpp: matmul_<format> (or _acc) of weights in a format other
 /// than f32, (a, bytes, byte offset, c); quantMatmulName names it.
 void emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
                      bool accumulate);
 std::string quantMatmulName(kvrt_weight_format format, bool accumulate);
-/// CpuMatmul.cpp: the same function (name, arguments, result) by integer
+/// CpuInt8Matmul.cpp: the same function (name, arguments, result) by integer
 /// dot products on the weights' blocks, the activations quantised per block
 /// of 32 to int8 (llama.cpp's Q8_0 activations): AVX-512 VNNI (vpdpbusd).
 /// Only for formats where hasInt8Dot holds: Q8_0 (decode and prefill), Q4_K
@@ -79,6 +80,39 @@ void emitMaterialize(ForwardEmitter &e);
 /// CpuMatmul.cpp: floats of the buffer a function's matmuls pack weights
 /// into (their fourth argument).
 int64_t packBufferFloats(ForwardEmitter &e, int64_t vectorBits);
+
+//===----------------------------------------------------------------------===//
+// What the three matmul files share
+//===----------------------------------------------------------------------===//
+
+/// The packed matmul: a product of fewer rows than this takes the
+/// dot-product kernel instead (packing the weights would cost more than it
+/// saves), which keeps single-token decoding memory-bound on the weights.
+constexpr int64_t kPackedMinRows = 4;
+/// Rows of a work item of the packed matmul (a multiple of every tile's rows).
+constexpr int64_t kChunkRows = 96;
+/// How far ahead of the bytes a decode step multiplies it prefetches the
+/// weights (into L1): a decode step streams every weight matrix once, and the
+/// hardware prefetcher alone left the Q8_0 decode kernel waiting on memory.
+/// Measured in cycles of 64 steps of the dim-512 model: none 0.36 G, 1 KiB
+/// ahead 0.27 G, 4 KiB 0.16-0.19 G, 8 KiB 0.14 G, 16 KiB 0.13 G; in CPU time
+/// 8 KiB was as fast as 16 KiB (farther reaches past a thread's range).
+constexpr int64_t kDecodePrefetchBytes = 8192;
+
+/// CpuMatmul.cpp: prefetches the weight byte kDecodePrefetchBytes past `at`.
+void prefetchWeights(ForwardEmitter &e, Value bytes, Value at);
+/// CpuQuantMatmul.cpp: begins `base`, a matmul of weights in a format other
+/// than f32, with the arguments every such kernel takes: (a, bytes, byte
+/// offset of b, c, pack buffer, widen buffer).
+func::FuncOp beginQuantMatmul(ForwardEmitter &e, StringRef base);
+/// CpuQuantMatmul.cpp: bytes of a row of `k` (index) weights in `format`.
+Value weightRowBytes(ForwardEmitter &e, kvrt_weight_format format, Value k);
+/// CpuQuantMatmul.cpp: the prefill of a widened matmul: the weights widened
+/// to f32, as many rows at a time as `widen` holds, then multiplied by the
+/// f32 packed kernel into those columns of c.
+void emitWidenedProduct(ForwardEmitter &e, kvrt_weight_format format,
+                        StringRef base, Value a, Value bytes, Value offset,
+                        Value c, Value packed, Value widen, bool accumulate);
 
 } // namespace mlir::kv::cpu
 

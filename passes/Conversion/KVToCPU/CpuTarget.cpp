@@ -64,7 +64,8 @@ public:
   /// f32 weights: the packed and dot-product kernels of matmul_nt over the
   /// slice viewed as floats. Other formats: matmul_<format>, which widens
   /// the weights' blocks to f32 or (Q8_0 with integer dots) multiplies them
-  /// as int8 (CpuMatmul.cpp; emitKernels picks which per format).
+  /// as int8 (CpuQuantMatmul.cpp, CpuInt8Matmul.cpp; emitKernels picks which
+  /// per format).
   void matmul(ForwardEmitter &e, BufferRef a, WeightRef b, BufferRef c, Value n,
               int64_t m, int64_t k, bool accumulate) override {
     if (b.format == KVRT_WEIGHT_F32) {

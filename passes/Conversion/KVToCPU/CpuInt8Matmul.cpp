@@ -1,0 +1,663 @@
+//===- CpuInt8Matmul.cpp - Matmuls by integer dot products ----*- C++ -*-===//
+//
+// The matmuls of quantised weights by integer dot products, as llama.cpp
+// computes them: the activations quantised per block of 32 to int8, the
+// weights' quants multiplied by AVX-512 VNNI (vpdpbusd) and scaled per
+// block (docs/cpu-backend.md, "Integer dot products").
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Conversion/KVToCPU/CpuKernels.h"
+#include "passes/Conversion/KVToCPU/CpuParallel.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+using namespace mlir;
+using namespace mlir::kv;
+using namespace mlir::kv::cpu;
+
+namespace {
+
+/// The decode's tiles (fewer than kPackedMinRows rows): one token at a time
+/// against this many weight rows, one 16-lane f32 accumulator each, beside
+/// the rows' biased weights and scales.
+constexpr int64_t kInt8TileOutputs = 4;
+/// The prefill's register tiles: `kInt8PanelRows` tokens x
+/// `kInt8TilePanels` panels of 16 outputs, an i32 and an f32 accumulator
+/// each, beside the panel's 8 loads of a block (LLVM hoists them all) and
+/// the tokens' quants broadcast from memory into vpdpbusd. Measured on a
+/// dim-512 prefill: 6 x 1 spills nothing and is fastest; 2 panels (4 x 2,
+/// 3 x 2) spill to unaligned stack slots and took 1.2-1.5x as long, 4, 7
+/// and 8 tokens of one panel 1.05-1.2x.
+constexpr int64_t kInt8PanelRows = 6, kInt8TilePanels = 1;
+
+/// The activations of an integer-dot matmul, quantised once per call, per
+/// row and pair of 32-element blocks p (rows padded to whole pairs with zero
+/// blocks): `quants` [n][pairs * 64] int8, the pair's 64 quants; `bias`
+/// [n][pairs * 16] i32, lane j = -128 * (sum of quants 4j .. 4j + 3), which
+/// starts the pair's dot product (the weights enter it as w + 128, see
+/// vpdpbusd below); `scales` [n][pairs * 16] f32, the first block's scale in
+/// lanes 0-7, the second's in 8-15; `blockBias` [n][pairs * 2] i32, -128 *
+/// (sum of a block's quants), which starts a block's dot product in the
+/// prefill's kernel (emitInt8PanelTiles).
+struct Int8Activations {
+  Value quants, bias, scales, blockBias, pairs;
+};
+
+/// vpdpbusd (AVX-512 VNNI): lane j of `acc` plus the sum over r < 4 of
+/// u[4j + r] (unsigned) * s[4j + r] (signed), exactly (no saturation).
+Value dotBytes(ForwardEmitter &e, Value acc, Value u, Value s) {
+  return LLVM::CallIntrinsicOp::create(
+             e.b, e.vec(16, e.i32()),
+             e.b.getStringAttr("llvm.x86.avx512.vpdpbusd.512"),
+             ValueRange{acc, u, s})
+      .getResult(0);
+}
+
+/// `lo` (vector<8xT>) and `hi` side by side.
+Value concat(ForwardEmitter &e, Value lo, Value hi) {
+  int64_t lanes = cast<VectorType>(lo.getType()).getNumElements();
+  SmallVector<int64_t> order;
+  for (int64_t i = 0; i < 2 * lanes; ++i)
+    order.push_back(i);
+  return vector::ShuffleOp::create(e.b, lo, hi, order);
+}
+
+/// Scalars `a` and `b` (f32) as [a x 8 | b x 8].
+Value pairScales(ForwardEmitter &e, Value a, Value b) {
+  VectorType v8 = e.vec(8, e.f32());
+  return concat(e, vector::BroadcastOp::create(e.b, v8, a),
+                vector::BroadcastOp::create(e.b, v8, b));
+}
+
+/// Quantises rows lo .. hi-1 of `a` [n][k] into `act`, block by block as
+/// llama.cpp's Q8_0 activations: d = max |x| / 127, q = x * (127 / max |x|)
+/// rounded to nearest even (all zeros and d = 0 for a block of zeros), so
+/// |x - d q| <= d / 2 (docs/cpu-backend.md, "Integer dot products"); the
+/// scale is kept in f32 (llama.cpp rounds it to f16).
+void emitQuantizeRows(ForwardEmitter &e, Value a, const Int8Activations &act,
+                      Value lo, Value hi) {
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1), c32 = e.cIndex(32);
+  Value k = memref::DimOp::create(e.b, a, c1);
+  Value blocks = e.divu(k, c32);
+  VectorType v32f = e.vec(32, e.f32()), v32b = e.vec(32, e.byte());
+  auto block = [&](Value t, Value col) -> std::pair<Value, Value> {
+    Value x = vector::LoadOp::create(e.b, v32f, a, ValueRange{t, col});
+    Value amax = vector::ReductionOp::create(
+        e.b, vector::CombiningKind::MAXIMUMF, math::AbsFOp::create(e.b, x));
+    Value zero = e.cF32(0.0f), n127 = e.cF32(127.0f);
+    Value nonzero =
+        arith::CmpFOp::create(e.b, arith::CmpFPredicate::ONE, amax, zero);
+    Value inverse =
+        e.select(nonzero, arith::DivFOp::create(e.b, n127, amax), zero);
+    Value scaled = arith::MulFOp::create(
+        e.b, x, vector::BroadcastOp::create(e.b, v32f, inverse));
+    Value q = arith::FPToSIOp::create(e.b, e.vec(32, e.i32()),
+                                      math::RoundEvenOp::create(e.b, scaled));
+    return {arith::TruncIOp::create(e.b, v32b, q),
+            arith::DivFOp::create(e.b, amax, n127)};
+  };
+  Value quantsRow = e.mul(act.pairs, e.cIndex(64));
+  Value laneRow = e.mul(act.pairs, e.cIndex(16));
+  e.forLoop(lo, hi, c1, [&](Value t) {
+    e.forLoop(c0, act.pairs, c1, [&](Value p) {
+      Value first = e.mul(p, e.cIndex(2));
+      auto [q0, d0] = block(t, e.mul(first, c32));
+      Value second = e.add(first, c1);
+      Value present = e.cmp(arith::CmpIPredicate::ult, second, blocks);
+      SmallVector<Value> q1d1 = e.ifThenElse(
+          present, TypeRange{v32b, e.f32()},
+          [&] {
+            auto [q1, d1] = block(t, e.mul(second, c32));
+            return SmallVector<Value>{q1, d1};
+          },
+          [&] {
+            Value zeros = arith::ConstantOp::create(
+                e.b, DenseElementsAttr::get(v32b, e.b.getI8IntegerAttr(0)));
+            return SmallVector<Value>{zeros, e.cF32(0.0f)};
+          });
+      Value quants = concat(e, q0, q1d1[0]);
+      Value at = e.add(e.mul(t, quantsRow), e.mul(p, e.cIndex(64)));
+      vector::StoreOp::create(e.b, quants, act.quants, ValueRange{at});
+      VectorType v64 = e.vec(64, e.byte());
+      Value ones = arith::ConstantOp::create(
+          e.b, DenseElementsAttr::get(v64, e.b.getI8IntegerAttr(-128)));
+      Value sums = dotBytes(e, e.splatI32(16, 0), ones, quants);
+      Value bias = arith::SubIOp::create(e.b, e.splatI32(16, 0), sums);
+      Value lanes = e.add(e.mul(t, laneRow), e.mul(p, e.cIndex(16)));
+      vector::StoreOp::create(e.b, bias, act.bias, ValueRange{lanes});
+      vector::StoreOp::create(e.b, pairScales(e, d0, q1d1[1]), act.scales,
+                              ValueRange{lanes});
+      Value blockAt = e.add(e.mul(t, e.mul(act.pairs, e.cIndex(2))), first);
+      for (int64_t half = 0; half < 2; ++half) {
+        Value lanesOfBlock = vector::ExtractStridedSliceOp::create(
+            e.b, bias, ArrayRef<int64_t>{8 * half}, ArrayRef<int64_t>{8},
+            ArrayRef<int64_t>{1});
+        e.store(vector::ReductionOp::create(e.b, vector::CombiningKind::ADD,
+                                            lanesOfBlock),
+                act.blockBias, {e.add(blockAt, e.cIndex(half))});
+      }
+    });
+  });
+}
+
+/// One register tile of a decode step: tokens `tokens` (rows of the
+/// quantised activations) against weight rows in `format` starting at byte
+/// `rowAt` (one per output), over the whole row; returns the tokens x
+/// outputs sums, token-major. Per pair of 32-element groups p and output:
+/// the 64 quants as vpdpbusd's unsigned bytes and the groups' scales
+/// [A0 x 8 | A1 x 8]; per token and output, one vpdpbusd, converted to f32
+/// and FMA'd with the product of both scales into the accumulator.
+/// - Q8_0 (pairs of blocks): the quants biased by +128 (xor 0x80), the dot
+///   started at the token's bias, so the integer lanes hold sum w q exactly;
+///   an odd last block pairs with zeros.
+/// - Q4_K (4 pairs per 256-element block): the 32 bytes of qs whose low
+///   nibbles are group 2j and high nibbles group 2j + 1, unsigned as they
+///   are; an element being A q - B, the min enters as B times the token's
+///   scale times the sum of its quants (the bias lanes / -128).
+SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
+                                Value bytes, const Int8Activations &act,
+                                Value k, ArrayRef<Value> tokens,
+                                ArrayRef<Value> rowAt) {
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
+             v32b = e.vec(32, e.byte()), v64b = e.vec(64, e.byte());
+  auto splatBytes = [&](VectorType type, int8_t value) -> Value {
+    return arith::ConstantOp::create(
+        e.b, DenseElementsAttr::get(type, e.b.getI8IntegerAttr(value)));
+  };
+  Value flip = splatBytes(v64b, -128), zeroBlock = splatBytes(v32b, 0);
+  Value quantsRow = e.mul(act.pairs, e.cIndex(64));
+  Value laneRow = e.mul(act.pairs, e.cIndex(16));
+  int64_t rows = tokens.size(), outputs = rowAt.size();
+  bool q4k = format == KVRT_WEIGHT_Q4_K, q6k = format == KVRT_WEIGHT_Q6_K;
+  /// A pair's weights of every output: the bytes, scales, mins (Q4_K).
+  struct PairWeights {
+    SmallVector<Value> bytes, scales, mins;
+  };
+  auto q8Pair = [&](Value p, bool full) {
+    PairWeights w;
+    Value block0 = e.mul(p, e.cIndex(2 * 34));
+    for (Value row : rowAt) {
+      Value at0 = e.add(row, block0), at1 = e.add(at0, e.cIndex(34));
+      prefetchWeights(e, bytes, at0);
+      Value q0 = vector::LoadOp::create(e.b, v32b, bytes,
+                                        ValueRange{e.add(at0, e.cIndex(2))});
+      Value q1 =
+          full ? vector::LoadOp::create(e.b, v32b, bytes,
+                                        ValueRange{e.add(at1, e.cIndex(2))})
+                     .getResult()
+               : zeroBlock;
+      w.bytes.push_back(
+          arith::XOrIOp::create(e.b, concat(e, q0, q1), flip).getResult());
+      Value d1 = full ? e.loadF16(bytes, at1) : e.cF32(0.0f);
+      w.scales.push_back(pairScales(e, e.loadF16(bytes, at0), d1));
+    }
+    return w;
+  };
+  auto q4kPair = [&](Value block, int64_t j) {
+    PairWeights w;
+    Value low = splatBytes(v32b, 0x0F);
+    Value four = splatBytes(v32b, 4);
+    for (Value row : rowAt) {
+      Value at = e.add(row, e.mul(block, e.cIndex(144)));
+      prefetchWeights(e, bytes, e.add(at, e.cIndex(j < 3 ? 48 * j : 143)));
+      Value q = vector::LoadOp::create(
+          e.b, v32b, bytes, ValueRange{e.add(at, e.cIndex(16 + 32 * j))});
+      Value lo = arith::AndIOp::create(e.b, q, low);
+      Value hi = arith::ShRUIOp::create(e.b, q, four);
+      w.bytes.push_back(concat(e, lo, hi));
+      auto [a0, b0] = e.groupScale(format, bytes, at, e.cIndex(2 * j));
+      auto [a1, b1] = e.groupScale(format, bytes, at, e.cIndex(2 * j + 1));
+      w.scales.push_back(pairScales(e, a0, a1));
+      w.mins.push_back(pairScales(e, b0, b1));
+    }
+    return w;
+  };
+  auto q6kPair = [&](Value block, int64_t j) {
+    // Elements 64j .. 64j + 63 of the block are half j / 2's q1, q2 (even
+    // j) or q3, q4 (odd j), ggml's dequantize_row_q6_K: the low 4 bits from
+    // the low (even) or high (odd) nibbles of ql[64 half + 0 .. 63], the
+    // high 2 from qh[32 half + l] at bits 0, 2 (even) or 4, 6 (odd). Lane L
+    // of the dot covers 4 elements of sub-block 4j + L / 4.
+    PairWeights w;
+    Value low = splatBytes(v32b, 0x0F), three = splatBytes(v32b, 3);
+    auto shifted = [&](Value v, int64_t bits) -> Value {
+      if (!bits)
+        return v;
+      return arith::ShRUIOp::create(e.b, v, splatBytes(v32b, bits));
+    };
+    int64_t half = j / 2, nibble = j % 2 ? 4 : 0, high = j % 2 ? 4 : 0;
+    SmallVector<int64_t> spread;
+    for (int64_t lane = 0; lane < 16; ++lane)
+      spread.push_back(lane / 4);
+    for (Value row : rowAt) {
+      Value at = e.add(row, e.mul(block, e.cIndex(210)));
+      prefetchWeights(e, bytes, e.add(at, e.cIndex(64 * j)));
+      auto load = [&](int64_t offset) -> Value {
+        return vector::LoadOp::create(e.b, v32b, bytes,
+                                      ValueRange{e.add(at, e.cIndex(offset))});
+      };
+      Value qh = load(128 + 32 * half);
+      auto quants = [&](Value ql, int64_t highShift) -> Value {
+        Value l4 = arith::AndIOp::create(e.b, shifted(ql, nibble), low);
+        Value h2 = arith::AndIOp::create(e.b, shifted(qh, highShift), three);
+        Value up = arith::ShLIOp::create(e.b, h2, splatBytes(v32b, 4));
+        return arith::OrIOp::create(e.b, l4, up);
+      };
+      w.bytes.push_back(concat(e, quants(load(64 * half), high),
+                               quants(load(64 * half + 32), high + 2)));
+      Value d = e.loadF16(bytes, e.add(at, e.cIndex(208)));
+      Value sc =
+          vector::LoadOp::create(e.b, e.vec(4, e.byte()), bytes,
+                                 ValueRange{e.add(at, e.cIndex(192 + 4 * j))});
+      Value a = arith::MulFOp::create(
+          e.b, vector::BroadcastOp::create(e.b, e.vec(4, e.f32()), d),
+          arith::SIToFPOp::create(
+              e.b, e.vec(4, e.f32()),
+              arith::ExtSIOp::create(e.b, e.vec(4, e.i32()), sc)));
+      w.scales.push_back(vector::ShuffleOp::create(e.b, a, a, spread));
+    }
+    return w;
+  };
+  auto multiply = [&](Value p, const PairWeights &w, ValueRange accs) {
+    SmallVector<Value> next;
+    for (Value t : tokens) {
+      Value quants = vector::LoadOp::create(
+          e.b, v64b, act.quants,
+          ValueRange{e.add(e.mul(t, quantsRow), e.mul(p, e.cIndex(64)))});
+      Value lanes = e.add(e.mul(t, laneRow), e.mul(p, e.cIndex(16)));
+      Value bias =
+          vector::LoadOp::create(e.b, v16i, act.bias, ValueRange{lanes});
+      Value d =
+          vector::LoadOp::create(e.b, v16f, act.scales, ValueRange{lanes});
+      for (int64_t o = 0; o < outputs; ++o) {
+        // Q8_0: biased weights; Q4_K: unsigned as they are; Q6_K: q - 32,
+        // -32 (sum of 4 quants) = bias / 4, exactly.
+        Value start = q4k ? e.splatI32(16, 0)
+                      : q6k
+                          ? arith::ShRSIOp::create(e.b, bias, e.splatI32(16, 2))
+                                .getResult()
+                          : bias;
+        Value dot = dotBytes(e, start, w.bytes[o], quants);
+        Value scale = arith::MulFOp::create(e.b, d, w.scales[o]);
+        Value wide = arith::SIToFPOp::create(e.b, v16f, dot);
+        Value acc = vector::FMAOp::create(e.b, wide, scale, accs[next.size()]);
+        if (q4k) {
+          // - B dx sum(q) = B dx (sum of the bias lanes) / 128.
+          Value minScale = arith::MulFOp::create(
+              e.b, arith::MulFOp::create(e.b, d, w.mins[o]),
+              e.splatF32(16, 1.0f / 128));
+          acc = vector::FMAOp::create(
+              e.b, arith::SIToFPOp::create(e.b, v16f, bias), minScale, acc);
+        }
+        next.push_back(acc);
+      }
+    }
+    return next;
+  };
+  SmallVector<Value> inits(rows * outputs, e.splatF32(16, 0.0f));
+  SmallVector<Value> accs;
+  if (q4k || q6k) {
+    accs = e.forLoop(c0, e.divu(k, e.cIndex(256)), c1, inits,
+                     [&](Value block, ValueRange carried) {
+                       SmallVector<Value> next(carried);
+                       for (int64_t j = 0; j < 4; ++j)
+                         next = multiply(
+                             e.add(e.mul(block, e.cIndex(4)), e.cIndex(j)),
+                             q4k ? q4kPair(block, j) : q6kPair(block, j), next);
+                       return next;
+                     });
+  } else {
+    Value blocks = e.divu(k, e.cIndex(32));
+    Value fullPairs = e.divu(blocks, e.cIndex(2));
+    accs = e.forLoop(c0, fullPairs, c1, inits, [&](Value p, ValueRange accs) {
+      return multiply(p, q8Pair(p, /*full=*/true), accs);
+    });
+    SmallVector<Type> types(accs.size(), v16f);
+    accs = e.ifThenElse(
+        e.cmp(arith::CmpIPredicate::ne, e.remu(blocks, e.cIndex(2)), c0), types,
+        [&] { return multiply(fullPairs, q8Pair(fullPairs, false), accs); },
+        [&] { return accs; });
+  }
+  SmallVector<Value> sums;
+  for (Value acc : accs)
+    sums.push_back(
+        vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, acc));
+  return sums;
+}
+
+/// Tiles of `rows` tokens from t0 (while below t1) x `outputs` weight rows
+/// from o0 of the integer-dot product; tokens past t1 and outputs past m are
+/// clamped when read and not stored.
+void emitInt8Tiles(ForwardEmitter &e, kvrt_weight_format format, Value bytes,
+                   Value offset, const Int8Activations &act, Value c, Value k,
+                   Value t0, Value t1, Value o0, int64_t rows, int64_t outputs,
+                   bool accumulate) {
+  Value c1 = e.cIndex(1);
+  Value m = memref::DimOp::create(e.b, c, c1);
+  Value rowBytes = weightRowBytes(e, format, k);
+  SmallVector<Value> rowAt, outputIndex;
+  for (int64_t o = 0; o < outputs; ++o) {
+    Value index = e.add(o0, e.cIndex(o));
+    outputIndex.push_back(index);
+    rowAt.push_back(
+        e.add(offset, e.mul(e.minu(index, e.sub(m, c1)), rowBytes)));
+  }
+  e.forLoop(t0, t1, e.cIndex(rows), [&](Value t) {
+    SmallVector<Value> tokens;
+    Value last = e.sub(t1, c1);
+    for (int64_t r = 0; r < rows; ++r)
+      tokens.push_back(e.minu(e.add(t, e.cIndex(r)), last));
+    SmallVector<Value> sums =
+        emitInt8Tile(e, format, bytes, act, k, tokens, rowAt);
+    for (int64_t r = 0; r < rows; ++r) {
+      Value token = e.add(t, e.cIndex(r));
+      for (int64_t o = 0; o < outputs; ++o) {
+        Value inside = arith::AndIOp::create(
+            e.b, e.cmp(arith::CmpIPredicate::ult, token, t1),
+            e.cmp(arith::CmpIPredicate::ult, outputIndex[o], m));
+        e.ifThen(inside, [&] {
+          Value total = sums[r * outputs + o];
+          if (accumulate)
+            total = arith::AddFOp::create(
+                e.b, e.load(c, {token, outputIndex[o]}), total);
+          e.store(total, c, {token, outputIndex[o]});
+        });
+      }
+    }
+  });
+}
+
+/// Repacks panels lo .. hi-1 of Q8_0 weights (m rows of k) for the
+/// prefill's tiles: panel p, block b holds at ((p * blocks + b) * 8 + i) * 64
+/// the bytes 4i .. 4i + 3 of the block's quants of the panel's 16 outputs
+/// side by side, biased by +128 (xor 0x80), so one 64-byte load gives
+/// vpdpbusd four weights of each of 16 outputs; the outputs' scales at
+/// (p * blocks + b) * 16. Outputs past m: zero quants and scales.
+void emitInt8PackPanels(ForwardEmitter &e, Value bytes, Value offset, Value k,
+                        Value m, Value quants, Value scales, Value lo,
+                        Value hi) {
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  Value blocks = e.divu(k, e.cIndex(32));
+  Value rowBytes = e.mul(blocks, e.cIndex(34));
+  VectorType v32b = e.vec(32, e.byte());
+  Value flip = arith::ConstantOp::create(
+      e.b, DenseElementsAttr::get(v32b, e.b.getI8IntegerAttr(-128)));
+  Value zeros = arith::ConstantOp::create(
+      e.b, DenseElementsAttr::get(v32b, e.b.getI8IntegerAttr(0)));
+  e.forLoop(lo, hi, c1, [&](Value p) {
+    e.forLoop(c0, e.cIndex(16), c1, [&](Value o) {
+      Value output = e.add(e.mul(p, e.cIndex(16)), o);
+      Value inside = e.cmp(arith::CmpIPredicate::ult, output, m);
+      Value rowAt =
+          e.add(offset, e.mul(e.minu(output, e.sub(m, c1)), rowBytes));
+      e.forLoop(c0, blocks, c1, [&](Value b) {
+        Value at = e.add(rowAt, e.mul(b, e.cIndex(34)));
+        Value q = vector::LoadOp::create(e.b, v32b, bytes,
+                                         ValueRange{e.add(at, e.cIndex(2))});
+        q = e.select(inside, arith::XOrIOp::create(e.b, q, flip), zeros);
+        Value panelBlock = e.add(e.mul(p, blocks), b);
+        Value base =
+            e.add(e.mul(panelBlock, e.cIndex(512)), e.mul(o, e.cIndex(4)));
+        for (int64_t i = 0; i < 8; ++i) {
+          Value piece = vector::ExtractStridedSliceOp::create(
+              e.b, q, ArrayRef<int64_t>{4 * i}, ArrayRef<int64_t>{4},
+              ArrayRef<int64_t>{1});
+          vector::StoreOp::create(e.b, piece, quants,
+                                  ValueRange{e.add(base, e.cIndex(64 * i))});
+        }
+        Value d = e.select(inside, e.loadF16(bytes, at), e.cF32(0.0f));
+        e.store(d, scales, {e.add(e.mul(panelBlock, e.cIndex(16)), o)});
+      });
+    });
+  });
+}
+
+/// The prefill's register tiles over repacked panels (emitInt8PackPanels):
+/// kInt8PanelRows tokens from t0 (while below t1) x kInt8TilePanels panels
+/// from `panel0`. Per block: each i32 accumulator starts at the token's
+/// block bias; per 4 bytes of the block, one vpdpbusd per token and panel
+/// (the panel's 64 bytes against the token's 4 quants in every lane: 16
+/// outputs, four weights each); then, once per block, converted to f32 and
+/// FMA'd with the weights' scales times the token's into the f32
+/// accumulator. Tokens past t1 and outputs past m are clamped when read and
+/// not stored.
+void emitInt8PanelTiles(ForwardEmitter &e, const Int8Activations &act,
+                        Value quants, Value scales, Value c, Value k, Value t0,
+                        Value t1, Value panel0, bool accumulate) {
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  Value m = memref::DimOp::create(e.b, c, c1);
+  Value blocks = e.divu(k, e.cIndex(32));
+  Value lastPanel = e.sub(e.divu(e.add(m, e.cIndex(15)), e.cIndex(16)), c1);
+  VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
+             v64b = e.vec(64, e.byte()), v4b = e.vec(4, e.byte());
+  VectorType m16 = e.vec(16, e.i1());
+  int64_t rows = kInt8PanelRows, panels = kInt8TilePanels;
+  SmallVector<Value> panelIndex;
+  for (int64_t p = 0; p < panels; ++p)
+    panelIndex.push_back(e.minu(e.add(panel0, e.cIndex(p)), lastPanel));
+  Value quantsRow = e.mul(act.pairs, e.cIndex(64));
+  Value scaleRow = e.mul(act.pairs, e.cIndex(16));
+  Value biasRow = e.mul(act.pairs, e.cIndex(2));
+  e.forLoop(t0, t1, e.cIndex(rows), [&](Value t) {
+    SmallVector<Value> tokens;
+    for (int64_t r = 0; r < rows; ++r)
+      tokens.push_back(e.minu(e.add(t, e.cIndex(r)), e.sub(t1, c1)));
+    SmallVector<Value> inits(rows * panels, e.splatF32(16, 0.0f));
+    SmallVector<Value> accs = e.forLoop(
+        c0, blocks, c1, inits,
+        [&](Value b, ValueRange faccs) -> SmallVector<Value> {
+          SmallVector<Value> iaccs, panelBlock;
+          for (int64_t p = 0; p < panels; ++p)
+            panelBlock.push_back(e.add(e.mul(panelIndex[p], blocks), b));
+          for (Value token : tokens) {
+            Value bias =
+                e.load(act.blockBias, {e.add(e.mul(token, biasRow), b)});
+            Value splat = vector::BroadcastOp::create(e.b, v16i, bias);
+            iaccs.append(panels, splat);
+          }
+          for (int64_t i = 0; i < 8; ++i) {
+            SmallVector<Value> w;
+            for (int64_t p = 0; p < panels; ++p)
+              w.push_back(vector::LoadOp::create(
+                  e.b, v64b, quants,
+                  ValueRange{e.add(e.mul(panelBlock[p], e.cIndex(512)),
+                                   e.cIndex(64 * i))}));
+            for (int64_t r = 0; r < rows; ++r) {
+              Value at = e.add(e.mul(tokens[r], quantsRow),
+                               e.add(e.mul(b, e.cIndex(32)), e.cIndex(4 * i)));
+              Value four =
+                  vector::LoadOp::create(e.b, v4b, act.quants, ValueRange{at});
+              Value word = vector::ExtractOp::create(
+                  e.b, vector::BitCastOp::create(e.b, e.vec(1, e.i32()), four),
+                  ArrayRef<int64_t>{0});
+              Value x = vector::BitCastOp::create(
+                  e.b, v64b, vector::BroadcastOp::create(e.b, v16i, word));
+              for (int64_t p = 0; p < panels; ++p)
+                iaccs[r * panels + p] =
+                    dotBytes(e, iaccs[r * panels + p], w[p], x);
+            }
+          }
+          SmallVector<Value> next;
+          SmallVector<Value> weightScales;
+          for (int64_t p = 0; p < panels; ++p)
+            weightScales.push_back(vector::LoadOp::create(
+                e.b, v16f, scales,
+                ValueRange{e.mul(panelBlock[p], e.cIndex(16))}));
+          for (int64_t r = 0; r < rows; ++r) {
+            Value d = e.load(act.scales, {e.add(e.mul(tokens[r], scaleRow),
+                                                e.mul(b, e.cIndex(8)))});
+            Value ds = vector::BroadcastOp::create(e.b, v16f, d);
+            for (int64_t p = 0; p < panels; ++p) {
+              Value scale = arith::MulFOp::create(e.b, weightScales[p], ds);
+              Value wide =
+                  arith::SIToFPOp::create(e.b, v16f, iaccs[r * panels + p]);
+              next.push_back(vector::FMAOp::create(e.b, wide, scale,
+                                                   faccs[r * panels + p]));
+            }
+          }
+          return next;
+        });
+    for (int64_t r = 0; r < rows; ++r) {
+      Value row = e.add(t, e.cIndex(r));
+      e.ifThen(e.cmp(arith::CmpIPredicate::ult, row, t1), [&] {
+        for (int64_t p = 0; p < panels; ++p) {
+          Value col = e.mul(e.add(panel0, e.cIndex(p)), e.cIndex(16));
+          Value inside = e.cmp(arith::CmpIPredicate::ult, col, m);
+          Value count =
+              e.select(inside, e.minu(e.sub(m, col), e.cIndex(16)), c0);
+          Value mask =
+              vector::CreateMaskOp::create(e.b, m16, ValueRange{count});
+          Value value = accs[r * panels + p];
+          Value safeCol = e.select(inside, col, c0);
+          if (accumulate) {
+            Value old = vector::MaskedLoadOp::create(
+                e.b, v16f, c, ValueRange{row, safeCol}, mask,
+                e.splatF32(16, 0.0f));
+            value = arith::AddFOp::create(e.b, old, value);
+          }
+          vector::MaskedStoreOp::create(e.b, c, ValueRange{row, safeCol}, mask,
+                                        value);
+        }
+      });
+    }
+  });
+}
+
+} // namespace
+
+bool cpu::hasInt8Dot(kvrt_weight_format format) {
+  return format == KVRT_WEIGHT_Q8_0 || format == KVRT_WEIGHT_Q4_K ||
+         format == KVRT_WEIGHT_Q6_K;
+}
+
+/// c[t][o] (+)= sum_i a[t][i] * b[o][i] for Q8_0 weights b, by integer dot
+/// products: the rows of a quantised per block of 32 (emitQuantizeRows,
+/// parallel over rows), then, for fewer than kPackedMinRows rows (decode),
+/// tiles of one token x kInt8TileOutputs rows over the file's blocks
+/// (emitInt8Tile), parallel over groups of outputs; for more (prefill), the
+/// weights repacked into panels (emitInt8PackPanels, parallel over panels)
+/// and tiles over them (emitInt8PanelTiles), parallel over groups of panels x
+/// chunks of kChunkRows tokens. The arguments are emitQuantMatmul's; its
+/// pack and widen buffers are not used (the activations' and the panels'
+/// buffers are allocated per call).
+void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
+                         bool accumulate) {
+  assert(hasInt8Dot(format) && "a format without an integer dot product");
+  std::string base = quantMatmulName(format, accumulate);
+  func::FuncOp fn = beginQuantMatmul(e, base);
+  Value a = fn.getArgument(0), bytes = fn.getArgument(1),
+        offset = fn.getArgument(2), c = fn.getArgument(3);
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  Value n = memref::DimOp::create(e.b, a, c0);
+  Value k = memref::DimOp::create(e.b, a, c1);
+  Value m = memref::DimOp::create(e.b, c, c1);
+  Value small = e.cmp(arith::CmpIPredicate::ult, n, e.cIndex(kPackedMinRows));
+  // Everything on the quantised activations: Q8_0's decode and prefill, the
+  // other formats' decode step (a prefill of theirs widens, below).
+  auto int8 = [&] {
+    Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
+    auto alloc = [&](Type element, Value count) -> Value {
+      return memref::AllocOp::create(e.b, e.buffer(element), ValueRange{count},
+                                     e.b.getI64IntegerAttr(64));
+    };
+    Value lanes = e.mul(e.mul(n, pairs), e.cIndex(16));
+    Int8Activations act{alloc(e.byte(), e.mul(lanes, e.cIndex(4))),
+                        alloc(e.i32(), lanes), alloc(e.f32(), lanes),
+                        alloc(e.i32(), e.mul(e.mul(n, pairs), e.cIndex(2))),
+                        pairs};
+    parallelFor(
+        e, base + "_quantize_task", n,
+        {a, act.quants, act.bias, act.scales, act.blockBias},
+        [&](ValueRange v, Value lo, Value hi) {
+          Value k = memref::DimOp::create(e.b, v[0], e.cIndex(1));
+          Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
+          emitQuantizeRows(e, v[0], {v[1], v[2], v[3], v[4], pairs}, lo, hi);
+        });
+    Value groupSize = e.cIndex(kInt8TileOutputs);
+    Value groups = e.divu(e.add(m, e.sub(groupSize, c1)), groupSize);
+    SmallVector<Value> captures{bytes,      offset, act.quants, act.bias,
+                                act.scales, c,      a,          act.blockBias};
+    // The activations as a task receives them, and k (from a's shape).
+    auto unpack = [&](ValueRange v, Value &k) {
+      k = memref::DimOp::create(e.b, v[6], e.cIndex(1));
+      Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
+      return Int8Activations{v[2], v[3], v[4], v[7], pairs};
+    };
+
+    auto decode = [&] {
+      parallelFor(e, base + "_dot_task", groups, captures,
+                  [&](ValueRange v, Value lo, Value hi) {
+                    Value k;
+                    Int8Activations act = unpack(v, k);
+                    Value n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
+                    e.forLoop(lo, hi, e.cIndex(1), [&](Value g) {
+                      emitInt8Tiles(e, format, v[0], v[1], act, v[5], k,
+                                    e.cIndex(0), n,
+                                    e.mul(g, e.cIndex(kInt8TileOutputs)), 1,
+                                    kInt8TileOutputs, accumulate);
+                    });
+                  });
+    };
+    auto prefill = [&] {
+      // The weights repacked into panels of 16 outputs (biased, their
+      // scales beside), then register tiles over them.
+      Value blocks = e.divu(k, e.cIndex(32));
+      Value panels = e.divu(e.add(m, e.cIndex(15)), e.cIndex(16));
+      Value panelBlocks = e.mul(panels, blocks);
+      Value packedQuants = alloc(e.byte(), e.mul(panelBlocks, e.cIndex(512)));
+      Value packedScales = alloc(e.f32(), e.mul(panelBlocks, e.cIndex(16)));
+      parallelFor(e, base + "_pack_task", panels,
+                  {bytes, offset, packedQuants, packedScales, c, a},
+                  [&](ValueRange v, Value lo, Value hi) {
+                    Value k = memref::DimOp::create(e.b, v[5], e.cIndex(1));
+                    Value m = memref::DimOp::create(e.b, v[4], e.cIndex(1));
+                    emitInt8PackPanels(e, v[0], v[1], k, m, v[2], v[3], lo, hi);
+                  });
+      Value chunkRows = e.cIndex(kChunkRows);
+      Value chunks = e.divu(e.add(n, e.sub(chunkRows, c1)), chunkRows);
+      Value tilePanels = e.cIndex(kInt8TilePanels);
+      Value panelGroups =
+          e.divu(e.add(panels, e.sub(tilePanels, c1)), tilePanels);
+      SmallVector<Value> tileCaptures(captures);
+      tileCaptures.append({chunks, packedQuants, packedScales});
+      parallelFor(e, base + "_tile_task", e.mul(panelGroups, chunks),
+                  tileCaptures, [&](ValueRange v, Value lo, Value hi) {
+                    Value k;
+                    Int8Activations act = unpack(v, k);
+                    Value n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
+                    e.forLoop(lo, hi, e.cIndex(1), [&](Value item) {
+                      Value g = e.divu(item, v[8]);
+                      Value t0 =
+                          e.mul(e.remu(item, v[8]), e.cIndex(kChunkRows));
+                      Value t1 = e.minu(n, e.add(t0, e.cIndex(kChunkRows)));
+                      emitInt8PanelTiles(e, act, v[9], v[10], v[5], k, t0, t1,
+                                         e.mul(g, e.cIndex(kInt8TilePanels)),
+                                         accumulate);
+                    });
+                  });
+      memref::DeallocOp::create(e.b, packedQuants);
+      memref::DeallocOp::create(e.b, packedScales);
+    };
+    if (format == KVRT_WEIGHT_Q8_0)
+      e.ifElse(small, decode, prefill);
+    else
+      decode();
+    memref::DeallocOp::create(e.b, act.quants);
+    memref::DeallocOp::create(e.b, act.bias);
+    memref::DeallocOp::create(e.b, act.scales);
+    memref::DeallocOp::create(e.b, act.blockBias);
+  };
+  if (format == KVRT_WEIGHT_Q8_0)
+    int8();
+  else
+    e.ifElse(small, int8, [&] {
+      emitWidenedProduct(e, format, base, a, bytes, offset, c,
+                         fn.getArgument(4), fn.getArgument(5), accumulate);
+    });
+  e.finishFunction();
+}
