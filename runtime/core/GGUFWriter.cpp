@@ -9,6 +9,7 @@
 #include "runtime/core/GGUF.h"
 #include "runtime/core/GGUFFormat.h"
 #include "runtime/core/KVElement.h"
+#include "runtime/core/KVParallel.h"
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Quant.h"
@@ -79,16 +80,51 @@ struct Outgoing {
   const void *raw;
 };
 
+/// `bytes` rounded up to whole alignment units: where a tensor's data and
+/// the data section begin.
+uint64_t aligned(uint64_t bytes) {
+  return (bytes + kDefaultAlignment - 1) / kDefaultAlignment *
+         kDefaultAlignment;
+}
+
+/// Bytes of `t`'s data in its format.
+uint64_t tensorBytes(const Outgoing &t) {
+  int64_t cols = int64_t(t.dims[0]),
+          rows = t.nDims == 2 ? int64_t(t.dims[1]) : 1;
+  return uint64_t(rows * weightRowBytes(t.format, cols));
+}
+
+/// `t`'s data in its format, padded to whole alignment units. Rows are
+/// quantised on the runtime's threads (kvrt_parallel_for): each row on its
+/// own, so the bytes do not depend on the thread count; the K-quants'
+/// search made a ~1e9-weight model take minutes on one.
 std::string encodeTensor(const Outgoing &t) {
   int64_t cols = int64_t(t.dims[0]),
           rows = t.nDims == 2 ? int64_t(t.dims[1]) : 1;
   int64_t rowBytes = weightRowBytes(t.format, cols);
-  if (t.raw)
-    return std::string(static_cast<const char *>(t.raw),
-                       size_t(rows * rowBytes));
-  std::string out(size_t(rows * rowBytes), '\0');
-  for (int64_t r = 0; r < rows; ++r)
-    quantizeRow(t.format, t.src + r * cols, &out[size_t(r * rowBytes)], cols);
+  uint64_t bytes = tensorBytes(t);
+  std::string out;
+  out.reserve(aligned(bytes));
+  if (t.raw) {
+    out.assign(static_cast<const char *>(t.raw), size_t(bytes));
+  } else {
+    out.resize(size_t(bytes));
+    struct Job {
+      const Outgoing &t;
+      int64_t cols, rowBytes;
+      char *dst;
+    } job{t, cols, rowBytes, out.data()};
+    kvrt_parallel_for(
+        rows,
+        [](void *context, int64_t begin, int64_t end) {
+          const Job &j = *static_cast<const Job *>(context);
+          for (int64_t r = begin; r < end; ++r)
+            quantizeRow(j.t.format, j.t.src + r * j.cols,
+                        j.dst + r * j.rowBytes, j.cols);
+        },
+        &job);
+  }
+  out.resize(aligned(out.size()));
   return out;
 }
 
@@ -390,30 +426,25 @@ kvrt_status saveGGUF(const kvrt_model &model, const kvrt_tokenizer *tokenizer,
   if (tokenizer)
     writeTokenizer(w, *tokenizer);
   uint64_t nKeys = w.keys;
-  std::vector<std::string> payloads;
+  // The header first, from the tensors' sizes; then each tensor encoded and
+  // written in turn, so that at most one tensor's bytes are held at once.
   uint64_t offset = 0;
   for (const Outgoing &t : tensors) {
-    payloads.push_back(encodeTensor(t));
     w.string(t.name);
     w.scalar<uint32_t>(t.nDims);
     for (uint32_t d = 0; d < t.nDims; ++d)
       w.scalar<uint64_t>(t.dims[d]);
     w.scalar<uint32_t>(ggmlTypeOf(t.format));
     w.scalar<uint64_t>(offset);
-    offset += (payloads.back().size() + kDefaultAlignment - 1) /
-              kDefaultAlignment * kDefaultAlignment;
+    offset += aligned(tensorBytes(t));
   }
-  auto pad = [](std::string &s) {
-    s.resize((s.size() + kDefaultAlignment - 1) / kDefaultAlignment *
-             kDefaultAlignment);
-  };
   Writer header;
   header.scalar<uint32_t>(kMagic);
   header.scalar<uint32_t>(kVersion);
   header.scalar<uint64_t>(tensors.size());
   header.scalar<uint64_t>(nKeys);
   w.bytes.insert(0, header.bytes);
-  pad(w.bytes);
+  w.bytes.resize(aligned(w.bytes.size()));
   std::unique_ptr<std::FILE, int (*)(std::FILE *)> file(std::fopen(path, "wb"),
                                                         std::fclose);
   if (!file)
@@ -421,10 +452,12 @@ kvrt_status saveGGUF(const kvrt_model &model, const kvrt_tokenizer *tokenizer,
                 str("cannot create '", path, "': ", std::strerror(errno)));
   bool ok = std::fwrite(w.bytes.data(), 1, w.bytes.size(), file.get()) ==
             w.bytes.size();
-  for (std::string &payload : payloads) {
-    pad(payload);
-    ok = ok && std::fwrite(payload.data(), 1, payload.size(), file.get()) ==
-                   payload.size();
+  for (const Outgoing &t : tensors) {
+    if (!ok)
+      break;
+    std::string payload = encodeTensor(t);
+    ok = std::fwrite(payload.data(), 1, payload.size(), file.get()) ==
+         payload.size();
   }
   ok = (std::fclose(file.release()) == 0) && ok;
   if (!ok)

@@ -23,6 +23,7 @@
 #include "runtime/core/KVTokenizer.h"
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/core/Quant.h"
 #include "runtime/core/WeightFormat.h"
 
 #include <algorithm>
@@ -161,29 +162,42 @@ struct ErrorStats {
   double scale() const { return count ? std::sqrt(sumReference / count) : 0; }
 };
 
+/// The error of `model`'s matrices against `reference`'s (the same config),
+/// `model`'s rows dequantised one at a time: a dequantised copy of a
+/// quantised model of ~1e9 weights would take gigabytes.
 ErrorStats matrixError(const kvrt_model &reference, const kvrt_model &model) {
   const std::vector<float> &a = kvrt::f32Weights(reference);
-  const std::vector<float> &b = kvrt::f32Weights(model);
   ErrorStats stats;
   std::map<std::string, int> slices;
-  const float *pa = a.data(), *pb = b.data();
+  const float *pa = a.data();
+  std::vector<float> row;
   for (const kvrt::TensorSpec &spec : kvrt::specsOf(model.config)) {
+    const kvrt_weight &w = model.weights.*spec.decl->member;
     // Matrices only: vectors (norms, biases) are written f32.
     if (spec.kind == kvrt::TensorKind::Matrix ||
         spec.kind == kvrt::TensorKind::Embedding) {
-      for (uint64_t i = 0; i < spec.count; ++i) {
-        double d = double(pb[i]) - double(pa[i]);
-        stats.sumSquares += d * d;
-        stats.sumReference += double(pa[i]) * pa[i];
-        stats.max = std::max(stats.max, std::fabs(d));
+      row.resize(size_t(w.cols));
+      const float *ref = pa;
+      for (int64_t s = 0; s < w.n_slices; ++s) {
+        const kvrt_weight_slice &slice = w.slices[s];
+        ++slices[kvrt::weightFormatName(slice.format)];
+        int64_t rowBytes = kvrt::weightRowBytes(slice.format, w.cols);
+        for (int64_t r = 0; r < w.rows; ++r, ref += w.cols) {
+          kvrt::dequantizeRow(slice.format,
+                              static_cast<const uint8_t *>(slice.data) +
+                                  r * rowBytes,
+                              row.data(), w.cols);
+          for (int64_t i = 0; i < w.cols; ++i) {
+            double d = double(row[i]) - double(ref[i]);
+            stats.sumSquares += d * d;
+            stats.sumReference += double(ref[i]) * ref[i];
+            stats.max = std::max(stats.max, std::fabs(d));
+          }
+        }
       }
       stats.count += spec.count;
-      const kvrt_weight &w = model.weights.*spec.decl->member;
-      for (int64_t s = 0; s < w.n_slices; ++s)
-        ++slices[kvrt::weightFormatName(w.slices[s].format)];
     }
     pa += spec.count;
-    pb += spec.count;
   }
   for (auto &[name, n] : slices)
     stats.formats +=
