@@ -86,40 +86,76 @@ void dequantizeQ6_K(const uint8_t *b, float *y) {
 // Quantisation
 //===----------------------------------------------------------------------===//
 
-/// Round to nearest, ties away from zero, clamped to [lo, hi].
+/// Round to nearest, ties away from zero, clamped to [lo, hi]: what
+/// clamping std::lround(x * inverse) gives (NaN: lo, as x86's lround gives
+/// LONG_MIN), without a call or a branch. The quantisers' searches call it
+/// ~100 times per weight: the libm call and the mispredicted branches on
+/// which way to round took most of kv-convert's time.
 int quantizeOne(float x, float inverse, int lo, int hi) {
-  long q = std::lround(x * inverse);
-  return static_cast<int>(std::clamp<long>(q, lo, hi));
+  float v = x * inverse;
+  v = v >= static_cast<float>(lo) ? v : static_cast<float>(lo);
+  v = v <= static_cast<float>(hi) ? v : static_cast<float>(hi);
+  // lo <= v <= hi: v - trunc(v) is exact, and rounding stays in [lo, hi].
+  int q = static_cast<int>(v);
+  float fraction = v - static_cast<float>(q);
+  return q + int(fraction >= 0.5f) - int(fraction <= -0.5f);
 }
 
-/// Assign-and-refit rounds for x ≈ a * q, q in [lo, hi], from a: each q
-/// nearest, then a least squares for those q; the best a seen and its
-/// squared error.
-double refitSymmetric(const float *x, int n, int lo, int hi, float &a) {
-  float best = a;
-  double bestError = INFINITY;
-  for (int round = 0; round < 4; ++round) {
-    double sqq = 0, sqx = 0, error = 0;
-    for (int i = 0; i < n; ++i) {
-      int q = quantizeOne(x[i], 1.0f / a, lo, hi);
-      double e = double(a) * q - x[i];
-      error += e * e;
-      sqq += double(q) * q;
-      sqx += double(q) * x[i];
-    }
-    if (error < bestError) {
-      bestError = error;
-      best = a;
-    }
-    if (sqq == 0)
-      break;
-    float next = static_cast<float>(sqx / sqq);
-    if (next == 0 || next == a)
-      break;
-    a = next;
+/// The most starting points a fit refits from (fitAffine's 21).
+constexpr int kMaxStarts = 21;
+
+// The refits below run every starting point's search in lockstep, element
+// by element: one search's sums are chains of dependent additions, and the
+// searches are independent, so side by side they overlap (kv-convert spent
+// its time waiting on those chains). Each search still adds in element
+// order, so its sums, its choices and the bytes written are what it gives
+// alone.
+
+/// Assign-and-refit rounds for x ≈ a * q, q in [lo, hi], from each of the
+/// `starts` values a[c]: each q nearest, then a least squares for those q;
+/// a[c] becomes the best seen from start c, `error[c]` its squared error.
+void refitSymmetric(const float *x, int n, int lo, int hi, int starts, float *a,
+                    double *error) {
+  float best[kMaxStarts];
+  bool active[kMaxStarts];
+  for (int c = 0; c < starts; ++c) {
+    best[c] = a[c];
+    error[c] = INFINITY;
+    active[c] = true;
   }
-  a = best;
-  return bestError;
+  for (int round = 0; round < 4; ++round) {
+    float inverse[kMaxStarts];
+    double sqx[kMaxStarts] = {}, sum[kMaxStarts] = {};
+    int64_t sqq[kMaxStarts] = {};
+    for (int c = 0; c < starts; ++c)
+      inverse[c] = 1.0f / a[c];
+    for (int i = 0; i < n; ++i)
+      for (int c = 0; c < starts; ++c) {
+        int q = quantizeOne(x[i], inverse[c], lo, hi);
+        double e = double(a[c]) * q - x[i];
+        sum[c] += e * e;
+        sqq[c] += q * q;
+        sqx[c] += double(q) * x[i];
+      }
+    bool any = false;
+    for (int c = 0; c < starts; ++c) {
+      if (!active[c])
+        continue;
+      if (sum[c] < error[c]) {
+        error[c] = sum[c];
+        best[c] = a[c];
+      }
+      float next = sqq[c] ? static_cast<float>(sqx[c] / double(sqq[c])) : 0;
+      active[c] = next != 0 && next != a[c];
+      if (active[c])
+        a[c] = next;
+      any = any || active[c];
+    }
+    if (!any)
+      break;
+  }
+  for (int c = 0; c < starts; ++c)
+    a[c] = best[c];
 }
 
 /// x ≈ a * q with q in [lo, hi]: refits (refitSymmetric) from the largest
@@ -132,58 +168,88 @@ float fitSymmetric(const float *x, int n, int lo, int hi) {
       extreme = x[i];
   if (extreme == 0)
     return 0;
+  constexpr int starts = 16;
+  float a[starts];
+  double error[starts];
+  for (int t = -5; t <= 10; ++t)
+    a[t + 5] = extreme / (static_cast<float>(lo) + 0.1f * float(t));
+  refitSymmetric(x, n, lo, hi, starts, a, error);
   float best = extreme / static_cast<float>(lo);
   double bestError = INFINITY;
-  for (int t = -5; t <= 10; ++t) {
-    float a = extreme / (static_cast<float>(lo) + 0.1f * float(t));
-    double error = refitSymmetric(x, n, lo, hi, a);
-    if (error < bestError) {
-      bestError = error;
-      best = a;
+  for (int c = 0; c < starts; ++c)
+    if (error[c] < bestError) {
+      bestError = error[c];
+      best = a[c];
     }
-  }
   return best;
 }
 
-/// Assign-and-refit rounds for x ≈ a * q - b from (a, b): each q nearest,
-/// then (a, b) least squares for those q (b >= 0); the best pair seen and its
-/// squared error.
-double refitAffine(const float *x, int n, int hi, float &a, float &b) {
-  float bestA = a, bestB = b;
-  double bestError = INFINITY;
-  for (int round = 0; round < 4 && a > 0; ++round) {
-    double sq = 0, sqq = 0, sx = 0, sqx = 0, error = 0;
-    for (int i = 0; i < n; ++i) {
-      int q = quantizeOne(x[i] + b, 1.0f / a, 0, hi);
-      double e = double(a) * q - b - x[i];
-      error += e * e;
-      sq += q;
-      sqq += double(q) * q;
-      sx += x[i];
-      sqx += double(q) * x[i];
-    }
-    if (error < bestError) {
-      bestError = error;
-      bestA = a;
-      bestB = b;
-    }
-    double det = sqq * n - sq * sq;
-    if (det <= 0)
-      break;
-    double na = (n * sqx - sq * sx) / det;
-    double nb = (sq * sqx - sqq * sx) / det;
-    if (nb < 0) {
-      nb = 0;
-      na = sqx / sqq;
-    }
-    if (!(na > 0))
-      break;
-    a = static_cast<float>(na);
-    b = static_cast<float>(nb);
+/// Assign-and-refit rounds for x ≈ a * q - b from each of the `starts` pairs
+/// (a[c], b[c]): each q nearest, then (a, b) least squares for those q (b >=
+/// 0); the pair becomes the best seen from start c, `error[c]` its squared
+/// error.
+void refitAffine(const float *x, int n, int hi, int starts, float *a, float *b,
+                 double *error) {
+  float bestA[kMaxStarts], bestB[kMaxStarts];
+  bool active[kMaxStarts];
+  for (int c = 0; c < starts; ++c) {
+    bestA[c] = a[c];
+    bestB[c] = b[c];
+    error[c] = INFINITY;
+    active[c] = a[c] > 0;
   }
-  a = bestA;
-  b = bestB;
-  return bestError;
+  for (int round = 0; round < 4; ++round) {
+    float inverse[kMaxStarts];
+    double sqx[kMaxStarts] = {}, sum[kMaxStarts] = {};
+    int64_t sq[kMaxStarts] = {}, sqq[kMaxStarts] = {};
+    double sx = 0;
+    for (int c = 0; c < starts; ++c)
+      inverse[c] = 1.0f / a[c];
+    for (int i = 0; i < n; ++i) {
+      sx += x[i];
+      for (int c = 0; c < starts; ++c) {
+        int q = quantizeOne(x[i] + b[c], inverse[c], 0, hi);
+        double e = double(a[c]) * q - b[c] - x[i];
+        sum[c] += e * e;
+        sq[c] += q;
+        sqq[c] += q * q;
+        sqx[c] += double(q) * x[i];
+      }
+    }
+    bool any = false;
+    for (int c = 0; c < starts; ++c) {
+      if (!active[c])
+        continue;
+      if (sum[c] < error[c]) {
+        error[c] = sum[c];
+        bestA[c] = a[c];
+        bestB[c] = b[c];
+      }
+      double sqc = double(sq[c]), sqqc = double(sqq[c]);
+      double det = sqqc * n - sqc * sqc;
+      active[c] = det > 0;
+      if (!active[c])
+        continue;
+      double na = (n * sqx[c] - sqc * sx) / det;
+      double nb = (sqc * sqx[c] - sqqc * sx) / det;
+      if (nb < 0) {
+        nb = 0;
+        na = sqx[c] / sqqc;
+      }
+      active[c] = na > 0;
+      if (!active[c])
+        continue;
+      a[c] = static_cast<float>(na);
+      b[c] = static_cast<float>(nb);
+      any = true;
+    }
+    if (!any)
+      break;
+  }
+  for (int c = 0; c < starts; ++c) {
+    a[c] = bestA[c];
+    b[c] = bestB[c];
+  }
 }
 
 /// x ≈ a * q - b with q in [0, hi], a >= 0, b >= 0 (the offset of a
@@ -201,20 +267,22 @@ void fitAffine(const float *x, int n, int hi, float &a, float &b) {
   b = -lo;
   if (a == 0)
     return;
-  double bestError = INFINITY;
-  float bestA = a, bestB = b;
+  constexpr int starts = 21;
+  static_assert(starts <= kMaxStarts);
+  float ta[starts], tb[starts];
+  double error[starts];
   for (int t = -10; t <= 10; ++t) {
-    float ta = (top - lo) / (static_cast<float>(hi) + 0.1f * float(t));
-    float tb = -lo;
-    double error = refitAffine(x, n, hi, ta, tb);
-    if (error < bestError) {
-      bestError = error;
-      bestA = ta;
-      bestB = tb;
-    }
+    ta[t + 10] = (top - lo) / (static_cast<float>(hi) + 0.1f * float(t));
+    tb[t + 10] = -lo;
   }
-  a = bestA;
-  b = bestB;
+  refitAffine(x, n, hi, starts, ta, tb, error);
+  double bestError = INFINITY;
+  for (int c = 0; c < starts; ++c)
+    if (error[c] < bestError) {
+      bestError = error[c];
+      a = ta[c];
+      b = tb[c];
+    }
 }
 
 void quantizeQ4_0(const float *x, uint8_t *out) {
