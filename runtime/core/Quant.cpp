@@ -111,54 +111,90 @@ constexpr int kMaxStarts = 21;
 // order, so its sums, its choices and the bytes written are what it gives
 // alone.
 
-/// Assign-and-refit rounds for x ≈ a * q, q in [lo, hi], from each of the
-/// `starts` values a[c]: each q nearest, then a least squares for those q;
-/// a[c] becomes the best seen from start c, `error[c]` its squared error.
-void refitSymmetric(const float *x, int n, int lo, int hi, int starts, float *a,
-                    double *error) {
-  float best[kMaxStarts];
+/// Assign-and-refit rounds for x ≈ a * q - b, q in [lo, hi], from each of
+/// the `starts` pairs (a[c], b[c]): each q nearest, then a least squares for
+/// those q; the pair becomes the best seen from start c, `error[c]` its
+/// squared error. `Affine`: a and b fitted (b >= 0); else b is null and
+/// x ≈ a * q.
+template <bool Affine>
+void refit(const float *x, int n, int lo, int hi, int starts, float *a,
+           float *b, double *error) {
+  float bestA[kMaxStarts], bestB[kMaxStarts] = {};
   bool active[kMaxStarts];
   for (int c = 0; c < starts; ++c) {
-    best[c] = a[c];
+    bestA[c] = a[c];
+    if constexpr (Affine)
+      bestB[c] = b[c];
     error[c] = INFINITY;
-    active[c] = true;
+    active[c] = !Affine || a[c] > 0;
   }
   for (int round = 0; round < 4; ++round) {
     float inverse[kMaxStarts];
     double sqx[kMaxStarts] = {}, sum[kMaxStarts] = {};
-    int64_t sqq[kMaxStarts] = {};
+    int64_t sq[kMaxStarts] = {}, sqq[kMaxStarts] = {};
+    double sx = 0;
     for (int c = 0; c < starts; ++c)
       inverse[c] = 1.0f / a[c];
-    for (int i = 0; i < n; ++i)
+    for (int i = 0; i < n; ++i) {
+      sx += x[i];
       for (int c = 0; c < starts; ++c) {
-        int q = quantizeOne(x[i], inverse[c], lo, hi);
-        double e = double(a[c]) * q - x[i];
+        int q;
+        double e;
+        if constexpr (Affine) {
+          q = quantizeOne(x[i] + b[c], inverse[c], lo, hi);
+          e = double(a[c]) * q - b[c] - x[i];
+          sq[c] += q;
+        } else {
+          q = quantizeOne(x[i], inverse[c], lo, hi);
+          e = double(a[c]) * q - x[i];
+        }
         sum[c] += e * e;
         sqq[c] += q * q;
         sqx[c] += double(q) * x[i];
       }
+    }
     bool any = false;
     for (int c = 0; c < starts; ++c) {
       if (!active[c])
         continue;
       if (sum[c] < error[c]) {
         error[c] = sum[c];
-        best[c] = a[c];
+        bestA[c] = a[c];
+        bestB[c] = Affine ? b[c] : 0;
       }
-      float next = sqq[c] ? static_cast<float>(sqx[c] / double(sqq[c])) : 0;
-      active[c] = next != 0 && next != a[c];
-      if (active[c])
-        a[c] = next;
+      double sqc = double(sq[c]), sqqc = double(sqq[c]);
+      if constexpr (Affine) {
+        double det = sqqc * n - sqc * sqc;
+        double na = det > 0 ? (n * sqx[c] - sqc * sx) / det : 0;
+        double nb = det > 0 ? (sqc * sqx[c] - sqqc * sx) / det : 0;
+        if (nb < 0) {
+          nb = 0;
+          na = sqx[c] / sqqc;
+        }
+        active[c] = det > 0 && na > 0;
+        if (active[c]) {
+          a[c] = static_cast<float>(na);
+          b[c] = static_cast<float>(nb);
+        }
+      } else {
+        float next = sqqc != 0 ? static_cast<float>(sqx[c] / sqqc) : 0;
+        active[c] = next != 0 && next != a[c];
+        if (active[c])
+          a[c] = next;
+      }
       any = any || active[c];
     }
     if (!any)
       break;
   }
-  for (int c = 0; c < starts; ++c)
-    a[c] = best[c];
+  for (int c = 0; c < starts; ++c) {
+    a[c] = bestA[c];
+    if constexpr (Affine)
+      b[c] = bestB[c];
+  }
 }
 
-/// x ≈ a * q with q in [lo, hi]: refits (refitSymmetric) from the largest
+/// x ≈ a * q with q in [lo, hi]: refits (refit) from the largest
 /// magnitude mapped to lo + t (the longer side of the range), t from -0.5 to
 /// 1 by 0.1, keeping the best. Returns a (0 for an all-zero block).
 float fitSymmetric(const float *x, int n, int lo, int hi) {
@@ -173,7 +209,7 @@ float fitSymmetric(const float *x, int n, int lo, int hi) {
   double error[starts];
   for (int t = -5; t <= 10; ++t)
     a[t + 5] = extreme / (static_cast<float>(lo) + 0.1f * float(t));
-  refitSymmetric(x, n, lo, hi, starts, a, error);
+  refit<false>(x, n, lo, hi, starts, a, nullptr, error);
   float best = extreme / static_cast<float>(lo);
   double bestError = INFINITY;
   for (int c = 0; c < starts; ++c)
@@ -184,76 +220,8 @@ float fitSymmetric(const float *x, int n, int lo, int hi) {
   return best;
 }
 
-/// Assign-and-refit rounds for x ≈ a * q - b from each of the `starts` pairs
-/// (a[c], b[c]): each q nearest, then (a, b) least squares for those q (b >=
-/// 0); the pair becomes the best seen from start c, `error[c]` its squared
-/// error.
-void refitAffine(const float *x, int n, int hi, int starts, float *a, float *b,
-                 double *error) {
-  float bestA[kMaxStarts], bestB[kMaxStarts];
-  bool active[kMaxStarts];
-  for (int c = 0; c < starts; ++c) {
-    bestA[c] = a[c];
-    bestB[c] = b[c];
-    error[c] = INFINITY;
-    active[c] = a[c] > 0;
-  }
-  for (int round = 0; round < 4; ++round) {
-    float inverse[kMaxStarts];
-    double sqx[kMaxStarts] = {}, sum[kMaxStarts] = {};
-    int64_t sq[kMaxStarts] = {}, sqq[kMaxStarts] = {};
-    double sx = 0;
-    for (int c = 0; c < starts; ++c)
-      inverse[c] = 1.0f / a[c];
-    for (int i = 0; i < n; ++i) {
-      sx += x[i];
-      for (int c = 0; c < starts; ++c) {
-        int q = quantizeOne(x[i] + b[c], inverse[c], 0, hi);
-        double e = double(a[c]) * q - b[c] - x[i];
-        sum[c] += e * e;
-        sq[c] += q;
-        sqq[c] += q * q;
-        sqx[c] += double(q) * x[i];
-      }
-    }
-    bool any = false;
-    for (int c = 0; c < starts; ++c) {
-      if (!active[c])
-        continue;
-      if (sum[c] < error[c]) {
-        error[c] = sum[c];
-        bestA[c] = a[c];
-        bestB[c] = b[c];
-      }
-      double sqc = double(sq[c]), sqqc = double(sqq[c]);
-      double det = sqqc * n - sqc * sqc;
-      active[c] = det > 0;
-      if (!active[c])
-        continue;
-      double na = (n * sqx[c] - sqc * sx) / det;
-      double nb = (sqc * sqx[c] - sqqc * sx) / det;
-      if (nb < 0) {
-        nb = 0;
-        na = sqx[c] / sqqc;
-      }
-      active[c] = na > 0;
-      if (!active[c])
-        continue;
-      a[c] = static_cast<float>(na);
-      b[c] = static_cast<float>(nb);
-      any = true;
-    }
-    if (!any)
-      break;
-  }
-  for (int c = 0; c < starts; ++c) {
-    a[c] = bestA[c];
-    b[c] = bestB[c];
-  }
-}
-
 /// x ≈ a * q - b with q in [0, hi], a >= 0, b >= 0 (the offset of a
-/// K-quant's sub-block is a subtracted min): refits (refitAffine) from the
+/// K-quant's sub-block is a subtracted min): refits (refit) from the
 /// range of the values (a minimum above 0 taken as 0) spread over hi + t
 /// steps, t from -1 to 1 by 0.1 (a slightly wider or narrower grid often
 /// rounds better), keeping the best.
@@ -275,7 +243,7 @@ void fitAffine(const float *x, int n, int hi, float &a, float &b) {
     ta[t + 10] = (top - lo) / (static_cast<float>(hi) + 0.1f * float(t));
     tb[t + 10] = -lo;
   }
-  refitAffine(x, n, hi, starts, ta, tb, error);
+  refit<true>(x, n, 0, hi, starts, ta, tb, error);
   double bestError = INFINITY;
   for (int c = 0; c < starts; ++c)
     if (error[c] < bestError) {
