@@ -21,7 +21,8 @@
 # (its --type). The prompt is --prompt seeded random ids (default 512), the
 # same for both. --files DIR keeps the converted files in DIR and reuses
 # them on the next run with the same shape (converting a TinyLlama-shaped
-# model takes minutes on 2 cores; without it they go to a temporary folder).
+# model takes a minute or more on 2 cores; without it they go to a temporary
+# folder).
 # --decode tokens (default 128) are generated greedily from
 # it. KVIR: kv-run --tokens-file PROMPT --greedy N --threads T --json (its
 # own timers: the prefill, then the decode steps); llama.cpp: llama-speed.cpp
