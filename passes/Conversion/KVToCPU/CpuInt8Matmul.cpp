@@ -578,19 +578,21 @@ void emitKQuantTokenSums(ForwardEmitter &e, kvrt_weight_format format,
 /// accumulator:
 /// - Q8_0: started at the token's block bias (the weights biased by +128),
 ///   FMA'd with the weights' scales times the token's.
-/// - Q4_K: two accumulators per token, bytes 0-15 and 16-31 of the block
-///   (the low and high nibbles of one load), started at 0 (q unsigned as it
-///   is) and added; A I + B s with s = -(sum of the token's quants) from
-///   `sums` (emitKQuantTokenSums), then FMA'd with the token's scale: sum
-///   (A q - B) x.
+/// - Q4_K: started at 0 (q unsigned as it is), bytes 4i .. 4i + 3 and
+///   4i + 16 .. 4i + 19 one after the other (the low and high nibbles of one
+///   load); A I + B s with s = -(sum of the token's quants) from `sums`
+///   (emitKQuantTokenSums), then FMA'd with the token's scale: sum (A q - B)
+///   x.
 /// - Q6_K: two accumulators per token, one per 16-element group (bytes 0-15,
 ///   16-31), each started at -32 times the token's sum over the group
 ///   (`sums`), so each holds sum (q - 32) q_x; A0 I0 + A1 I1, FMA'd with the
 ///   token's scale.
-/// The K-quants' two accumulators take their vpdpbusd alternately (integer
-/// sums: the order does not change them). Measured on the TinyLlama-shaped
-/// Q4_K_M prefill (512 tokens, 1 thread, CPU time): 8 tokens were as fast as
-/// 6, the alternation alone changed nothing, the nibbles took 7% less.
+/// Q6_K's two accumulators take their vpdpbusd alternately (integer sums:
+/// the order does not change them). Measured on the TinyLlama-shaped Q4_K_M
+/// prefill (512 tokens, 1 thread, CPU time): 8 tokens were as fast as 6, two
+/// alternating accumulators for Q4_K too as fast as one, the nibbles took 7%
+/// less than a byte a quant; scaling block b - 1 after block b's vpdpbusd
+/// (software pipelining) changed nothing.
 /// Tokens past t1 and outputs past m are clamped when read and not stored.
 void emitInt8PanelTiles(ForwardEmitter &e, kvrt_weight_format format,
                         const Int8Activations &act, Value sums, Value quants,
@@ -651,16 +653,16 @@ void emitInt8PanelTiles(ForwardEmitter &e, kvrt_weight_format format,
             }
             return iaccs;
           };
-          // Q4_K and Q6_K: bytes 0-15 and 16-31 into two accumulators per
-          // token, alternately, so twice as many vpdpbusd chains are in
-          // flight (Q6_K needs them apart for its two scales).
+          // Q4_K and Q6_K: bytes 4i .. and 4i + 16 .. in turn (Q4_K: both
+          // nibbles of a load); Q6_K into two accumulators per token, one
+          // per 16-element group (its two scales).
           bool split = q4k || q6k;
           SmallVector<Value> halves[2] = {starts(0), {}};
-          if (split)
+          if (q6k)
             halves[1] = starts(1);
           for (int64_t step = 0; step < 8; ++step) {
             int64_t i = split ? step / 2 + 4 * (step % 2) : step;
-            SmallVector<Value> &iaccs = halves[split ? i / 4 : 0];
+            SmallVector<Value> &iaccs = halves[q6k ? i / 4 : 0];
             SmallVector<Value> w;
             for (int64_t p = 0; p < panels; ++p) {
               if (!q4k) {
@@ -728,9 +730,8 @@ void emitInt8PanelTiles(ForwardEmitter &e, kvrt_weight_format format,
               };
               Value sum;
               if (q4k) {
-                Value dot =
-                    arith::AddIOp::create(e.b, halves[0][at], halves[1][at]);
-                sum = arith::MulFOp::create(e.b, wide(dot), firstScales[p]);
+                sum = arith::MulFOp::create(e.b, wide(halves[0][at]),
+                                            firstScales[p]);
                 sum =
                     vector::FMAOp::create(e.b, secondScales[p], tokenSum, sum);
               } else {
