@@ -372,6 +372,41 @@ void emitInt8Tiles(ForwardEmitter &e, kvrt_weight_format format, Value bytes,
   });
 }
 
+/// For each of the 16 outputs o of panels lo .. hi-1 of a weight of m rows
+/// of `rowBytes` at `offset`: body(p, o, inside, rowAt), rowAt the output's
+/// row (the last row for an output past m, where `inside` is false).
+void forEachPanelOutput(ForwardEmitter &e, Value offset, Value m,
+                        Value rowBytes, Value lo, Value hi,
+                        function_ref<void(Value, Value, Value, Value)> body) {
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  e.forLoop(lo, hi, c1, [&](Value p) {
+    e.forLoop(c0, e.cIndex(16), c1, [&](Value o) {
+      Value output = e.add(e.mul(p, e.cIndex(16)), o);
+      Value inside = e.cmp(arith::CmpIPredicate::ult, output, m);
+      Value rowAt =
+          e.add(offset, e.mul(e.minu(output, e.sub(m, c1)), rowBytes));
+      body(p, o, inside, rowAt);
+    });
+  });
+}
+
+/// Stores output o's 32 quants `q` (vector<32xi8>) of block `panelBlock`
+/// (panel * blocks + block) into the panels' layout: bytes 4i .. 4i + 3 at
+/// (panelBlock * 8 + i) * 64 + 4 o.
+void storePanelQuants(ForwardEmitter &e, Value q, Value quants,
+                      Value panelBlock, Value o) {
+  int64_t pieces = cast<VectorType>(q.getType()).getNumElements() / 4;
+  Value base =
+      e.add(e.mul(panelBlock, e.cIndex(64 * pieces)), e.mul(o, e.cIndex(4)));
+  for (int64_t i = 0; i < pieces; ++i) {
+    Value piece = vector::ExtractStridedSliceOp::create(
+        e.b, q, ArrayRef<int64_t>{4 * i}, ArrayRef<int64_t>{4},
+        ArrayRef<int64_t>{1});
+    vector::StoreOp::create(e.b, piece, quants,
+                            ValueRange{e.add(base, e.cIndex(64 * i))});
+  }
+}
+
 /// Repacks panels lo .. hi-1 of Q8_0 weights (m rows of k) for the
 /// prefill's tiles: panel p, block b holds at ((p * blocks + b) * 8 + i) * 64
 /// the bytes 4i .. 4i + 3 of the block's quants of the panel's 16 outputs
@@ -389,46 +424,180 @@ void emitInt8PackPanels(ForwardEmitter &e, Value bytes, Value offset, Value k,
       e.b, DenseElementsAttr::get(v32b, e.b.getI8IntegerAttr(-128)));
   Value zeros = arith::ConstantOp::create(
       e.b, DenseElementsAttr::get(v32b, e.b.getI8IntegerAttr(0)));
-  e.forLoop(lo, hi, c1, [&](Value p) {
-    e.forLoop(c0, e.cIndex(16), c1, [&](Value o) {
-      Value output = e.add(e.mul(p, e.cIndex(16)), o);
-      Value inside = e.cmp(arith::CmpIPredicate::ult, output, m);
-      Value rowAt =
-          e.add(offset, e.mul(e.minu(output, e.sub(m, c1)), rowBytes));
-      e.forLoop(c0, blocks, c1, [&](Value b) {
-        Value at = e.add(rowAt, e.mul(b, e.cIndex(34)));
-        Value q = vector::LoadOp::create(e.b, v32b, bytes,
-                                         ValueRange{e.add(at, e.cIndex(2))});
-        q = e.select(inside, arith::XOrIOp::create(e.b, q, flip), zeros);
-        Value panelBlock = e.add(e.mul(p, blocks), b);
-        Value base =
-            e.add(e.mul(panelBlock, e.cIndex(512)), e.mul(o, e.cIndex(4)));
-        for (int64_t i = 0; i < 8; ++i) {
-          Value piece = vector::ExtractStridedSliceOp::create(
-              e.b, q, ArrayRef<int64_t>{4 * i}, ArrayRef<int64_t>{4},
-              ArrayRef<int64_t>{1});
-          vector::StoreOp::create(e.b, piece, quants,
-                                  ValueRange{e.add(base, e.cIndex(64 * i))});
-        }
-        Value d = e.select(inside, e.loadF16(bytes, at), e.cF32(0.0f));
-        e.store(d, scales, {e.add(e.mul(panelBlock, e.cIndex(16)), o)});
+  forEachPanelOutput(
+      e, offset, m, rowBytes, lo, hi,
+      [&](Value p, Value o, Value inside, Value rowAt) {
+        e.forLoop(c0, blocks, c1, [&](Value b) {
+          Value at = e.add(rowAt, e.mul(b, e.cIndex(34)));
+          Value q = vector::LoadOp::create(e.b, v32b, bytes,
+                                           ValueRange{e.add(at, e.cIndex(2))});
+          q = e.select(inside, arith::XOrIOp::create(e.b, q, flip), zeros);
+          Value panelBlock = e.add(e.mul(p, blocks), b);
+          storePanelQuants(e, q, quants, panelBlock, o);
+          Value d = e.select(inside, e.loadF16(bytes, at), e.cF32(0.0f));
+          e.store(d, scales, {e.add(e.mul(panelBlock, e.cIndex(16)), o)});
+        });
       });
+}
+
+/// Repacks panels lo .. hi-1 of Q4_K or Q6_K weights (m rows of k, k whole
+/// 256-element blocks) for the prefill's tiles, as emitInt8PackPanels does
+/// Q8_0's, per 32 elements b of the row (block b / 8, its 32-element run
+/// b % 8; pb = p * blocks + b), the quants unsigned as the format holds them:
+/// - Q6_K: q in 0 .. 63 (its element being A (q - 32)), as Q8_0's: at
+///   (pb * 8 + i) * 64 the quants 4i .. 4i + 3 of the panel's 16 outputs.
+/// - Q4_K: q in 0 .. 15, two a byte, so a panel takes half the cache: at
+///   (pb * 4 + i) * 64 the quants 4i .. 4i + 3 in the low nibbles and
+///   4i + 16 .. 4i + 19 in the high ones.
+/// At pb * 32 two 16-output vectors of f32: Q4_K the run's scale A and min B
+/// (an element is A q - B), Q6_K the scales A of its two 16-element groups.
+/// Quants and scales are ForwardEmitter's groupQuant and groupScale (the
+/// runtime's dequantisation, operation for operation), so the weights are
+/// the f32 path's exactly. Outputs past m: zero quants and scales.
+void emitKQuantPackPanels(ForwardEmitter &e, kvrt_weight_format format,
+                          Value bytes, Value offset, Value k, Value m,
+                          Value quants, Value scales, Value lo, Value hi) {
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  bool q4k = format == KVRT_WEIGHT_Q4_K;
+  Value superBlocks = e.divu(k, e.cIndex(256));
+  Value blocks = e.divu(k, e.cIndex(32));
+  Value rowBytes = weightRowBytes(e, format, k);
+  Value blockBytes = e.cIndex(q4k ? 144 : 210);
+  VectorType v32b = e.vec(32, e.byte());
+  Value zeros = arith::ConstantOp::create(
+      e.b, DenseElementsAttr::get(v32b, e.b.getI8IntegerAttr(0)));
+  // Lanes of groupQuant (exact small integers in f32) as bytes.
+  auto asBytes = [&](Value q, float offsetBy) -> Value {
+    auto type = cast<VectorType>(q.getType());
+    if (offsetBy != 0)
+      q = arith::AddFOp::create(e.b, q,
+                                e.splatF32(type.getNumElements(), offsetBy));
+    Value i =
+        arith::FPToSIOp::create(e.b, e.vec(type.getNumElements(), e.i32()), q);
+    return arith::TruncIOp::create(e.b, e.vec(type.getNumElements(), e.byte()),
+                                   i);
+  };
+  forEachPanelOutput(
+      e, offset, m, rowBytes, lo, hi,
+      [&](Value p, Value o, Value inside, Value rowAt) {
+        e.forLoop(c0, superBlocks, c1, [&](Value sb) {
+          Value at = e.add(rowAt, e.mul(sb, blockBytes));
+          for (int64_t run = 0; run < 8; ++run) {
+            Value q, first, second;
+            if (q4k) {
+              q = asBytes(
+                  e.groupQuant(format, bytes, at, e.cIndex(run), c0, 32), 0);
+              std::tie(first, second) =
+                  e.groupScale(format, bytes, at, e.cIndex(run));
+            } else {
+              // Q6_K's groupQuant is q - 32: +32 gives the unsigned q.
+              Value g0 = e.cIndex(2 * run), g1 = e.cIndex(2 * run + 1);
+              q = concat(
+                  e, asBytes(e.groupQuant(format, bytes, at, g0, c0, 16), 32),
+                  asBytes(e.groupQuant(format, bytes, at, g1, c0, 16), 32));
+              first = e.groupScale(format, bytes, at, g0).first;
+              second = e.groupScale(format, bytes, at, g1).first;
+            }
+            Value panelBlock = e.add(
+                e.mul(p, blocks), e.add(e.mul(sb, e.cIndex(8)), e.cIndex(run)));
+            q = e.select(inside, q, zeros);
+            if (q4k) {
+              // Two quants a byte: q[l] low, q[l + 16] high.
+              auto half = [&](int64_t from) -> Value {
+                return vector::ExtractStridedSliceOp::create(
+                    e.b, q, ArrayRef<int64_t>{from}, ArrayRef<int64_t>{16},
+                    ArrayRef<int64_t>{1});
+              };
+              Value four = arith::ConstantOp::create(
+                  e.b, DenseElementsAttr::get(e.vec(16, e.byte()),
+                                              e.b.getI8IntegerAttr(4)));
+              q = arith::OrIOp::create(
+                  e.b, half(0), arith::ShLIOp::create(e.b, half(16), four));
+            }
+            storePanelQuants(e, q, quants, panelBlock, o);
+            Value scaleAt = e.add(e.mul(panelBlock, e.cIndex(32)), o);
+            e.store(e.select(inside, first, e.cF32(0.0f)), scales, {scaleAt});
+            e.store(e.select(inside, second, e.cF32(0.0f)), scales,
+                    {e.add(scaleAt, e.cIndex(16))});
+          }
+        });
+      });
+}
+
+/// What the prefill's tiles of Q4_K and Q6_K take per token beyond the
+/// quantised activations, for rows lo .. hi-1, into `sums`:
+/// - Q4_K, f32 [n][pairs * 2]: per 32-element block, -(sum of the token's
+///   quants) = blockBias / 128 (exact), which the run's min B multiplies.
+/// - Q6_K, i32 [n][pairs * 4]: per 16-element group, -32 * (sum of the
+///   token's quants in it) = (sum of its 4 bias lanes) / 4 (exact: each lane
+///   is a multiple of 128), which starts the group's dot product of the
+///   unsigned q, so the integer holds sum (q - 32) q_x.
+void emitKQuantTokenSums(ForwardEmitter &e, kvrt_weight_format format,
+                         const Int8Activations &act, Value sums, Value lo,
+                         Value hi) {
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  Value blocks = e.mul(act.pairs, e.cIndex(2));
+  e.forLoop(lo, hi, c1, [&](Value t) {
+    if (format == KVRT_WEIGHT_Q4_K) {
+      e.forLoop(c0, blocks, c1, [&](Value b) {
+        Value at = e.add(e.mul(t, blocks), b);
+        Value bias =
+            arith::SIToFPOp::create(e.b, e.f32(), e.load(act.blockBias, {at}));
+        e.store(arith::MulFOp::create(e.b, bias, e.cF32(1.0f / 128)), sums,
+                {at});
+      });
+      return;
+    }
+    Value laneRow = e.mul(act.pairs, e.cIndex(16));
+    e.forLoop(c0, act.pairs, c1, [&](Value p) {
+      Value lanes = vector::LoadOp::create(
+          e.b, e.vec(16, e.i32()), act.bias,
+          ValueRange{e.add(e.mul(t, laneRow), e.mul(p, e.cIndex(16)))});
+      Value groupAt =
+          e.add(e.mul(t, e.mul(act.pairs, e.cIndex(4))), e.mul(p, e.cIndex(4)));
+      for (int64_t g = 0; g < 4; ++g) {
+        Value four = vector::ExtractStridedSliceOp::create(
+            e.b, lanes, ArrayRef<int64_t>{4 * g}, ArrayRef<int64_t>{4},
+            ArrayRef<int64_t>{1});
+        Value sum =
+            vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, four);
+        e.store(arith::ShRSIOp::create(e.b, sum, e.cI32(2)), sums,
+                {e.add(groupAt, e.cIndex(g))});
+      }
     });
   });
 }
 
-/// The prefill's register tiles over repacked panels (emitInt8PackPanels):
-/// kInt8PanelRows tokens from t0 (while below t1) x kInt8TilePanels panels
-/// from `panel0`. Per block: each i32 accumulator starts at the token's
-/// block bias; per 4 bytes of the block, one vpdpbusd per token and panel
-/// (the panel's 64 bytes against the token's 4 quants in every lane: 16
-/// outputs, four weights each); then, once per block, converted to f32 and
-/// FMA'd with the weights' scales times the token's into the f32
-/// accumulator. Tokens past t1 and outputs past m are clamped when read and
-/// not stored.
-void emitInt8PanelTiles(ForwardEmitter &e, const Int8Activations &act,
-                        Value quants, Value scales, Value c, Value k, Value t0,
-                        Value t1, Value panel0, bool accumulate) {
+/// The prefill's register tiles over repacked panels (emitInt8PackPanels,
+/// emitKQuantPackPanels): kInt8PanelRows tokens from t0 (while below t1) x
+/// kInt8TilePanels panels from `panel0`. Per 32-element block: each i32
+/// accumulator starts at the block's integer start; per 4 bytes of the
+/// block, one vpdpbusd per token and panel (the panel's 64 bytes against
+/// the token's 4 quants in every lane: 16 outputs, four weights each); then,
+/// once per block, converted to f32, scaled and added into the f32
+/// accumulator:
+/// - Q8_0: started at the token's block bias (the weights biased by +128),
+///   FMA'd with the weights' scales times the token's.
+/// - Q4_K: started at 0 (q unsigned as it is), bytes 4i .. 4i + 3 and
+///   4i + 16 .. 4i + 19 one after the other (the low and high nibbles of one
+///   load); A I + B s with s = -(sum of the token's quants) from `sums`
+///   (emitKQuantTokenSums), then FMA'd with the token's scale: sum (A q - B)
+///   x.
+/// - Q6_K: two accumulators per token, one per 16-element group (bytes 0-15,
+///   16-31), each started at -32 times the token's sum over the group
+///   (`sums`), so each holds sum (q - 32) q_x; A0 I0 + A1 I1, FMA'd with the
+///   token's scale.
+/// Q6_K's two accumulators take their vpdpbusd alternately (integer sums:
+/// the order does not change them). Measured on the TinyLlama-shaped Q4_K_M
+/// prefill (512 tokens, 1 thread, CPU time): 8 tokens were as fast as 6, two
+/// alternating accumulators for Q4_K too as fast as one, the nibbles took 7%
+/// less than a byte a quant; scaling block b - 1 after block b's vpdpbusd
+/// (software pipelining) changed nothing.
+/// Tokens past t1 and outputs past m are clamped when read and not stored.
+void emitInt8PanelTiles(ForwardEmitter &e, kvrt_weight_format format,
+                        const Int8Activations &act, Value sums, Value quants,
+                        Value scales, Value c, Value k, Value t0, Value t1,
+                        Value panel0, bool accumulate) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   Value m = memref::DimOp::create(e.b, c, c1);
   Value blocks = e.divu(k, e.cIndex(32));
@@ -436,6 +605,13 @@ void emitInt8PanelTiles(ForwardEmitter &e, const Int8Activations &act,
   VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
              v64b = e.vec(64, e.byte()), v4b = e.vec(4, e.byte());
   VectorType m16 = e.vec(16, e.i1());
+  bool q4k = format == KVRT_WEIGHT_Q4_K, q6k = format == KVRT_WEIGHT_Q6_K;
+  auto splatBytes = [&](VectorType type, int8_t value) -> Value {
+    return arith::ConstantOp::create(
+        e.b, DenseElementsAttr::get(type, e.b.getI8IntegerAttr(value)));
+  };
+  // Floats of a panel's scales per block (emitKQuantPackPanels: two vectors).
+  int64_t scaleStride = q4k || q6k ? 32 : 16;
   int64_t rows = kInt8PanelRows, panels = kInt8TilePanels;
   SmallVector<Value> panelIndex;
   for (int64_t p = 0; p < panels; ++p)
@@ -443,6 +619,7 @@ void emitInt8PanelTiles(ForwardEmitter &e, const Int8Activations &act,
   Value quantsRow = e.mul(act.pairs, e.cIndex(64));
   Value scaleRow = e.mul(act.pairs, e.cIndex(16));
   Value biasRow = e.mul(act.pairs, e.cIndex(2));
+  Value groupRow = q6k ? e.mul(act.pairs, e.cIndex(4)) : Value();
   e.forLoop(t0, t1, e.cIndex(rows), [&](Value t) {
     SmallVector<Value> tokens;
     for (int64_t r = 0; r < rows; ++r)
@@ -451,22 +628,60 @@ void emitInt8PanelTiles(ForwardEmitter &e, const Int8Activations &act,
     SmallVector<Value> accs = e.forLoop(
         c0, blocks, c1, inits,
         [&](Value b, ValueRange faccs) -> SmallVector<Value> {
-          SmallVector<Value> iaccs, panelBlock;
+          SmallVector<Value> panelBlock;
           for (int64_t p = 0; p < panels; ++p)
             panelBlock.push_back(e.add(e.mul(panelIndex[p], blocks), b));
-          for (Value token : tokens) {
-            Value bias =
-                e.load(act.blockBias, {e.add(e.mul(token, biasRow), b)});
-            Value splat = vector::BroadcastOp::create(e.b, v16i, bias);
-            iaccs.append(panels, splat);
-          }
-          for (int64_t i = 0; i < 8; ++i) {
+          // The integer accumulators' starts, of 16-element group `half`
+          // for Q6_K.
+          auto starts = [&](int64_t half) {
+            SmallVector<Value> iaccs;
+            for (Value token : tokens) {
+              Value start;
+              if (q4k)
+                start = e.splatI32(16, 0);
+              else if (q6k)
+                start = vector::BroadcastOp::create(
+                    e.b, v16i,
+                    e.load(sums, {e.add(e.mul(token, groupRow),
+                                        e.add(e.mul(b, e.cIndex(2)),
+                                              e.cIndex(half)))}));
+              else
+                start = vector::BroadcastOp::create(
+                    e.b, v16i,
+                    e.load(act.blockBias, {e.add(e.mul(token, biasRow), b)}));
+              iaccs.append(panels, start);
+            }
+            return iaccs;
+          };
+          // Q4_K and Q6_K: bytes 4i .. and 4i + 16 .. in turn (Q4_K: both
+          // nibbles of a load); Q6_K into two accumulators per token, one
+          // per 16-element group (its two scales).
+          bool split = q4k || q6k;
+          SmallVector<Value> halves[2] = {starts(0), {}};
+          if (q6k)
+            halves[1] = starts(1);
+          for (int64_t step = 0; step < 8; ++step) {
+            int64_t i = split ? step / 2 + 4 * (step % 2) : step;
+            SmallVector<Value> &iaccs = halves[q6k ? i / 4 : 0];
             SmallVector<Value> w;
-            for (int64_t p = 0; p < panels; ++p)
-              w.push_back(vector::LoadOp::create(
+            for (int64_t p = 0; p < panels; ++p) {
+              if (!q4k) {
+                w.push_back(vector::LoadOp::create(
+                    e.b, v64b, quants,
+                    ValueRange{e.add(e.mul(panelBlock[p], e.cIndex(512)),
+                                     e.cIndex(64 * i))}));
+                continue;
+              }
+              // Q4_K's nibbles: bytes 4i .. 4i + 3 low, 4i + 16 .. high.
+              Value both = vector::LoadOp::create(
                   e.b, v64b, quants,
-                  ValueRange{e.add(e.mul(panelBlock[p], e.cIndex(512)),
-                                   e.cIndex(64 * i))}));
+                  ValueRange{e.add(e.mul(panelBlock[p], e.cIndex(256)),
+                                   e.cIndex(64 * (i % 4)))});
+              if (i >= 4)
+                both = arith::ShRUIOp::create(e.b, both, splatBytes(v64b, 4));
+              w.push_back(
+                  arith::AndIOp::create(e.b, both, splatBytes(v64b, 0x0F)));
+            }
             for (int64_t r = 0; r < rows; ++r) {
               Value at = e.add(e.mul(tokens[r], quantsRow),
                                e.add(e.mul(b, e.cIndex(32)), e.cIndex(4 * i)));
@@ -483,21 +698,49 @@ void emitInt8PanelTiles(ForwardEmitter &e, const Int8Activations &act,
             }
           }
           SmallVector<Value> next;
-          SmallVector<Value> weightScales;
-          for (int64_t p = 0; p < panels; ++p)
-            weightScales.push_back(vector::LoadOp::create(
-                e.b, v16f, scales,
-                ValueRange{e.mul(panelBlock[p], e.cIndex(16))}));
+          SmallVector<Value> firstScales, secondScales;
+          for (int64_t p = 0; p < panels; ++p) {
+            Value at = e.mul(panelBlock[p], e.cIndex(scaleStride));
+            firstScales.push_back(
+                vector::LoadOp::create(e.b, v16f, scales, ValueRange{at}));
+            if (q4k || q6k)
+              secondScales.push_back(vector::LoadOp::create(
+                  e.b, v16f, scales, ValueRange{e.add(at, e.cIndex(16))}));
+          }
           for (int64_t r = 0; r < rows; ++r) {
             Value d = e.load(act.scales, {e.add(e.mul(tokens[r], scaleRow),
                                                 e.mul(b, e.cIndex(8)))});
             Value ds = vector::BroadcastOp::create(e.b, v16f, d);
+            Value tokenSum;
+            if (q4k)
+              tokenSum = vector::BroadcastOp::create(
+                  e.b, v16f,
+                  e.load(sums, {e.add(e.mul(tokens[r], biasRow), b)}));
             for (int64_t p = 0; p < panels; ++p) {
-              Value scale = arith::MulFOp::create(e.b, weightScales[p], ds);
-              Value wide =
-                  arith::SIToFPOp::create(e.b, v16f, iaccs[r * panels + p]);
-              next.push_back(vector::FMAOp::create(e.b, wide, scale,
-                                                   faccs[r * panels + p]));
+              int64_t at = r * panels + p;
+              if (!q4k && !q6k) {
+                Value scale = arith::MulFOp::create(e.b, firstScales[p], ds);
+                Value wide = arith::SIToFPOp::create(e.b, v16f, halves[0][at]);
+                next.push_back(
+                    vector::FMAOp::create(e.b, wide, scale, faccs[at]));
+                continue;
+              }
+              auto wide = [&](Value v) -> Value {
+                return arith::SIToFPOp::create(e.b, v16f, v);
+              };
+              Value sum;
+              if (q4k) {
+                sum = arith::MulFOp::create(e.b, wide(halves[0][at]),
+                                            firstScales[p]);
+                sum =
+                    vector::FMAOp::create(e.b, secondScales[p], tokenSum, sum);
+              } else {
+                sum = arith::MulFOp::create(e.b, wide(halves[0][at]),
+                                            firstScales[p]);
+                sum = vector::FMAOp::create(e.b, wide(halves[1][at]),
+                                            secondScales[p], sum);
+              }
+              next.push_back(vector::FMAOp::create(e.b, sum, ds, faccs[at]));
             }
           }
           return next;
@@ -530,21 +773,24 @@ void emitInt8PanelTiles(ForwardEmitter &e, const Int8Activations &act,
 
 } // namespace
 
+/// Q8_0, Q4_K and Q6_K: decode and prefill alike (the others widen).
 bool cpu::hasInt8Dot(kvrt_weight_format format) {
   return format == KVRT_WEIGHT_Q8_0 || format == KVRT_WEIGHT_Q4_K ||
          format == KVRT_WEIGHT_Q6_K;
 }
 
-/// c[t][o] (+)= sum_i a[t][i] * b[o][i] for Q8_0 weights b, by integer dot
-/// products: the rows of a quantised per block of 32 (emitQuantizeRows,
-/// parallel over rows), then, for fewer than kPackedMinRows rows (decode),
-/// tiles of one token x kInt8TileOutputs rows over the file's blocks
-/// (emitInt8Tile), parallel over groups of outputs; for more (prefill), the
-/// weights repacked into panels (emitInt8PackPanels, parallel over panels)
-/// and tiles over them (emitInt8PanelTiles), parallel over groups of panels x
-/// chunks of kChunkRows tokens. The arguments are emitQuantMatmul's; its
-/// pack and widen buffers are not used (the activations' and the panels'
-/// buffers are allocated per call).
+/// c[t][o] (+)= sum_i a[t][i] * b[o][i] for Q8_0, Q4_K or Q6_K weights b,
+/// by integer dot products: the rows of a quantised per block of 32
+/// (emitQuantizeRows, parallel over rows), then, for fewer than
+/// kPackedMinRows rows (decode), tiles of one token x kInt8TileOutputs rows
+/// over the file's blocks (emitInt8Tile), parallel over groups of outputs;
+/// for more (prefill), the weights repacked into panels (emitInt8PackPanels,
+/// emitKQuantPackPanels, parallel over panels), the K-quants' sums of the
+/// tokens' quants (emitKQuantTokenSums, parallel over rows), and tiles over
+/// the panels (emitInt8PanelTiles), parallel over groups of panels x chunks
+/// of kChunkRows tokens. The arguments are emitQuantMatmul's; its pack and
+/// widen buffers are not used (the activations' and the panels' buffers are
+/// allocated per call).
 void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                          bool accumulate) {
   assert(hasInt8Dot(format) && "a format without an integer dot product");
@@ -557,8 +803,7 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
   Value k = memref::DimOp::create(e.b, a, c1);
   Value m = memref::DimOp::create(e.b, c, c1);
   Value small = e.cmp(arith::CmpIPredicate::ult, n, e.cIndex(kPackedMinRows));
-  // Everything on the quantised activations: Q8_0's decode and prefill, the
-  // other formats' decode step (a prefill of theirs widens, below).
+  // Everything on the quantised activations: a decode step and a prefill.
   auto int8 = [&] {
     Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
     auto alloc = [&](Type element, Value count) -> Value {
@@ -604,20 +849,44 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                   });
     };
     auto prefill = [&] {
-      // The weights repacked into panels of 16 outputs (biased, their
-      // scales beside), then register tiles over them.
+      // The weights repacked into panels of 16 outputs (their scales
+      // beside), then register tiles over them; Q4_K and Q6_K take sums of
+      // the tokens' quants too (emitKQuantTokenSums).
+      bool kQuant = format != KVRT_WEIGHT_Q8_0;
       Value blocks = e.divu(k, e.cIndex(32));
       Value panels = e.divu(e.add(m, e.cIndex(15)), e.cIndex(16));
       Value panelBlocks = e.mul(panels, blocks);
-      Value packedQuants = alloc(e.byte(), e.mul(panelBlocks, e.cIndex(512)));
-      Value packedScales = alloc(e.f32(), e.mul(panelBlocks, e.cIndex(16)));
+      Value packedQuants = alloc(
+          e.byte(),
+          e.mul(panelBlocks, e.cIndex(format == KVRT_WEIGHT_Q4_K ? 256 : 512)));
+      Value packedScales =
+          alloc(e.f32(), e.mul(panelBlocks, e.cIndex(kQuant ? 32 : 16)));
       parallelFor(e, base + "_pack_task", panels,
                   {bytes, offset, packedQuants, packedScales, c, a},
                   [&](ValueRange v, Value lo, Value hi) {
                     Value k = memref::DimOp::create(e.b, v[5], e.cIndex(1));
                     Value m = memref::DimOp::create(e.b, v[4], e.cIndex(1));
-                    emitInt8PackPanels(e, v[0], v[1], k, m, v[2], v[3], lo, hi);
+                    if (kQuant)
+                      emitKQuantPackPanels(e, format, v[0], v[1], k, m, v[2],
+                                           v[3], lo, hi);
+                    else
+                      emitInt8PackPanels(e, v[0], v[1], k, m, v[2], v[3], lo,
+                                         hi);
                   });
+      Value sums;
+      if (kQuant) {
+        bool q4k = format == KVRT_WEIGHT_Q4_K;
+        sums = alloc(q4k ? e.f32() : e.i32(),
+                     e.mul(e.mul(n, pairs), e.cIndex(q4k ? 2 : 4)));
+        SmallVector<Value> sumCaptures(captures);
+        sumCaptures.push_back(sums);
+        parallelFor(e, base + "_sums_task", n, sumCaptures,
+                    [&](ValueRange v, Value lo, Value hi) {
+                      Value k;
+                      Int8Activations act = unpack(v, k);
+                      emitKQuantTokenSums(e, format, act, v[8], lo, hi);
+                    });
+      }
       Value chunkRows = e.cIndex(kChunkRows);
       Value chunks = e.divu(e.add(n, e.sub(chunkRows, c1)), chunkRows);
       Value tilePanels = e.cIndex(kInt8TilePanels);
@@ -625,39 +894,35 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
           e.divu(e.add(panels, e.sub(tilePanels, c1)), tilePanels);
       SmallVector<Value> tileCaptures(captures);
       tileCaptures.append({chunks, packedQuants, packedScales});
+      if (kQuant)
+        tileCaptures.push_back(sums);
       parallelFor(e, base + "_tile_task", e.mul(panelGroups, chunks),
                   tileCaptures, [&](ValueRange v, Value lo, Value hi) {
                     Value k;
                     Int8Activations act = unpack(v, k);
                     Value n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
+                    Value sums = kQuant ? v[11] : Value();
                     e.forLoop(lo, hi, e.cIndex(1), [&](Value item) {
                       Value g = e.divu(item, v[8]);
                       Value t0 =
                           e.mul(e.remu(item, v[8]), e.cIndex(kChunkRows));
                       Value t1 = e.minu(n, e.add(t0, e.cIndex(kChunkRows)));
-                      emitInt8PanelTiles(e, act, v[9], v[10], v[5], k, t0, t1,
-                                         e.mul(g, e.cIndex(kInt8TilePanels)),
-                                         accumulate);
+                      emitInt8PanelTiles(
+                          e, format, act, sums, v[9], v[10], v[5], k, t0, t1,
+                          e.mul(g, e.cIndex(kInt8TilePanels)), accumulate);
                     });
                   });
       memref::DeallocOp::create(e.b, packedQuants);
       memref::DeallocOp::create(e.b, packedScales);
+      if (kQuant)
+        memref::DeallocOp::create(e.b, sums);
     };
-    if (format == KVRT_WEIGHT_Q8_0)
-      e.ifElse(small, decode, prefill);
-    else
-      decode();
+    e.ifElse(small, decode, prefill);
     memref::DeallocOp::create(e.b, act.quants);
     memref::DeallocOp::create(e.b, act.bias);
     memref::DeallocOp::create(e.b, act.scales);
     memref::DeallocOp::create(e.b, act.blockBias);
   };
-  if (format == KVRT_WEIGHT_Q8_0)
-    int8();
-  else
-    e.ifElse(small, int8, [&] {
-      emitWidenedProduct(e, format, base, a, bytes, offset, c,
-                         fn.getArgument(4), fn.getArgument(5), accumulate);
-    });
+  int8();
   e.finishFunction();
 }

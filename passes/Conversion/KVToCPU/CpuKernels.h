@@ -57,8 +57,8 @@ std::string quantMatmulName(kvrt_weight_format format, bool accumulate);
 /// CpuInt8Matmul.cpp: the same function (name, arguments, result) by integer
 /// dot products on the weights' blocks, the activations quantised per block
 /// of 32 to int8 (llama.cpp's Q8_0 activations): AVX-512 VNNI (vpdpbusd).
-/// Only for formats where hasInt8Dot holds: Q8_0 (decode and prefill), Q4_K
-/// and Q6_K (decode; their prefill widens as emitQuantMatmul's does).
+/// Only for formats where hasInt8Dot holds: Q8_0, Q4_K and Q6_K, decode and
+/// prefill (a prefill repacks the weights into panels per call).
 void emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                     bool accumulate);
 bool hasInt8Dot(kvrt_weight_format format);

@@ -6,11 +6,11 @@
 // Integer dot products (quant-dot=int8, and auto on a host with AVX-512
 // VNNI): matmul_q8_0 quantises the activations per block of 32 in a
 // parallel pre-pass, then multiplies with vpdpbusd; decode tiles over the
-// weights as they are, prefill tiles over panels repacked per call. Q6_K
-// (the classifier here) and Q4_K take integer dot products in a decode step
-// and widen to f32 for a prefill.
+// weights as they are, prefill tiles over panels repacked per call. Q4_K
+// (w1 here) and Q6_K (the classifier) the same, their prefill taking the
+// tokens' sums of quants from one more pre-pass; nothing widens to f32.
 !m = !kv.model<dim = 256, hidden = 512, layers = 2, heads = 2, kv_heads = 1, vocab = 32>
-module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q8_0;wk:q8_0;wv:q8_0;wo:q8_0;w1:q8_0;w2:q8_0;w3:q8_0;wcls:q6_k"]]} {
+module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q8_0;wk:q8_0;wv:q8_0;wo:q8_0;w1:q4_k;w2:q8_0;w3:q8_0;wcls:q6_k"]]} {
 }
 
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q8_0(
@@ -24,14 +24,28 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q8_0
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q8_0_pack_task(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q8_0_tile_task(
 // CHECK-COUNT-8: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
-// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k(
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k(
+// CHECK-NOT:     call @{{kv_fwd_[0-9a-f]+}}_matmul_nt(
 // CHECK:         call @kvrt_parallel_for(
-// CHECK:         call @{{kv_fwd_[0-9a-f]+}}_matmul_nt(
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_quantize_task(
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_dot_task(
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_pack_task(
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_sums_task(
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_tile_task(
+// CHECK-COUNT-8: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k(
+// CHECK-NOT:     call @{{kv_fwd_[0-9a-f]+}}_matmul_nt(
+// CHECK:         call @kvrt_parallel_for(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k_quantize_task(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k_dot_task(
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
-// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k_widen_task(
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k_pack_task(
 // CHECK-NOT:     llvm.call_intrinsic
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k_sums_task(
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k_tile_task(
+// CHECK-COUNT-8: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK-NOT:     _widen_task
 // CHECK:       func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k_acc(
 
 // F32-NOT: llvm.call_intrinsic
