@@ -711,8 +711,12 @@ void printTokenListText(const TokenListReport &r) {
               r.config.c_str(), r.backend.c_str());
   if (!r.tokenizer.empty())
     std::printf("tokenizer: %s\n", r.tokenizer.c_str());
-  std::printf("weights: %llu bytes resident\n",
+  std::printf("weights: %llu bytes resident",
               (unsigned long long)r.weightBytes);
+  if (r.packedWeightBytes)
+    std::printf(" (%llu of them the f32 matrices packed for the matmul)",
+                (unsigned long long)r.packedWeightBytes);
+  std::printf("\n");
   std::printf("tokens: %zu (positions 0..%zu)\n", n, n - 1);
   if (r.fromText) {
     std::printf("text (%s): %s\n", r.bos ? "BOS first" : "no BOS",
@@ -754,6 +758,7 @@ void printTokenListJson(const TokenListReport &r) {
   if (!r.tokenizer.empty())
     j.field("tokenizer", r.tokenizer);
   j.field("weight_bytes", int64_t(r.weightBytes));
+  j.field("packed_weight_bytes", int64_t(r.packedWeightBytes));
   j.numbers("tokens", r.tokens);
   if (r.fromText) {
     j.field("text", r.text);

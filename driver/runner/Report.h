@@ -150,8 +150,9 @@ struct TokenListReport {
   /// The prefill's time, and the decode steps' (generated - 1 of them).
   double prefillSeconds = 0, decodeSeconds = 0;
   /// Bytes of the model's weights in memory, as they are kept (mapped from
-  /// the file or owned).
-  uint64_t weightBytes = 0;
+  /// the file or owned), with the CPU backend's packed copy of the layers'
+  /// f32 matrices once a prefill made it (packedWeightBytes of them).
+  uint64_t weightBytes = 0, packedWeightBytes = 0;
   /// Where --dump-logits wrote its rows ("" without it), and their shape.
   std::string logitsFile;
   int64_t logitsRows = 0, vocab = 0;

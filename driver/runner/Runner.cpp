@@ -2,6 +2,7 @@
 
 #include "driver/runner/Runner.h"
 
+#include "runtime/core/ForwardCall.h"
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/exec/Measure.h"
@@ -277,7 +278,8 @@ bool Runner::printTokenList(const TokenListRun &run,
     return false;
   r.prefillSeconds = run.seconds;
   r.decodeSeconds = run.decodeSeconds;
-  r.weightBytes = kvrt::weightBytes(*model());
+  r.packedWeightBytes = kvir::packedWeightBytes(*model());
+  r.weightBytes = kvrt::weightBytes(*model()) + r.packedWeightBytes;
   if (!dumpLogits.empty()) {
     if (!writeFloats(run.logits, dumpLogits, error))
       return false;

@@ -163,6 +163,11 @@ inline kvrt_memref_kv memrefKV(void *data, int64_t elements) {
 inline kvrt_memref_i32 memrefI32(int32_t *data, int64_t size) {
   return {data, data, 0, {size}, {1}};
 }
+/// An i64 table the forward only reads (weight_offsets, packed_offsets).
+inline kvrt_memref_i64 memrefI64(const int64_t *data, int64_t size) {
+  int64_t *p = const_cast<int64_t *>(data);
+  return {p, p, 0, {size}, {1}};
+}
 inline kvrt_memref_i64x2 memrefTable(int64_t *data, int64_t rows,
                                      int64_t columns) {
   return {data, data, 0, {rows, columns}, {columns, 1}};

@@ -1,12 +1,15 @@
 //===- ForwardCall.cpp - Filling the generated forward's arguments -*- C++ -*-//
 
 #include "runtime/core/ForwardCall.h"
+#include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Quant.h"
 #include "runtime/core/Support.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 using namespace kvir;
 
@@ -138,8 +141,7 @@ void WeightTable::fill(kvrt_prefill_args &args) {
   std::array<kvrt_memref_weight *, kForwardWeights> out = weightFields(args);
   for (size_t i = 0; i < kForwardWeights; ++i)
     *out[i] = fields[i];
-  args.weight_offsets = {
-      offsets.data(), offsets.data(), 0, {int64_t(offsets.size())}, {1}};
+  args.weight_offsets = memrefI64(offsets.data(), int64_t(offsets.size()));
 }
 
 namespace {
@@ -217,6 +219,83 @@ WeightTable WeightUpload::table(void *base) const {
     field = memrefBytes(base, bytes);
   t.offsets = offsets;
   return t;
+}
+
+namespace {
+
+/// Packs the [m][k] row-major matrix b into panels of `width` outputs at
+/// `out`: out[p * k * width + i * width + j] = b[p * width + j][i], rows past
+/// m zero (the layout of CpuMatmul.cpp's emitPackPanels).
+void packPanels(const float *b, int64_t m, int64_t k, int64_t width,
+                float *out) {
+  for (int64_t p = 0; p * width < m; ++p) {
+    float *panel = out + p * k * width;
+    for (int64_t j = 0; j < width; ++j) {
+      int64_t row = p * width + j;
+      for (int64_t i = 0; i < k; ++i)
+        panel[i * width + j] = row < m ? b[row * k + i] : 0.0f;
+    }
+  }
+}
+
+std::shared_ptr<const PackedWeights> packModel(const kvrt_model &model,
+                                               int64_t width) {
+  const kvrt_model_config &c = model.config;
+  auto packed = std::make_shared<PackedWeights>();
+  packed->width = width;
+  packed->offsets.assign(kForwardWeights * size_t(c.n_layers), -1);
+  struct Slice {
+    const float *data;
+    int64_t m, k, at;
+  };
+  std::vector<Slice> slices;
+  size_t w = 0;
+  for (const kvrt::TensorDecl &t : kvrt::kTensors) {
+    if (t.reader != kvrt::TensorReader::Forward)
+      continue;
+    size_t index = w++;
+    if (t.kind != kvrt::TensorKind::Matrix ||
+        t.scope != kvrt::TensorScope::Layer)
+      continue;
+    int64_t m = int64_t(kvrt::shapeValue(t.rows, c));
+    int64_t k = int64_t(kvrt::shapeValue(t.cols, c));
+    const kvrt_weight &weight = model.weights.*t.member;
+    for (int64_t l = 0; l < std::min<int64_t>(weight.n_slices, c.n_layers);
+         ++l) {
+      const kvrt_weight_slice &slice = weight.slices[l];
+      if (slice.format != KVRT_WEIGHT_F32)
+        continue;
+      packed->offsets[index * size_t(c.n_layers) + size_t(l)] = packed->floats;
+      slices.push_back(
+          {static_cast<const float *>(slice.data), m, k, packed->floats});
+      packed->floats += (m + width - 1) / width * width * k;
+    }
+  }
+  if (packed->floats == 0)
+    return packed;
+  size_t bytes = (size_t(packed->floats) * sizeof(float) + 63) / 64 * 64;
+  packed->data = {static_cast<float *>(std::aligned_alloc(64, bytes)),
+                  std::free};
+  if (!packed->data)
+    throw std::bad_alloc();
+  for (const Slice &slice : slices)
+    packPanels(slice.data, slice.m, slice.k, width,
+               packed->data.get() + slice.at);
+  return packed;
+}
+
+} // namespace
+
+const PackedWeights *kvir::packedWeights(const kvrt_model &model,
+                                         int64_t width) {
+  std::call_once(model.packedOnce,
+                 [&] { model.packed = packModel(model, width); });
+  return model.packed->width == width ? model.packed.get() : nullptr;
+}
+
+uint64_t kvir::packedWeightBytes(const kvrt_model &model) {
+  // Read only after packedWeights returned on this thread, or never.
+  return model.packed ? uint64_t(model.packed->floats) * sizeof(float) : 0;
 }
 
 kvrt_status kvir::checkForwardLayout(const Forward &forward,

@@ -18,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace kvir {
@@ -118,6 +119,33 @@ private:
 };
 WeightUpload planWeightUpload(const kvrt_model_config &config,
                               const kvrt_model_weights &weights);
+
+/// The f32 matrices of a model's layers (wq .. w3) packed once into the
+/// panels of the CPU forward's packed matmul (ForwardABI.def: packed,
+/// packed_offsets, panel_width; docs/cpu-backend.md, "The matmul"), so that
+/// a prefill, and every segment a plan recomputes, multiplies without
+/// packing. The classifier is not packed: a prefill computes the logits of
+/// its last row (the dot-product kernel) unless every row's are asked for.
+struct PackedWeights {
+  /// Outputs per panel.
+  int64_t width = 0;
+  /// [weight][layer] float offsets into `data` (the rows of weight_offsets),
+  /// -1 where a slice is not packed.
+  std::vector<int64_t> offsets;
+  /// The panels, 64-byte aligned.
+  std::unique_ptr<float, void (*)(void *)> data{nullptr, nullptr};
+  int64_t floats = 0;
+};
+
+/// The packed weights of `model` for panels of `width` outputs: packed on
+/// the first call (once per model, whichever thread calls first; the others
+/// wait) and kept with the model for every program and call. Null when the
+/// first call packed them for another width (the forward then packs per
+/// call).
+const PackedWeights *packedWeights(const kvrt_model &model, int64_t width);
+
+/// Bytes of the packed weights `model` holds (0 before packedWeights).
+uint64_t packedWeightBytes(const kvrt_model &model);
 
 /// Fails unless a view's pool `layout` is the shape of model `c` (layers,
 /// KV heads, head size) and has the K/V element type `forward` was compiled

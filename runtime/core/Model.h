@@ -22,6 +22,10 @@
 #include <string>
 #include <vector>
 
+namespace kvir {
+struct PackedWeights;
+} // namespace kvir
+
 namespace kvrt {
 
 /// One tensor a config has (ModelTensors.def), sized for it.
@@ -117,6 +121,10 @@ struct kvrt_model {
   mutable std::once_flag f32Once;
   mutable bool f32Owned = false;
   mutable std::vector<float> f32Copy;
+  /// kvir::packedWeights (ForwardCall.h): the layers' f32 matrices packed
+  /// for the CPU forward on first use.
+  mutable std::once_flag packedOnce;
+  mutable std::shared_ptr<const kvir::PackedWeights> packed;
 };
 
 #endif // KVIR_RUNTIME_CORE_MODEL_H

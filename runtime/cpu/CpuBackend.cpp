@@ -14,11 +14,17 @@ using kvrt::str;
 
 namespace {
 
-/// What a call needs: the model's config and weights.
+/// What a call needs: the model, its config and weights.
 struct Model {
+  const kvrt_model *model;
   kvrt_model_config config;
   kvrt_model_weights weights;
 };
+
+/// Fewer rows than this take the dot-product kernel, which reads the weights
+/// where they lie (CpuKernels.h's kPackedMinRows): a call of so few rows
+/// does not pack the model.
+constexpr int64_t kPackedMinRows = 4;
 
 /// The pages a forward call wrote its new run into, held until released.
 struct Scratch {
@@ -159,6 +165,7 @@ private:
   /// The config and weights of `model`, with `forward` checked against it.
   static kvrt_status prepare(const Forward &forward, const kvrt_model *model,
                              ForwardEntry entry, Model &m) {
+    m.model = model;
     if (kvrt_status s = kvrt_model_get_config(model, &m.config))
       return s;
     if (kvrt_status s = kvrt_model_get_weights(model, &m.weights))
@@ -241,6 +248,20 @@ private:
     args.x = memrefF32(x.data(), int64_t(x.size()));
     WeightTable weights = hostWeightTable(c, m.weights);
     weights.fill(args);
+    // The layers' f32 matrices packed once per model, for every call of at
+    // least kPackedMinRows rows from then on.
+    const PackedWeights *packed =
+        n >= kPackedMinRows ? packedWeights(*m.model, cpu::hostPanelWidth())
+                            : nullptr;
+    if (packed) {
+      args.packed = memrefF32(packed->data.get(), packed->floats);
+      args.packed_offsets =
+          memrefI64(packed->offsets.data(), int64_t(packed->offsets.size()));
+      args.panel_width = packed->width;
+    } else {
+      args.packed = memrefF32(nullptr, 0);
+      args.packed_offsets = memrefI64(nullptr, 0);
+    }
     args.kv = arena(layout);
     args.pages = table.pagesRef();
     args.runs = table.rowsRef();
@@ -262,6 +283,13 @@ private:
 };
 
 } // namespace
+
+/// A forward built for another width (kv-opt's vector-bits) sees
+/// panel_width differ from its own and packs per call: a wrong guess costs
+/// time, never results.
+int64_t kvir::cpu::hostPanelWidth() {
+  return __builtin_cpu_supports("avx512f") ? 64 : 16;
+}
 
 std::unique_ptr<ComputeBackend> kvir::cpu::createCpuBackend() {
   return std::make_unique<CpuBackend>();

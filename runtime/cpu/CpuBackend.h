@@ -12,6 +12,7 @@
 
 #include "runtime/core/ComputeBackend.h"
 
+#include <cstdint>
 #include <memory>
 
 namespace kvir::cpu {
@@ -19,6 +20,11 @@ namespace kvir::cpu {
 /// The host backend. Each call checks that the Forward it is given was
 /// compiled for the model's config.
 std::unique_ptr<ComputeBackend> createCpuBackend();
+
+/// Outputs per panel of the packed matmul the CPU target emits for this
+/// host (CpuMatmul.cpp: 64 with AVX-512F, else 16): the width the backend
+/// packs a model's weights for, once (kvir::packedWeights).
+int64_t hostPanelWidth();
 
 } // namespace kvir::cpu
 

@@ -259,7 +259,13 @@ void emitPrefill(ForwardEmitter &e, ForwardTarget &target) {
       row += kPrefillFields[i].kind == FieldKind::WEIGHT;
     Value entry = e.add(e.cIndex(row * e.layers), layer);
     Value offset = e.toIndex(e.load(arg(P_weight_offsets), entry));
-    return WeightRef{arg(f), offset, format};
+    return WeightRef{arg(f),
+                     offset,
+                     format,
+                     arg(P_packed),
+                     arg(P_packed_offsets),
+                     entry,
+                     arg(P_panel_width)};
   };
   auto format = [&](PrefillField f, int64_t layer) {
     return e.formats.at(kPrefillFields[f].tensor, layer);

@@ -43,6 +43,12 @@ struct WeightRef {
   Value bytes;
   Value offset;
   kvrt_weight_format format = KVRT_WEIGHT_F32;
+  /// The prefill's weights packed once per model (ForwardABI.def: packed,
+  /// packed_offsets, panel_width) and the entry of this slice in
+  /// packed_offsets (index): what a target that packs its matmul weights may
+  /// read instead of packing. Null outside a prefill; nothing is loaded
+  /// unless a target does.
+  Value packed, packedOffsets, packedEntry, panelWidth;
 };
 
 /// Stops with a message naming `stage` and the format unless `weight` is

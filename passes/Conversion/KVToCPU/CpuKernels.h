@@ -49,6 +49,12 @@ SmallVector<Value> call(ForwardEmitter &e, StringRef kernel,
 void emitRmsnorm(ForwardEmitter &e);
 /// CpuMatmul.cpp: matmul_nt, or matmul_nt_acc with `accumulate`.
 void emitMatmul(ForwardEmitter &e, int64_t vectorBits, bool accumulate);
+/// CpuMatmul.cpp: matmul_nt_panels (or matmul_nt_acc_panels), the packed
+/// path's tiles over weights packed before the call (a, panels, c).
+void emitPanelMatmul(ForwardEmitter &e, int64_t vectorBits, bool accumulate);
+/// CpuMatmul.cpp: outputs per panel of the packed matmul for `vectorBits`
+/// (the panel_width of weights packed once per model, ForwardABI.def).
+int64_t panelWidth(int64_t vectorBits);
 /// CpuQuantMatmul.cpp: matmul_<format> (or _acc) of weights in a format other
 /// than f32, (a, bytes, byte offset, c); quantMatmulName names it.
 void emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,

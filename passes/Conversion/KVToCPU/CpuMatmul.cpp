@@ -1,10 +1,10 @@
 //===- CpuMatmul.cpp - The CPU forward's matmuls ----------------*- C++ -*-===//
 //
 // c (+)= a · bᵀ for f32 weights b as llama2.c lays them out ([out][in]):
-// from a few rows on, the weights are packed into panels and multiplied by
-// register tiles that follow the host's vector width; fewer rows (decode)
-// take a dot-product kernel bound by reading the weights
-// (docs/cpu-backend.md, "The matmul").
+// from a few rows on, the weights are packed into panels (per call, or once
+// per model by the runtime) and multiplied by register tiles that follow the
+// host's vector width; fewer rows (decode) take a dot-product kernel bound by
+// reading the weights (docs/cpu-backend.md, "The matmul").
 //
 //===----------------------------------------------------------------------===//
 
@@ -275,6 +275,10 @@ void emitPackedTiles(ForwardEmitter &e, const MatmulTile &tile, Value a,
 
 } // namespace
 
+int64_t cpu::panelWidth(int64_t vectorBits) {
+  return tileFor(vectorBits).columns();
+}
+
 /// Prefetches the weight byte kDecodePrefetchBytes past `at` (a prefetch
 /// past the end of the weights does not fault: it is a hint).
 void cpu::prefetchWeights(ForwardEmitter &e, Value bytes, Value at) {
@@ -349,5 +353,33 @@ void cpu::emitMatmul(ForwardEmitter &e, int64_t vectorBits, bool accumulate) {
                       });
         });
       });
+  e.finishFunction();
+}
+
+/// c[t][o] (+)= sum_i a[t][i] * b[o][i] for weights b already packed into
+/// `panels` (emitPackPanels' layout, every panel of b from its start), at
+/// least kPackedMinRows rows: matmul_nt's packed path without its packing,
+/// the same tiles, so every output is the same FMA chain. The weights a
+/// runtime packs once per model (ForwardABI.def) take it.
+void cpu::emitPanelMatmul(ForwardEmitter &e, int64_t vectorBits,
+                          bool accumulate) {
+  MatmulTile tile = tileFor(vectorBits);
+  Type m2 = matrixType(e);
+  std::string base = accumulate ? "matmul_nt_acc_panels" : "matmul_nt_panels";
+  func::FuncOp f =
+      e.beginFunction(e.name(base), {m2, vectorType(e), m2}, false);
+  Value a = f.getArgument(0), panels = f.getArgument(1), c = f.getArgument(2);
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  Value n = memref::DimOp::create(e.b, a, c0);
+  Value m = memref::DimOp::create(e.b, c, c1);
+  Value nr = e.cIndex(tile.columns());
+  Value count = e.divu(e.add(m, e.sub(nr, c1)), nr);
+  Value chunkRows = e.cIndex(kChunkRows);
+  Value chunks = e.divu(e.add(n, e.sub(chunkRows, c1)), chunkRows);
+  parallelFor(e, base + "_task", e.mul(count, chunks), {a, panels, c, chunks},
+              [&](ValueRange v, Value lo, Value hi) {
+                emitPackedTiles(e, tile, v[0], v[1], v[2], e.cIndex(0), v[3],
+                                lo, hi, accumulate);
+              });
   e.finishFunction();
 }

@@ -69,11 +69,39 @@ public:
   void matmul(ForwardEmitter &e, BufferRef a, WeightRef b, BufferRef c, Value n,
               int64_t m, int64_t k, bool accumulate) override {
     if (b.format == KVRT_WEIGHT_F32) {
-      BufferRef weights{e.f32View(b.bytes, b.offset, e.cIndex(m * k)),
-                        e.cIndex(0)};
-      call(e, accumulate ? "matmul_nt_acc" : "matmul_nt",
-           {rows(e, a, n, k), rows(e, weights, e.cIndex(m), k),
-            rows(e, c, n, m), packBuffer(e)});
+      auto packPerCall = [&] {
+        BufferRef weights{e.f32View(b.bytes, b.offset, e.cIndex(m * k)),
+                          e.cIndex(0)};
+        call(e, accumulate ? "matmul_nt_acc" : "matmul_nt",
+             {rows(e, a, n, k), rows(e, weights, e.cIndex(m), k),
+              rows(e, c, n, m), packBuffer(e)});
+      };
+      if (!b.packed)
+        return packPerCall();
+      // The panels the runtime packed once per model, where it packed this
+      // slice for this tile's width and the product takes the packed path.
+      int64_t nr = panelWidth(vectorBits);
+      Value ours = e.cmp(arith::CmpIPredicate::eq, b.panelWidth, e.cI64(nr));
+      Value packedRows =
+          e.cmp(arith::CmpIPredicate::uge, n, e.cIndex(kPackedMinRows));
+      Value offset =
+          e.ifThenElse(
+               arith::AndIOp::create(e.b, ours, packedRows), {e.i64()},
+               [&]() -> SmallVector<Value> {
+                 return {e.load(b.packedOffsets, {b.packedEntry})};
+               },
+               [&]() -> SmallVector<Value> { return {e.cI64(-1)}; })
+              .front();
+      e.ifElse(
+          e.cmp(arith::CmpIPredicate::sge, offset, e.cI64(0)),
+          [&] {
+            int64_t floats = (m + nr - 1) / nr * nr * k;
+            BufferRef panels{b.packed, e.toIndex(offset)};
+            call(e, accumulate ? "matmul_nt_acc_panels" : "matmul_nt_panels",
+                 {rows(e, a, n, k), vector(e, panels, e.cIndex(floats)),
+                  rows(e, c, n, m)});
+          },
+          packPerCall);
       return;
     }
     call(e, quantMatmulName(b.format, accumulate),
@@ -189,6 +217,8 @@ void CpuTarget::emitKernels(ForwardEmitter &e) {
   emitRmsnorm(e);
   emitMatmul(e, vectorBits, /*accumulate=*/false);
   emitMatmul(e, vectorBits, /*accumulate=*/true);
+  emitPanelMatmul(e, vectorBits, /*accumulate=*/false);
+  emitPanelMatmul(e, vectorBits, /*accumulate=*/true);
   for (kvrt_weight_format format : e.formats.used()) {
     if (format == KVRT_WEIGHT_F32)
       continue;

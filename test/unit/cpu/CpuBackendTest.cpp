@@ -11,6 +11,7 @@
 
 #include "runtime/cpu/CpuBackend.h"
 #include "driver/compiler/Compiler.h"
+#include "runtime/core/ForwardCall.h"
 #include "runtime/core/KVParallel.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/reference/Reference.h"
@@ -333,6 +334,62 @@ TEST(CpuBackendTest, LongContextGroupsMatchOracleOnAnyThreads) {
     Prefilled many = cpuPrefill(model.get(), cpu.view.get(), step, 640);
     EXPECT_EQ(maxDiff(many.logits, one.logits), 0.0) << threads << " threads";
   }
+}
+
+/// A prefill of at least 4 rows multiplies the layers' f32 matrices from
+/// panels packed once per model (kvir::packedWeights): its logits and K/V
+/// are bit-identical to those of the same weights packed per call (a twin
+/// model whose panels were first packed for a width no tile has, which the
+/// forward then does not use), for products of 4 to 203 rows whose panels
+/// are cut at the edges of m and k (kv_dim 16, hidden 100).
+TEST(CpuBackendTest, WeightsPackedOnceMatchPackingPerCall) {
+  kvrt_model_config c = makeConfig(64, 100, 2, 4, 1, 97, 256);
+  ModelPtr once = syntheticModel(c, 11), perCall = syntheticModel(c, 11);
+  ASSERT_NE(kvir::packedWeights(*perCall, 1), nullptr);
+  PoolPtr pool = poolFor(once.get(), 256, 7);
+  ViewPtr empty = emptyView(pool.get());
+  EXPECT_EQ(kvir::packedWeightBytes(*once), 0u);
+  for (size_t n : {4, 7, 96, 203}) {
+    std::vector<int32_t> tokens = randomTokens(n, c.vocab_size, 50 + n);
+    Prefilled a = cpuPrefill(once.get(), empty.get(), tokens, 3);
+    Prefilled b = cpuPrefill(perCall.get(), empty.get(), tokens, 3);
+    EXPECT_EQ(a.logits, b.logits) << n << " tokens";
+    for (int32_t layer = 0; layer < c.n_layers; ++layer) {
+      std::vector<float> ka, va, kb, vb;
+      lastRunKV(a.view.get(), layer, ka, va);
+      lastRunKV(b.view.get(), layer, kb, vb);
+      EXPECT_EQ(ka, kb) << n << " tokens, layer " << layer;
+      EXPECT_EQ(va, vb) << n << " tokens, layer " << layer;
+    }
+  }
+  // The panels: w1 of layer 1 transposed into panels of `width` outputs,
+  // rows past hidden zero; the classifier is not packed.
+  int64_t width = kvir::cpu::hostPanelWidth();
+  const kvir::PackedWeights *panels = kvir::packedWeights(*once, width);
+  ASSERT_NE(panels, nullptr);
+  EXPECT_EQ(kvir::packedWeightBytes(*once),
+            uint64_t(panels->floats) * sizeof(float));
+  kvrt_model_weights w;
+  ASSERT_EQ(kvrt_model_get_weights(once.get(), &w), KVRT_OK);
+  kvir::ForwardWeights fields = kvir::forwardWeights(w);
+  auto row = [&](const kvrt_weight &weight) {
+    auto same = [&](const kvrt_weight &f) { return f.slices == weight.slices; };
+    return size_t(std::find_if(fields.begin(), fields.end(), same) -
+                  fields.begin());
+  };
+  EXPECT_EQ(panels->offsets[row(w.wcls) * c.n_layers], -1);
+  int64_t at = panels->offsets[row(w.w1) * c.n_layers + 1];
+  ASSERT_GE(at, 0);
+  const float *w1 = static_cast<const float *>(w.w1.slices[1].data);
+  const float *packed = panels->data.get() + at;
+  for (int64_t p = 0; p * width < c.hidden_dim; ++p)
+    for (int64_t i = 0; i < c.dim; ++i)
+      for (int64_t j = 0; j < width; ++j) {
+        int64_t o = p * width + j;
+        ASSERT_EQ(packed[(p * c.dim + i) * width + j],
+                  o < c.hidden_dim ? w1[o * c.dim + i] : 0.0f)
+            << "panel " << p << ", input " << i << ", column " << j;
+      }
 }
 
 TEST(CpuBackendTest, ThreadCountIsClampedAndDefaulted) {
