@@ -882,7 +882,10 @@ kvrt_status kvir::compiler::compileMatmul(int64_t m, int64_t k, MatmulFn *out) {
       /*isPublic=*/true);
   f->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(), UnitAttr::get(&ctx));
   Value zero = e.cIndex(0);
-  target->matmul(e, {f.getArgument(0), zero}, {f.getArgument(1), zero},
+  kv::WeightRef weights;
+  weights.bytes = f.getArgument(1);
+  weights.offset = zero;
+  target->matmul(e, {f.getArgument(0), zero}, weights,
                  {f.getArgument(2), zero}, f.getArgument(3), m, k,
                  /*accumulate=*/false);
   target->releaseTemporaries(e);
