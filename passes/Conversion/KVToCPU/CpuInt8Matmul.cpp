@@ -161,7 +161,7 @@ void emitQuantizeRows(ForwardEmitter &e, Value a, const Int8Activations &act,
 SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
                                 Value bytes, const Int8Activations &act,
                                 Value k, ArrayRef<Value> tokens,
-                                ArrayRef<Value> rowAt) {
+                                ArrayRef<Value> rowAt, Value rowBytes) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
              v32b = e.vec(32, e.byte()), v64b = e.vec(64, e.byte());
@@ -181,9 +181,9 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
   auto q8Pair = [&](Value p, bool full) {
     PairWeights w;
     Value block0 = e.mul(p, e.cIndex(2 * 34));
+    prefetchTileRows(e, bytes, rowAt, rowBytes, block0, 2 * 34);
     for (Value row : rowAt) {
       Value at0 = e.add(row, block0), at1 = e.add(at0, e.cIndex(34));
-      prefetchWeights(e, bytes, at0);
       Value q0 = vector::LoadOp::create(e.b, v32b, bytes,
                                         ValueRange{e.add(at0, e.cIndex(2))});
       Value q1 =
@@ -202,9 +202,11 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
     PairWeights w;
     Value low = splatBytes(v32b, 0x0F);
     Value four = splatBytes(v32b, 4);
+    if (j == 0)
+      prefetchTileRows(e, bytes, rowAt, rowBytes, e.mul(block, e.cIndex(144)),
+                       144);
     for (Value row : rowAt) {
       Value at = e.add(row, e.mul(block, e.cIndex(144)));
-      prefetchWeights(e, bytes, e.add(at, e.cIndex(j < 3 ? 48 * j : 143)));
       Value q = vector::LoadOp::create(
           e.b, v32b, bytes, ValueRange{e.add(at, e.cIndex(16 + 32 * j))});
       Value lo = arith::AndIOp::create(e.b, q, low);
@@ -234,9 +236,11 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
     SmallVector<int64_t> spread;
     for (int64_t lane = 0; lane < 16; ++lane)
       spread.push_back(lane / 4);
+    if (j == 0)
+      prefetchTileRows(e, bytes, rowAt, rowBytes, e.mul(block, e.cIndex(210)),
+                       210);
     for (Value row : rowAt) {
       Value at = e.add(row, e.mul(block, e.cIndex(210)));
-      prefetchWeights(e, bytes, e.add(at, e.cIndex(64 * j)));
       auto load = [&](int64_t offset) -> Value {
         return vector::LoadOp::create(e.b, v32b, bytes,
                                       ValueRange{e.add(at, e.cIndex(offset))});
@@ -353,7 +357,7 @@ void emitInt8Tiles(ForwardEmitter &e, kvrt_weight_format format, Value bytes,
     for (int64_t r = 0; r < rows; ++r)
       tokens.push_back(e.minu(e.add(t, e.cIndex(r)), last));
     SmallVector<Value> sums =
-        emitInt8Tile(e, format, bytes, act, k, tokens, rowAt);
+        emitInt8Tile(e, format, bytes, act, k, tokens, rowAt, rowBytes);
     for (int64_t r = 0; r < rows; ++r) {
       Value token = e.add(t, e.cIndex(r));
       for (int64_t o = 0; o < outputs; ++o) {

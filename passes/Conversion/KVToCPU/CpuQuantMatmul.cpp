@@ -23,47 +23,84 @@ using namespace mlir::kv::cpu;
 
 namespace {
 
-/// What foldRow calls on each piece of a row: the piece's first column, its
-/// weights (a vector of f32, or one f32 in a tail), its index within the
-/// block (the group; 0 outside blocks) and the carried values; returns the
-/// carried values.
-using RowPieceFn = function_ref<SmallVector<Value>(Value col, Value w,
-                                                   int64_t slot, ValueRange)>;
+/// The decode's tiles (fewer than kPackedMinRows rows): this many
+/// consecutive weight rows at a time, each token's activations loaded once
+/// per piece for all of them. One row at a time left one stream of misses
+/// in flight and, for f16, one FMA chain: the memory idled while the row's
+/// multiply ran. Measured with a C model of the loop on TinyLlama's F16 file
+/// (rows of 4 and 11 KiB, 2 GB, far beyond the L3), one thread, in CPU time
+/// on a loaded machine: one row, one chain 9.5 GB/s of weights; 4 rows, two
+/// accumulators each, 12.6 GB/s; with prefetchTileRows 14.1-14.4 GB/s, a
+/// plain read of 4 streams 14.2-15; 8 rows no faster than 4.
+constexpr int64_t kDecodeTileRows = 4;
+/// What foldRows calls on each piece of its rows: the piece's first column,
+/// the rows' weights there (a vector of f32 each, or one f32 each in a
+/// tail), the piece's slot (the group within the block, or which half of a
+/// 32-element step of f16 and bf16 rows) and the carried values; returns
+/// the carried values.
+using RowPieceFn = function_ref<SmallVector<Value>(
+    Value col, ArrayRef<Value> weights, int64_t slot, ValueRange)>;
 
-/// Folds over row `row` (the byte offset of its first block) of `cols`
-/// elements of weights in `format`, widened to f32 piece by piece in
-/// registers with the operations of the runtime's dequantisation
-/// (ForwardEmitter's groupScale, groupQuant, dequant), so the values are the
-/// oracle's bit for bit: block by block, each group (a group shares its
-/// scale and min) as one vector; f16 and bf16 16 elements at a time, then
-/// the rest one by one (`tail`). Returns the carried values.
-SmallVector<Value> foldRow(ForwardEmitter &e, kvrt_weight_format format,
-                           Value bytes, Value row, Value cols, ValueRange inits,
-                           RowPieceFn piece, RowPieceFn tail) {
+/// Folds over the rows at bytes `rows` (the byte offsets of their first
+/// blocks) of `cols` elements of weights in `format`, widened to f32 piece
+/// by piece in registers with the operations of the runtime's
+/// dequantisation (ForwardEmitter's groupScale, groupQuant, dequant), so the
+/// values are the oracle's bit for bit: block by block, each group (a group
+/// shares its scale and min) as one vector per row; f16 and bf16 32 elements
+/// at a time (two pieces of 16, slots 0 and 1), then 16 (slot 0), then the
+/// rest one by one (`tail`). With `rowBytes`, the rows are a decode tile's
+/// (consecutive rows of that many bytes) and each prefetches the bytes
+/// kDecodeTilePrefetchBytes ahead of the step it is at, at the same row of
+/// the next tile once that is past its end. Returns the carried values.
+SmallVector<Value> foldRows(ForwardEmitter &e, kvrt_weight_format format,
+                            Value bytes, ArrayRef<Value> rows, Value cols,
+                            ValueRange inits, RowPieceFn piece, RowPieceFn tail,
+                            Value rowBytes = nullptr) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  auto prefetch = [&](Value at, int64_t stepBytes) {
+    if (rowBytes)
+      prefetchTileRows(e, bytes, rows, rowBytes, at, stepBytes);
+  };
   if (!kvrt::isBlockFormat(format)) {
     bool f16 = format == KVRT_WEIGHT_F16;
-    Value c16 = e.cIndex(16);
+    Type half = f16 ? Type(e.b.getF16Type()) : e.b.getBF16Type();
+    Value c16 = e.cIndex(16), c32 = e.cIndex(32);
+    // The 16 elements from column `j` of every row, widened.
+    auto widen = [&](Value j) {
+      SmallVector<Value> weights;
+      for (Value row : rows) {
+        Value raw = vector::LoadOp::create(
+            e.b, e.vec(32, e.byte()), bytes,
+            ValueRange{e.add(row, e.mul(j, e.cIndex(2)))});
+        Value halves = vector::BitCastOp::create(e.b, e.vec(16, half), raw);
+        weights.push_back(
+            f16 ? arith::ExtFOp::create(e.b, e.vec(16, e.f32()), halves)
+                      .getResult()
+                : e.fromBF16(halves));
+      }
+      return weights;
+    };
+    Value pairs = e.sub(cols, e.remu(cols, c32));
     Value whole = e.sub(cols, e.remu(cols, c16));
-    SmallVector<Value> carried = e.forLoop(
-        c0, whole, c16, inits,
-        [&](Value j, ValueRange accs) -> SmallVector<Value> {
-          Value raw = vector::LoadOp::create(
-              e.b, e.vec(32, e.byte()), bytes,
-              ValueRange{e.add(row, e.mul(j, e.cIndex(2)))});
-          Value halves = vector::BitCastOp::create(
-              e.b, e.vec(16, f16 ? Type(e.b.getF16Type()) : e.b.getBF16Type()),
-              raw);
-          Value wide =
-              f16 ? arith::ExtFOp::create(e.b, e.vec(16, e.f32()), halves)
-                        .getResult()
-                  : e.fromBF16(halves);
-          return piece(j, wide, 0, accs);
-        });
+    SmallVector<Value> carried =
+        e.forLoop(c0, pairs, c32, inits,
+                  [&](Value j, ValueRange accs) -> SmallVector<Value> {
+                    prefetch(e.mul(j, e.cIndex(2)), 64);
+                    SmallVector<Value> next = piece(j, widen(j), 0, accs);
+                    Value second = e.add(j, c16);
+                    return piece(second, widen(second), 1, next);
+                  });
+    carried = e.forLoop(pairs, whole, c16, carried,
+                        [&](Value j, ValueRange accs) -> SmallVector<Value> {
+                          return piece(j, widen(j), 0, accs);
+                        });
     return e.forLoop(whole, cols, c1, carried,
                      [&](Value j, ValueRange accs) -> SmallVector<Value> {
-                       return tail(j, e.weightElement(format, bytes, row, j), 0,
-                                   accs);
+                       SmallVector<Value> weights;
+                       for (Value row : rows)
+                         weights.push_back(
+                             e.weightElement(format, bytes, row, j));
+                       return tail(j, weights, 0, accs);
                      });
   }
   kvrt::BlockLayout block = kvrt::blockLayout(format);
@@ -72,75 +109,98 @@ SmallVector<Value> foldRow(ForwardEmitter &e, kvrt_weight_format format,
   return e.forLoop(
       c0, blocks, c1, inits,
       [&](Value i, ValueRange accs) -> SmallVector<Value> {
-        Value at = e.add(row, e.mul(i, e.cIndex(block.bytes)));
+        Value within = e.mul(i, e.cIndex(block.bytes));
+        prefetch(within, block.bytes);
         Value first = e.mul(i, e.cIndex(block.elements));
         SmallVector<Value> carried(accs);
         for (int64_t g = 0; g < groups.count; ++g) {
           Value group = e.cIndex(g);
-          auto [scale, min] = e.groupScale(format, bytes, at, group);
-          Value q = e.groupQuant(format, bytes, at, group, c0, groups.elements);
-          carried = piece(e.add(first, e.cIndex(g * groups.elements)),
-                          e.dequant(scale, min, q), g, carried);
+          SmallVector<Value> weights;
+          for (Value row : rows) {
+            Value at = e.add(row, within);
+            auto [scale, min] = e.groupScale(format, bytes, at, group);
+            Value q =
+                e.groupQuant(format, bytes, at, group, c0, groups.elements);
+            weights.push_back(e.dequant(scale, min, q));
+          }
+          carried = piece(e.add(first, e.cIndex(g * groups.elements)), weights,
+                          g, carried);
         }
         return carried;
       });
 }
 
 /// Widens row `row` of `cols` weights in `format` to f32 into `out`
-/// (memref<?xf32>), exactly (foldRow).
+/// (memref<?xf32>), exactly (foldRows).
 void emitWidenRow(ForwardEmitter &e, kvrt_weight_format format, Value bytes,
                   Value row, Value cols, Value out) {
-  auto store = [&](Value col, Value w, int64_t, ValueRange) {
-    if (isa<VectorType>(w.getType()))
-      vector::StoreOp::create(e.b, w, out, ValueRange{col});
+  auto store = [&](Value col, ArrayRef<Value> w, int64_t, ValueRange) {
+    if (isa<VectorType>(w[0].getType()))
+      vector::StoreOp::create(e.b, w[0], out, ValueRange{col});
     else
-      e.store(w, out, {col});
+      e.store(w[0], out, {col});
     return SmallVector<Value>();
   };
-  foldRow(e, format, bytes, row, cols, {}, store, store);
+  foldRows(e, format, bytes, {row}, cols, {}, store, store);
 }
 
-/// c[t][o] (+)= a[t] · (row `row` of `k` weights in `format`), the weights
-/// widened in registers (foldRow) and multiplied as they come: nothing is
-/// copied. Two 16-lane accumulators (alternating over the 16-lane parts of
-/// the pieces) and a scalar one for a tail.
-void emitQuantDot(ForwardEmitter &e, kvrt_weight_format format, Value a,
-                  Value bytes, Value row, Value c, Value t, Value o, Value k,
-                  bool accumulate) {
+/// a[t] · (each row of a decode tile: `k` weights in `format` from the
+/// bytes `rows`, consecutive rows of `rowBytes`), the weights widened in
+/// registers (foldRows) and multiplied as they come: nothing is copied.
+/// The 16 activations of each part of a piece are loaded once for all the
+/// rows. Per row two 16-lane accumulators (alternating over the 16-lane
+/// parts of the pieces) and a scalar one for a tail; returns the rows' sums.
+SmallVector<Value> emitQuantDots(ForwardEmitter &e, kvrt_weight_format format,
+                                 Value a, Value bytes, ArrayRef<Value> rows,
+                                 Value rowBytes, Value t, Value k) {
   VectorType v16 = e.vec(kLanes, e.f32());
+  int64_t count = rows.size();
   Value zero = e.splatF32(kLanes, 0.0f);
   Value scalarZero = arith::ConstantOp::create(e.b, e.b.getF32FloatAttr(0.0f));
-  auto piece = [&](Value col, Value w, int64_t slot,
+  // The carried values: row r's accumulators at 2r and 2r + 1, its scalar
+  // one at 2 count + r.
+  SmallVector<Value> inits(2 * count, zero);
+  inits.append(count, scalarZero);
+  auto piece = [&](Value col, ArrayRef<Value> weights, int64_t slot,
                    ValueRange accs) -> SmallVector<Value> {
     SmallVector<Value> next(accs);
-    int64_t parts = cast<VectorType>(w.getType()).getNumElements() / kLanes;
+    int64_t parts =
+        cast<VectorType>(weights[0].getType()).getNumElements() / kLanes;
     for (int64_t j = 0; j < parts; ++j) {
-      Value part = parts == 1
-                       ? w
-                       : vector::ExtractStridedSliceOp::create(
-                             e.b, w, ArrayRef<int64_t>{j * kLanes},
-                             ArrayRef<int64_t>{kLanes}, ArrayRef<int64_t>{1});
       Value x = vector::LoadOp::create(
           e.b, v16, a, ValueRange{t, e.add(col, e.cIndex(j * kLanes))});
       int64_t slotOf = (slot * parts + j) % 2;
-      next[slotOf] = vector::FMAOp::create(e.b, x, part, next[slotOf]);
+      for (int64_t r = 0; r < count; ++r) {
+        Value part = parts == 1
+                         ? weights[r]
+                         : vector::ExtractStridedSliceOp::create(
+                               e.b, weights[r], ArrayRef<int64_t>{j * kLanes},
+                               ArrayRef<int64_t>{kLanes}, ArrayRef<int64_t>{1});
+        next[2 * r + slotOf] =
+            vector::FMAOp::create(e.b, x, part, next[2 * r + slotOf]);
+      }
     }
     return next;
   };
-  auto tail = [&](Value col, Value w, int64_t,
+  auto tail = [&](Value col, ArrayRef<Value> weights, int64_t,
                   ValueRange accs) -> SmallVector<Value> {
-    Value p = arith::MulFOp::create(e.b, e.load(a, {t, col}), w);
-    return {accs[0], accs[1], arith::AddFOp::create(e.b, accs[2], p)};
+    SmallVector<Value> next(accs);
+    Value x = e.load(a, {t, col});
+    for (int64_t r = 0; r < count; ++r)
+      next[2 * count + r] = arith::AddFOp::create(
+          e.b, accs[2 * count + r], arith::MulFOp::create(e.b, x, weights[r]));
+    return next;
   };
   SmallVector<Value> accs =
-      foldRow(e, format, bytes, row, k, {zero, zero, scalarZero}, piece, tail);
-  Value sum =
-      vector::ReductionOp::create(e.b, vector::CombiningKind::ADD,
-                                  arith::AddFOp::create(e.b, accs[0], accs[1]));
-  Value total = arith::AddFOp::create(e.b, sum, accs[2]);
-  if (accumulate)
-    total = arith::AddFOp::create(e.b, e.load(c, {t, o}), total);
-  e.store(total, c, {t, o});
+      foldRows(e, format, bytes, rows, k, inits, piece, tail, rowBytes);
+  SmallVector<Value> sums;
+  for (int64_t r = 0; r < count; ++r) {
+    Value sum = vector::ReductionOp::create(
+        e.b, vector::CombiningKind::ADD,
+        arith::AddFOp::create(e.b, accs[2 * r], accs[2 * r + 1]));
+    sums.push_back(arith::AddFOp::create(e.b, sum, accs[2 * count + r]));
+  }
+  return sums;
 }
 
 } // namespace
@@ -165,6 +225,21 @@ Value cpu::weightRowBytes(ForwardEmitter &e, kvrt_weight_format format,
                           Value k) {
   kvrt::BlockLayout block = kvrt::blockLayout(format);
   return e.mul(e.divu(k, e.cIndex(block.elements)), e.cIndex(block.bytes));
+}
+
+/// Prefetches the lines of `stepBytes` bytes from `at` in each row of a
+/// decode tile kDecodeTilePrefetchBytes ahead in its stream.
+void cpu::prefetchTileRows(ForwardEmitter &e, Value bytes, ArrayRef<Value> rows,
+                           Value rowBytes, Value at, int64_t stepBytes) {
+  Value ahead = e.add(at, e.cIndex(kDecodeTilePrefetchBytes));
+  Value past = e.cmp(arith::CmpIPredicate::uge, ahead, rowBytes);
+  Value rest = e.mul(rowBytes, e.cIndex(int64_t(rows.size()) - 1));
+  ahead = e.add(ahead, e.select(past, rest, e.cIndex(0)));
+  for (Value row : rows)
+    for (int64_t line = 0; line < stepBytes; line += 64)
+      memref::PrefetchOp::create(
+          e.b, bytes, ValueRange{e.add(row, e.add(ahead, e.cIndex(line)))},
+          /*isWrite=*/false, /*localityHint=*/3, /*isDataCache=*/true);
 }
 
 /// The prefill half of emitQuantMatmul: the weights widened to f32, as many
@@ -212,13 +287,14 @@ void cpu::emitWidenedProduct(ForwardEmitter &e, kvrt_weight_format format,
 
 /// c[t][o] (+)= sum_i a[t][i] * b[o][i] for weights b in `format`, as
 /// (a, bytes, byte offset of b, c, pack buffer, widen buffer). Fewer rows
-/// than kPackedMinRows (decode): parallel over the outputs, each weight row
-/// widened in registers as it is multiplied with a token's row
-/// (emitQuantDot): nothing is packed, converted into memory or copied. More
-/// rows (prefill): the weights widened to f32, as many rows at a time as the
-/// widen buffer holds (in parallel), then multiplied by the f32 packed
-/// kernel (matmul_nt) into those columns of c. Widening is exact, so either
-/// way the product is the f32 path's on the dequantised weights.
+/// than kPackedMinRows (decode): parallel over tiles of kDecodeTileRows
+/// outputs, the tile's weight rows widened in registers as they are
+/// multiplied with a token's row (emitQuantDots): nothing is packed,
+/// converted into memory or copied. More rows (prefill): the weights widened
+/// to f32, as many rows at a time as the widen buffer holds (in parallel),
+/// then multiplied by the f32 packed kernel (matmul_nt) into those columns
+/// of c. Widening is exact, so either way the product is the f32 path's on
+/// the dequantised weights.
 void cpu::emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
                           bool accumulate) {
   std::string base = quantMatmulName(format, accumulate);
@@ -234,27 +310,44 @@ void cpu::emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
   e.ifElse(
       small,
       [&] {
-        parallelFor(e, base + "_dot_task", m, {a, bytes, offset, c},
-                    [&](ValueRange v, Value lo, Value hi) {
-                      // (The task is a function of its own: values of the
-                      // caller do not reach it but through `v`.)
-                      Value a = v[0], bytes = v[1], offset = v[2], c = v[3];
-                      Value c1 = e.cIndex(1);
-                      Value k = memref::DimOp::create(e.b, a, c1);
-                      Value rowBytes = rowBytesOf(k);
-                      Value n = memref::DimOp::create(e.b, a, e.cIndex(0));
-                      e.forLoop(lo, hi, c1, [&](Value o) {
-                        Value row = e.add(offset, e.mul(o, rowBytes));
-                        e.forLoop(e.cIndex(0), rowBytes, e.cIndex(64),
-                                  [&](Value j) {
-                                    prefetchWeights(e, bytes, e.add(row, j));
-                                  });
-                        e.forLoop(e.cIndex(0), n, c1, [&](Value t) {
-                          emitQuantDot(e, format, a, bytes, row, c, t, o, k,
-                                       accumulate);
-                        });
-                      });
-                    });
+        Value tileRows = e.cIndex(kDecodeTileRows);
+        Value tiles = e.divu(e.add(m, e.sub(tileRows, c1)), tileRows);
+        parallelFor(
+            e, base + "_dot_task", tiles, {a, bytes, offset, c},
+            [&](ValueRange v, Value lo, Value hi) {
+              // (The task is a function of its own: values of the caller
+              // do not reach it but through `v`.)
+              Value a = v[0], bytes = v[1], offset = v[2], c = v[3];
+              Value c1 = e.cIndex(1);
+              Value k = memref::DimOp::create(e.b, a, c1);
+              Value rowBytes = rowBytesOf(k);
+              Value n = memref::DimOp::create(e.b, a, e.cIndex(0));
+              Value m = memref::DimOp::create(e.b, c, c1);
+              e.forLoop(lo, hi, c1, [&](Value tile) {
+                // Rows past m repeat the last one and are not stored.
+                SmallVector<Value> outputs, rows;
+                for (int64_t r = 0; r < kDecodeTileRows; ++r) {
+                  outputs.push_back(e.add(
+                      e.mul(tile, e.cIndex(kDecodeTileRows)), e.cIndex(r)));
+                  rows.push_back(
+                      e.add(offset, e.mul(e.minu(outputs.back(), e.sub(m, c1)),
+                                          rowBytes)));
+                }
+                e.forLoop(e.cIndex(0), n, c1, [&](Value t) {
+                  SmallVector<Value> sums =
+                      emitQuantDots(e, format, a, bytes, rows, rowBytes, t, k);
+                  for (int64_t r = 0; r < kDecodeTileRows; ++r)
+                    e.ifThen(e.cmp(arith::CmpIPredicate::ult, outputs[r], m),
+                             [&] {
+                               Value total = sums[r];
+                               if (accumulate)
+                                 total = arith::AddFOp::create(
+                                     e.b, e.load(c, {t, outputs[r]}), total);
+                               e.store(total, c, {t, outputs[r]});
+                             });
+                });
+              });
+            });
       },
       [&] {
         emitWidenedProduct(e, format, base, a, bytes, offset, c, packed, widen,

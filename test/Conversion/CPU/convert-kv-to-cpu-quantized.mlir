@@ -15,11 +15,12 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q4_k
 // The attribute stays for convert-kv-to-runtime, which names the forward's
 // entry points by it and removes it (LOWERED).
 // CHECK-LABEL: module attributes {kv.weight_formats
-// The kernel of each format: for a decode (under 4 rows) each row of weights
-// widened in registers as it is multiplied, a group of a block (Q4_K: 8 of
-// 32, each with its scale d * sc and min dmin * m) as one vector, its two
-// halves into two accumulators (no buffer: nothing on the stack); for a
-// prefill the rows widened into a buffer, then the f32 packed matmul on them.
+// The kernel of each format: for a decode (under 4 rows) tiles of 4 rows of
+// weights widened in registers as they are multiplied, a group of a block
+// (Q4_K: 8 of 32, each with its scale d * sc and min dmin * m) as one vector
+// per row, its two halves into the row's two accumulators (no buffer:
+// nothing on the stack), each row's weights prefetched ahead; for a prefill
+// the rows widened into a buffer, then the f32 packed matmul on them.
 // CHECK:       func.func private @[[P:kv_fwd_[0-9a-f]+]]_matmul_q8_0(%{{.*}}: memref<?x?xf32, strided<[?, 1], offset: ?>>, %{{.*}}: memref<?xi8>, %{{.*}}: index, %{{.*}}: memref<?x?xf32, strided<[?, 1], offset: ?>>, %{{.*}}: memref<?xf32>, %{{.*}}: memref<?xf32>)
 // CHECK:         call @kvrt_parallel_for(
 // CHECK:         call @kvrt_parallel_for(
@@ -27,7 +28,8 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q4_k
 // CHECK:       func.func private @[[P]]_matmul_q4_k(
 // CHECK:       func.func private @[[P]]_matmul_q4_k_dot_task(
 // CHECK-NOT:     memref.alloca
-// CHECK:         iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, f32)
+// CHECK:         iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, f32, f32, f32, f32)
+// CHECK-COUNT-12: memref.prefetch %{{.*}}[%{{.*}}], read, locality<3>, data : memref<?xi8>
 // CHECK-COUNT-8: vector.load %{{.*}} : memref<?xi8>, vector<32xi8>
 // CHECK-NOT:     memref.alloca
 // CHECK:         vector.fma

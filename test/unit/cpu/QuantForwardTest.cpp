@@ -264,6 +264,56 @@ TEST(QuantForwardTest, StoriesAccuracy) {
   }
 }
 
+TEST(QuantForwardTest, DecodeTilesAtTheEdges) {
+  // A decode step multiplies tiles of consecutive weight rows
+  // (CpuQuantMatmul.cpp, kDecodeTileRows): a classifier of 509 outputs ends
+  // in a part tile (its rows past the end repeat the last and are not
+  // stored). f16 and bf16 rows go 32 elements at a time, then 16, then one
+  // by one: rows of 104 (dim: 3 x 32 + 8) and 184 (hidden: 5 x 32 + 16 + 8)
+  // take every tail. Q8_0 rows are whole blocks (dim 96, hidden 224). 1 and
+  // 3 tokens take the tiles: within the tolerance of the oracle, and
+  // bit-identical on 1, 2 and 3 threads (each output is one tile's, whichever
+  // thread computes it).
+  struct Case {
+    const char *name;
+    kvrt_gguf_type type;
+    kvrt_model_config config;
+  };
+  const Case cases[] = {
+      {"f16", KVRT_GGUF_F16, makeConfig(104, 184, 2, 4, 2, 509, 256)},
+      {"bf16", KVRT_GGUF_BF16, makeConfig(104, 184, 2, 4, 2, 509, 256)},
+      {"q8_0", KVRT_GGUF_Q8_0, makeConfig(96, 224, 2, 4, 2, 509, 256)}};
+  for (const Case &t : cases) {
+    SCOPED_TRACE(t.name);
+    ModelPtr f32 = syntheticModel(t.config, 41);
+    ModelPtr model =
+        quantised(f32.get(), std::string("edges-") + t.name, t.type);
+    ASSERT_NE(kvir::modelWeightFormats(model.get())
+                  .spec()
+                  .find(std::string("w2:") + t.name),
+              std::string::npos);
+    PoolPtr pool = poolFor(model.get(), 64);
+    ViewPtr empty = emptyView(pool.get());
+    for (size_t n : {1, 3}) {
+      std::vector<int32_t> tokens =
+          randomTokens(n, t.config.vocab_size, 700 + n);
+      std::vector<std::vector<float>> logits;
+      for (int32_t threads : {1, 2, 3}) {
+        kvrt_set_num_threads(threads);
+        logits.push_back(
+            cpuPrefill(model.get(), empty.get(), tokens, 0).logits);
+      }
+      kvrt_set_num_threads(0);
+      Prefilled ref = refPrefill(model.get(), empty.get(), tokens, 0);
+      std::printf("decode tiles, %s, %zu tokens: max |logit diff| %.3e\n",
+                  t.name, n, maxDiff(logits[0], ref.logits));
+      EXPECT_LT(maxDiff(logits[0], ref.logits), toleranceFor(ref.logits)) << n;
+      EXPECT_EQ(logits[0], logits[1]) << n;
+      EXPECT_EQ(logits[0], logits[2]) << n;
+    }
+  }
+}
+
 /// Row `row` of slice `layer` of `weight`, dequantised.
 std::vector<float> weightRow(const kvrt_weight &weight, int64_t layer,
                              int64_t row) {
