@@ -97,16 +97,6 @@ int64_t packBufferFloats(ForwardEmitter &e, int64_t vectorBits);
 constexpr int64_t kPackedMinRows = 4;
 /// Rows of a work item of the packed matmul (a multiple of every tile's rows).
 constexpr int64_t kChunkRows = 96;
-/// How far ahead of the bytes a decode step multiplies it prefetches the
-/// weights (into L1): a decode step streams every weight matrix once, and the
-/// hardware prefetcher alone left the Q8_0 decode kernel waiting on memory.
-/// Measured in cycles of 64 steps of the dim-512 model: none 0.36 G, 1 KiB
-/// ahead 0.27 G, 4 KiB 0.16-0.19 G, 8 KiB 0.14 G, 16 KiB 0.13 G; in CPU time
-/// 8 KiB was as fast as 16 KiB (farther reaches past a thread's range).
-constexpr int64_t kDecodePrefetchBytes = 8192;
-
-/// CpuMatmul.cpp: prefetches the weight byte kDecodePrefetchBytes past `at`.
-void prefetchWeights(ForwardEmitter &e, Value bytes, Value at);
 /// How far ahead each row of a decode step's tile (a few consecutive weight
 /// rows multiplied together: CpuQuantMatmul.cpp, CpuInt8Matmul.cpp)
 /// prefetches its weights, into L1. A row's stream continues at the same row
@@ -114,8 +104,8 @@ void prefetchWeights(ForwardEmitter &e, Value bytes, Value at);
 /// Measured on TinyLlama's F16 file (rows of 4 and 11 KiB, 2 GB, far beyond
 /// the L3), tiles of 4 rows, one thread, in CPU time on a loaded machine:
 /// 1 KiB ahead 14.2 GB/s, 2 KiB 14.1-14.4, 3 KiB 13.8, 4 KiB 13.3, a whole
-/// tile ahead into L2 13.0-13.5, none 12.6, 8 KiB ahead in the file
-/// (kDecodePrefetchBytes, which mostly lands in the same tile) 12.6; a plain
+/// tile ahead into L2 13.0-13.5, none 12.6, 8 KiB ahead in the file (the
+/// kernel before tiles, mostly landing in the same tile) 12.6; a plain
 /// read of 4 streams 14.2-15.
 constexpr int64_t kDecodeTilePrefetchBytes = 2048;
 /// CpuQuantMatmul.cpp: prefetches the `stepBytes` bytes from byte `at` of

@@ -279,15 +279,6 @@ int64_t cpu::panelWidth(int64_t vectorBits) {
   return tileFor(vectorBits).columns();
 }
 
-/// Prefetches the weight byte kDecodePrefetchBytes past `at` (a prefetch
-/// past the end of the weights does not fault: it is a hint).
-void cpu::prefetchWeights(ForwardEmitter &e, Value bytes, Value at) {
-  memref::PrefetchOp::create(
-      e.b, bytes, ValueRange{e.add(at, e.cIndex(kDecodePrefetchBytes))},
-      /*isWrite=*/false, /*localityHint=*/3,
-      /*isDataCache=*/true);
-}
-
 /// The buffer the matmuls of a function pack weights into: room for the
 /// largest weight matrix of the forward, rows padded to whole panels, up to
 /// kPackCapFloats (but at least one panel of the longest rows).
