@@ -399,11 +399,55 @@ void kvrt::dequantizeRow(kvrt_weight_format format, const void *src, float *dst,
   }
 }
 
+namespace {
+
+/// Whether no element of `elements` f32, f16 or bf16 values at `p` has its
+/// exponent bits all ones (inf or NaN), read as integers: memcpy'd words,
+/// OR-reduced per chunk so that the loop has no early exit.
+template <typename Word>
+bool exponentsFinite(const uint8_t *p, int64_t elements, Word exponent) {
+  constexpr int64_t kChunk = 4096;
+  for (int64_t begin = 0; begin < elements; begin += kChunk) {
+    int64_t end = std::min(elements, begin + kChunk);
+    Word bad = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      Word w;
+      std::memcpy(&w, p + i * int64_t(sizeof(Word)), sizeof(Word));
+      bad |= Word((w & exponent) == exponent);
+    }
+    if (bad)
+      return false;
+  }
+  return true;
+}
+
+bool allExponentsFinite(kvrt_weight_format format, const uint8_t *p,
+                        int64_t elements) {
+  switch (format) {
+  case KVRT_WEIGHT_F32:
+    return exponentsFinite<uint32_t>(p, elements, 0x7F800000u);
+  case KVRT_WEIGHT_F16:
+    return exponentsFinite<uint16_t>(p, elements, 0x7C00u);
+  case KVRT_WEIGHT_BF16:
+    return exponentsFinite<uint16_t>(p, elements, 0x7F80u);
+  default:
+    return false;
+  }
+}
+
+} // namespace
+
 std::string kvrt::checkWeightData(kvrt_weight_format format, const void *src,
                                   int64_t elements) {
   const auto *p = static_cast<const uint8_t *>(src);
   BlockLayout block = blockLayout(format);
   if (!isBlockFormat(format)) {
+    // Every element is read at load: first a scan of the exponent bits that
+    // the compiler vectorises (a 2 GB F16 file took seconds through
+    // dequantizeRow one element at a time), then, only if it finds an
+    // element that is not finite, the exact element and value below.
+    if (allExponentsFinite(format, p, elements))
+      return "";
     for (int64_t i = 0; i < elements; ++i) {
       float v;
       dequantizeRow(format, p + i * block.bytes, &v, 1);

@@ -171,6 +171,46 @@ TEST(QuantTest, ZerosAndExtremesQuantiseExactly) {
   }
 }
 
+TEST(QuantTest, NonFiniteElementsAreFoundWherever) {
+  // The exponent scan passes finite rows (the largest finite values and
+  // subnormals included) and, for every inf or NaN anywhere (the first
+  // element, past the scan's first chunk, the last; written as bits: the
+  // f16 quantiser clamps to finite), the message names the first one.
+  const int64_t n = 10000;
+  struct Case {
+    kvrt_weight_format format;
+    std::vector<uint32_t> bad; // +inf, -inf, a quiet and a signalling NaN
+  } cases[] = {
+      {KVRT_WEIGHT_F32, {0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x7F800001u}},
+      {KVRT_WEIGHT_F16, {0x7C00u, 0xFC00u, 0x7E00u, 0x7C01u}},
+      {KVRT_WEIGHT_BF16, {0x7F80u, 0xFF80u, 0x7FC0u, 0x7F81u}},
+  };
+  for (const Case &c : cases) {
+    std::vector<float> x(n);
+    for (int64_t i = 0; i < n; ++i)
+      x[size_t(i)] = float(i % 7) - 3.0f;
+    x[1] = c.format == KVRT_WEIGHT_F16 ? 65504.0f : 3.0e38f;
+    x[2] = c.format == KVRT_WEIGHT_F16 ? -6.0e-8f : 1.0e-40f;
+    size_t size = kvrt::weightRowBytes(c.format, n) / n;
+    std::vector<uint8_t> row(size * n);
+    kvrt::quantizeRow(c.format, x.data(), row.data(), n);
+    EXPECT_EQ(kvrt::checkWeightData(c.format, row.data(), n), "")
+        << kvrt::weightFormatName(c.format);
+    for (int64_t at : {int64_t(0), int64_t(5000), n - 1})
+      for (uint32_t bits : c.bad) {
+        std::vector<uint8_t> bad(row);
+        // A later one too, which is not the one reported.
+        for (int64_t i : {at, n - 1 - at / 2})
+          std::memcpy(&bad[size * size_t(i)], &bits, size);
+        std::string problem = kvrt::checkWeightData(c.format, bad.data(), n);
+        std::string first =
+            "element " + std::to_string(std::min(at, n - 1 - at / 2)) + " is ";
+        EXPECT_EQ(problem.substr(0, first.size()), first)
+            << kvrt::weightFormatName(c.format) << ": " << problem;
+      }
+  }
+}
+
 TEST(QuantTest, FormatsHaveOneSpelling) {
   for (int f = 0; f < KVRT_WEIGHT_FORMAT_COUNT; ++f) {
     auto format = static_cast<kvrt_weight_format>(f);
