@@ -885,8 +885,8 @@ kvrt_status kvir::compiler::compileMatmul(int64_t m, int64_t k, MatmulFn *out) {
   kv::WeightRef weights;
   weights.bytes = f.getArgument(1);
   weights.offset = zero;
-  target->matmul(e, {f.getArgument(0), zero}, weights,
-                 {f.getArgument(2), zero}, f.getArgument(3), m, k,
+  target->matmul(e, {f.getArgument(0), zero}, weights, {f.getArgument(2), zero},
+                 f.getArgument(3), m, k,
                  /*accumulate=*/false);
   target->releaseTemporaries(e);
   e.finishFunction();
