@@ -53,8 +53,8 @@ struct LowerToCPUPipelineOptions
   PassOptions::Option<std::string> quantDot{
       *this, "quant-dot",
       llvm::cl::desc("How quantised weights are multiplied: f32 (widened "
-                     "exactly), int8 (integer dot products on Q8_0, and on "
-                     "Q4_K/Q6_K in decode steps; needs AVX-512 VNNI) or auto "
+                     "exactly), int8 (integer dot products on Q8_0, Q4_K "
+                     "and Q6_K; needs AVX-512 VNNI) or auto "
                      "(int8 where the host has VNNI)"),
       llvm::cl::init("auto")};
 };

@@ -38,9 +38,9 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
     (AVX-512), 256 (AVX2), or 0 for the host's; any choice is correct on
     any host, only its speed differs. `quant-dot` chooses how quantised
     weights are multiplied: `f32` widens their blocks to f32 exactly (the
-    oracle's weights), `int8` multiplies Q8_0 blocks (and Q4_K and Q6_K
-    blocks in a decode step) by integer dot products against activations
-    quantised per block of 32 (AVX-512 VNNI; an error on a host without it),
+    oracle's weights), `int8` multiplies Q8_0, Q4_K and Q6_K blocks by
+    integer dot products against activations quantised per block of 32
+    (AVX-512 VNNI; an error on a host without it),
     `auto` (the default) is int8 where the host has VNNI.
 
     Before:
@@ -71,7 +71,7 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
     Option<"quantDot", "quant-dot", "std::string", /*default=*/"\"auto\"",
            "How quantised weights are multiplied: f32 (widened exactly), "
            "int8 (integer dot products, activations quantised per block; "
-           "Q8_0, and Q4_K/Q6_K decode steps; needs AVX-512 VNNI) or auto "
+           "Q8_0, Q4_K and Q6_K; needs AVX-512 VNNI) or auto "
            "(int8 where the host has VNNI)">
   ];
   let statistics = [

@@ -94,26 +94,25 @@ uint64_t tensorBytes(const Outgoing &t) {
   return uint64_t(rows * weightRowBytes(t.format, cols));
 }
 
-/// `t`'s data in its format, padded to whole alignment units. Rows are
-/// quantised on the runtime's threads (kvrt_parallel_for): each row on its
-/// own, so the bytes do not depend on the thread count; the K-quants'
+/// Writes `t`'s data in its format to `file`, padded to whole alignment
+/// units: raw bytes as they lie, f32 sources quantised into a buffer first.
+/// Rows are quantised on the runtime's threads (kvrt_parallel_for): each row
+/// on its own, so the bytes do not depend on the thread count; the K-quants'
 /// search made a ~1e9-weight model take minutes on one.
-std::string encodeTensor(const Outgoing &t) {
+bool writeTensor(std::FILE *file, const Outgoing &t) {
   int64_t cols = int64_t(t.dims[0]),
           rows = t.nDims == 2 ? int64_t(t.dims[1]) : 1;
   int64_t rowBytes = weightRowBytes(t.format, cols);
-  uint64_t bytes = tensorBytes(t);
-  std::string out;
-  out.reserve(aligned(bytes));
-  if (t.raw) {
-    out.assign(static_cast<const char *>(t.raw), size_t(bytes));
-  } else {
-    out.resize(size_t(bytes));
+  size_t bytes = size_t(tensorBytes(t));
+  std::vector<char> encoded;
+  const void *data = t.raw;
+  if (!data) {
+    encoded.resize(bytes);
     struct Job {
       const Outgoing &t;
       int64_t cols, rowBytes;
       char *dst;
-    } job{t, cols, rowBytes, out.data()};
+    } job{t, cols, rowBytes, encoded.data()};
     kvrt_parallel_for(
         rows,
         [](void *context, int64_t begin, int64_t end) {
@@ -123,9 +122,12 @@ std::string encodeTensor(const Outgoing &t) {
                         j.dst + r * j.rowBytes, j.cols);
         },
         &job);
+    data = encoded.data();
   }
-  out.resize(aligned(out.size()));
-  return out;
+  static const char zeros[kDefaultAlignment] = {};
+  size_t padding = size_t(aligned(bytes)) - bytes;
+  return std::fwrite(data, 1, bytes, file) == bytes &&
+         std::fwrite(zeros, 1, padding, file) == padding;
 }
 
 /// llama.cpp's choice of layers that get more bits in its _M mixes: the
@@ -455,9 +457,7 @@ kvrt_status saveGGUF(const kvrt_model &model, const kvrt_tokenizer *tokenizer,
   for (const Outgoing &t : tensors) {
     if (!ok)
       break;
-    std::string payload = encodeTensor(t);
-    ok = std::fwrite(payload.data(), 1, payload.size(), file.get()) ==
-         payload.size();
+    ok = writeTensor(file.get(), t);
   }
   ok = (std::fclose(file.release()) == 0) && ok;
   if (!ok)

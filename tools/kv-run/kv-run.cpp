@@ -573,7 +573,7 @@ void declareOptions(OptionParser &parser, Options &options) {
   parser.text("quant-dot", "auto|f32|int8",
               "how the generated CPU code multiplies quantised weights: f32 "
               "widens them exactly (the oracle's weights), int8 takes integer "
-              "dot products on Q8_0 blocks (Q4_K, Q6_K: in decode steps) "
+              "dot products on Q8_0, Q4_K and Q6_K blocks "
               "against activations quantised per "
               "block (AVX-512 VNNI; docs/cpu-backend.md), auto (default) int8 "
               "where the host has VNNI",

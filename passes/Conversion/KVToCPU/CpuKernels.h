@@ -120,12 +120,6 @@ void prefetchTileRows(ForwardEmitter &e, Value bytes, ArrayRef<Value> rows,
 func::FuncOp beginQuantMatmul(ForwardEmitter &e, StringRef base);
 /// CpuQuantMatmul.cpp: bytes of a row of `k` (index) weights in `format`.
 Value weightRowBytes(ForwardEmitter &e, kvrt_weight_format format, Value k);
-/// CpuQuantMatmul.cpp: the prefill of a widened matmul: the weights widened
-/// to f32, as many rows at a time as `widen` holds, then multiplied by the
-/// f32 packed kernel into those columns of c.
-void emitWidenedProduct(ForwardEmitter &e, kvrt_weight_format format,
-                        StringRef base, Value a, Value bytes, Value offset,
-                        Value c, Value packed, Value widen, bool accumulate);
 
 } // namespace mlir::kv::cpu
 

@@ -21,8 +21,8 @@ namespace mlir::kv {
 /// `quant-dot`; docs/cpu-backend.md, "Integer dot products"):
 /// - F32: every format widened to f32 (exact: the oracle's weights);
 /// - Int8: integer dot products where the format has them, the activations
-///   quantised per block to int8: Q8_0 always, Q4_K and Q6_K in a decode
-///   step (their prefill widens); other formats widen;
+///   quantised per block to int8: Q8_0, Q4_K and Q6_K; other formats
+///   widen;
 /// - Auto: Int8 where the host has AVX-512 VNNI, else F32.
 enum class QuantDot { Auto, F32, Int8 };
 /// "auto", "f32", "int8" (the option's values), or nullopt.
