@@ -413,13 +413,25 @@ Value ForwardEmitter::visibleKeys(Value m, const RunRow &run) {
 }
 
 ForwardEmitter::SoftmaxStep ForwardEmitter::softmaxRescale(Value oldMax,
-                                                           Value candidate) {
+                                                           Value candidate,
+                                                           bool skipUnchanged) {
   Value newMax = arith::MaxNumFOp::create(b, oldMax, candidate);
   Value unseen = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, newMax,
                                        cF32Bits(0xFF800000u));
   Value shift = select(unseen, cF32(0.0f), newMax);
   Value diff = arith::SubFOp::create(b, oldMax, shift);
-  return {newMax, shift, math::ExpOp::create(b, diff)};
+  if (!skipUnchanged)
+    return {newMax, shift, math::ExpOp::create(b, diff)};
+  Value unchanged =
+      arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, diff, cF32(0.0f));
+  Value factor = ifThenElse(
+                     unchanged, {f32()},
+                     [&]() -> SmallVector<Value> { return {cF32(1.0f)}; },
+                     [&]() -> SmallVector<Value> {
+                       return {math::ExpOp::create(b, diff)};
+                     })
+                     .front();
+  return {newMax, shift, factor};
 }
 
 Value ForwardEmitter::softmaxNormalizer(Value sum) {

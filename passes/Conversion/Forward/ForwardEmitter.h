@@ -210,10 +210,16 @@ public:
   /// (`shift`: the new max, or 0 while it is still -inf because no key has
   /// been seen, so that exp(-inf - shift) is 0 and not NaN), and the factor
   /// exp(old - shift) that rescales what was accumulated under the old max.
+  /// `skipUnchanged`: the factor is computed behind a branch that gives 1
+  /// when the max did not move (old - shift is 0, whose exp is exactly 1)
+  /// without calling exp: the same value, for a target where most steps
+  /// leave the max where it was and the call costs (the CPU's libm expf
+  /// per query head and chunk of keys).
   struct SoftmaxStep {
     Value newMax, shift, factor;
   };
-  SoftmaxStep softmaxRescale(Value oldMax, Value candidate);
+  SoftmaxStep softmaxRescale(Value oldMax, Value candidate,
+                             bool skipUnchanged = false);
   /// 1 / sum, or 0 for a head that saw no key (sum 0).
   Value softmaxNormalizer(Value sum);
 

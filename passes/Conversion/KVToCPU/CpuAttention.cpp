@@ -471,7 +471,8 @@ void emitAttentionRows(ForwardEmitter &e, bool wide, Value q, Value pos,
                 Value chunkMax = vector::ReductionOp::create(
                     e.b, vector::CombiningKind::MAXNUMF, maxv);
                 Value oldMax = e.load(mx, {state});
-                auto [newMax, shift, corr] = e.softmaxRescale(oldMax, chunkMax);
+                auto [newMax, shift, corr] =
+                    e.softmaxRescale(oldMax, chunkMax, /*skipUnchanged=*/true);
                 Value l1 =
                     arith::MulFOp::create(e.b, e.load(lsum, {state}), corr);
                 Value mb = vector::BroadcastOp::create(e.b, v16, shift);
