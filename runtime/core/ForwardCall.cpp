@@ -254,8 +254,7 @@ std::shared_ptr<const PackedWeights> packModel(const kvrt_model &model,
     if (t.reader != kvrt::TensorReader::Forward)
       continue;
     size_t index = w++;
-    if (t.kind != kvrt::TensorKind::Matrix ||
-        t.scope != kvrt::TensorScope::Layer)
+    if (t.kind != kvrt::TensorKind::Matrix)
       continue;
     int64_t m = int64_t(kvrt::shapeValue(t.rows, c));
     int64_t k = int64_t(kvrt::shapeValue(t.cols, c));

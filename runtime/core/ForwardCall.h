@@ -120,12 +120,13 @@ private:
 WeightUpload planWeightUpload(const kvrt_model_config &config,
                               const kvrt_model_weights &weights);
 
-/// The f32 matrices of a model's layers (wq .. w3) packed once into the
-/// panels of the CPU forward's packed matmul (ForwardABI.def: packed,
-/// packed_offsets, panel_width; docs/cpu-backend.md, "The matmul"), so that
-/// a prefill, and every segment a plan recomputes, multiplies without
-/// packing. The classifier is not packed: a prefill computes the logits of
-/// its last row (the dot-product kernel) unless every row's are asked for.
+/// The f32 matrices the forward multiplies (every layer's wq .. w3 and the
+/// classifier) packed once into the panels of the CPU forward's packed
+/// matmul (ForwardABI.def: packed, packed_offsets, panel_width;
+/// docs/cpu-backend.md, "The matmul"), so that a prefill, and every segment
+/// a plan recomputes, multiplies without packing. The classifier's panels
+/// serve calls that ask for the logits of at least 4 rows (an edit's
+/// answer); the last row's alone take the dot-product kernel.
 struct PackedWeights {
   /// Outputs per panel.
   int64_t width = 0;

@@ -341,7 +341,8 @@ TEST(CpuBackendTest, LongContextGroupsMatchOracleOnAnyThreads) {
 /// are bit-identical to those of the same weights packed per call (a twin
 /// model whose panels were first packed for a width no tile has, which the
 /// forward then does not use), for products of 4 to 203 rows whose panels
-/// are cut at the edges of m and k (kv_dim 16, hidden 100).
+/// are cut at the edges of m and k (kv_dim 16, hidden 100), every row's
+/// logits through the classifier's panels (vocab 97).
 TEST(CpuBackendTest, WeightsPackedOnceMatchPackingPerCall) {
   kvrt_model_config c = makeConfig(64, 100, 2, 4, 1, 97, 256);
   ModelPtr once = syntheticModel(c, 11), perCall = syntheticModel(c, 11);
@@ -362,8 +363,8 @@ TEST(CpuBackendTest, WeightsPackedOnceMatchPackingPerCall) {
       EXPECT_EQ(va, vb) << n << " tokens, layer " << layer;
     }
   }
-  // The panels: w1 of layer 1 transposed into panels of `width` outputs,
-  // rows past hidden zero; the classifier is not packed.
+  // The panels: w1 of layer 1 and the classifier transposed into panels of
+  // `width` outputs, rows past hidden (vocab) zero.
   int64_t width = kvir::cpu::hostPanelWidth();
   const kvir::PackedWeights *panels = kvir::packedWeights(*once, width);
   ASSERT_NE(panels, nullptr);
@@ -377,19 +378,23 @@ TEST(CpuBackendTest, WeightsPackedOnceMatchPackingPerCall) {
     return size_t(std::find_if(fields.begin(), fields.end(), same) -
                   fields.begin());
   };
-  EXPECT_EQ(panels->offsets[row(w.wcls) * c.n_layers], -1);
-  int64_t at = panels->offsets[row(w.w1) * c.n_layers + 1];
-  ASSERT_GE(at, 0);
-  const float *w1 = static_cast<const float *>(w.w1.slices[1].data);
-  const float *packed = panels->data.get() + at;
-  for (int64_t p = 0; p * width < c.hidden_dim; ++p)
-    for (int64_t i = 0; i < c.dim; ++i)
-      for (int64_t j = 0; j < width; ++j) {
-        int64_t o = p * width + j;
-        ASSERT_EQ(packed[(p * c.dim + i) * width + j],
-                  o < c.hidden_dim ? w1[o * c.dim + i] : 0.0f)
-            << "panel " << p << ", input " << i << ", column " << j;
-      }
+  auto expectPanels = [&](const kvrt_weight &weight, int64_t entry, int64_t m,
+                          const char *name) {
+    int64_t at = panels->offsets[row(weight) * c.n_layers + entry];
+    ASSERT_GE(at, 0) << name;
+    const float *b = static_cast<const float *>(weight.slices[entry].data);
+    const float *packed = panels->data.get() + at;
+    for (int64_t p = 0; p * width < m; ++p)
+      for (int64_t i = 0; i < c.dim; ++i)
+        for (int64_t j = 0; j < width; ++j) {
+          int64_t o = p * width + j;
+          ASSERT_EQ(packed[(p * c.dim + i) * width + j],
+                    o < m ? b[o * c.dim + i] : 0.0f)
+              << name << ": panel " << p << ", input " << i << ", column " << j;
+        }
+  };
+  expectPanels(w.w1, 1, c.hidden_dim, "w1, layer 1");
+  expectPanels(w.wcls, 0, c.vocab_size, "the classifier");
 }
 
 TEST(CpuBackendTest, ThreadCountIsClampedAndDefaulted) {
