@@ -48,7 +48,9 @@ public:
   /// query's) and the new tokens up to itself. The new K/V go to fresh sealed
   /// pages appended as one run labelled `label` (may be NULL); the new view is
   /// returned in `*out` (a new reference). `*logits` receives [n][vocab]
-  /// floats, or only the last row ([1][vocab]) with `lastOnly`.
+  /// floats, or only the last row ([1][vocab]) with `lastOnly`; a null
+  /// `logits` asks for none, and the classifier does not run (a program
+  /// that never reads a prefill's logits: logitsFrom).
   virtual kvrt_status prefill(const Forward &forward, const kvrt_model *model,
                               const kvrt_view *view, const int32_t *tokens,
                               int64_t n, int64_t pos, const char *label,
@@ -94,6 +96,13 @@ kvrt_status checkForward(const Forward &forward, const kvrt_model *model,
 
 /// The reference oracle as a backend (runtime/reference).
 std::unique_ptr<ComputeBackend> createReferenceBackend();
+
+/// The first row whose logits a prefill of `n` rows computes: 0 (every
+/// row), n - 1 (`lastOnly`), or n when `logits` is null (none).
+inline int64_t logitsFrom(int64_t n, bool lastOnly,
+                          const std::vector<float> *logits) {
+  return !logits ? n : lastOnly ? n - 1 : 0;
+}
 
 } // namespace kvir
 

@@ -41,7 +41,7 @@ public:
                       const kvrt_view *view, const int32_t *tokens, int64_t n,
                       int64_t pos, const char *label, bool lastOnly,
                       std::vector<float> *logits, kvrt_view **out) override {
-    if (!model || !view || !logits || !out)
+    if (!model || !view || !out)
       return kvrt::nullArgument("cpu prefill");
     *out = nullptr;
     return withModel(forward, model, ForwardEntry::Prefill, [&](Model &m) {
@@ -52,12 +52,13 @@ public:
       std::vector<float> result;
       if (kvrt_status s =
               run(forward, m, view, tokens, n, pos, m.config.n_layers,
-                  lastOnly ? n - 1 : 0, &result, scratch))
+                  logitsFrom(n, lastOnly, logits), &result, scratch))
         return s;
       if (kvrt_status s = kvrt::appendPrefilled(view, *scratch.pages, tokens, n,
                                                 pos, label, out))
         return s;
-      *logits = std::move(result);
+      if (logits)
+        *logits = std::move(result);
       return KVRT_OK;
     });
   }

@@ -143,7 +143,7 @@ public:
                       const kvrt_view *view, const int32_t *tokens, int64_t n,
                       int64_t pos, const char *label, bool lastOnly,
                       std::vector<float> *logits, kvrt_view **out) override {
-    if (!model || !view || !logits || !out)
+    if (!model || !view || !out)
       return kvrt::nullArgument("cuda prefill");
     *out = nullptr;
     return kvrt::guard([&]() -> kvrt_status {
@@ -156,13 +156,14 @@ public:
       std::vector<float> result;
       if (kvrt_status s =
               run(forward, *dm, view, tokens, n, pos, dm->config.n_layers,
-                  lastOnly ? n - 1 : 0, &result, pages))
+                  logitsFrom(n, lastOnly, logits), &result, pages))
         return s;
       if (kvrt_status s =
               kvrt::appendPrefilled(view, *pages, tokens, n, pos, label, out))
         return s;
       holdWritten(kvrt_view_pool(view), pages->pages);
-      *logits = std::move(result);
+      if (logits)
+        *logits = std::move(result);
       return KVRT_OK;
     });
   }

@@ -423,7 +423,8 @@ kvrt_exec_prefill(kvrt_exec_context *ctx, int32_t site, const char *key,
         logits->context = context;
         logits->tokens = tokens;
         logits->position = has_position ? position : endPosition(context);
-        logits->lastOnly = last != 0;
+        logits->lastOnly = last != KVRT_EXEC_LOGITS_ALL;
+        bool none = last == KVRT_EXEC_LOGITS_NONE;
         if (!ctx->withinLimit(site, "prefill", logits->position, n))
           return nullptr;
         if (n == 0) {
@@ -436,7 +437,8 @@ kvrt_exec_prefill(kvrt_exec_context *ctx, int32_t site, const char *key,
           kvir::Forward fwd{key, /*prefill=*/forward};
           if (kvrt_status s = ctx->backend->prefill(
                   fwd, ctx->model, context, ids.data(), n, logits->position,
-                  label, last != 0, &logits->data, &out)) {
+                  label, logits->lastOnly, none ? nullptr : &logits->data,
+                  &out)) {
             ctx->failRuntime(site, s,
                              str("prefill of ", n, " tokens at position ",
                                  logits->position, " failed"));
@@ -450,7 +452,7 @@ kvrt_exec_prefill(kvrt_exec_context *ctx, int32_t site, const char *key,
               (kvrt_view_num_tokens(views[0]) == 0 ||
                logits->position == endPosition(views[0])))
             ctx->blocks.insert(out);
-          logits->rows = last ? 1 : n;
+          logits->rows = none ? 0 : logits->lastOnly ? 1 : n;
           ++work.prefill_calls;
           work.prefill_tokens += n;
           work.logits_rows += logits->rows;

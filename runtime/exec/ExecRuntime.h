@@ -95,6 +95,14 @@ int32_t kvrt_exec_error_site(const kvrt_exec_context *ctx);
 /// The work counted as plan (`plan` != 0) or setup.
 void kvrt_exec_get_work(const kvrt_exec_context *ctx, int32_t plan,
                         kvrt_exec_work *out);
+
+/// kvrt_exec_prefill's `last`: the logits of every new row, of the last
+/// one, or of none (the program never reads them: the classifier does not
+/// run, and the logits have 0 rows).
+#define KVRT_EXEC_LOGITS_ALL 0
+#define KVRT_EXEC_LOGITS_LAST 1
+#define KVRT_EXEC_LOGITS_NONE 2
+
 /// The `mode` of kvrt_exec_selective_recompute and of a repair record.
 #define KVRT_EXEC_REPAIR_FRACTION 0
 #define KVRT_EXEC_REPAIR_DEVIATION 1

@@ -233,7 +233,7 @@ Weights viewOf(const kvrt_model &model) {
 /// receive the new K/V.
 void forward(const kvrt_model_config &c, const Weights &w, KVSpan &span,
              const int32_t *tokens, int64_t n, int64_t pos, bool lastOnly,
-             std::vector<float> &logits, int32_t layers = -1) {
+             std::vector<float> *logits, int32_t layers = -1) {
   const kvrt_run &newRun = span.runs.back();
   int64_t dim = c.dim, hidden = c.hidden_dim, headSize = c.dim / c.n_heads;
   int64_t kvDim = headSize * c.n_kv_heads;
@@ -287,16 +287,16 @@ void forward(const kvrt_model_config &c, const Weights &w, KVSpan &span,
     }
   }
 
-  if (layers < c.n_layers)
+  if (layers < c.n_layers || !logits)
     return;
   std::vector<double> row(c.vocab_size);
   int64_t first = lastOnly ? n - 1 : 0;
-  logits.resize((n - first) * c.vocab_size);
+  logits->resize((n - first) * c.vocab_size);
   for (int64_t t = first; t < n; ++t) {
     rmsnorm(&x[t * dim], w.rms_final, c.dim, c.rms_eps, xb.data());
     matvec(w.wcls, xb.data(), c.vocab_size, dim, row.data());
     for (int32_t i = 0; i < c.vocab_size; ++i)
-      logits[(t - first) * c.vocab_size + i] = static_cast<float>(row[i]);
+      (*logits)[(t - first) * c.vocab_size + i] = static_cast<float>(row[i]);
   }
 }
 
@@ -332,7 +332,7 @@ kvrt_status prefillImpl(const kvrt_model *model, const kvrt_view *view,
   kvrt::PageRefs held{pool, pages};
   kvrt_run run{pages.data(), nPages, 0, n, pos, 0, tokens, label};
   span.runs.push_back(run);
-  forward(c, w, span, tokens, n, pos, lastOnly, *logits);
+  forward(c, w, span, tokens, n, pos, lastOnly, logits);
   for (int32_t page : pages)
     if (kvrt_status s = kvrt_pool_seal_page(pool, page))
       return s;
@@ -394,7 +394,7 @@ kvrt_status kvir::reference::prefill(const kvrt_model *model,
                                      int64_t pos, const char *label,
                                      std::vector<float> *logits,
                                      kvrt_view **out, bool lastOnly) {
-  if (!model || !view || !logits || !out)
+  if (!model || !view || !out)
     return kvrt::nullArgument(__func__);
   *out = nullptr;
   return kvrt::guard([&] {
@@ -431,8 +431,7 @@ kvrt_status kvir::reference::layerKV(const kvrt_model *model,
       return s;
     kvrt::PageRefs held{pool, pages};
     span.runs.push_back({pages.data(), nPages, 0, n, pos, 0, tokens, nullptr});
-    std::vector<float> unused;
-    forward(c, w, span, tokens, n, pos, false, unused, layer + 1);
+    forward(c, w, span, tokens, n, pos, false, nullptr, layer + 1);
     int64_t kvDim = int64_t(c.n_kv_heads) * (c.dim / c.n_heads);
     k->resize(n * kvDim);
     v->resize(n * kvDim);

@@ -52,7 +52,8 @@ kvrt_status attention(const kvrt_model_config &config, const kvrt_view *view,
 /// new K/V go to fresh sealed pages, appended to the view as one run labelled
 /// `label` (may be NULL); the result is returned in `*out` (a new reference)
 /// and the logits of every new position, [n][vocab], in `*logits` (only the
-/// last row, [1][vocab], with `lastOnly`). On pool exhaustion nothing changes.
+/// last row, [1][vocab], with `lastOnly`; none, and no classifier, when
+/// `logits` is null). On pool exhaustion nothing changes.
 kvrt_status prefill(const kvrt_model *model, const kvrt_view *view,
                     const int32_t *tokens, int64_t n, int64_t pos,
                     const char *label, std::vector<float> *logits,

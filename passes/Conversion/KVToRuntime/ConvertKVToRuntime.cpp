@@ -349,6 +349,13 @@ struct PrefillLowering : RuntimePattern<PrefillOp> {
     auto [hasPosition, position, label] =
         placement(rewriter, loc, adaptor.getPosition(), op.getSegment());
     Value resultSlot = array(rewriter, loc, {null(rewriter, loc)}, ptrType());
+    // Logits nothing reads (a segment's last row while a context is built,
+    // every segment an edit's plan recomputes) are not computed: the
+    // classifier is vocab x dim per row, and the handle is still returned.
+    bool unread = op.getLogits().use_empty();
+    int32_t rows = unread         ? KVRT_EXEC_LOGITS_NONE
+                   : op.getLast() ? KVRT_EXEC_LOGITS_LAST
+                                  : KVRT_EXEC_LOGITS_ALL;
     Value logits =
         atSite<ExecFn::kvrt_exec_prefill>(rewriter, op)(
             forwardKey(rewriter, op),
@@ -356,8 +363,9 @@ struct PrefillLowering : RuntimePattern<PrefillOp> {
             adaptor.getModel(), views, offsets,
             constI64(rewriter, loc, adaptor.getViews().size()),
             adaptor.getTokens(), hasPosition, position, label,
-            constI32(rewriter, loc, op.getLast() ? 1 : 0),
-            constI64(rewriter, loc, staticSize(op.getLogits().getType(), 0)),
+            constI32(rewriter, loc, rows),
+            constI64(rewriter, loc,
+                     unread ? -1 : staticSize(op.getLogits().getType(), 0)),
             resultSlot)
             .front();
     Value result = LLVM::LoadOp::create(rewriter, loc, ptrType(), resultSlot);

@@ -49,6 +49,38 @@ func.func @prefill(%m: !model, %t: tensor<?xi32> {kv.name = "t"}) -> (!cache, te
 
 // -----
 
+// A prefill whose logits nothing reads (as each segment an edit's plan
+// recomputes) asks for none (KVRT_EXEC_LOGITS_NONE, 2) and no row count; a
+// prefill whose logits are returned asks for the last row (1) and says it
+// expects 1.
+
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+!cache = !kv.cache<5x4x8xf32, @ctx>
+
+kv.context @ctx {
+  kv.segment @a kind(system) tokens(?)
+}
+func.func private @kv_fwd_fcf7c6399ef6fcd9_prefill(!llvm.ptr)
+
+func.func @unread(%m: !model, %t: tensor<?xi32> {kv.name = "t"}) -> (!cache, tensor<1x512xf32>) {
+  %c0 = kv.empty : !cache
+  %c1, %l1 = kv.prefill %m, %c0, %t segment @a last
+      : !model, (!cache), tensor<?xi32> -> !cache, tensor<1x512xf32>
+  %c2, %l2 = kv.prefill %m, %c1, %t last
+      : !model, (!cache), tensor<?xi32> -> !cache, tensor<1x512xf32>
+  return %c2, %l2 : !cache, tensor<1x512xf32>
+}
+
+// CHECK-LABEL: func.func private @unread(
+// CHECK:         %[[NONE:.+]] = arith.constant 2 : i32
+// CHECK-NEXT:    %[[ANY:.+]] = arith.constant -1 : i64
+// CHECK-NEXT:    call @kvrt_exec_prefill({{.*}}, %[[NONE]], %[[ANY]], %{{[^,]+}})
+// CHECK:         %[[LAST:.+]] = arith.constant 1 : i32
+// CHECK-NEXT:    %[[ONE:.+]] = arith.constant 1 : i64
+// CHECK-NEXT:    call @kvrt_exec_prefill({{.*}}, %[[LAST]], %[[ONE]], %{{[^,]+}})
+
+// -----
+
 // View metadata ops: each a runtime call; indices cross as i64.
 !cache = !kv.cache<5x4x8xf32, @ctx>
 kv.context @ctx {

@@ -397,6 +397,32 @@ TEST(CpuBackendTest, WeightsPackedOnceMatchPackingPerCall) {
   expectPanels(w.wcls, 0, c.vocab_size, "the classifier");
 }
 
+/// A prefill asked for no logits (a null vector: the classifier does not
+/// run) appends the same K/V as one asked for the last row's.
+TEST(CpuBackendTest, PrefillWithoutLogitsStoresTheSameKV) {
+  kvrt_model_config c = makeConfig(64, 100, 2, 4, 1, 97, 256);
+  ModelPtr model = syntheticModel(c, 12);
+  PoolPtr pool = poolFor(model.get(), 256, 7);
+  ViewPtr empty = emptyView(pool.get());
+  std::vector<int32_t> tokens = randomTokens(9, c.vocab_size, 77);
+  Prefilled last = cpuPrefill(model.get(), empty.get(), tokens, 0, true);
+  kvrt_view *out = nullptr;
+  ASSERT_EQ(cpuBackend().prefill(forwardOf(model.get()), model.get(),
+                                 empty.get(), tokens.data(), tokens.size(), 0,
+                                 "cpu", true, nullptr, &out),
+            KVRT_OK)
+      << kvrt_last_error();
+  ViewPtr none(out);
+  EXPECT_EQ(last.logits.size(), size_t(c.vocab_size));
+  for (int32_t layer = 0; layer < c.n_layers; ++layer) {
+    std::vector<float> ka, va, kb, vb;
+    lastRunKV(last.view.get(), layer, ka, va);
+    lastRunKV(none.get(), layer, kb, vb);
+    EXPECT_EQ(ka, kb) << "layer " << layer;
+    EXPECT_EQ(va, vb) << "layer " << layer;
+  }
+}
+
 TEST(CpuBackendTest, ThreadCountIsClampedAndDefaulted) {
   ThreadsGuard guard;
   kvrt_set_num_threads(KVRT_MAX_THREADS + 5);

@@ -60,11 +60,12 @@ protected:
   }
   /// Prefills `values` after `view`, labelled `label`.
   kvrt_view *prefill(kvrt_view *view, const std::vector<int32_t> &values,
-                     const char *label, kvrt_exec_logits **logits = nullptr) {
+                     const char *label, kvrt_exec_logits **logits = nullptr,
+                     int32_t last = KVRT_EXEC_LOGITS_ALL) {
     kvrt_view *result = nullptr;
     kvrt_exec_logits *l = kvrt_exec_prefill(
         ctx.get(), 1, nullptr, nullptr, model.get(), &view, nullptr, 1,
-        tokens(values), 0, 0, label, 0, -1, &result);
+        tokens(values), 0, 0, label, last, -1, &result);
     if (logits)
       *logits = l;
     return result;
@@ -110,6 +111,39 @@ TEST_F(ExecRuntimeTest, PrefillMatchesTheBackend) {
   EXPECT_EQ(setup.prefill_tokens, 6);
   EXPECT_EQ(setup.logits_rows, 6);
   EXPECT_GT(setup.flops, 0);
+  EXPECT_FALSE(kvrt_exec_failed(ctx.get()));
+}
+
+/// A prefill asked for no logits (KVRT_EXEC_LOGITS_NONE: the program never
+/// reads them) returns 0 rows and counts neither rows nor the classifier's
+/// FLOPs, and its view holds the same K/V as one asked for the last row: the
+/// next prefill over either gives the same logits.
+TEST_F(ExecRuntimeTest, UnreadLogitsAreNotComputed) {
+  kvrt_view *empty = kvrt_exec_empty(ctx.get(), 0);
+  kvrt_exec_logits *last = nullptr, *none = nullptr;
+  kvrt_view *a = prefill(empty, ids(5), "a", &last, KVRT_EXEC_LOGITS_LAST);
+  kvrt_exec_work afterLast;
+  kvrt_exec_get_work(ctx.get(), 0, &afterLast);
+  kvrt_view *b = prefill(empty, ids(5), "a", &none, KVRT_EXEC_LOGITS_NONE);
+  ASSERT_NE(b, nullptr) << kvrt_exec_error_message(ctx.get());
+  EXPECT_EQ(kvrt_exec_logits_rows(last), 1);
+  EXPECT_EQ(kvrt_exec_logits_rows(none), 0);
+  EXPECT_EQ(kvrt_exec_logits_result(none), b);
+  kvrt_exec_work afterNone;
+  kvrt_exec_get_work(ctx.get(), 0, &afterNone);
+  EXPECT_EQ(afterNone.logits_rows, afterLast.logits_rows);
+  EXPECT_EQ(afterNone.prefill_tokens, 2 * afterLast.prefill_tokens);
+  EXPECT_LT(afterNone.flops - afterLast.flops, afterLast.flops);
+
+  kvrt_exec_logits *nextA = nullptr, *nextB = nullptr;
+  prefill(a, ids(3, 9), "b", &nextA);
+  prefill(b, ids(3, 9), "b", &nextB);
+  ASSERT_EQ(kvrt_exec_logits_rows(nextA), 3);
+  ASSERT_EQ(kvrt_exec_logits_rows(nextB), 3);
+  const float *x = kvrt_exec_logits_data(nextA);
+  const float *y = kvrt_exec_logits_data(nextB);
+  size_t count = size_t(3 * config.vocab_size);
+  EXPECT_EQ(std::vector<float>(x, x + count), std::vector<float>(y, y + count));
   EXPECT_FALSE(kvrt_exec_failed(ctx.get()));
 }
 
