@@ -101,15 +101,20 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:           %[[SEEN:.+]] = arith.cmpi slt, %{{.*}}, %{{.*}} : vector<4xi64>
 // CHECK:           %[[MASKED:.+]] = arith.select %[[SEEN]], %{{.*}}, %{{.*}} : vector<4xi1>, vector<4xf32>
 // CHECK:           vector.store %[[MASKED]], %{{.*}} : memref<?xf32>, vector<4xf32>
-// Online softmax merge per chunk: chunk max, new running max (0 in its place
-// while it is -inf), rescale factor of the old sum and accumulator, the
-// weights, then V summed with FMAs into accumulators carried by the loop over
-// the chunk's keys, one V slice for a block of four rows.
-// CHECK:           vector.reduction <maxnumf>
+// Online softmax merge per chunk: chunk max (a halving tree of lane-wise
+// maxnumf, depth 4), new running max (0 in its place while it is -inf),
+// rescale factor of the old sum and accumulator (1 without calling exp when
+// the max did not move), the weights, then V summed with FMAs into
+// accumulators carried by the loop over the chunk's keys, one V slice for a
+// block of four rows.
+// CHECK-COUNT-4:   arith.maxnumf %{{.*}}, %{{.*}} : vector<16xf32>
+// CHECK:           vector.extract %{{.*}}[0] : f32 from vector<16xf32>
 // CHECK:           %[[MNEW:.+]] = arith.maxnumf %{{.*}}, %{{.*}} : f32
 // CHECK:           %[[UNSEEN:.+]] = arith.cmpf oeq, %[[MNEW]], %{{.*}} : f32
 // CHECK:           %[[BASE:.+]] = arith.select %[[UNSEEN]], %{{.*}}, %[[MNEW]] : f32
 // CHECK:           %[[DM:.+]] = arith.subf %{{.*}}, %[[BASE]] : f32
+// CHECK:           %[[SAME:.+]] = arith.cmpf oeq, %[[DM]], %{{.*}} : f32
+// CHECK:           scf.if %[[SAME]] -> (f32)
 // CHECK:           math.exp %[[DM]] : f32
 // CHECK:           call @[[P]]_exp16(
 // The accumulators are carried over the pages of the chunk, then over a
