@@ -54,7 +54,8 @@ struct LowerToCPUPipelineOptions
       *this, "quant-dot",
       llvm::cl::desc("How quantised weights are multiplied: f32 (widened "
                      "exactly), int8 (integer dot products on Q8_0, Q4_K "
-                     "and Q6_K; needs AVX-512 VNNI) or auto "
+                     "and Q6_K; needs AVX-512 VNNI), amx (int8, a Q8_0 "
+                     "prefill on AMX tiles; needs AMX) or auto "
                      "(int8 where the host has VNNI)"),
       llvm::cl::init("auto")};
 };

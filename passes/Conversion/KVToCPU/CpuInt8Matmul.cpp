@@ -10,6 +10,7 @@
 #include "passes/Conversion/KVToCPU/CpuKernels.h"
 #include "passes/Conversion/KVToCPU/CpuParallel.h"
 
+#include "mlir/Dialect/AMX/AMXDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -33,6 +34,16 @@ constexpr int64_t kInt8TileOutputs = 4;
 /// 3 x 2) spill to unaligned stack slots and took 1.2-1.5x as long, 4, 7
 /// and 8 tokens of one panel 1.05-1.2x.
 constexpr int64_t kInt8PanelRows = 6, kInt8TilePanels = 1;
+/// The AMX prefill's tiles (quant-dot=amx, Q8_0): kAmxRows tokens (an AMX
+/// tile's 16 rows) x kAmxTilePanels panels of 16 outputs, one C tile per
+/// panel, and 16 f32 accumulators per panel in registers.
+constexpr int64_t kAmxRows = 16, kAmxTilePanels = 1;
+/// Blocks the AMX tiles multiply together (kAmxBlocks x (1 + 2
+/// kAmxTilePanels) of the 8 tile registers).
+constexpr int64_t kAmxBlocks = 2;
+/// Blocks whose products are stored (a slot of cTiles each) before the
+/// first of them is scaled.
+constexpr int64_t kAmxGroupBlocks = 8;
 
 /// The activations of an integer-dot matmul, quantised once per call, per
 /// row and pair of 32-element blocks p (rows padded to whole pairs with zero
@@ -572,6 +583,65 @@ void emitKQuantTokenSums(ForwardEmitter &e, kvrt_weight_format format,
   });
 }
 
+/// A prefill tile's `panels` panels from panel0 (the last one, lastPanel,
+/// for those past it) and the activations' row strides: quants, scales,
+/// block biases.
+struct PanelTileIndex {
+  SmallVector<Value> panels;
+  Value quantsRow, scaleRow, biasRow;
+};
+PanelTileIndex panelTileIndex(ForwardEmitter &e, const Int8Activations &act,
+                              Value panel0, Value lastPanel, int64_t panels) {
+  PanelTileIndex index;
+  for (int64_t p = 0; p < panels; ++p)
+    index.panels.push_back(e.minu(e.add(panel0, e.cIndex(p)), lastPanel));
+  index.quantsRow = e.mul(act.pairs, e.cIndex(64));
+  index.scaleRow = e.mul(act.pairs, e.cIndex(16));
+  index.biasRow = e.mul(act.pairs, e.cIndex(2));
+  return index;
+}
+
+/// A tile's tokens t .. t + rows - 1, those from t1 on clamped to t1 - 1.
+SmallVector<Value> tileTokens(ForwardEmitter &e, Value t, Value t1,
+                              int64_t rows) {
+  SmallVector<Value> tokens;
+  for (int64_t r = 0; r < rows; ++r)
+    tokens.push_back(e.minu(e.add(t, e.cIndex(r)), e.sub(t1, e.cIndex(1))));
+  return tokens;
+}
+
+/// Stores into `c` (adds, with `accumulate`) the prefill tile's f32
+/// accumulators `accs`, token-major: `rows` tokens from t x `panels` panels
+/// of 16 outputs from panel0; tokens from t1 on and outputs from m on are
+/// not stored.
+void storePanelTile(ForwardEmitter &e, Value c, Value m, ArrayRef<Value> accs,
+                    Value t, Value t1, Value panel0, int64_t rows,
+                    int64_t panels, bool accumulate) {
+  Value c0 = e.cIndex(0);
+  VectorType v16f = e.vec(16, e.f32()), m16 = e.vec(16, e.i1());
+  for (int64_t r = 0; r < rows; ++r) {
+    Value row = e.add(t, e.cIndex(r));
+    e.ifThen(e.cmp(arith::CmpIPredicate::ult, row, t1), [&] {
+      for (int64_t p = 0; p < panels; ++p) {
+        Value col = e.mul(e.add(panel0, e.cIndex(p)), e.cIndex(16));
+        Value inside = e.cmp(arith::CmpIPredicate::ult, col, m);
+        Value count = e.select(inside, e.minu(e.sub(m, col), e.cIndex(16)), c0);
+        Value mask = vector::CreateMaskOp::create(e.b, m16, ValueRange{count});
+        Value value = accs[r * panels + p];
+        Value safeCol = e.select(inside, col, c0);
+        if (accumulate) {
+          Value old = vector::MaskedLoadOp::create(e.b, v16f, c,
+                                                   ValueRange{row, safeCol},
+                                                   mask, e.splatF32(16, 0.0f));
+          value = arith::AddFOp::create(e.b, old, value);
+        }
+        vector::MaskedStoreOp::create(e.b, c, ValueRange{row, safeCol}, mask,
+                                      value);
+      }
+    });
+  }
+}
+
 /// The prefill's register tiles over repacked panels (emitInt8PackPanels,
 /// emitKQuantPackPanels): kInt8PanelRows tokens from t0 (while below t1) x
 /// kInt8TilePanels panels from `panel0`. Per 32-element block: each i32
@@ -608,7 +678,6 @@ void emitInt8PanelTiles(ForwardEmitter &e, kvrt_weight_format format,
   Value lastPanel = e.sub(e.divu(e.add(m, e.cIndex(15)), e.cIndex(16)), c1);
   VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
              v64b = e.vec(64, e.byte()), v4b = e.vec(4, e.byte());
-  VectorType m16 = e.vec(16, e.i1());
   bool q4k = format == KVRT_WEIGHT_Q4_K, q6k = format == KVRT_WEIGHT_Q6_K;
   auto splatBytes = [&](VectorType type, int8_t value) -> Value {
     return arith::ConstantOp::create(
@@ -617,17 +686,13 @@ void emitInt8PanelTiles(ForwardEmitter &e, kvrt_weight_format format,
   // Floats of a panel's scales per block (emitKQuantPackPanels: two vectors).
   int64_t scaleStride = q4k || q6k ? 32 : 16;
   int64_t rows = kInt8PanelRows, panels = kInt8TilePanels;
-  SmallVector<Value> panelIndex;
-  for (int64_t p = 0; p < panels; ++p)
-    panelIndex.push_back(e.minu(e.add(panel0, e.cIndex(p)), lastPanel));
-  Value quantsRow = e.mul(act.pairs, e.cIndex(64));
-  Value scaleRow = e.mul(act.pairs, e.cIndex(16));
-  Value biasRow = e.mul(act.pairs, e.cIndex(2));
+  PanelTileIndex index = panelTileIndex(e, act, panel0, lastPanel, panels);
+  ArrayRef<Value> panelIndex = index.panels;
+  Value quantsRow = index.quantsRow, scaleRow = index.scaleRow,
+        biasRow = index.biasRow;
   Value groupRow = q6k ? e.mul(act.pairs, e.cIndex(4)) : Value();
   e.forLoop(t0, t1, e.cIndex(rows), [&](Value t) {
-    SmallVector<Value> tokens;
-    for (int64_t r = 0; r < rows; ++r)
-      tokens.push_back(e.minu(e.add(t, e.cIndex(r)), e.sub(t1, c1)));
+    SmallVector<Value> tokens = tileTokens(e, t, t1, rows);
     SmallVector<Value> inits(rows * panels, e.splatF32(16, 0.0f));
     SmallVector<Value> accs = e.forLoop(
         c0, blocks, c1, inits,
@@ -749,29 +814,151 @@ void emitInt8PanelTiles(ForwardEmitter &e, kvrt_weight_format format,
           }
           return next;
         });
-    for (int64_t r = 0; r < rows; ++r) {
-      Value row = e.add(t, e.cIndex(r));
-      e.ifThen(e.cmp(arith::CmpIPredicate::ult, row, t1), [&] {
+    storePanelTile(e, c, m, accs, t, t1, panel0, rows, panels, accumulate);
+  });
+}
+
+/// Asks Linux for this process's permission to use the AMX tile data
+/// (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), libc's
+/// variadic syscall: the generated code may run in a process other than the
+/// compiler's, e.g. an object from kv-aot); i1 true where granted. Granting
+/// is idempotent and covers every thread of the process.
+Value requestAmx(ForwardEmitter &e) {
+  constexpr int64_t kArchPrctl = 158, kReqXcompPerm = 0x1023, kXtileData = 18;
+  auto type = LLVM::LLVMFunctionType::get(e.i64(), {e.i64()},
+                                          /*isVarArg=*/true);
+  if (!e.module.lookupSymbol("syscall")) {
+    OpBuilder::InsertionGuard guard(e.b);
+    e.b.setInsertionPointToEnd(e.module.getBody());
+    LLVM::LLVMFuncOp::create(e.b, e.b.getLoc(), "syscall", type);
+  }
+  Value result =
+      LLVM::CallOp::create(e.b, e.b.getLoc(), type, "syscall",
+                           ValueRange{e.cI64(kArchPrctl), e.cI64(kReqXcompPerm),
+                                      e.cI64(kXtileData)})
+          .getResult();
+  return e.cmp(arith::CmpIPredicate::eq, result, e.cI64(0));
+}
+
+/// The Q8_0 prefill's tiles on AMX (quant-dot=amx) over emitInt8PackPanels'
+/// panels: kAmxRows tokens from t0 (while below t1) x kAmxTilePanels panels
+/// from `panel0`. A panel's block is already AMX's B tile (8 rows of 64
+/// bytes: bytes 4i .. 4i + 3 of 16 outputs, biased by +128) and the tokens'
+/// quants of a block an A tile (16 rows of 32 bytes, the row stride
+/// apart), so per block and panel one tdpbsud (signed quants x unsigned
+/// biased weights) into a zeroed C tile gives sum (w + 128) q; stored to
+/// `cTiles` (kAmxTilePanels x 16 x 16 i32 on the stack), each token's row
+/// plus its block bias is sum w q, exactly the int32 of
+/// emitInt8PanelTiles' vpdpbusd chain, and is scaled and added into the f32
+/// accumulators by the same operations in the same order: the results are
+/// bit-identical to quant-dot=int8. The A tile's rows past t1 read other
+/// tokens or the zeroed padding of the quants (rows rounded up to 16) and
+/// are not stored; outputs past m are zeros in the panels and not stored.
+void emitAmxPanelTiles(ForwardEmitter &e, const Int8Activations &act,
+                       Value quants, Value scales, Value c, Value cTiles,
+                       Value k, Value t0, Value t1, Value panel0,
+                       bool accumulate) {
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  Value m = memref::DimOp::create(e.b, c, c1);
+  Value blocks = e.divu(k, e.cIndex(32));
+  Value lastPanel = e.sub(e.divu(e.add(m, e.cIndex(15)), e.cIndex(16)), c1);
+  VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32());
+  auto aType = amx::TileType::get({kAmxRows, 32}, e.byte());
+  auto bType = amx::TileType::get({8, 64}, e.byte());
+  auto cType = amx::TileType::get({kAmxRows, 16}, e.i32());
+  int64_t rows = kAmxRows, panels = kAmxTilePanels;
+  PanelTileIndex index = panelTileIndex(e, act, panel0, lastPanel, panels);
+  ArrayRef<Value> panelIndex = index.panels;
+  Value quantsRow = index.quantsRow, scaleRow = index.scaleRow,
+        biasRow = index.biasRow;
+  e.forLoop(t0, t1, e.cIndex(rows), [&](Value t) {
+    SmallVector<Value> tokens = tileTokens(e, t, t1, rows);
+    // Slot i of cTiles: a block's C tiles, at i * panels * 256.
+    auto slot = [&](int64_t i) { return e.cIndex(i * panels * 256); };
+    // Blocks `bs` together, each in tiles of its own: the tile registers
+    // are not renamed, so a block reusing the last one's would wait for its
+    // store.
+    auto multiply = [&](ArrayRef<Value> bs, int64_t firstSlot) {
+      SmallVector<Value> xs, ws, dots;
+      for (Value b : bs)
+        xs.push_back(amx::TileLoadOp::create(
+            e.b, e.b.getLoc(), aType, act.quants,
+            ValueRange{e.add(e.mul(t, quantsRow), e.mul(b, e.cIndex(32)))},
+            quantsRow));
+      for (Value b : bs)
+        for (int64_t p = 0; p < panels; ++p)
+          ws.push_back(amx::TileLoadOp::create(
+              e.b, e.b.getLoc(), bType, quants,
+              ValueRange{
+                  e.mul(e.add(e.mul(panelIndex[p], blocks), b), e.cIndex(512))},
+              e.cIndex(64)));
+      for (size_t i = 0; i < ws.size(); ++i)
+        dots.push_back(amx::TileMulIOp::create(
+            e.b, e.b.getLoc(), cType, xs[i / panels], ws[i],
+            amx::TileZeroOp::create(e.b, e.b.getLoc(), cType),
+            /*isZextLhs=*/false, /*isZextRhs=*/true));
+      for (size_t i = 0; i < dots.size(); ++i)
+        amx::TileStoreOp::create(
+            e.b, e.b.getLoc(), cTiles,
+            ValueRange{e.add(slot(firstSlot + i / panels),
+                             e.cIndex(256 * (i % panels)))},
+            dots[i], e.cIndex(16));
+    };
+    auto scale = [&](Value b, int64_t from, ValueRange faccs) {
+      SmallVector<Value> weightScales;
+      for (int64_t p = 0; p < panels; ++p) {
+        Value panelBlock = e.add(e.mul(panelIndex[p], blocks), b);
+        weightScales.push_back(vector::LoadOp::create(
+            e.b, v16f, scales, ValueRange{e.mul(panelBlock, e.cIndex(16))}));
+      }
+      SmallVector<Value> next;
+      for (int64_t r = 0; r < rows; ++r) {
+        Value d =
+            e.load(act.scales,
+                   {e.add(e.mul(tokens[r], scaleRow), e.mul(b, e.cIndex(8)))});
+        Value ds = vector::BroadcastOp::create(e.b, v16f, d);
+        Value bias = vector::BroadcastOp::create(
+            e.b, v16i,
+            e.load(act.blockBias, {e.add(e.mul(tokens[r], biasRow), b)}));
         for (int64_t p = 0; p < panels; ++p) {
-          Value col = e.mul(e.add(panel0, e.cIndex(p)), e.cIndex(16));
-          Value inside = e.cmp(arith::CmpIPredicate::ult, col, m);
-          Value count =
-              e.select(inside, e.minu(e.sub(m, col), e.cIndex(16)), c0);
-          Value mask =
-              vector::CreateMaskOp::create(e.b, m16, ValueRange{count});
-          Value value = accs[r * panels + p];
-          Value safeCol = e.select(inside, col, c0);
-          if (accumulate) {
-            Value old = vector::MaskedLoadOp::create(
-                e.b, v16f, c, ValueRange{row, safeCol}, mask,
-                e.splatF32(16, 0.0f));
-            value = arith::AddFOp::create(e.b, old, value);
-          }
-          vector::MaskedStoreOp::create(e.b, c, ValueRange{row, safeCol}, mask,
-                                        value);
+          Value dot = vector::LoadOp::create(
+              e.b, v16i, cTiles,
+              ValueRange{e.add(slot(from), e.cIndex(256 * p + 16 * r))});
+          Value sum = arith::AddIOp::create(e.b, bias, dot);
+          Value scale = arith::MulFOp::create(e.b, weightScales[p], ds);
+          Value wide = arith::SIToFPOp::create(e.b, v16f, sum);
+          next.push_back(
+              vector::FMAOp::create(e.b, wide, scale, faccs[r * panels + p]));
         }
-      });
-    }
+      }
+      return next;
+    };
+    // kAmxGroupBlocks blocks' products (kAmxBlocks at a time), then their
+    // scaling, in block order; the rest one by one. A load of a tile store
+    // waits until the store retires and drains to the cache: right after
+    // it, it stalls the core.
+    SmallVector<Value> inits(rows * panels, e.splatF32(16, 0.0f));
+    Value groups = e.divu(blocks, e.cIndex(kAmxGroupBlocks));
+    SmallVector<Value> accs =
+        e.forLoop(c0, groups, c1, inits,
+                  [&](Value g, ValueRange faccs) -> SmallVector<Value> {
+                    SmallVector<Value> bs;
+                    for (int64_t i = 0; i < kAmxGroupBlocks; ++i)
+                      bs.push_back(e.add(e.mul(g, e.cIndex(kAmxGroupBlocks)),
+                                         e.cIndex(i)));
+                    for (int64_t i = 0; i < kAmxGroupBlocks; i += kAmxBlocks)
+                      multiply(ArrayRef<Value>(bs).slice(i, kAmxBlocks), i);
+                    SmallVector<Value> next(faccs);
+                    for (int64_t i = 0; i < kAmxGroupBlocks; ++i)
+                      next = scale(bs[i], i, next);
+                    return next;
+                  });
+    accs = e.forLoop(e.mul(groups, e.cIndex(kAmxGroupBlocks)), blocks, c1, accs,
+                     [&](Value b, ValueRange faccs) -> SmallVector<Value> {
+                       multiply({b}, 0);
+                       return scale(b, 0, faccs);
+                     });
+    storePanelTile(e, c, m, accs, t, t1, panel0, rows, panels, accumulate);
   });
 }
 
@@ -796,7 +983,7 @@ bool cpu::hasInt8Dot(kvrt_weight_format format) {
 /// widen buffers are not used (the activations' and the panels' buffers are
 /// allocated per call).
 void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
-                         bool accumulate) {
+                         bool accumulate, bool amx) {
   assert(hasInt8Dot(format) && "a format without an integer dot product");
   std::string base = quantMatmulName(format, accumulate);
   func::FuncOp fn = beginQuantMatmul(e, base);
@@ -815,8 +1002,17 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                                      e.b.getI64IntegerAttr(64));
     };
     Value lanes = e.mul(e.mul(n, pairs), e.cIndex(16));
-    Int8Activations act{alloc(e.byte(), e.mul(lanes, e.cIndex(4))),
-                        alloc(e.i32(), lanes), alloc(e.f32(), lanes),
+    // AMX's A tiles read whole groups of kAmxRows tokens: the quants' rows
+    // rounded up (the padding zeroed before the tiles).
+    bool amxTiles = amx && format == KVRT_WEIGHT_Q8_0;
+    Value quantRows = amxTiles ? e.mul(e.divu(e.add(n, e.cIndex(kAmxRows - 1)),
+                                              e.cIndex(kAmxRows)),
+                                       e.cIndex(kAmxRows))
+                               : n;
+    Value quantBytes = amxTiles ? e.mul(e.mul(quantRows, pairs), e.cIndex(64))
+                                : e.mul(lanes, e.cIndex(4));
+    Int8Activations act{alloc(e.byte(), quantBytes), alloc(e.i32(), lanes),
+                        alloc(e.f32(), lanes),
                         alloc(e.i32(), e.mul(e.mul(n, pairs), e.cIndex(2))),
                         pairs};
     parallelFor(
@@ -893,29 +1089,83 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
       }
       Value chunkRows = e.cIndex(kChunkRows);
       Value chunks = e.divu(e.add(n, e.sub(chunkRows, c1)), chunkRows);
-      Value tilePanels = e.cIndex(kInt8TilePanels);
-      Value panelGroups =
-          e.divu(e.add(panels, e.sub(tilePanels, c1)), tilePanels);
       SmallVector<Value> tileCaptures(captures);
       tileCaptures.append({chunks, packedQuants, packedScales});
       if (kQuant)
         tileCaptures.push_back(sums);
-      parallelFor(e, base + "_tile_task", e.mul(panelGroups, chunks),
-                  tileCaptures, [&](ValueRange v, Value lo, Value hi) {
-                    Value k;
-                    Int8Activations act = unpack(v, k);
-                    Value n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
-                    Value sums = kQuant ? v[11] : Value();
-                    e.forLoop(lo, hi, e.cIndex(1), [&](Value item) {
-                      Value g = e.divu(item, v[8]);
-                      Value t0 =
-                          e.mul(e.remu(item, v[8]), e.cIndex(kChunkRows));
-                      Value t1 = e.minu(n, e.add(t0, e.cIndex(kChunkRows)));
-                      emitInt8PanelTiles(
-                          e, format, act, sums, v[9], v[10], v[5], k, t0, t1,
-                          e.mul(g, e.cIndex(kInt8TilePanels)), accumulate);
+      // The tiles: task `task` over groups of `tilePanels` panels x chunks
+      // of kChunkRows tokens, `tile` per item (v the captures, `scratch`
+      // what `perTask` made once per task, if any).
+      auto tileTask = [&](StringRef task, int64_t tilePanels,
+                          function_ref<Value()> perTask,
+                          function_ref<void(
+                              ValueRange v, const Int8Activations &act, Value k,
+                              Value t0, Value t1, Value panel0, Value scratch)>
+                              tile) {
+        Value group = e.cIndex(tilePanels);
+        Value groups = e.divu(e.add(panels, e.sub(group, c1)), group);
+        parallelFor(e, base + task.str(), e.mul(groups, chunks), tileCaptures,
+                    [&](ValueRange v, Value lo, Value hi) {
+                      Value k;
+                      Int8Activations act = unpack(v, k);
+                      Value n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
+                      Value scratch = perTask ? perTask() : Value();
+                      e.forLoop(lo, hi, e.cIndex(1), [&](Value item) {
+                        Value g = e.divu(item, v[8]);
+                        Value t0 =
+                            e.mul(e.remu(item, v[8]), e.cIndex(kChunkRows));
+                        Value t1 = e.minu(n, e.add(t0, e.cIndex(kChunkRows)));
+                        tile(v, act, k, t0, t1, e.mul(g, e.cIndex(tilePanels)),
+                             scratch);
+                      });
                     });
-                  });
+      };
+      auto vnniTiles = [&] {
+        tileTask("_tile_task", kInt8TilePanels, nullptr,
+                 [&](ValueRange v, const Int8Activations &act, Value k,
+                     Value t0, Value t1, Value panel0, Value) {
+                   emitInt8PanelTiles(e, format, act, kQuant ? v[11] : Value(),
+                                      v[9], v[10], v[5], k, t0, t1, panel0,
+                                      accumulate);
+                 });
+      };
+      if (!amxTiles) {
+        vnniTiles();
+      } else {
+        // The quants' padding rows, read by the last A tiles.
+        Value quantsRow = e.mul(pairs, e.cIndex(64));
+        e.forLoop(
+            e.mul(n, quantsRow), e.mul(quantRows, quantsRow), e.cIndex(64),
+            [&](Value at) {
+              vector::StoreOp::create(
+                  e.b,
+                  arith::ConstantOp::create(
+                      e.b, DenseElementsAttr::get(e.vec(64, e.byte()),
+                                                  e.b.getI8IntegerAttr(0))),
+                  act.quants, ValueRange{at});
+            });
+        // AMX where this process is granted it (the compiler's is:
+        // hostHasAmx), else the same products by VNNI.
+        e.ifElse(
+            requestAmx(e),
+            [&] {
+              auto cTiles = [&]() -> Value {
+                return memref::AllocaOp::create(
+                    e.b,
+                    MemRefType::get(
+                        {kAmxGroupBlocks * kAmxTilePanels * kAmxRows * 16},
+                        e.i32()),
+                    e.b.getI64IntegerAttr(64));
+              };
+              tileTask("_amx_tile_task", kAmxTilePanels, cTiles,
+                       [&](ValueRange v, const Int8Activations &act, Value k,
+                           Value t0, Value t1, Value panel0, Value cTiles) {
+                         emitAmxPanelTiles(e, act, v[9], v[10], v[5], cTiles, k,
+                                           t0, t1, panel0, accumulate);
+                       });
+            },
+            vnniTiles);
+      }
       memref::DeallocOp::create(e.b, packedQuants);
       memref::DeallocOp::create(e.b, packedScales);
       if (kQuant)
