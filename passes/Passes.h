@@ -56,7 +56,8 @@ struct LowerToCPUPipelineOptions
                      "exactly), int8 (integer dot products on Q8_0, Q4_K "
                      "and Q6_K; needs AVX-512 VNNI), amx (int8, a Q8_0 "
                      "prefill on AMX tiles; needs AMX) or auto "
-                     "(int8 where the host has VNNI)"),
+                     "(amx where the host has AMX, else int8 where it has "
+                     "VNNI)"),
       llvm::cl::init("auto")};
 };
 

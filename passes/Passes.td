@@ -43,7 +43,8 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
     (AVX-512 VNNI; an error on a host without it), `amx` is int8 with a
     Q8_0 prefill's products on AMX int8 tiles (the same results; an error
     on a host without AMX or whose Linux refuses this process the tile
-    state), `auto` (the default) is int8 where the host has VNNI.
+    state), `auto` (the default) is amx where the host has AMX, else int8
+    where it has VNNI.
 
     Before:
     ```mlir
@@ -75,8 +76,8 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
            "How quantised weights are multiplied: f32 (widened exactly), "
            "int8 (integer dot products, activations quantised per block; "
            "Q8_0, Q4_K and Q6_K; needs AVX-512 VNNI), amx (int8, a Q8_0 "
-           "prefill on AMX tiles; needs AMX) or auto (int8 where the host "
-           "has VNNI)">
+           "prefill on AMX tiles; needs AMX) or auto (amx where the host "
+           "has AMX, else int8 where it has VNNI)">
   ];
   let statistics = [
     Statistic<"numForwards", "forwards", "Number of model forwards emitted">

@@ -2,8 +2,9 @@
 //
 // The matmuls of quantised weights by integer dot products, as llama.cpp
 // computes them: the activations quantised per block of 32 to int8, the
-// weights' quants multiplied by AVX-512 VNNI (vpdpbusd) and scaled per
-// block (docs/cpu-backend.md, "Integer dot products").
+// weights' quants multiplied by AVX-512 VNNI (vpdpbusd), or a Q8_0
+// prefill's by AMX tiles (tdpbssd), and scaled per block
+// (docs/cpu-backend.md, "Quantised weights").
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,15 +36,21 @@ constexpr int64_t kInt8TileOutputs = 4;
 /// and 8 tokens of one panel 1.05-1.2x.
 constexpr int64_t kInt8PanelRows = 6, kInt8TilePanels = 1;
 /// The AMX prefill's tiles (quant-dot=amx, Q8_0): kAmxRows tokens (an AMX
-/// tile's 16 rows) x kAmxTilePanels panels of 16 outputs, one C tile per
-/// panel, and 16 f32 accumulators per panel in registers.
-constexpr int64_t kAmxRows = 16, kAmxTilePanels = 1;
-/// Blocks the AMX tiles multiply together (kAmxBlocks x (1 + 2
-/// kAmxTilePanels) of the 8 tile registers).
-constexpr int64_t kAmxBlocks = 2;
-/// Blocks whose products are stored (a slot of cTiles each) before the
-/// first of them is scaled.
-constexpr int64_t kAmxGroupBlocks = 8;
+/// tile's 16 rows) x kAmxTilePanels panels of 16 outputs, an A tile shared
+/// by the panels' B and C tiles, and 16 f32 accumulators per panel (32
+/// registers for 2: the few that spill cost less than loading A twice).
+/// kAmxBlocks blocks' tiles are multiplied together (kAmxBlocks x (1 + 2
+/// kAmxTilePanels) of the 8 tile registers: tiles are not renamed, so
+/// reusing one waits for the instruction before), and kAmxGroupBlocks
+/// blocks' C tiles stored before they are scaled. Measured on the
+/// dim-512 Q8_0 prefill (512 tokens, 1 thread, perf samples of the tile
+/// tasks on a loaded machine, against int8's 270-285): 1 panel x 1 block,
+/// scaled right after its store, 350; grouped by 8 blocks, 2 at a time,
+/// with the bias and the token's scale loads out of the scaling (unbiased
+/// panels, tdpbssd; scales block-major), and groups pipelined 231-255;
+/// groups of 4 the same; 2 panels x 1 block 215-228.
+constexpr int64_t kAmxRows = 16, kAmxTilePanels = 2;
+constexpr int64_t kAmxBlocks = 1, kAmxGroupBlocks = 8;
 
 /// The activations of an integer-dot matmul, quantised once per call, per
 /// row and pair of 32-element blocks p (rows padded to whole pairs with zero
@@ -429,8 +436,8 @@ void storePanelQuants(ForwardEmitter &e, Value q, Value quants,
 /// vpdpbusd four weights of each of 16 outputs; the outputs' scales at
 /// (p * blocks + b) * 16. Outputs past m: zero quants and scales.
 void emitInt8PackPanels(ForwardEmitter &e, Value bytes, Value offset, Value k,
-                        Value m, Value quants, Value scales, Value lo,
-                        Value hi) {
+                        Value m, Value quants, Value scales, Value lo, Value hi,
+                        bool biased = true) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   Value blocks = e.divu(k, e.cIndex(32));
   Value rowBytes = e.mul(blocks, e.cIndex(34));
@@ -446,7 +453,9 @@ void emitInt8PackPanels(ForwardEmitter &e, Value bytes, Value offset, Value k,
           Value at = e.add(rowAt, e.mul(b, e.cIndex(34)));
           Value q = vector::LoadOp::create(e.b, v32b, bytes,
                                            ValueRange{e.add(at, e.cIndex(2))});
-          q = e.select(inside, arith::XOrIOp::create(e.b, q, flip), zeros);
+          if (biased)
+            q = arith::XOrIOp::create(e.b, q, flip);
+          q = e.select(inside, q, zeros);
           Value panelBlock = e.add(e.mul(p, blocks), b);
           storePanelQuants(e, q, quants, panelBlock, o);
           Value d = e.select(inside, e.loadF16(bytes, at), e.cF32(0.0f));
@@ -841,23 +850,25 @@ Value requestAmx(ForwardEmitter &e) {
 }
 
 /// The Q8_0 prefill's tiles on AMX (quant-dot=amx) over emitInt8PackPanels'
-/// panels: kAmxRows tokens from t0 (while below t1) x kAmxTilePanels panels
-/// from `panel0`. A panel's block is already AMX's B tile (8 rows of 64
-/// bytes: bytes 4i .. 4i + 3 of 16 outputs, biased by +128) and the tokens'
-/// quants of a block an A tile (16 rows of 32 bytes, the row stride
-/// apart), so per block and panel one tdpbsud (signed quants x unsigned
-/// biased weights) into a zeroed C tile gives sum (w + 128) q; stored to
-/// `cTiles` (kAmxTilePanels x 16 x 16 i32 on the stack), each token's row
-/// plus its block bias is sum w q, exactly the int32 of
-/// emitInt8PanelTiles' vpdpbusd chain, and is scaled and added into the f32
-/// accumulators by the same operations in the same order: the results are
-/// bit-identical to quant-dot=int8. The A tile's rows past t1 read other
-/// tokens or the zeroed padding of the quants (rows rounded up to 16) and
-/// are not stored; outputs past m are zeros in the panels and not stored.
+/// panels packed unbiased: kAmxRows tokens from t0 (while below t1) x
+/// kAmxTilePanels panels from `panel0`. A panel's block is already AMX's B
+/// tile (8 rows of 64 bytes: bytes 4i .. 4i + 3 of 16 outputs) and the
+/// tokens' quants of a block an A tile (16 rows of 32 bytes, the row stride
+/// apart), so per block and panel one tdpbssd (signed x signed) into a
+/// zeroed C tile gives sum w q, exactly the int32 of emitInt8PanelTiles'
+/// vpdpbusd chain (biased weights started at the block bias); stored to a
+/// slot of `cTiles` (kAmxGroupBlocks x kAmxTilePanels x 16 x 16 i32 on the
+/// stack), each token's row is scaled and added into the f32 accumulators
+/// by the same operations in the same order: the results are bit-identical
+/// to quant-dot=int8. The tokens' scales come block-major from `scalesT`
+/// ([blocks][quantRows], quantRows the tokens rounded up to 16), a tile's
+/// at one address. The A tile's rows past t1 read other tokens or the
+/// zeroed padding of the quants and are not stored; outputs past m are
+/// zeros in the panels and not stored.
 void emitAmxPanelTiles(ForwardEmitter &e, const Int8Activations &act,
-                       Value quants, Value scales, Value c, Value cTiles,
-                       Value k, Value t0, Value t1, Value panel0,
-                       bool accumulate) {
+                       Value quants, Value scales, Value scalesT,
+                       Value quantRows, Value c, Value cTiles, Value k,
+                       Value t0, Value t1, Value panel0, bool accumulate) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   Value m = memref::DimOp::create(e.b, c, c1);
   Value blocks = e.divu(k, e.cIndex(32));
@@ -869,16 +880,16 @@ void emitAmxPanelTiles(ForwardEmitter &e, const Int8Activations &act,
   int64_t rows = kAmxRows, panels = kAmxTilePanels;
   PanelTileIndex index = panelTileIndex(e, act, panel0, lastPanel, panels);
   ArrayRef<Value> panelIndex = index.panels;
-  Value quantsRow = index.quantsRow, scaleRow = index.scaleRow,
-        biasRow = index.biasRow;
+  Value quantsRow = index.quantsRow;
   e.forLoop(t0, t1, e.cIndex(rows), [&](Value t) {
-    SmallVector<Value> tokens = tileTokens(e, t, t1, rows);
-    // Slot i of cTiles: a block's C tiles, at i * panels * 256.
-    auto slot = [&](int64_t i) { return e.cIndex(i * panels * 256); };
+    // Slot i of the half of cTiles at `half`: a block's C tiles.
+    auto slot = [&](Value half, int64_t i) {
+      return e.add(half, e.cIndex(i * panels * 256));
+    };
     // Blocks `bs` together, each in tiles of its own: the tile registers
     // are not renamed, so a block reusing the last one's would wait for its
     // store.
-    auto multiply = [&](ArrayRef<Value> bs, int64_t firstSlot) {
+    auto multiply = [&](ArrayRef<Value> bs, Value half, int64_t firstSlot) {
       SmallVector<Value> xs, ws, dots;
       for (Value b : bs)
         xs.push_back(amx::TileLoadOp::create(
@@ -896,15 +907,15 @@ void emitAmxPanelTiles(ForwardEmitter &e, const Int8Activations &act,
         dots.push_back(amx::TileMulIOp::create(
             e.b, e.b.getLoc(), cType, xs[i / panels], ws[i],
             amx::TileZeroOp::create(e.b, e.b.getLoc(), cType),
-            /*isZextLhs=*/false, /*isZextRhs=*/true));
+            /*isZextLhs=*/false, /*isZextRhs=*/false));
       for (size_t i = 0; i < dots.size(); ++i)
         amx::TileStoreOp::create(
             e.b, e.b.getLoc(), cTiles,
-            ValueRange{e.add(slot(firstSlot + i / panels),
+            ValueRange{e.add(slot(half, firstSlot + i / panels),
                              e.cIndex(256 * (i % panels)))},
             dots[i], e.cIndex(16));
     };
-    auto scale = [&](Value b, int64_t from, ValueRange faccs) {
+    auto scale = [&](Value b, Value half, int64_t from, ValueRange faccs) {
       SmallVector<Value> weightScales;
       for (int64_t p = 0; p < panels; ++p) {
         Value panelBlock = e.add(e.mul(panelIndex[p], blocks), b);
@@ -912,51 +923,67 @@ void emitAmxPanelTiles(ForwardEmitter &e, const Int8Activations &act,
             e.b, v16f, scales, ValueRange{e.mul(panelBlock, e.cIndex(16))}));
       }
       SmallVector<Value> next;
+      Value scalesAt = e.add(e.mul(b, quantRows), t);
       for (int64_t r = 0; r < rows; ++r) {
-        Value d =
-            e.load(act.scales,
-                   {e.add(e.mul(tokens[r], scaleRow), e.mul(b, e.cIndex(8)))});
+        Value d = e.load(scalesT, {e.add(scalesAt, e.cIndex(r))});
         Value ds = vector::BroadcastOp::create(e.b, v16f, d);
-        Value bias = vector::BroadcastOp::create(
-            e.b, v16i,
-            e.load(act.blockBias, {e.add(e.mul(tokens[r], biasRow), b)}));
         for (int64_t p = 0; p < panels; ++p) {
           Value dot = vector::LoadOp::create(
               e.b, v16i, cTiles,
-              ValueRange{e.add(slot(from), e.cIndex(256 * p + 16 * r))});
-          Value sum = arith::AddIOp::create(e.b, bias, dot);
+              ValueRange{e.add(slot(half, from), e.cIndex(256 * p + 16 * r))});
           Value scale = arith::MulFOp::create(e.b, weightScales[p], ds);
-          Value wide = arith::SIToFPOp::create(e.b, v16f, sum);
+          Value wide = arith::SIToFPOp::create(e.b, v16f, dot);
           next.push_back(
               vector::FMAOp::create(e.b, wide, scale, faccs[r * panels + p]));
         }
       }
       return next;
     };
-    // kAmxGroupBlocks blocks' products (kAmxBlocks at a time), then their
-    // scaling, in block order; the rest one by one. A load of a tile store
-    // waits until the store retires and drains to the cache: right after
-    // it, it stalls the core.
-    SmallVector<Value> inits(rows * panels, e.splatF32(16, 0.0f));
+    // Groups of kAmxGroupBlocks blocks, software-pipelined: group g's
+    // products (kAmxBlocks at a time) into one half of cTiles while group
+    // g - 1's, in the other, are scaled, in block order; the rest one by
+    // one. The tile unit and the vector units then work side by side, and a
+    // load of a tile store, which waits until the store retires and drains
+    // to the cache, comes long after it.
     Value groups = e.divu(blocks, e.cIndex(kAmxGroupBlocks));
+    auto halfOf = [&](Value g) {
+      return e.mul(e.remu(g, e.cIndex(2)),
+                   e.cIndex(kAmxGroupBlocks * panels * 256));
+    };
+    auto groupBlocks = [&](Value g) {
+      SmallVector<Value> bs;
+      for (int64_t i = 0; i < kAmxGroupBlocks; ++i)
+        bs.push_back(e.add(e.mul(g, e.cIndex(kAmxGroupBlocks)), e.cIndex(i)));
+      return bs;
+    };
+    auto multiplyGroup = [&](Value g) {
+      SmallVector<Value> bs = groupBlocks(g);
+      for (int64_t i = 0; i < kAmxGroupBlocks; i += kAmxBlocks)
+        multiply(ArrayRef<Value>(bs).slice(i, kAmxBlocks), halfOf(g), i);
+    };
+    auto scaleGroup = [&](Value g, ValueRange faccs) {
+      SmallVector<Value> bs = groupBlocks(g), next(faccs);
+      for (int64_t i = 0; i < kAmxGroupBlocks; ++i)
+        next = scale(bs[i], halfOf(g), i, next);
+      return next;
+    };
+    SmallVector<Value> inits(rows * panels, e.splatF32(16, 0.0f));
+    Value some = e.cmp(arith::CmpIPredicate::ugt, groups, c0);
+    e.ifThen(some, [&] { multiplyGroup(c0); });
     SmallVector<Value> accs =
-        e.forLoop(c0, groups, c1, inits,
+        e.forLoop(c1, groups, c1, inits,
                   [&](Value g, ValueRange faccs) -> SmallVector<Value> {
-                    SmallVector<Value> bs;
-                    for (int64_t i = 0; i < kAmxGroupBlocks; ++i)
-                      bs.push_back(e.add(e.mul(g, e.cIndex(kAmxGroupBlocks)),
-                                         e.cIndex(i)));
-                    for (int64_t i = 0; i < kAmxGroupBlocks; i += kAmxBlocks)
-                      multiply(ArrayRef<Value>(bs).slice(i, kAmxBlocks), i);
-                    SmallVector<Value> next(faccs);
-                    for (int64_t i = 0; i < kAmxGroupBlocks; ++i)
-                      next = scale(bs[i], i, next);
-                    return next;
+                    multiplyGroup(g);
+                    return scaleGroup(e.sub(g, c1), faccs);
                   });
+    SmallVector<Type> types(accs.size(), v16f);
+    accs = e.ifThenElse(
+        some, types, [&] { return scaleGroup(e.sub(groups, c1), accs); },
+        [&] { return accs; });
     accs = e.forLoop(e.mul(groups, e.cIndex(kAmxGroupBlocks)), blocks, c1, accs,
                      [&](Value b, ValueRange faccs) -> SmallVector<Value> {
-                       multiply({b}, 0);
-                       return scale(b, 0, faccs);
+                       multiply({b}, c0, 0);
+                       return scale(b, c0, 0, faccs);
                      });
     storePanelTile(e, c, m, accs, t, t1, panel0, rows, panels, accumulate);
   });
@@ -979,8 +1006,10 @@ bool cpu::hasInt8Dot(kvrt_weight_format format) {
 /// emitKQuantPackPanels, parallel over panels), the K-quants' sums of the
 /// tokens' quants (emitKQuantTokenSums, parallel over rows), and tiles over
 /// the panels (emitInt8PanelTiles), parallel over groups of panels x chunks
-/// of kChunkRows tokens. The arguments are emitQuantMatmul's; its pack and
-/// widen buffers are not used (the activations' and the panels' buffers are
+/// of kChunkRows tokens; with `amx`, a Q8_0 prefill asks for the tile state
+/// and, where granted, packs the panels unbiased and takes the AMX tiles
+/// instead (emitAmxPanelTiles). The arguments are emitQuantMatmul's; its pack
+/// and widen buffers are not used (the activations' and the panels' buffers are
 /// allocated per call).
 void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                          bool accumulate, bool amx) {
@@ -1061,18 +1090,23 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
           e.mul(panelBlocks, e.cIndex(format == KVRT_WEIGHT_Q4_K ? 256 : 512)));
       Value packedScales =
           alloc(e.f32(), e.mul(panelBlocks, e.cIndex(kQuant ? 32 : 16)));
-      parallelFor(e, base + "_pack_task", panels,
-                  {bytes, offset, packedQuants, packedScales, c, a},
-                  [&](ValueRange v, Value lo, Value hi) {
-                    Value k = memref::DimOp::create(e.b, v[5], e.cIndex(1));
-                    Value m = memref::DimOp::create(e.b, v[4], e.cIndex(1));
-                    if (kQuant)
-                      emitKQuantPackPanels(e, format, v[0], v[1], k, m, v[2],
-                                           v[3], lo, hi);
-                    else
-                      emitInt8PackPanels(e, v[0], v[1], k, m, v[2], v[3], lo,
-                                         hi);
-                  });
+      // Q8_0's quants biased for vpdpbusd, or as they are for AMX.
+      auto pack = [&](StringRef task, bool biased) {
+        parallelFor(e, base + task.str(), panels,
+                    {bytes, offset, packedQuants, packedScales, c, a},
+                    [&](ValueRange v, Value lo, Value hi) {
+                      Value k = memref::DimOp::create(e.b, v[5], e.cIndex(1));
+                      Value m = memref::DimOp::create(e.b, v[4], e.cIndex(1));
+                      if (kQuant)
+                        emitKQuantPackPanels(e, format, v[0], v[1], k, m, v[2],
+                                             v[3], lo, hi);
+                      else
+                        emitInt8PackPanels(e, v[0], v[1], k, m, v[2], v[3], lo,
+                                           hi, biased);
+                    });
+      };
+      if (!amxTiles)
+        pack("_pack_task", /*biased=*/true);
       Value sums;
       if (kQuant) {
         bool q4k = format == KVRT_WEIGHT_Q4_K;
@@ -1096,15 +1130,15 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
       // The tiles: task `task` over groups of `tilePanels` panels x chunks
       // of kChunkRows tokens, `tile` per item (v the captures, `scratch`
       // what `perTask` made once per task, if any).
-      auto tileTask = [&](StringRef task, int64_t tilePanels,
-                          function_ref<Value()> perTask,
+      auto tileTask = [&](StringRef task, ValueRange taskCaptures,
+                          int64_t tilePanels, function_ref<Value()> perTask,
                           function_ref<void(
                               ValueRange v, const Int8Activations &act, Value k,
                               Value t0, Value t1, Value panel0, Value scratch)>
                               tile) {
         Value group = e.cIndex(tilePanels);
         Value groups = e.divu(e.add(panels, e.sub(group, c1)), group);
-        parallelFor(e, base + task.str(), e.mul(groups, chunks), tileCaptures,
+        parallelFor(e, base + task.str(), e.mul(groups, chunks), taskCaptures,
                     [&](ValueRange v, Value lo, Value hi) {
                       Value k;
                       Int8Activations act = unpack(v, k);
@@ -1121,7 +1155,7 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                     });
       };
       auto vnniTiles = [&] {
-        tileTask("_tile_task", kInt8TilePanels, nullptr,
+        tileTask("_tile_task", tileCaptures, kInt8TilePanels, nullptr,
                  [&](ValueRange v, const Int8Activations &act, Value k,
                      Value t0, Value t1, Value panel0, Value) {
                    emitInt8PanelTiles(e, format, act, kQuant ? v[11] : Value(),
@@ -1132,39 +1166,61 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
       if (!amxTiles) {
         vnniTiles();
       } else {
-        // The quants' padding rows, read by the last A tiles.
-        Value quantsRow = e.mul(pairs, e.cIndex(64));
-        e.forLoop(
-            e.mul(n, quantsRow), e.mul(quantRows, quantsRow), e.cIndex(64),
-            [&](Value at) {
-              vector::StoreOp::create(
-                  e.b,
-                  arith::ConstantOp::create(
-                      e.b, DenseElementsAttr::get(e.vec(64, e.byte()),
-                                                  e.b.getI8IntegerAttr(0))),
-                  act.quants, ValueRange{at});
-            });
         // AMX where this process is granted it (the compiler's is:
         // hostHasAmx), else the same products by VNNI.
         e.ifElse(
             requestAmx(e),
             [&] {
+              pack("_amx_pack_task", /*biased=*/false);
+              // The quants' padding rows, read by the last A tiles.
+              Value quantsRow = e.mul(pairs, e.cIndex(64));
+              e.forLoop(e.mul(n, quantsRow), e.mul(quantRows, quantsRow),
+                        e.cIndex(64), [&](Value at) {
+                          vector::StoreOp::create(
+                              e.b,
+                              arith::ConstantOp::create(
+                                  e.b, DenseElementsAttr::get(
+                                           e.vec(64, e.byte()),
+                                           e.b.getI8IntegerAttr(0))),
+                              act.quants, ValueRange{at});
+                        });
+              // The tokens' scales block-major, [blocks][quantRows] (zeros
+              // for the padding), so a tile's 16 are side by side.
+              Value scalesT = alloc(e.f32(), e.mul(blocks, quantRows));
+              Value laneRow = e.mul(pairs, e.cIndex(16));
+              e.forLoop(c0, quantRows, c1, [&](Value t) {
+                Value real = e.cmp(arith::CmpIPredicate::ult, t, n);
+                Value row = e.mul(e.minu(t, e.sub(n, c1)), laneRow);
+                e.forLoop(c0, blocks, c1, [&](Value b) {
+                  Value d =
+                      e.load(act.scales, {e.add(row, e.mul(b, e.cIndex(8)))});
+                  e.store(e.select(real, d, e.cF32(0.0f)), scalesT,
+                          {e.add(e.mul(b, quantRows), t)});
+                });
+              });
+              SmallVector<Value> amxCaptures(tileCaptures);
+              amxCaptures.append({scalesT, quantRows});
               auto cTiles = [&]() -> Value {
                 return memref::AllocaOp::create(
                     e.b,
                     MemRefType::get(
-                        {kAmxGroupBlocks * kAmxTilePanels * kAmxRows * 16},
+                        {2 * kAmxGroupBlocks * kAmxTilePanels * kAmxRows * 16},
                         e.i32()),
                     e.b.getI64IntegerAttr(64));
               };
-              tileTask("_amx_tile_task", kAmxTilePanels, cTiles,
+              tileTask("_amx_tile_task", amxCaptures, kAmxTilePanels, cTiles,
                        [&](ValueRange v, const Int8Activations &act, Value k,
                            Value t0, Value t1, Value panel0, Value cTiles) {
-                         emitAmxPanelTiles(e, act, v[9], v[10], v[5], cTiles, k,
-                                           t0, t1, panel0, accumulate);
+                         emitAmxPanelTiles(e, act, v[9], v[10], v[11], v[12],
+                                           v[5], cTiles, k, t0, t1, panel0,
+                                           accumulate);
                        });
+              memref::DeallocOp::create(e.b, scalesT);
             },
-            vnniTiles);
+            [&] {
+              pack("_pack_task", /*biased=*/true);
+              vnniTiles();
+            });
       }
       memref::DeallocOp::create(e.b, packedQuants);
       memref::DeallocOp::create(e.b, packedScales);

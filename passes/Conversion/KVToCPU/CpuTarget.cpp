@@ -42,7 +42,8 @@ public:
       : vectorBits(vectorBits ? vectorBits : hostVectorBits()),
         int8Dot(quantDot == QuantDot::Int8 || quantDot == QuantDot::Amx ||
                 (quantDot == QuantDot::Auto && hostHasInt8Dot())),
-        amx(quantDot == QuantDot::Amx) {}
+        amx(quantDot == QuantDot::Amx ||
+            (quantDot == QuantDot::Auto && hostHasAmx())) {}
 
   StringRef name() const override { return "CPU"; }
 

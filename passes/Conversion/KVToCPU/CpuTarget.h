@@ -25,7 +25,8 @@ namespace mlir::kv {
 ///   widen;
 /// - Amx: Int8, with the prefill's Q8_0 products on AMX tiles (tdpbsud)
 ///   instead of VNNI; the same integers, so the same floats;
-/// - Auto: Int8 where the host has AVX-512 VNNI, else F32.
+/// - Auto: Amx where the host has AMX (hostHasAmx; measured faster, see
+///   docs/cpu-backend.md), else Int8 where it has AVX-512 VNNI, else F32.
 enum class QuantDot { Auto, F32, Int8, Amx };
 /// "auto", "f32", "int8", "amx" (the option's values), or nullopt.
 std::optional<QuantDot> parseQuantDot(llvm::StringRef name);
