@@ -41,7 +41,7 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
     oracle's weights), `int8` multiplies Q8_0, Q4_K and Q6_K blocks by
     integer dot products against activations quantised per block of 32
     (AVX-512 VNNI; an error on a host without it), `amx` is int8 with a
-    Q8_0 prefill's products on AMX int8 tiles (the same results; an error
+    Q8_0 or Q4_K prefill's products on AMX int8 tiles (the same results; an error
     on a host without AMX or whose Linux refuses this process the tile
     state), `auto` (the default) is amx where the host has AMX, else int8
     where it has VNNI.

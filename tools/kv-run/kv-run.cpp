@@ -576,7 +576,7 @@ void declareOptions(OptionParser &parser, Options &options) {
               "dot products on Q8_0, Q4_K and Q6_K blocks "
               "against activations quantised per "
               "block (AVX-512 VNNI; docs/cpu-backend.md), amx the same with "
-              "a Q8_0 prefill on AMX tiles, auto (default) amx where "
+              "a Q8_0 or Q4_K prefill on AMX tiles, auto (default) amx where "
               "the host has AMX, else int8 where it has VNNI",
               options.quantDot);
 }

@@ -480,7 +480,8 @@ void emitInt8PackPanels(ForwardEmitter &e, Value bytes, Value offset, Value k,
 /// the f32 path's exactly. Outputs past m: zero quants and scales.
 void emitKQuantPackPanels(ForwardEmitter &e, kvrt_weight_format format,
                           Value bytes, Value offset, Value k, Value m,
-                          Value quants, Value scales, Value lo, Value hi) {
+                          Value quants, Value scales, Value lo, Value hi,
+                          bool nibbles = true) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   bool q4k = format == KVRT_WEIGHT_Q4_K;
   Value superBlocks = e.divu(k, e.cIndex(256));
@@ -525,7 +526,7 @@ void emitKQuantPackPanels(ForwardEmitter &e, kvrt_weight_format format,
             Value panelBlock = e.add(
                 e.mul(p, blocks), e.add(e.mul(sb, e.cIndex(8)), e.cIndex(run)));
             q = e.select(inside, q, zeros);
-            if (q4k) {
+            if (q4k && nibbles) {
               // Two quants a byte: q[l] low, q[l + 16] high.
               auto half = [&](int64_t from) -> Value {
                 return vector::ExtractStridedSliceOp::create(
@@ -849,26 +850,30 @@ Value requestAmx(ForwardEmitter &e) {
   return e.cmp(arith::CmpIPredicate::eq, result, e.cI64(0));
 }
 
-/// The Q8_0 prefill's tiles on AMX (quant-dot=amx) over emitInt8PackPanels'
-/// panels packed unbiased: kAmxRows tokens from t0 (while below t1) x
+/// The Q8_0 or Q4_K prefill's tiles on AMX (quant-dot=amx) over
+/// emitInt8PackPanels' panels packed unbiased (Q8_0) or emitKQuantPackPanels'
+/// a quant a byte (Q4_K): kAmxRows tokens from t0 (while below t1) x
 /// kAmxTilePanels panels from `panel0`. A panel's block is already AMX's B
 /// tile (8 rows of 64 bytes: bytes 4i .. 4i + 3 of 16 outputs) and the
 /// tokens' quants of a block an A tile (16 rows of 32 bytes, the row stride
-/// apart), so per block and panel one tdpbssd (signed x signed) into a
-/// zeroed C tile gives sum w q, exactly the int32 of emitInt8PanelTiles'
-/// vpdpbusd chain (biased weights started at the block bias); stored to a
-/// slot of `cTiles` (kAmxGroupBlocks x kAmxTilePanels x 16 x 16 i32 on the
+/// apart), so per block and panel one tdpbssd (Q8_0, signed x signed) or
+/// tdpbsud (Q4_K's unsigned q) into a zeroed C tile gives sum w q, exactly
+/// the int32 of emitInt8PanelTiles' vpdpbusd chain (which starts Q8_0's
+/// biased weights at the block bias, Q4_K's at 0); stored to a slot of
+/// `cTiles` (2 x kAmxGroupBlocks x kAmxTilePanels x 16 x 16 i32 on the
 /// stack), each token's row is scaled and added into the f32 accumulators
-/// by the same operations in the same order: the results are bit-identical
-/// to quant-dot=int8. The tokens' scales come block-major from `scalesT`
-/// ([blocks][quantRows], quantRows the tokens rounded up to 16), a tile's
-/// at one address. The A tile's rows past t1 read other tokens or the
-/// zeroed padding of the quants and are not stored; outputs past m are
-/// zeros in the panels and not stored.
-void emitAmxPanelTiles(ForwardEmitter &e, const Int8Activations &act,
-                       Value quants, Value scales, Value scalesT,
-                       Value quantRows, Value c, Value cTiles, Value k,
-                       Value t0, Value t1, Value panel0, bool accumulate) {
+/// by the same operations in the same order (Q4_K: (A I + B s) d, s from
+/// `sumsT`): the results are bit-identical to quant-dot=int8. The tokens'
+/// scales (and Q4_K's s) come block-major from `scalesT` (`sumsT`),
+/// [blocks][quantRows], quantRows the tokens rounded up to 16: a tile's at
+/// one address. The A tile's rows past t1 read other tokens or the zeroed
+/// padding of the quants and are not stored; outputs past m are zeros in the
+/// panels and not stored.
+void emitAmxPanelTiles(ForwardEmitter &e, kvrt_weight_format format,
+                       const Int8Activations &act, Value quants, Value scales,
+                       Value scalesT, Value quantRows, Value sumsT, Value c,
+                       Value cTiles, Value k, Value t0, Value t1, Value panel0,
+                       bool accumulate) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   Value m = memref::DimOp::create(e.b, c, c1);
   Value blocks = e.divu(k, e.cIndex(32));
@@ -878,6 +883,9 @@ void emitAmxPanelTiles(ForwardEmitter &e, const Int8Activations &act,
   auto bType = amx::TileType::get({8, 64}, e.byte());
   auto cType = amx::TileType::get({kAmxRows, 16}, e.i32());
   int64_t rows = kAmxRows, panels = kAmxTilePanels;
+  bool q4k = format == KVRT_WEIGHT_Q4_K;
+  // Floats of a panel's scales per block (emitKQuantPackPanels: two vectors).
+  int64_t scaleStride = q4k ? 32 : 16;
   PanelTileIndex index = panelTileIndex(e, act, panel0, lastPanel, panels);
   ArrayRef<Value> panelIndex = index.panels;
   Value quantsRow = index.quantsRow;
@@ -907,7 +915,7 @@ void emitAmxPanelTiles(ForwardEmitter &e, const Int8Activations &act,
         dots.push_back(amx::TileMulIOp::create(
             e.b, e.b.getLoc(), cType, xs[i / panels], ws[i],
             amx::TileZeroOp::create(e.b, e.b.getLoc(), cType),
-            /*isZextLhs=*/false, /*isZextRhs=*/false));
+            /*isZextLhs=*/false, /*isZextRhs=*/q4k));
       for (size_t i = 0; i < dots.size(); ++i)
         amx::TileStoreOp::create(
             e.b, e.b.getLoc(), cTiles,
@@ -916,25 +924,41 @@ void emitAmxPanelTiles(ForwardEmitter &e, const Int8Activations &act,
             dots[i], e.cIndex(16));
     };
     auto scale = [&](Value b, Value half, int64_t from, ValueRange faccs) {
-      SmallVector<Value> weightScales;
+      SmallVector<Value> firstScales, secondScales;
       for (int64_t p = 0; p < panels; ++p) {
-        Value panelBlock = e.add(e.mul(panelIndex[p], blocks), b);
-        weightScales.push_back(vector::LoadOp::create(
-            e.b, v16f, scales, ValueRange{e.mul(panelBlock, e.cIndex(16))}));
+        Value at = e.mul(e.add(e.mul(panelIndex[p], blocks), b),
+                         e.cIndex(scaleStride));
+        firstScales.push_back(
+            vector::LoadOp::create(e.b, v16f, scales, ValueRange{at}));
+        if (q4k)
+          secondScales.push_back(vector::LoadOp::create(
+              e.b, v16f, scales, ValueRange{e.add(at, e.cIndex(16))}));
       }
       SmallVector<Value> next;
       Value scalesAt = e.add(e.mul(b, quantRows), t);
       for (int64_t r = 0; r < rows; ++r) {
-        Value d = e.load(scalesT, {e.add(scalesAt, e.cIndex(r))});
-        Value ds = vector::BroadcastOp::create(e.b, v16f, d);
+        Value tokenAt = e.add(scalesAt, e.cIndex(r));
+        Value ds =
+            vector::BroadcastOp::create(e.b, v16f, e.load(scalesT, {tokenAt}));
+        Value tokenSum;
+        if (q4k)
+          tokenSum =
+              vector::BroadcastOp::create(e.b, v16f, e.load(sumsT, {tokenAt}));
         for (int64_t p = 0; p < panels; ++p) {
           Value dot = vector::LoadOp::create(
               e.b, v16i, cTiles,
               ValueRange{e.add(slot(half, from), e.cIndex(256 * p + 16 * r))});
-          Value scale = arith::MulFOp::create(e.b, weightScales[p], ds);
           Value wide = arith::SIToFPOp::create(e.b, v16f, dot);
-          next.push_back(
-              vector::FMAOp::create(e.b, wide, scale, faccs[r * panels + p]));
+          Value acc = faccs[r * panels + p];
+          if (!q4k) {
+            Value scale = arith::MulFOp::create(e.b, firstScales[p], ds);
+            next.push_back(vector::FMAOp::create(e.b, wide, scale, acc));
+            continue;
+          }
+          // emitInt8PanelTiles' Q4_K: (A I + B s) d, s = -(sum q_x).
+          Value sum = arith::MulFOp::create(e.b, wide, firstScales[p]);
+          sum = vector::FMAOp::create(e.b, secondScales[p], tokenSum, sum);
+          next.push_back(vector::FMAOp::create(e.b, sum, ds, acc));
         }
       }
       return next;
@@ -1006,8 +1030,9 @@ bool cpu::hasInt8Dot(kvrt_weight_format format) {
 /// emitKQuantPackPanels, parallel over panels), the K-quants' sums of the
 /// tokens' quants (emitKQuantTokenSums, parallel over rows), and tiles over
 /// the panels (emitInt8PanelTiles), parallel over groups of panels x chunks
-/// of kChunkRows tokens; with `amx`, a Q8_0 prefill asks for the tile state
-/// and, where granted, packs the panels unbiased and takes the AMX tiles
+/// of kChunkRows tokens; with `amx`, a Q8_0 or Q4_K prefill asks for the
+/// tile state and, where granted, packs the panels for AMX (Q8_0 unbiased,
+/// Q4_K a quant a byte) and takes the AMX tiles
 /// instead (emitAmxPanelTiles). The arguments are emitQuantMatmul's; its pack
 /// and widen buffers are not used (the activations' and the panels' buffers are
 /// allocated per call).
@@ -1033,7 +1058,8 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
     Value lanes = e.mul(e.mul(n, pairs), e.cIndex(16));
     // AMX's A tiles read whole groups of kAmxRows tokens: the quants' rows
     // rounded up (the padding zeroed before the tiles).
-    bool amxTiles = amx && format == KVRT_WEIGHT_Q8_0;
+    bool amxTiles =
+        amx && (format == KVRT_WEIGHT_Q8_0 || format == KVRT_WEIGHT_Q4_K);
     Value quantRows = amxTiles ? e.mul(e.divu(e.add(n, e.cIndex(kAmxRows - 1)),
                                               e.cIndex(kAmxRows)),
                                        e.cIndex(kAmxRows))
@@ -1085,13 +1111,16 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
       Value blocks = e.divu(k, e.cIndex(32));
       Value panels = e.divu(e.add(m, e.cIndex(15)), e.cIndex(16));
       Value panelBlocks = e.mul(panels, blocks);
+      // Q4_K: two quants a byte, or one for AMX (a B tile's bytes).
       Value packedQuants = alloc(
           e.byte(),
-          e.mul(panelBlocks, e.cIndex(format == KVRT_WEIGHT_Q4_K ? 256 : 512)));
+          e.mul(panelBlocks,
+                e.cIndex(format == KVRT_WEIGHT_Q4_K && !amxTiles ? 256 : 512)));
       Value packedScales =
           alloc(e.f32(), e.mul(panelBlocks, e.cIndex(kQuant ? 32 : 16)));
-      // Q8_0's quants biased for vpdpbusd, or as they are for AMX.
-      auto pack = [&](StringRef task, bool biased) {
+      // For vpdpbusd (Q8_0's quants biased, Q4_K's two a byte) or for AMX
+      // (unbiased, one a byte).
+      auto pack = [&](StringRef task, bool forVnni) {
         parallelFor(e, base + task.str(), panels,
                     {bytes, offset, packedQuants, packedScales, c, a},
                     [&](ValueRange v, Value lo, Value hi) {
@@ -1099,14 +1128,14 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                       Value m = memref::DimOp::create(e.b, v[4], e.cIndex(1));
                       if (kQuant)
                         emitKQuantPackPanels(e, format, v[0], v[1], k, m, v[2],
-                                             v[3], lo, hi);
+                                             v[3], lo, hi, forVnni);
                       else
                         emitInt8PackPanels(e, v[0], v[1], k, m, v[2], v[3], lo,
-                                           hi, biased);
+                                           hi, forVnni);
                     });
       };
       if (!amxTiles)
-        pack("_pack_task", /*biased=*/true);
+        pack("_pack_task", /*forVnni=*/true);
       Value sums;
       if (kQuant) {
         bool q4k = format == KVRT_WEIGHT_Q4_K;
@@ -1171,7 +1200,7 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
         e.ifElse(
             requestAmx(e),
             [&] {
-              pack("_amx_pack_task", /*biased=*/false);
+              pack("_amx_pack_task", /*forVnni=*/false);
               // The quants' padding rows, read by the last A tiles.
               Value quantsRow = e.mul(pairs, e.cIndex(64));
               e.forLoop(e.mul(n, quantsRow), e.mul(quantRows, quantsRow),
@@ -1184,22 +1213,33 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                                            e.b.getI8IntegerAttr(0))),
                               act.quants, ValueRange{at});
                         });
-              // The tokens' scales block-major, [blocks][quantRows] (zeros
-              // for the padding), so a tile's 16 are side by side.
+              // The tokens' scales (and Q4_K's sums) block-major,
+              // [blocks][quantRows] (zeros for the padding), so a tile's 16
+              // are side by side.
               Value scalesT = alloc(e.f32(), e.mul(blocks, quantRows));
+              Value sumsT =
+                  kQuant ? alloc(e.f32(), e.mul(blocks, quantRows)) : Value();
               Value laneRow = e.mul(pairs, e.cIndex(16));
+              Value sumsRow = e.mul(pairs, e.cIndex(2));
               e.forLoop(c0, quantRows, c1, [&](Value t) {
                 Value real = e.cmp(arith::CmpIPredicate::ult, t, n);
-                Value row = e.mul(e.minu(t, e.sub(n, c1)), laneRow);
+                Value token = e.minu(t, e.sub(n, c1));
                 e.forLoop(c0, blocks, c1, [&](Value b) {
-                  Value d =
-                      e.load(act.scales, {e.add(row, e.mul(b, e.cIndex(8)))});
-                  e.store(e.select(real, d, e.cF32(0.0f)), scalesT,
-                          {e.add(e.mul(b, quantRows), t)});
+                  Value at = e.add(e.mul(b, quantRows), t);
+                  Value d = e.load(act.scales, {e.add(e.mul(token, laneRow),
+                                                      e.mul(b, e.cIndex(8)))});
+                  e.store(e.select(real, d, e.cF32(0.0f)), scalesT, {at});
+                  if (kQuant) {
+                    Value s = e.load(sums, {e.add(e.mul(token, sumsRow), b)});
+                    e.store(e.select(real, s, e.cF32(0.0f)), sumsT, {at});
+                  }
                 });
               });
               SmallVector<Value> amxCaptures(tileCaptures);
               amxCaptures.append({scalesT, quantRows});
+              if (kQuant)
+                amxCaptures.push_back(sumsT);
+              size_t first = tileCaptures.size();
               auto cTiles = [&]() -> Value {
                 return memref::AllocaOp::create(
                     e.b,
@@ -1211,14 +1251,17 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
               tileTask("_amx_tile_task", amxCaptures, kAmxTilePanels, cTiles,
                        [&](ValueRange v, const Int8Activations &act, Value k,
                            Value t0, Value t1, Value panel0, Value cTiles) {
-                         emitAmxPanelTiles(e, act, v[9], v[10], v[11], v[12],
-                                           v[5], cTiles, k, t0, t1, panel0,
-                                           accumulate);
+                         emitAmxPanelTiles(
+                             e, format, act, v[9], v[10], v[first],
+                             v[first + 1], kQuant ? v[first + 2] : Value(),
+                             v[5], cTiles, k, t0, t1, panel0, accumulate);
                        });
               memref::DeallocOp::create(e.b, scalesT);
+              if (kQuant)
+                memref::DeallocOp::create(e.b, sumsT);
             },
             [&] {
-              pack("_pack_task", /*biased=*/true);
+              pack("_pack_task", /*forVnni=*/true);
               vnniTiles();
             });
       }

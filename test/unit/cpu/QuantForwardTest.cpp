@@ -474,34 +474,51 @@ TEST(QuantForwardTest, Int8DotOfK_QuantWithinTheBound) {
   }
 }
 
-TEST(QuantForwardTest, AmxPrefillIsTheInt8PathBitForBit) {
-  // quant-dot=amx multiplies a Q8_0 prefill on AMX tiles (tdpbsud): the
-  // same integers as the VNNI tiles' vpdpbusd, scaled and added by the same
-  // float operations in the same order, so the logits are quant-dot=int8's
-  // bits, not merely close. dim 288 and hidden 800 are 9 and 25 blocks
-  // (groups of 8 blocks and a rest; 9 an odd pair for the decode tiles),
-  // the classifier's 509 outputs a part panel; the token counts fall on
-  // and around the tiles' 16 rows and the 96-row chunks (1 and 3 decode, no
-  // AMX, the rest prefill).
-  if (!mlir::kv::hostHasAmx())
-    GTEST_SKIP() << "this host has no AMX int8 tiles granted to this "
-                    "process (the quant-dot=amx path)";
-  kvrt_model_config c = makeConfig(288, 800, 2, 4, 2, 509, 256);
-  ModelPtr f32 = syntheticModel(c, 33);
-  ModelPtr model = quantised(f32.get(), "amx-q8_0", KVRT_GGUF_Q8_0);
-  PoolPtr pool = poolFor(model.get(), 64);
+/// Prefills of `sizes` random tokens by quant-dot=amx give quant-dot=int8's
+/// logits bit for bit.
+void expectAmxIsInt8(const kvrt_model *model,
+                     std::initializer_list<size_t> sizes) {
+  kvrt_model_config c;
+  ASSERT_EQ(kvrt_model_get_config(model, &c), KVRT_OK);
+  PoolPtr pool = poolFor(model, 64);
   ViewPtr empty = emptyView(pool.get());
-  for (size_t n : {1, 3, 4, 15, 16, 17, 33, 40, 96, 97, 130}) {
+  for (size_t n : sizes) {
     std::vector<int32_t> tokens = randomTokens(n, c.vocab_size, 700 + n);
-    Prefilled amx = cpuPrefill(model.get(), empty.get(), tokens, 0, "amx");
-    Prefilled int8 = cpuPrefill(model.get(), empty.get(), tokens, 0, "int8");
+    Prefilled amx = cpuPrefill(model, empty.get(), tokens, 0, "amx");
+    Prefilled int8 = cpuPrefill(model, empty.get(), tokens, 0, "int8");
     ASSERT_EQ(amx.logits.size(), n * c.vocab_size);
     EXPECT_EQ(amx.logits, int8.logits) << n << " tokens";
   }
+}
+
+TEST(QuantForwardTest, AmxPrefillIsTheInt8PathBitForBit) {
+  // quant-dot=amx multiplies a Q8_0 or Q4_K prefill on AMX tiles (tdpbssd,
+  // tdpbsud): the same integers as the VNNI tiles' vpdpbusd, scaled and
+  // added by the same float operations in the same order, so the logits are
+  // quant-dot=int8's bits, not merely close. Q8_0: dim 288 and hidden 800
+  // are 9 and 25 blocks (groups of 8 blocks and a rest; 9 an odd pair for
+  // the decode tiles), the classifier's 509 outputs a part panel, V's 144 an
+  // odd number of panels; the token counts fall on and around the tiles' 16
+  // rows and the 96-row chunks (1 and 3 decode, no AMX, the rest prefill).
+  // Q4_K: dim 768 and hidden 512, 24 and 16 blocks, V 24 outputs.
+  if (!mlir::kv::hostHasAmx())
+    GTEST_SKIP() << "this host has no AMX int8 tiles granted to this "
+                    "process (the quant-dot=amx path)";
+  ModelPtr q8f32 = syntheticModel(makeConfig(288, 800, 2, 4, 2, 509, 256), 33);
+  ModelPtr q8 = quantised(q8f32.get(), "amx-q8_0", KVRT_GGUF_Q8_0);
+  expectAmxIsInt8(q8.get(), {1, 3, 4, 15, 16, 17, 33, 40, 96, 97, 130});
   // Against the oracle, the int8 path's bound.
   for (size_t n : {17, 40})
-    EXPECT_GT(checkLayer0Bound(model.get(), n, "amx"), 1e-5) << n;
-  expectSameForAnyThreadCount(model.get(), {17, 130}, "amx");
+    EXPECT_GT(checkLayer0Bound(q8.get(), n, "amx"), 1e-5) << n;
+  expectSameForAnyThreadCount(q8.get(), {17, 130}, "amx");
+
+  ModelPtr k4f32 = syntheticModel(makeConfig(768, 512, 2, 32, 1, 509, 256), 34);
+  ModelPtr q4k = quantised(k4f32.get(), "amx-q4_k", KVRT_GGUF_Q4_K);
+  ASSERT_NE(kvir::modelWeightFormats(q4k.get()).spec().find("wv:q4_k"),
+            std::string::npos);
+  expectAmxIsInt8(q4k.get(), {4, 16, 17, 40, 97});
+  EXPECT_GT(checkLayer0Bound(q4k.get(), 17, "amx"), 1e-5);
+  expectSameForAnyThreadCount(q4k.get(), {17, 97}, "amx");
 }
 
 TEST(QuantForwardTest, AForwardOfOtherFormatsIsRefused) {
