@@ -54,8 +54,10 @@ struct LowerToCPUPipelineOptions
       *this, "quant-dot",
       llvm::cl::desc("How quantised weights are multiplied: f32 (widened "
                      "exactly), int8 (integer dot products on Q8_0, Q4_K "
-                     "and Q6_K; needs AVX-512 VNNI) or auto "
-                     "(int8 where the host has VNNI)"),
+                     "and Q6_K; needs AVX-512 VNNI), amx (int8, a Q8_0 "
+                     "prefill on AMX tiles; needs AMX) or auto "
+                     "(amx where the host has AMX, else int8 where it has "
+                     "VNNI)"),
       llvm::cl::init("auto")};
 };
 

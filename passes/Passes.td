@@ -40,8 +40,11 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
     weights are multiplied: `f32` widens their blocks to f32 exactly (the
     oracle's weights), `int8` multiplies Q8_0, Q4_K and Q6_K blocks by
     integer dot products against activations quantised per block of 32
-    (AVX-512 VNNI; an error on a host without it),
-    `auto` (the default) is int8 where the host has VNNI.
+    (AVX-512 VNNI; an error on a host without it), `amx` is int8 with a
+    Q8_0 or Q4_K prefill's products on AMX int8 tiles (the same results; an error
+    on a host without AMX or whose Linux refuses this process the tile
+    state), `auto` (the default) is amx where the host has AMX, else int8
+    where it has VNNI.
 
     Before:
     ```mlir
@@ -57,7 +60,8 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
     func.func @kv_fwd_5c0e..._materialize(%args: !llvm.ptr)
     ```
   }];
-  let dependentDialects = ["::mlir::arith::ArithDialect",
+  let dependentDialects = ["::mlir::amx::AMXDialect",
+                           "::mlir::arith::ArithDialect",
                            "::mlir::func::FuncDialect",
                            "::mlir::LLVM::LLVMDialect",
                            "::mlir::math::MathDialect",
@@ -71,8 +75,9 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
     Option<"quantDot", "quant-dot", "std::string", /*default=*/"\"auto\"",
            "How quantised weights are multiplied: f32 (widened exactly), "
            "int8 (integer dot products, activations quantised per block; "
-           "Q8_0, Q4_K and Q6_K; needs AVX-512 VNNI) or auto "
-           "(int8 where the host has VNNI)">
+           "Q8_0, Q4_K and Q6_K; needs AVX-512 VNNI), amx (int8, a Q8_0 "
+           "prefill on AMX tiles; needs AMX) or auto (amx where the host "
+           "has AMX, else int8 where it has VNNI)">
   ];
   let statistics = [
     Statistic<"numForwards", "forwards", "Number of model forwards emitted">

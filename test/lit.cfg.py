@@ -64,6 +64,22 @@ try:
 except OSError:
     pass
 
+# AMX int8 tiles the host grants: `REQUIRES: amx` for quant-dot=amx, which the
+# pass refuses unless the CPU has them and Linux grants a process the tile
+# state (arch_prctl ARCH_REQ_XCOMP_PERM; asked here as the pass asks).
+try:
+    import ctypes
+    with open("/proc/cpuinfo") as cpuinfo:
+        flags = cpuinfo.read().split()
+    if ("amx_tile" in flags and "amx_int8" in flags
+            and "avx512_vnni" in flags):
+        libc = ctypes.CDLL(None, use_errno=True)
+        # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA (x86-64).
+        if libc.syscall(158, 0x1023, 18) == 0:
+            config.available_features.add("amx")
+except (OSError, AttributeError):
+    pass
+
 tool_dirs = [config.kvir_tools_dir, config.llvm_tools_dir]
 tools = [ToolSubst("kv-opt", unresolved="fatal"), ToolSubst("kv-run", unresolved="ignore"),
          ToolSubst("kv-convert", unresolved="ignore"),

@@ -1021,5 +1021,11 @@ std::string kvir::compiler::quantDotFor(StringRef cpu, StringRef requested) {
     return "f32";
   std::unique_ptr<llvm::MCSubtargetInfo> info(
       target->createMCSubtargetInfo(triple, cpu, ""));
-  return info && info->checkFeatures("+avx512vnni,+avx512bw") ? "auto" : "f32";
+  if (!info || !info->checkFeatures("+avx512vnni,+avx512bw"))
+    return "f32";
+  // auto takes AMX tiles where this host has them (CpuTarget): not in an
+  // object for a CPU without.
+  if (!info->checkFeatures("+amx-tile,+amx-int8") && mlir::kv::hostHasAmx())
+    return "int8";
+  return "auto";
 }

@@ -125,7 +125,7 @@ struct LowerOptions {
   /// chosen for (512, 256; 0: the host's).
   int64_t cpuVectorBits = 0;
   /// CPU only: how quantised weights are multiplied (kv-lower-to-cpu's
-  /// quant-dot: auto, f32, int8).
+  /// quant-dot: auto, f32, int8, amx).
   std::string cpuQuantDot = "auto";
 };
 
@@ -234,7 +234,8 @@ mlir::LogicalResult emitObject(mlir::ModuleOp lowered,
 /// The CPU forward's quant-dot for code generated for `cpu` ("native" or an
 /// LLVM CPU name): `requested` where the CPU has the integer dot path's
 /// instructions (AVX-512 VNNI) or `requested` is not "auto", else "f32"
-/// (LowerOptions::cpuQuantDot), so that an object for another CPU never
+/// (LowerOptions::cpuQuantDot); "int8" for "auto" where this host would take
+/// AMX tiles and the CPU has none; so that an object for another CPU never
 /// holds instructions that CPU lacks.
 std::string quantDotFor(llvm::StringRef cpu, llvm::StringRef requested);
 

@@ -43,6 +43,8 @@ void mlir::kv::buildLowerToCPUPipeline(
   pm.addPass(createSCFToControlFlowPass());
   ConvertVectorToLLVMPassOptions vector;
   vector.reassociateFPReductions = options.reassociateFPReductions;
+  // quant-dot=amx's tiles (CpuInt8Matmul.cpp); nothing else changes.
+  vector.amx = true;
   pm.addPass(createConvertVectorToLLVMPass(vector));
   pm.addPass(createConvertMathToLLVMPass());
   addHostToLLVMPasses(pm);

@@ -9,6 +9,7 @@
 #include "passes/Conversion/KVToCPU/CpuTarget.h"
 #include "passes/Passes.h"
 
+#include "mlir/Dialect/AMX/AMXDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -40,15 +41,23 @@ struct ConvertKVToCPUPass
     }
     std::optional<QuantDot> dot = parseQuantDot(quantDot);
     if (!dot) {
-      getOperation().emitError()
-          << "convert-kv-to-cpu: quant-dot must be auto, f32 or int8, not '"
-          << quantDot << "'";
+      getOperation().emitError() << "convert-kv-to-cpu: quant-dot must be "
+                                    "auto, f32, int8 or amx, not '"
+                                 << quantDot << "'";
       return signalPassFailure();
     }
     if (*dot == QuantDot::Int8 && !hostHasInt8Dot()) {
       getOperation().emitError()
           << "convert-kv-to-cpu: quant-dot=int8 needs AVX-512 VNNI "
              "(avx512vnni, avx512bw), which this host lacks";
+      return signalPassFailure();
+    }
+    if (*dot == QuantDot::Amx && !hostHasAmx()) {
+      getOperation().emitError()
+          << "convert-kv-to-cpu: quant-dot=amx needs AMX int8 tiles "
+             "(amx-tile, amx-int8, with AVX-512 VNNI) granted to this process "
+             "by Linux (arch_prctl ARCH_REQ_XCOMP_PERM), which this host "
+             "lacks";
       return signalPassFailure();
     }
     std::unique_ptr<ForwardTarget> target = createCpuTarget(vectorBits, *dot);

@@ -2,14 +2,16 @@
 //
 // The matmuls of quantised weights by integer dot products, as llama.cpp
 // computes them: the activations quantised per block of 32 to int8, the
-// weights' quants multiplied by AVX-512 VNNI (vpdpbusd) and scaled per
-// block (docs/cpu-backend.md, "Integer dot products").
+// weights' quants multiplied by AVX-512 VNNI (vpdpbusd), or a Q8_0
+// prefill's by AMX tiles (tdpbssd), and scaled per block
+// (docs/cpu-backend.md, "Quantised weights").
 //
 //===----------------------------------------------------------------------===//
 
 #include "passes/Conversion/KVToCPU/CpuKernels.h"
 #include "passes/Conversion/KVToCPU/CpuParallel.h"
 
+#include "mlir/Dialect/AMX/AMXDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -33,6 +35,22 @@ constexpr int64_t kInt8TileOutputs = 4;
 /// 3 x 2) spill to unaligned stack slots and took 1.2-1.5x as long, 4, 7
 /// and 8 tokens of one panel 1.05-1.2x.
 constexpr int64_t kInt8PanelRows = 6, kInt8TilePanels = 1;
+/// The AMX prefill's tiles (quant-dot=amx, Q8_0): kAmxRows tokens (an AMX
+/// tile's 16 rows) x kAmxTilePanels panels of 16 outputs, an A tile shared
+/// by the panels' B and C tiles, and 16 f32 accumulators per panel (32
+/// registers for 2: the few that spill cost less than loading A twice).
+/// kAmxBlocks blocks' tiles are multiplied together (kAmxBlocks x (1 + 2
+/// kAmxTilePanels) of the 8 tile registers: tiles are not renamed, so
+/// reusing one waits for the instruction before), and kAmxGroupBlocks
+/// blocks' C tiles stored before they are scaled. Measured on the
+/// dim-512 Q8_0 prefill (512 tokens, 1 thread, perf samples of the tile
+/// tasks on a loaded machine, against int8's 270-285): 1 panel x 1 block,
+/// scaled right after its store, 350; grouped by 8 blocks, 2 at a time,
+/// with the bias and the token's scale loads out of the scaling (unbiased
+/// panels, tdpbssd; scales block-major), and groups pipelined 231-255;
+/// groups of 4 the same; 2 panels x 1 block 215-228.
+constexpr int64_t kAmxRows = 16, kAmxTilePanels = 2;
+constexpr int64_t kAmxBlocks = 1, kAmxGroupBlocks = 8;
 
 /// The activations of an integer-dot matmul, quantised once per call, per
 /// row and pair of 32-element blocks p (rows padded to whole pairs with zero
@@ -418,8 +436,8 @@ void storePanelQuants(ForwardEmitter &e, Value q, Value quants,
 /// vpdpbusd four weights of each of 16 outputs; the outputs' scales at
 /// (p * blocks + b) * 16. Outputs past m: zero quants and scales.
 void emitInt8PackPanels(ForwardEmitter &e, Value bytes, Value offset, Value k,
-                        Value m, Value quants, Value scales, Value lo,
-                        Value hi) {
+                        Value m, Value quants, Value scales, Value lo, Value hi,
+                        bool biased = true) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   Value blocks = e.divu(k, e.cIndex(32));
   Value rowBytes = e.mul(blocks, e.cIndex(34));
@@ -435,7 +453,9 @@ void emitInt8PackPanels(ForwardEmitter &e, Value bytes, Value offset, Value k,
           Value at = e.add(rowAt, e.mul(b, e.cIndex(34)));
           Value q = vector::LoadOp::create(e.b, v32b, bytes,
                                            ValueRange{e.add(at, e.cIndex(2))});
-          q = e.select(inside, arith::XOrIOp::create(e.b, q, flip), zeros);
+          if (biased)
+            q = arith::XOrIOp::create(e.b, q, flip);
+          q = e.select(inside, q, zeros);
           Value panelBlock = e.add(e.mul(p, blocks), b);
           storePanelQuants(e, q, quants, panelBlock, o);
           Value d = e.select(inside, e.loadF16(bytes, at), e.cF32(0.0f));
@@ -460,7 +480,8 @@ void emitInt8PackPanels(ForwardEmitter &e, Value bytes, Value offset, Value k,
 /// the f32 path's exactly. Outputs past m: zero quants and scales.
 void emitKQuantPackPanels(ForwardEmitter &e, kvrt_weight_format format,
                           Value bytes, Value offset, Value k, Value m,
-                          Value quants, Value scales, Value lo, Value hi) {
+                          Value quants, Value scales, Value lo, Value hi,
+                          bool nibbles = true) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   bool q4k = format == KVRT_WEIGHT_Q4_K;
   Value superBlocks = e.divu(k, e.cIndex(256));
@@ -505,7 +526,7 @@ void emitKQuantPackPanels(ForwardEmitter &e, kvrt_weight_format format,
             Value panelBlock = e.add(
                 e.mul(p, blocks), e.add(e.mul(sb, e.cIndex(8)), e.cIndex(run)));
             q = e.select(inside, q, zeros);
-            if (q4k) {
+            if (q4k && nibbles) {
               // Two quants a byte: q[l] low, q[l + 16] high.
               auto half = [&](int64_t from) -> Value {
                 return vector::ExtractStridedSliceOp::create(
@@ -572,6 +593,65 @@ void emitKQuantTokenSums(ForwardEmitter &e, kvrt_weight_format format,
   });
 }
 
+/// A prefill tile's `panels` panels from panel0 (the last one, lastPanel,
+/// for those past it) and the activations' row strides: quants, scales,
+/// block biases.
+struct PanelTileIndex {
+  SmallVector<Value> panels;
+  Value quantsRow, scaleRow, biasRow;
+};
+PanelTileIndex panelTileIndex(ForwardEmitter &e, const Int8Activations &act,
+                              Value panel0, Value lastPanel, int64_t panels) {
+  PanelTileIndex index;
+  for (int64_t p = 0; p < panels; ++p)
+    index.panels.push_back(e.minu(e.add(panel0, e.cIndex(p)), lastPanel));
+  index.quantsRow = e.mul(act.pairs, e.cIndex(64));
+  index.scaleRow = e.mul(act.pairs, e.cIndex(16));
+  index.biasRow = e.mul(act.pairs, e.cIndex(2));
+  return index;
+}
+
+/// A tile's tokens t .. t + rows - 1, those from t1 on clamped to t1 - 1.
+SmallVector<Value> tileTokens(ForwardEmitter &e, Value t, Value t1,
+                              int64_t rows) {
+  SmallVector<Value> tokens;
+  for (int64_t r = 0; r < rows; ++r)
+    tokens.push_back(e.minu(e.add(t, e.cIndex(r)), e.sub(t1, e.cIndex(1))));
+  return tokens;
+}
+
+/// Stores into `c` (adds, with `accumulate`) the prefill tile's f32
+/// accumulators `accs`, token-major: `rows` tokens from t x `panels` panels
+/// of 16 outputs from panel0; tokens from t1 on and outputs from m on are
+/// not stored.
+void storePanelTile(ForwardEmitter &e, Value c, Value m, ArrayRef<Value> accs,
+                    Value t, Value t1, Value panel0, int64_t rows,
+                    int64_t panels, bool accumulate) {
+  Value c0 = e.cIndex(0);
+  VectorType v16f = e.vec(16, e.f32()), m16 = e.vec(16, e.i1());
+  for (int64_t r = 0; r < rows; ++r) {
+    Value row = e.add(t, e.cIndex(r));
+    e.ifThen(e.cmp(arith::CmpIPredicate::ult, row, t1), [&] {
+      for (int64_t p = 0; p < panels; ++p) {
+        Value col = e.mul(e.add(panel0, e.cIndex(p)), e.cIndex(16));
+        Value inside = e.cmp(arith::CmpIPredicate::ult, col, m);
+        Value count = e.select(inside, e.minu(e.sub(m, col), e.cIndex(16)), c0);
+        Value mask = vector::CreateMaskOp::create(e.b, m16, ValueRange{count});
+        Value value = accs[r * panels + p];
+        Value safeCol = e.select(inside, col, c0);
+        if (accumulate) {
+          Value old = vector::MaskedLoadOp::create(e.b, v16f, c,
+                                                   ValueRange{row, safeCol},
+                                                   mask, e.splatF32(16, 0.0f));
+          value = arith::AddFOp::create(e.b, old, value);
+        }
+        vector::MaskedStoreOp::create(e.b, c, ValueRange{row, safeCol}, mask,
+                                      value);
+      }
+    });
+  }
+}
+
 /// The prefill's register tiles over repacked panels (emitInt8PackPanels,
 /// emitKQuantPackPanels): kInt8PanelRows tokens from t0 (while below t1) x
 /// kInt8TilePanels panels from `panel0`. Per 32-element block: each i32
@@ -608,7 +688,6 @@ void emitInt8PanelTiles(ForwardEmitter &e, kvrt_weight_format format,
   Value lastPanel = e.sub(e.divu(e.add(m, e.cIndex(15)), e.cIndex(16)), c1);
   VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
              v64b = e.vec(64, e.byte()), v4b = e.vec(4, e.byte());
-  VectorType m16 = e.vec(16, e.i1());
   bool q4k = format == KVRT_WEIGHT_Q4_K, q6k = format == KVRT_WEIGHT_Q6_K;
   auto splatBytes = [&](VectorType type, int8_t value) -> Value {
     return arith::ConstantOp::create(
@@ -617,17 +696,13 @@ void emitInt8PanelTiles(ForwardEmitter &e, kvrt_weight_format format,
   // Floats of a panel's scales per block (emitKQuantPackPanels: two vectors).
   int64_t scaleStride = q4k || q6k ? 32 : 16;
   int64_t rows = kInt8PanelRows, panels = kInt8TilePanels;
-  SmallVector<Value> panelIndex;
-  for (int64_t p = 0; p < panels; ++p)
-    panelIndex.push_back(e.minu(e.add(panel0, e.cIndex(p)), lastPanel));
-  Value quantsRow = e.mul(act.pairs, e.cIndex(64));
-  Value scaleRow = e.mul(act.pairs, e.cIndex(16));
-  Value biasRow = e.mul(act.pairs, e.cIndex(2));
+  PanelTileIndex index = panelTileIndex(e, act, panel0, lastPanel, panels);
+  ArrayRef<Value> panelIndex = index.panels;
+  Value quantsRow = index.quantsRow, scaleRow = index.scaleRow,
+        biasRow = index.biasRow;
   Value groupRow = q6k ? e.mul(act.pairs, e.cIndex(4)) : Value();
   e.forLoop(t0, t1, e.cIndex(rows), [&](Value t) {
-    SmallVector<Value> tokens;
-    for (int64_t r = 0; r < rows; ++r)
-      tokens.push_back(e.minu(e.add(t, e.cIndex(r)), e.sub(t1, c1)));
+    SmallVector<Value> tokens = tileTokens(e, t, t1, rows);
     SmallVector<Value> inits(rows * panels, e.splatF32(16, 0.0f));
     SmallVector<Value> accs = e.forLoop(
         c0, blocks, c1, inits,
@@ -749,29 +824,192 @@ void emitInt8PanelTiles(ForwardEmitter &e, kvrt_weight_format format,
           }
           return next;
         });
-    for (int64_t r = 0; r < rows; ++r) {
-      Value row = e.add(t, e.cIndex(r));
-      e.ifThen(e.cmp(arith::CmpIPredicate::ult, row, t1), [&] {
+    storePanelTile(e, c, m, accs, t, t1, panel0, rows, panels, accumulate);
+  });
+}
+
+/// Asks Linux for this process's permission to use the AMX tile data
+/// (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), libc's
+/// variadic syscall: the generated code may run in a process other than the
+/// compiler's, e.g. an object from kv-aot); i1 true where granted. Granting
+/// is idempotent and covers every thread of the process.
+Value requestAmx(ForwardEmitter &e) {
+  constexpr int64_t kArchPrctl = 158, kReqXcompPerm = 0x1023, kXtileData = 18;
+  auto type = LLVM::LLVMFunctionType::get(e.i64(), {e.i64()},
+                                          /*isVarArg=*/true);
+  if (!e.module.lookupSymbol("syscall")) {
+    OpBuilder::InsertionGuard guard(e.b);
+    e.b.setInsertionPointToEnd(e.module.getBody());
+    LLVM::LLVMFuncOp::create(e.b, e.b.getLoc(), "syscall", type);
+  }
+  Value result =
+      LLVM::CallOp::create(e.b, e.b.getLoc(), type, "syscall",
+                           ValueRange{e.cI64(kArchPrctl), e.cI64(kReqXcompPerm),
+                                      e.cI64(kXtileData)})
+          .getResult();
+  return e.cmp(arith::CmpIPredicate::eq, result, e.cI64(0));
+}
+
+/// The Q8_0 or Q4_K prefill's tiles on AMX (quant-dot=amx) over
+/// emitInt8PackPanels' panels packed unbiased (Q8_0) or emitKQuantPackPanels'
+/// a quant a byte (Q4_K): kAmxRows tokens from t0 (while below t1) x
+/// kAmxTilePanels panels from `panel0`. A panel's block is already AMX's B
+/// tile (8 rows of 64 bytes: bytes 4i .. 4i + 3 of 16 outputs) and the
+/// tokens' quants of a block an A tile (16 rows of 32 bytes, the row stride
+/// apart), so per block and panel one tdpbssd (Q8_0, signed x signed) or
+/// tdpbsud (Q4_K's unsigned q) into a zeroed C tile gives sum w q, exactly
+/// the int32 of emitInt8PanelTiles' vpdpbusd chain (which starts Q8_0's
+/// biased weights at the block bias, Q4_K's at 0); stored to a slot of
+/// `cTiles` (2 x kAmxGroupBlocks x kAmxTilePanels x 16 x 16 i32 on the
+/// stack), each token's row is scaled and added into the f32 accumulators
+/// by the same operations in the same order (Q4_K: (A I + B s) d, s from
+/// `sumsT`): the results are bit-identical to quant-dot=int8. The tokens'
+/// scales (and Q4_K's s) come block-major from `scalesT` (`sumsT`),
+/// [blocks][quantRows], quantRows the tokens rounded up to 16: a tile's at
+/// one address. The A tile's rows past t1 read other tokens or the zeroed
+/// padding of the quants and are not stored; outputs past m are zeros in the
+/// panels and not stored.
+void emitAmxPanelTiles(ForwardEmitter &e, kvrt_weight_format format,
+                       const Int8Activations &act, Value quants, Value scales,
+                       Value scalesT, Value quantRows, Value sumsT, Value c,
+                       Value cTiles, Value k, Value t0, Value t1, Value panel0,
+                       bool accumulate) {
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  Value m = memref::DimOp::create(e.b, c, c1);
+  Value blocks = e.divu(k, e.cIndex(32));
+  Value lastPanel = e.sub(e.divu(e.add(m, e.cIndex(15)), e.cIndex(16)), c1);
+  VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32());
+  auto aType = amx::TileType::get({kAmxRows, 32}, e.byte());
+  auto bType = amx::TileType::get({8, 64}, e.byte());
+  auto cType = amx::TileType::get({kAmxRows, 16}, e.i32());
+  int64_t rows = kAmxRows, panels = kAmxTilePanels;
+  bool q4k = format == KVRT_WEIGHT_Q4_K;
+  // Floats of a panel's scales per block (emitKQuantPackPanels: two vectors).
+  int64_t scaleStride = q4k ? 32 : 16;
+  PanelTileIndex index = panelTileIndex(e, act, panel0, lastPanel, panels);
+  ArrayRef<Value> panelIndex = index.panels;
+  Value quantsRow = index.quantsRow;
+  e.forLoop(t0, t1, e.cIndex(rows), [&](Value t) {
+    // Slot i of the half of cTiles at `half`: a block's C tiles.
+    auto slot = [&](Value half, int64_t i) {
+      return e.add(half, e.cIndex(i * panels * 256));
+    };
+    // Blocks `bs` together, each in tiles of its own: the tile registers
+    // are not renamed, so a block reusing the last one's would wait for its
+    // store.
+    auto multiply = [&](ArrayRef<Value> bs, Value half, int64_t firstSlot) {
+      SmallVector<Value> xs, ws, dots;
+      for (Value b : bs)
+        xs.push_back(amx::TileLoadOp::create(
+            e.b, e.b.getLoc(), aType, act.quants,
+            ValueRange{e.add(e.mul(t, quantsRow), e.mul(b, e.cIndex(32)))},
+            quantsRow));
+      for (Value b : bs)
+        for (int64_t p = 0; p < panels; ++p)
+          ws.push_back(amx::TileLoadOp::create(
+              e.b, e.b.getLoc(), bType, quants,
+              ValueRange{
+                  e.mul(e.add(e.mul(panelIndex[p], blocks), b), e.cIndex(512))},
+              e.cIndex(64)));
+      for (size_t i = 0; i < ws.size(); ++i)
+        dots.push_back(amx::TileMulIOp::create(
+            e.b, e.b.getLoc(), cType, xs[i / panels], ws[i],
+            amx::TileZeroOp::create(e.b, e.b.getLoc(), cType),
+            /*isZextLhs=*/false, /*isZextRhs=*/q4k));
+      for (size_t i = 0; i < dots.size(); ++i)
+        amx::TileStoreOp::create(
+            e.b, e.b.getLoc(), cTiles,
+            ValueRange{e.add(slot(half, firstSlot + i / panels),
+                             e.cIndex(256 * (i % panels)))},
+            dots[i], e.cIndex(16));
+    };
+    auto scale = [&](Value b, Value half, int64_t from, ValueRange faccs) {
+      SmallVector<Value> firstScales, secondScales;
+      for (int64_t p = 0; p < panels; ++p) {
+        Value at = e.mul(e.add(e.mul(panelIndex[p], blocks), b),
+                         e.cIndex(scaleStride));
+        firstScales.push_back(
+            vector::LoadOp::create(e.b, v16f, scales, ValueRange{at}));
+        if (q4k)
+          secondScales.push_back(vector::LoadOp::create(
+              e.b, v16f, scales, ValueRange{e.add(at, e.cIndex(16))}));
+      }
+      SmallVector<Value> next;
+      Value scalesAt = e.add(e.mul(b, quantRows), t);
+      for (int64_t r = 0; r < rows; ++r) {
+        Value tokenAt = e.add(scalesAt, e.cIndex(r));
+        Value ds =
+            vector::BroadcastOp::create(e.b, v16f, e.load(scalesT, {tokenAt}));
+        Value tokenSum;
+        if (q4k)
+          tokenSum =
+              vector::BroadcastOp::create(e.b, v16f, e.load(sumsT, {tokenAt}));
         for (int64_t p = 0; p < panels; ++p) {
-          Value col = e.mul(e.add(panel0, e.cIndex(p)), e.cIndex(16));
-          Value inside = e.cmp(arith::CmpIPredicate::ult, col, m);
-          Value count =
-              e.select(inside, e.minu(e.sub(m, col), e.cIndex(16)), c0);
-          Value mask =
-              vector::CreateMaskOp::create(e.b, m16, ValueRange{count});
-          Value value = accs[r * panels + p];
-          Value safeCol = e.select(inside, col, c0);
-          if (accumulate) {
-            Value old = vector::MaskedLoadOp::create(
-                e.b, v16f, c, ValueRange{row, safeCol}, mask,
-                e.splatF32(16, 0.0f));
-            value = arith::AddFOp::create(e.b, old, value);
+          Value dot = vector::LoadOp::create(
+              e.b, v16i, cTiles,
+              ValueRange{e.add(slot(half, from), e.cIndex(256 * p + 16 * r))});
+          Value wide = arith::SIToFPOp::create(e.b, v16f, dot);
+          Value acc = faccs[r * panels + p];
+          if (!q4k) {
+            Value scale = arith::MulFOp::create(e.b, firstScales[p], ds);
+            next.push_back(vector::FMAOp::create(e.b, wide, scale, acc));
+            continue;
           }
-          vector::MaskedStoreOp::create(e.b, c, ValueRange{row, safeCol}, mask,
-                                        value);
+          // emitInt8PanelTiles' Q4_K: (A I + B s) d, s = -(sum q_x).
+          Value sum = arith::MulFOp::create(e.b, wide, firstScales[p]);
+          sum = vector::FMAOp::create(e.b, secondScales[p], tokenSum, sum);
+          next.push_back(vector::FMAOp::create(e.b, sum, ds, acc));
         }
-      });
-    }
+      }
+      return next;
+    };
+    // Groups of kAmxGroupBlocks blocks, software-pipelined: group g's
+    // products (kAmxBlocks at a time) into one half of cTiles while group
+    // g - 1's, in the other, are scaled, in block order; the rest one by
+    // one. The tile unit and the vector units then work side by side, and a
+    // load of a tile store, which waits until the store retires and drains
+    // to the cache, comes long after it.
+    Value groups = e.divu(blocks, e.cIndex(kAmxGroupBlocks));
+    auto halfOf = [&](Value g) {
+      return e.mul(e.remu(g, e.cIndex(2)),
+                   e.cIndex(kAmxGroupBlocks * panels * 256));
+    };
+    auto groupBlocks = [&](Value g) {
+      SmallVector<Value> bs;
+      for (int64_t i = 0; i < kAmxGroupBlocks; ++i)
+        bs.push_back(e.add(e.mul(g, e.cIndex(kAmxGroupBlocks)), e.cIndex(i)));
+      return bs;
+    };
+    auto multiplyGroup = [&](Value g) {
+      SmallVector<Value> bs = groupBlocks(g);
+      for (int64_t i = 0; i < kAmxGroupBlocks; i += kAmxBlocks)
+        multiply(ArrayRef<Value>(bs).slice(i, kAmxBlocks), halfOf(g), i);
+    };
+    auto scaleGroup = [&](Value g, ValueRange faccs) {
+      SmallVector<Value> bs = groupBlocks(g), next(faccs);
+      for (int64_t i = 0; i < kAmxGroupBlocks; ++i)
+        next = scale(bs[i], halfOf(g), i, next);
+      return next;
+    };
+    SmallVector<Value> inits(rows * panels, e.splatF32(16, 0.0f));
+    Value some = e.cmp(arith::CmpIPredicate::ugt, groups, c0);
+    e.ifThen(some, [&] { multiplyGroup(c0); });
+    SmallVector<Value> accs =
+        e.forLoop(c1, groups, c1, inits,
+                  [&](Value g, ValueRange faccs) -> SmallVector<Value> {
+                    multiplyGroup(g);
+                    return scaleGroup(e.sub(g, c1), faccs);
+                  });
+    SmallVector<Type> types(accs.size(), v16f);
+    accs = e.ifThenElse(
+        some, types, [&] { return scaleGroup(e.sub(groups, c1), accs); },
+        [&] { return accs; });
+    accs = e.forLoop(e.mul(groups, e.cIndex(kAmxGroupBlocks)), blocks, c1, accs,
+                     [&](Value b, ValueRange faccs) -> SmallVector<Value> {
+                       multiply({b}, c0, 0);
+                       return scale(b, c0, 0, faccs);
+                     });
+    storePanelTile(e, c, m, accs, t, t1, panel0, rows, panels, accumulate);
   });
 }
 
@@ -792,11 +1030,14 @@ bool cpu::hasInt8Dot(kvrt_weight_format format) {
 /// emitKQuantPackPanels, parallel over panels), the K-quants' sums of the
 /// tokens' quants (emitKQuantTokenSums, parallel over rows), and tiles over
 /// the panels (emitInt8PanelTiles), parallel over groups of panels x chunks
-/// of kChunkRows tokens. The arguments are emitQuantMatmul's; its pack and
-/// widen buffers are not used (the activations' and the panels' buffers are
+/// of kChunkRows tokens; with `amx`, a Q8_0 or Q4_K prefill asks for the
+/// tile state and, where granted, packs the panels for AMX (Q8_0 unbiased,
+/// Q4_K a quant a byte) and takes the AMX tiles
+/// instead (emitAmxPanelTiles). The arguments are emitQuantMatmul's; its pack
+/// and widen buffers are not used (the activations' and the panels' buffers are
 /// allocated per call).
 void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
-                         bool accumulate) {
+                         bool accumulate, bool amx) {
   assert(hasInt8Dot(format) && "a format without an integer dot product");
   std::string base = quantMatmulName(format, accumulate);
   func::FuncOp fn = beginQuantMatmul(e, base);
@@ -815,8 +1056,18 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                                      e.b.getI64IntegerAttr(64));
     };
     Value lanes = e.mul(e.mul(n, pairs), e.cIndex(16));
-    Int8Activations act{alloc(e.byte(), e.mul(lanes, e.cIndex(4))),
-                        alloc(e.i32(), lanes), alloc(e.f32(), lanes),
+    // AMX's A tiles read whole groups of kAmxRows tokens: the quants' rows
+    // rounded up (the padding zeroed before the tiles).
+    bool amxTiles =
+        amx && (format == KVRT_WEIGHT_Q8_0 || format == KVRT_WEIGHT_Q4_K);
+    Value quantRows = amxTiles ? e.mul(e.divu(e.add(n, e.cIndex(kAmxRows - 1)),
+                                              e.cIndex(kAmxRows)),
+                                       e.cIndex(kAmxRows))
+                               : n;
+    Value quantBytes = amxTiles ? e.mul(e.mul(quantRows, pairs), e.cIndex(64))
+                                : e.mul(lanes, e.cIndex(4));
+    Int8Activations act{alloc(e.byte(), quantBytes), alloc(e.i32(), lanes),
+                        alloc(e.f32(), lanes),
                         alloc(e.i32(), e.mul(e.mul(n, pairs), e.cIndex(2))),
                         pairs};
     parallelFor(
@@ -860,23 +1111,31 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
       Value blocks = e.divu(k, e.cIndex(32));
       Value panels = e.divu(e.add(m, e.cIndex(15)), e.cIndex(16));
       Value panelBlocks = e.mul(panels, blocks);
+      // Q4_K: two quants a byte, or one for AMX (a B tile's bytes).
       Value packedQuants = alloc(
           e.byte(),
-          e.mul(panelBlocks, e.cIndex(format == KVRT_WEIGHT_Q4_K ? 256 : 512)));
+          e.mul(panelBlocks,
+                e.cIndex(format == KVRT_WEIGHT_Q4_K && !amxTiles ? 256 : 512)));
       Value packedScales =
           alloc(e.f32(), e.mul(panelBlocks, e.cIndex(kQuant ? 32 : 16)));
-      parallelFor(e, base + "_pack_task", panels,
-                  {bytes, offset, packedQuants, packedScales, c, a},
-                  [&](ValueRange v, Value lo, Value hi) {
-                    Value k = memref::DimOp::create(e.b, v[5], e.cIndex(1));
-                    Value m = memref::DimOp::create(e.b, v[4], e.cIndex(1));
-                    if (kQuant)
-                      emitKQuantPackPanels(e, format, v[0], v[1], k, m, v[2],
-                                           v[3], lo, hi);
-                    else
-                      emitInt8PackPanels(e, v[0], v[1], k, m, v[2], v[3], lo,
-                                         hi);
-                  });
+      // For vpdpbusd (Q8_0's quants biased, Q4_K's two a byte) or for AMX
+      // (unbiased, one a byte).
+      auto pack = [&](StringRef task, bool forVnni) {
+        parallelFor(e, base + task.str(), panels,
+                    {bytes, offset, packedQuants, packedScales, c, a},
+                    [&](ValueRange v, Value lo, Value hi) {
+                      Value k = memref::DimOp::create(e.b, v[5], e.cIndex(1));
+                      Value m = memref::DimOp::create(e.b, v[4], e.cIndex(1));
+                      if (kQuant)
+                        emitKQuantPackPanels(e, format, v[0], v[1], k, m, v[2],
+                                             v[3], lo, hi, forVnni);
+                      else
+                        emitInt8PackPanels(e, v[0], v[1], k, m, v[2], v[3], lo,
+                                           hi, forVnni);
+                    });
+      };
+      if (!amxTiles)
+        pack("_pack_task", /*forVnni=*/true);
       Value sums;
       if (kQuant) {
         bool q4k = format == KVRT_WEIGHT_Q4_K;
@@ -893,29 +1152,119 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
       }
       Value chunkRows = e.cIndex(kChunkRows);
       Value chunks = e.divu(e.add(n, e.sub(chunkRows, c1)), chunkRows);
-      Value tilePanels = e.cIndex(kInt8TilePanels);
-      Value panelGroups =
-          e.divu(e.add(panels, e.sub(tilePanels, c1)), tilePanels);
       SmallVector<Value> tileCaptures(captures);
       tileCaptures.append({chunks, packedQuants, packedScales});
       if (kQuant)
         tileCaptures.push_back(sums);
-      parallelFor(e, base + "_tile_task", e.mul(panelGroups, chunks),
-                  tileCaptures, [&](ValueRange v, Value lo, Value hi) {
-                    Value k;
-                    Int8Activations act = unpack(v, k);
-                    Value n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
-                    Value sums = kQuant ? v[11] : Value();
-                    e.forLoop(lo, hi, e.cIndex(1), [&](Value item) {
-                      Value g = e.divu(item, v[8]);
-                      Value t0 =
-                          e.mul(e.remu(item, v[8]), e.cIndex(kChunkRows));
-                      Value t1 = e.minu(n, e.add(t0, e.cIndex(kChunkRows)));
-                      emitInt8PanelTiles(
-                          e, format, act, sums, v[9], v[10], v[5], k, t0, t1,
-                          e.mul(g, e.cIndex(kInt8TilePanels)), accumulate);
+      // The tiles: task `task` over groups of `tilePanels` panels x chunks
+      // of kChunkRows tokens, `tile` per item (v the captures, `scratch`
+      // what `perTask` made once per task, if any).
+      auto tileTask = [&](StringRef task, ValueRange taskCaptures,
+                          int64_t tilePanels, function_ref<Value()> perTask,
+                          function_ref<void(
+                              ValueRange v, const Int8Activations &act, Value k,
+                              Value t0, Value t1, Value panel0, Value scratch)>
+                              tile) {
+        Value group = e.cIndex(tilePanels);
+        Value groups = e.divu(e.add(panels, e.sub(group, c1)), group);
+        parallelFor(e, base + task.str(), e.mul(groups, chunks), taskCaptures,
+                    [&](ValueRange v, Value lo, Value hi) {
+                      Value k;
+                      Int8Activations act = unpack(v, k);
+                      Value n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
+                      Value scratch = perTask ? perTask() : Value();
+                      e.forLoop(lo, hi, e.cIndex(1), [&](Value item) {
+                        Value g = e.divu(item, v[8]);
+                        Value t0 =
+                            e.mul(e.remu(item, v[8]), e.cIndex(kChunkRows));
+                        Value t1 = e.minu(n, e.add(t0, e.cIndex(kChunkRows)));
+                        tile(v, act, k, t0, t1, e.mul(g, e.cIndex(tilePanels)),
+                             scratch);
+                      });
                     });
-                  });
+      };
+      auto vnniTiles = [&] {
+        tileTask("_tile_task", tileCaptures, kInt8TilePanels, nullptr,
+                 [&](ValueRange v, const Int8Activations &act, Value k,
+                     Value t0, Value t1, Value panel0, Value) {
+                   emitInt8PanelTiles(e, format, act, kQuant ? v[11] : Value(),
+                                      v[9], v[10], v[5], k, t0, t1, panel0,
+                                      accumulate);
+                 });
+      };
+      if (!amxTiles) {
+        vnniTiles();
+      } else {
+        // AMX where this process is granted it (the compiler's is:
+        // hostHasAmx), else the same products by VNNI.
+        e.ifElse(
+            requestAmx(e),
+            [&] {
+              pack("_amx_pack_task", /*forVnni=*/false);
+              // The quants' padding rows, read by the last A tiles.
+              Value quantsRow = e.mul(pairs, e.cIndex(64));
+              e.forLoop(e.mul(n, quantsRow), e.mul(quantRows, quantsRow),
+                        e.cIndex(64), [&](Value at) {
+                          vector::StoreOp::create(
+                              e.b,
+                              arith::ConstantOp::create(
+                                  e.b, DenseElementsAttr::get(
+                                           e.vec(64, e.byte()),
+                                           e.b.getI8IntegerAttr(0))),
+                              act.quants, ValueRange{at});
+                        });
+              // The tokens' scales (and Q4_K's sums) block-major,
+              // [blocks][quantRows] (zeros for the padding), so a tile's 16
+              // are side by side.
+              Value scalesT = alloc(e.f32(), e.mul(blocks, quantRows));
+              Value sumsT =
+                  kQuant ? alloc(e.f32(), e.mul(blocks, quantRows)) : Value();
+              Value laneRow = e.mul(pairs, e.cIndex(16));
+              Value sumsRow = e.mul(pairs, e.cIndex(2));
+              e.forLoop(c0, quantRows, c1, [&](Value t) {
+                Value real = e.cmp(arith::CmpIPredicate::ult, t, n);
+                Value token = e.minu(t, e.sub(n, c1));
+                e.forLoop(c0, blocks, c1, [&](Value b) {
+                  Value at = e.add(e.mul(b, quantRows), t);
+                  Value d = e.load(act.scales, {e.add(e.mul(token, laneRow),
+                                                      e.mul(b, e.cIndex(8)))});
+                  e.store(e.select(real, d, e.cF32(0.0f)), scalesT, {at});
+                  if (kQuant) {
+                    Value s = e.load(sums, {e.add(e.mul(token, sumsRow), b)});
+                    e.store(e.select(real, s, e.cF32(0.0f)), sumsT, {at});
+                  }
+                });
+              });
+              SmallVector<Value> amxCaptures(tileCaptures);
+              amxCaptures.append({scalesT, quantRows});
+              if (kQuant)
+                amxCaptures.push_back(sumsT);
+              size_t first = tileCaptures.size();
+              auto cTiles = [&]() -> Value {
+                return memref::AllocaOp::create(
+                    e.b,
+                    MemRefType::get(
+                        {2 * kAmxGroupBlocks * kAmxTilePanels * kAmxRows * 16},
+                        e.i32()),
+                    e.b.getI64IntegerAttr(64));
+              };
+              tileTask("_amx_tile_task", amxCaptures, kAmxTilePanels, cTiles,
+                       [&](ValueRange v, const Int8Activations &act, Value k,
+                           Value t0, Value t1, Value panel0, Value cTiles) {
+                         emitAmxPanelTiles(
+                             e, format, act, v[9], v[10], v[first],
+                             v[first + 1], kQuant ? v[first + 2] : Value(),
+                             v[5], cTiles, k, t0, t1, panel0, accumulate);
+                       });
+              memref::DeallocOp::create(e.b, scalesT);
+              if (kQuant)
+                memref::DeallocOp::create(e.b, sumsT);
+            },
+            [&] {
+              pack("_pack_task", /*forVnni=*/true);
+              vnniTiles();
+            });
+      }
       memref::DeallocOp::create(e.b, packedQuants);
       memref::DeallocOp::create(e.b, packedScales);
       if (kQuant)

@@ -64,9 +64,12 @@ std::string quantMatmulName(kvrt_weight_format format, bool accumulate);
 /// dot products on the weights' blocks, the activations quantised per block
 /// of 32 to int8 (llama.cpp's Q8_0 activations): AVX-512 VNNI (vpdpbusd).
 /// Only for formats where hasInt8Dot holds: Q8_0, Q4_K and Q6_K, decode and
-/// prefill (a prefill repacks the weights into panels per call).
+/// prefill (a prefill repacks the weights into panels per call). With `amx`
+/// (the host has it: hostHasAmx), a Q8_0 or Q4_K prefill multiplies on AMX
+/// tiles
+/// where the running process is granted them, VNNI where not.
 void emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
-                    bool accumulate);
+                    bool accumulate, bool amx = false);
 bool hasInt8Dot(kvrt_weight_format format);
 /// CpuMath.cpp: rope_table, rope_apply, swiglu, add_bias (configs with
 /// qkv_bias only).

@@ -18,6 +18,11 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/TargetParser/Host.h"
 
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 using namespace mlir;
 using namespace mlir::kv;
 using namespace mlir::kv::cpu;
@@ -35,8 +40,10 @@ class CpuTarget final : public ForwardTarget {
 public:
   CpuTarget(int64_t vectorBits, QuantDot quantDot)
       : vectorBits(vectorBits ? vectorBits : hostVectorBits()),
-        int8Dot(quantDot == QuantDot::Int8 ||
-                (quantDot == QuantDot::Auto && hostHasInt8Dot())) {}
+        int8Dot(quantDot == QuantDot::Int8 || quantDot == QuantDot::Amx ||
+                (quantDot == QuantDot::Auto && hostHasInt8Dot())),
+        amx(quantDot == QuantDot::Amx ||
+            (quantDot == QuantDot::Auto && hostHasAmx())) {}
 
   StringRef name() const override { return "CPU"; }
 
@@ -167,6 +174,8 @@ private:
   int64_t vectorBits;
   /// Whether formats with an integer dot product (hasInt8Dot) use it.
   bool int8Dot;
+  /// Whether their prefill takes AMX tiles where emitInt8Matmul has them.
+  bool amx;
   SmallVector<Value> temporaries;
   /// The packed-weights buffer of each function that multiplies, and the
   /// one weights of other formats are widened to f32 in (for a prefill).
@@ -222,10 +231,12 @@ void CpuTarget::emitKernels(ForwardEmitter &e) {
   for (kvrt_weight_format format : e.formats.used()) {
     if (format == KVRT_WEIGHT_F32)
       continue;
-    auto emit =
-        int8Dot && hasInt8Dot(format) ? emitInt8Matmul : emitQuantMatmul;
-    emit(e, format, /*accumulate=*/false);
-    emit(e, format, /*accumulate=*/true);
+    for (bool accumulate : {false, true}) {
+      if (int8Dot && hasInt8Dot(format))
+        emitInt8Matmul(e, format, accumulate, amx);
+      else
+        emitQuantMatmul(e, format, accumulate);
+    }
   }
   emitRopeTable(e);
   emitRopeApply(e);
@@ -287,6 +298,8 @@ std::optional<QuantDot> mlir::kv::parseQuantDot(llvm::StringRef name) {
     return QuantDot::F32;
   if (name == "int8")
     return QuantDot::Int8;
+  if (name == "amx")
+    return QuantDot::Amx;
   return std::nullopt;
 }
 
@@ -297,6 +310,26 @@ bool mlir::kv::hostHasInt8Dot() {
     return it != features.end() && it->second;
   };
   return has("avx512vnni") && has("avx512bw");
+}
+
+bool mlir::kv::hostHasAmx() {
+#if defined(__linux__) && defined(__x86_64__)
+  static const bool granted = [] {
+    llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+    auto has = [&](StringRef name) {
+      auto it = features.find(name);
+      return it != features.end() && it->second;
+    };
+    if (!hostHasInt8Dot() || !has("amx-tile") || !has("amx-int8"))
+      return false;
+    // ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA (asm/prctl.h, Linux 5.16).
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+  }();
+  return granted;
+#else
+  return false;
+#endif
 }
 
 std::unique_ptr<ForwardTarget> mlir::kv::createCpuTarget(int64_t vectorBits,

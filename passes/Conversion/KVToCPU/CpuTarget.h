@@ -23,12 +23,21 @@ namespace mlir::kv {
 /// - Int8: integer dot products where the format has them, the activations
 ///   quantised per block to int8: Q8_0, Q4_K and Q6_K; other formats
 ///   widen;
-/// - Auto: Int8 where the host has AVX-512 VNNI, else F32.
-enum class QuantDot { Auto, F32, Int8 };
-/// "auto", "f32", "int8" (the option's values), or nullopt.
+/// - Amx: Int8, with the prefill's Q8_0 products on AMX tiles (tdpbsud)
+///   instead of VNNI; the same integers, so the same floats;
+/// - Auto: Amx where the host has AMX (hostHasAmx; measured faster, see
+///   docs/cpu-backend.md), else Int8 where it has AVX-512 VNNI, else F32.
+enum class QuantDot { Auto, F32, Int8, Amx };
+/// "auto", "f32", "int8", "amx" (the option's values), or nullopt.
 std::optional<QuantDot> parseQuantDot(llvm::StringRef name);
 /// Whether this host runs the integer dot products (AVX-512 VNNI).
 bool hostHasInt8Dot();
+/// Whether this host runs AMX int8 tiles: the CPU has them (amx-tile,
+/// amx-int8) beside VNNI, and Linux granted this process the tile data
+/// state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once; without it the first
+/// tile instruction raises SIGILL). The permission is the process's, so it
+/// covers the worker threads too.
+bool hostHasAmx();
 
 /// A new CPU target for vectors of `vectorBits` (512: AVX-512, 256: AVX2;
 /// 0: the host's), which sets the register tile of the packed matmul, and

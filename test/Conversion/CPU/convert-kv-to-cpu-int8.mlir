@@ -1,10 +1,9 @@
 // REQUIRES: avx512vnni
 // RUN: kv-opt %s --convert-kv-to-cpu=quant-dot=int8 | FileCheck %s
-// RUN: kv-opt %s --convert-kv-to-cpu | FileCheck %s
 // RUN: kv-opt %s --convert-kv-to-cpu=quant-dot=f32 | FileCheck %s --check-prefix=F32
 
 // Integer dot products (quant-dot=int8, and auto on a host with AVX-512
-// VNNI): matmul_q8_0 quantises the activations per block of 32 in a
+// VNNI and no AMX; with AMX, convert-kv-to-cpu-amx.mlir): matmul_q8_0 quantises the activations per block of 32 in a
 // parallel pre-pass, then multiplies with vpdpbusd; decode tiles over the
 // weights as they are, prefill tiles over panels repacked per call. Q4_K
 // (w1 here) and Q6_K (the classifier) the same, their prefill taking the

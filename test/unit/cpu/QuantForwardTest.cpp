@@ -326,17 +326,19 @@ std::vector<float> weightRow(const kvrt_weight &weight, int64_t layer,
   return out;
 }
 
-/// Layer 0's V of `n` random tokens by the int8 path (quant-dot=int8)
-/// against the oracle's, each output within the bound the activations'
-/// quantisation gives (Int8DotWithinTheActivationQuantisationBound);
-/// returns the largest difference.
-double checkLayer0Bound(const kvrt_model *model, size_t n) {
+/// Layer 0's V of `n` random tokens by the int8 path (quant-dot=int8, or
+/// `quantDot`) against the oracle's, each output within the bound the
+/// activations' quantisation gives
+/// (Int8DotWithinTheActivationQuantisationBound); returns the largest
+/// difference.
+double checkLayer0Bound(const kvrt_model *model, size_t n,
+                        const std::string &quantDot = "int8") {
   kvrt_model_config c;
   EXPECT_EQ(kvrt_model_get_config(model, &c), KVRT_OK);
   kvrt_model_weights w;
   EXPECT_EQ(kvrt_model_get_weights(model, &w), KVRT_OK);
   kvir::Forward forward =
-      forwardFor(model, kvir::modelWeightFormats(model), "int8");
+      forwardFor(model, kvir::modelWeightFormats(model), quantDot);
   PoolPtr pool = poolFor(model, 64);
   ViewPtr empty = emptyView(pool.get());
   int64_t kvDim = c.dim / c.n_heads * c.n_kv_heads;
@@ -376,17 +378,18 @@ double checkLayer0Bound(const kvrt_model *model, size_t n) {
       largestRatio = std::max(largestRatio, diff / bound);
     }
   }
-  std::printf("int8 dot, %s, %zu tokens: layer 0 V max |diff| %.3e, at most "
+  std::printf("%s dot, %s, %zu tokens: layer 0 V max |diff| %.3e, at most "
               "%.2f of the bound\n",
-              kvrt::weightFormatName(w.wv.slices[0].format), n, worst,
-              largestRatio);
+              quantDot.c_str(), kvrt::weightFormatName(w.wv.slices[0].format),
+              n, worst, largestRatio);
   return worst;
 }
 
-/// The logits of prefills of `sizes` random tokens by the int8 path are the
-/// same bits on 1, 2 and 3 threads.
+/// The logits of prefills of `sizes` random tokens by the int8 path (or
+/// `quantDot`) are the same bits on 1, 2 and 3 threads.
 void expectSameForAnyThreadCount(const kvrt_model *model,
-                                 std::initializer_list<size_t> sizes) {
+                                 std::initializer_list<size_t> sizes,
+                                 const std::string &quantDot = "int8") {
   kvrt_model_config c;
   ASSERT_EQ(kvrt_model_get_config(model, &c), KVRT_OK);
   PoolPtr pool = poolFor(model, 64);
@@ -397,7 +400,7 @@ void expectSameForAnyThreadCount(const kvrt_model *model,
     for (int32_t threads : {1, 2, 3}) {
       kvrt_set_num_threads(threads);
       logits.push_back(
-          cpuPrefill(model, empty.get(), tokens, 0, "int8").logits);
+          cpuPrefill(model, empty.get(), tokens, 0, quantDot).logits);
     }
     kvrt_set_num_threads(0);
     EXPECT_EQ(logits[0], logits[1]) << n;
@@ -469,6 +472,53 @@ TEST(QuantForwardTest, Int8DotOfK_QuantWithinTheBound) {
       EXPECT_GT(checkLayer0Bound(model.get(), n), 1e-5) << n;
     expectSameForAnyThreadCount(model.get(), {13, 64});
   }
+}
+
+/// Prefills of `sizes` random tokens by quant-dot=amx give quant-dot=int8's
+/// logits bit for bit.
+void expectAmxIsInt8(const kvrt_model *model,
+                     std::initializer_list<size_t> sizes) {
+  kvrt_model_config c;
+  ASSERT_EQ(kvrt_model_get_config(model, &c), KVRT_OK);
+  PoolPtr pool = poolFor(model, 64);
+  ViewPtr empty = emptyView(pool.get());
+  for (size_t n : sizes) {
+    std::vector<int32_t> tokens = randomTokens(n, c.vocab_size, 700 + n);
+    Prefilled amx = cpuPrefill(model, empty.get(), tokens, 0, "amx");
+    Prefilled int8 = cpuPrefill(model, empty.get(), tokens, 0, "int8");
+    ASSERT_EQ(amx.logits.size(), n * c.vocab_size);
+    EXPECT_EQ(amx.logits, int8.logits) << n << " tokens";
+  }
+}
+
+TEST(QuantForwardTest, AmxPrefillIsTheInt8PathBitForBit) {
+  // quant-dot=amx multiplies a Q8_0 or Q4_K prefill on AMX tiles (tdpbssd,
+  // tdpbsud): the same integers as the VNNI tiles' vpdpbusd, scaled and
+  // added by the same float operations in the same order, so the logits are
+  // quant-dot=int8's bits, not merely close. Q8_0: dim 288 and hidden 800
+  // are 9 and 25 blocks (groups of 8 blocks and a rest; 9 an odd pair for
+  // the decode tiles), the classifier's 509 outputs a part panel, V's 144 an
+  // odd number of panels; the token counts fall on and around the tiles' 16
+  // rows and the 96-row chunks (1 and 3 decode, no AMX, the rest prefill).
+  // Q4_K: dim 768 and hidden 512, 24 and 16 blocks, V 24 outputs.
+  if (!mlir::kv::hostHasAmx())
+    GTEST_SKIP() << "this host has no AMX int8 tiles granted to this "
+                    "process (the quant-dot=amx path)";
+  ModelPtr q8f32 = syntheticModel(makeConfig(288, 800, 2, 4, 2, 509, 256), 33);
+  ModelPtr q8 = quantised(q8f32.get(), "amx-q8_0", KVRT_GGUF_Q8_0);
+  expectAmxIsInt8(q8.get(), {1, 3, 4, 15, 16, 17, 33, 40, 96, 97, 130});
+  // Against the oracle, the int8 path's bound.
+  for (size_t n : {17, 40})
+    EXPECT_GT(checkLayer0Bound(q8.get(), n, "amx"), 1e-5) << n;
+  expectSameForAnyThreadCount(q8.get(), {17, 130}, "amx");
+
+  ModelPtr k4f32 = syntheticModel(makeConfig(768, 512, 2, 32, 1, 509, 256), 34);
+  ModelPtr q4k = quantised(k4f32.get(), "amx-q4_k", KVRT_GGUF_Q4_K);
+  ASSERT_NE(kvir::modelWeightFormats(q4k.get()).spec().find("wv:q4_k"),
+            std::string::npos);
+  expectAmxIsInt8(q4k.get(), {4, 16, 17, 40, 97});
+  EXPECT_GT(checkLayer0Bound(q4k.get(), 17, "amx"), 1e-5);
+  expectSameForAnyThreadCount(q4k.get(), {17, 97}, "amx");
 }
 
 TEST(QuantForwardTest, AForwardOfOtherFormatsIsRefused) {
