@@ -71,8 +71,15 @@ int64_t chunkKeys(Type kvElement) {
 /// lanes; within the last vector, the halves of each block are swapped
 /// and added. Every output is summed as a halving reduction of its own
 /// (lane i + lane i + 8, then + 4, + 2, + 1): the order in which
-/// vector.reduction's lowering adds one vector's lanes.
-Value reduceEach(ForwardEmitter &e, ArrayRef<Value> vectors) {
+/// vector.reduction's lowering adds one vector's lanes. `combine` (add when
+/// null) may be another associative operation: maxnumf gives each vector's
+/// largest lane, in depth 4 where vector.reduction <maxnumf> lowers to a
+/// chain of 15 scalar maxss, each with its NaN fix-up.
+Value reduceEach(ForwardEmitter &e, ArrayRef<Value> vectors,
+                 function_ref<Value(Value, Value)> combine = {}) {
+  auto add = [&](Value a, Value b) -> Value {
+    return combine ? combine(a, b) : arith::AddFOp::create(e.b, a, b);
+  };
   constexpr int64_t n = kLanes;
   assert(!vectors.empty() && int64_t(vectors.size()) <= n);
   SmallVector<Value> level(vectors);
@@ -97,7 +104,7 @@ Value reduceEach(ForwardEmitter &e, ArrayRef<Value> vectors) {
     for (size_t v = 0; v < level.size(); v += 2) {
       Value lo = vector::ShuffleOp::create(e.b, level[v], level[v + 1], lower);
       Value hi = vector::ShuffleOp::create(e.b, level[v], level[v + 1], upper);
-      next.push_back(arith::AddFOp::create(e.b, lo, hi));
+      next.push_back(add(lo, hi));
       SmallVector<int64_t> merged;
       for (size_t b = 0; b < outputs[v].size(); ++b) {
         merged.push_back(outputs[v][b]);
@@ -114,8 +121,7 @@ Value reduceEach(ForwardEmitter &e, ArrayRef<Value> vectors) {
     SmallVector<int64_t> swapped;
     for (int64_t l = 0; l < n; ++l)
       swapped.push_back(l ^ (size / 2));
-    sums = arith::AddFOp::create(
-        e.b, sums, vector::ShuffleOp::create(e.b, sums, sums, swapped));
+    sums = add(sums, vector::ShuffleOp::create(e.b, sums, sums, swapped));
   }
   // Input i's sum is on the first lane of its block: gather them.
   int64_t blockLanes = n / int64_t(outputs.front().size());
@@ -123,24 +129,6 @@ Value reduceEach(ForwardEmitter &e, ArrayRef<Value> vectors) {
   for (auto [block, input] : llvm::enumerate(outputs.front()))
     gather[input] = int64_t(block) * blockLanes;
   return vector::ShuffleOp::create(e.b, sums, sums, gather);
-}
-
-/// The largest of the 16 lanes of `v` under maxnumf (a NaN lane counts only
-/// if every lane is NaN), as vector.reduction <maxnumf> gives it, by a
-/// halving tree of lane-wise maxnumf: depth 4. The reduction's own lowering
-/// on x86 is a chain of 15 scalar maxss, each with its NaN fix-up, which
-/// every row's softmax step waited on (7-8% of an 8K prefill's attention).
-/// The max of finite values is exact in any order (a zero's sign aside,
-/// which no weight exp(score - max) sees).
-Value maxLanes(ForwardEmitter &e, Value v) {
-  for (int64_t half = kLanes / 2; half >= 1; half /= 2) {
-    SmallVector<int64_t> swapped;
-    for (int64_t l = 0; l < kLanes; ++l)
-      swapped.push_back(l ^ half);
-    v = arith::MaxNumFOp::create(e.b, v,
-                                 vector::ShuffleOp::create(e.b, v, v, swapped));
-  }
-  return vector::ExtractOp::create(e.b, v, ArrayRef<int64_t>{0});
 }
 
 /// The attention of `spans` (query tokens x KV heads) of a task, span i
@@ -469,48 +457,72 @@ void emitAttentionRows(ForwardEmitter &e, bool wide, Value q, Value pos,
               });
               // Per row: the chunk's max, the rescale of what came before, and
               // the weights exp(score - max) over the scores (a row that has
-              // seen no key yet gets weights 0: softmaxRescale's shift).
-              e.forLoop(c0, e.cIndex(rows), c1, [&](Value row) {
-                Value tt = e.add(lt0, e.divu(row, cG));
-                Value state = stateAt(tt, e.add(gq, e.remu(row, cG)));
-                auto scoreAt = [&](Value bl) {
-                  return e.add(e.mul(row, scw), bl);
-                };
+              // seen no key yet gets weights 0: softmaxRescale's shift). The
+              // rows go in batches of up to 16, unrolled: each row's maxima
+              // and sums of 16 lanes are taken by one transposed reduction
+              // for the batch (the same halving order as vector.reduction's
+              // for the sums; a max is exact in any order), and the rows'
+              // chains of dependent steps interleave instead of following one
+              // another.
+              auto scoreAt = [&](int64_t row, Value bl) {
+                return e.add(e.mul(e.cIndex(row), scw), bl);
+              };
+              auto blockMask = [&](Value bl) {
+                return vector::CreateMaskOp::create(
+                    e.b, m16, ValueRange{e.sub(colEnd, bl)});
+              };
+              auto maxNum = [&](Value a, Value b) -> Value {
+                return arith::MaxNumFOp::create(e.b, a, b);
+              };
+              for (int64_t b0 = 0; b0 < rows; b0 += kLanes) {
+                int64_t bn = std::min(kLanes, rows - b0);
                 // The chunk's max, 16 scores at a time (lanes past the chunk
                 // read as -inf).
-                Value maxv = e.forLoop(
-                    colBegin, colEnd, c16, {ninf16},
-                    [&](Value bl, ValueRange vm) -> SmallVector<Value> {
-                      Value mask = vector::CreateMaskOp::create(
-                          e.b, m16, ValueRange{e.sub(colEnd, bl)});
-                      Value sv = maskedLoad(sc, scoreAt(bl), mask, ninf16);
-                      return {arith::MaxNumFOp::create(e.b, vm[0], sv)};
-                    })[0];
-                Value chunkMax = maxLanes(e, maxv);
-                Value oldMax = e.load(mx, {state});
-                auto [newMax, shift, corr] =
-                    e.softmaxRescale(oldMax, chunkMax, /*skipUnchanged=*/true);
-                Value l1 =
-                    arith::MulFOp::create(e.b, e.load(lsum, {state}), corr);
-                Value mb = vector::BroadcastOp::create(e.b, v16, shift);
-                Value weights = e.forLoop(
-                    colBegin, colEnd, c16, {z16},
-                    [&](Value bl, ValueRange ps) -> SmallVector<Value> {
-                      Value bi = scoreAt(bl);
-                      Value mask = vector::CreateMaskOp::create(
-                          e.b, m16, ValueRange{e.sub(colEnd, bl)});
-                      Value sv = maskedLoad(sc, bi, mask, ninf16);
-                      Value d = arith::SubFOp::create(e.b, sv, mb);
-                      Value p = call(e, "exp16", {d}, {v16})[0];
-                      vector::StoreOp::create(e.b, p, sc, ValueRange{bi});
-                      return {arith::AddFOp::create(e.b, ps[0], p)};
-                    })[0];
-                Value wsum = vector::ReductionOp::create(
-                    e.b, vector::CombiningKind::ADD, weights);
-                e.store(newMax, mx, {state});
-                e.store(arith::AddFOp::create(e.b, l1, wsum), lsum, {state});
-                e.store(corr, cr, {row});
-              });
+                SmallVector<Value> rowMax;
+                for (int64_t row = b0; row < b0 + bn; ++row)
+                  rowMax.push_back(e.forLoop(
+                      colBegin, colEnd, c16, {ninf16},
+                      [&](Value bl, ValueRange vm) -> SmallVector<Value> {
+                        Value sv = maskedLoad(sc, scoreAt(row, bl),
+                                              blockMask(bl), ninf16);
+                        return {maxNum(vm[0], sv)};
+                      })[0]);
+                Value maxes = reduceEach(e, rowMax, maxNum);
+                SmallVector<Value> states, newMaxes, sums, corrs, weights;
+                for (int64_t row = b0; row < b0 + bn; ++row) {
+                  Value state = stateAt(e.add(lt0, e.cIndex(row / e.group)),
+                                        e.add(gq, e.cIndex(row % e.group)));
+                  Value chunkMax = vector::ExtractOp::create(
+                      e.b, maxes, ArrayRef<int64_t>{row - b0});
+                  auto [newMax, shift, corr] = e.softmaxRescale(
+                      e.load(mx, {state}), chunkMax, /*skipUnchanged=*/true);
+                  Value mb = vector::BroadcastOp::create(e.b, v16, shift);
+                  weights.push_back(e.forLoop(
+                      colBegin, colEnd, c16, {z16},
+                      [&](Value bl, ValueRange ps) -> SmallVector<Value> {
+                        Value bi = scoreAt(row, bl);
+                        Value sv = maskedLoad(sc, bi, blockMask(bl), ninf16);
+                        Value d = arith::SubFOp::create(e.b, sv, mb);
+                        Value p = call(e, "exp16", {d}, {v16})[0];
+                        vector::StoreOp::create(e.b, p, sc, ValueRange{bi});
+                        return {arith::AddFOp::create(e.b, ps[0], p)};
+                      })[0]);
+                  states.push_back(state);
+                  newMaxes.push_back(newMax);
+                  corrs.push_back(corr);
+                  sums.push_back(
+                      arith::MulFOp::create(e.b, e.load(lsum, {state}), corr));
+                }
+                Value wsums = reduceEach(e, weights);
+                for (int64_t i = 0; i < bn; ++i) {
+                  Value wsum = vector::ExtractOp::create(e.b, wsums,
+                                                         ArrayRef<int64_t>{i});
+                  e.store(newMaxes[i], mx, {states[i]});
+                  e.store(arith::AddFOp::create(e.b, sums[i], wsum), lsum,
+                          {states[i]});
+                  e.store(corrs[i], cr, {e.cIndex(b0 + i)});
+                }
+              }
               // V: per block of rows and of head slices, the accumulators
               // stay in registers over the chunk's keys, page by page; each V
               // slice is loaded (and widened) once per block of rows.

@@ -101,8 +101,9 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:           %[[SEEN:.+]] = arith.cmpi slt, %{{.*}}, %{{.*}} : vector<4xi64>
 // CHECK:           %[[MASKED:.+]] = arith.select %[[SEEN]], %{{.*}}, %{{.*}} : vector<4xi1>, vector<4xf32>
 // CHECK:           vector.store %[[MASKED]], %{{.*}} : memref<?xf32>, vector<4xf32>
-// Online softmax merge per chunk: chunk max (a halving tree of lane-wise
-// maxnumf, depth 4), new running max (0 in its place while it is -inf),
+// Online softmax merge per chunk: chunk max (the rows' maxima by one
+// transposed tree of lane-wise maxnumf), new running max (0 in its place
+// while it is -inf),
 // rescale factor of the old sum and accumulator (1 without calling exp when
 // the max did not move), the weights, then V summed with FMAs into
 // accumulators carried by the loop over the chunk's keys, one V slice for a
