@@ -2,8 +2,8 @@
 //
 // The matmuls of quantised weights by integer dot products, as llama.cpp
 // computes them: the activations quantised per block of 32 to int8, the
-// weights' quants multiplied by AVX-512 VNNI (vpdpbusd), or a Q8_0
-// prefill's by AMX tiles (tdpbssd), and scaled per block
+// weights' quants multiplied by AVX-512 VNNI (vpdpbusd), or a Q8_0 or Q4_K
+// prefill's by AMX tiles (tdpbssd, tdpbsud), and scaled per block
 // (docs/cpu-backend.md, "Quantised weights").
 //
 //===----------------------------------------------------------------------===//
@@ -1032,10 +1032,9 @@ bool cpu::hasInt8Dot(kvrt_weight_format format) {
 /// the panels (emitInt8PanelTiles), parallel over groups of panels x chunks
 /// of kChunkRows tokens; with `amx`, a Q8_0 or Q4_K prefill asks for the
 /// tile state and, where granted, packs the panels for AMX (Q8_0 unbiased,
-/// Q4_K a quant a byte) and takes the AMX tiles
-/// instead (emitAmxPanelTiles). The arguments are emitQuantMatmul's; its pack
-/// and widen buffers are not used (the activations' and the panels' buffers are
-/// allocated per call).
+/// Q4_K a quant a byte) and takes the AMX tiles instead (emitAmxPanelTiles).
+/// The arguments are emitQuantMatmul's; its pack and widen buffers are not
+/// used (the activations' and the panels' buffers are allocated per call).
 void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                          bool accumulate, bool amx) {
   assert(hasInt8Dot(format) && "a format without an integer dot product");

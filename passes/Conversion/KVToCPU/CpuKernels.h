@@ -66,8 +66,7 @@ std::string quantMatmulName(kvrt_weight_format format, bool accumulate);
 /// Only for formats where hasInt8Dot holds: Q8_0, Q4_K and Q6_K, decode and
 /// prefill (a prefill repacks the weights into panels per call). With `amx`
 /// (the host has it: hostHasAmx), a Q8_0 or Q4_K prefill multiplies on AMX
-/// tiles
-/// where the running process is granted them, VNNI where not.
+/// tiles where the running process is granted them, VNNI where not.
 void emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                     bool accumulate, bool amx = false);
 bool hasInt8Dot(kvrt_weight_format format);

@@ -16,6 +16,7 @@
 
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/TargetParser/Host.h"
 
 #if defined(__linux__) && defined(__x86_64__)
@@ -29,12 +30,17 @@ using namespace mlir::kv::cpu;
 
 namespace {
 
-/// 512 where the host has AVX-512F, else 256.
-int64_t hostVectorBits() {
-  llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
-  auto it = features.find("avx512f");
-  return it != features.end() && it->second ? 512 : 256;
+/// Whether the host CPU has each of `names` (LLVM's feature names).
+bool hostHas(std::initializer_list<StringRef> names) {
+  static const llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+  return llvm::all_of(names, [](StringRef name) {
+    auto it = features.find(name);
+    return it != features.end() && it->second;
+  });
 }
+
+/// 512 where the host has AVX-512F, else 256.
+int64_t hostVectorBits() { return hostHas({"avx512f"}) ? 512 : 256; }
 
 class CpuTarget final : public ForwardTarget {
 public:
@@ -303,24 +309,12 @@ std::optional<QuantDot> mlir::kv::parseQuantDot(llvm::StringRef name) {
   return std::nullopt;
 }
 
-bool mlir::kv::hostHasInt8Dot() {
-  llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
-  auto has = [&](StringRef name) {
-    auto it = features.find(name);
-    return it != features.end() && it->second;
-  };
-  return has("avx512vnni") && has("avx512bw");
-}
+bool mlir::kv::hostHasInt8Dot() { return hostHas({"avx512vnni", "avx512bw"}); }
 
 bool mlir::kv::hostHasAmx() {
 #if defined(__linux__) && defined(__x86_64__)
   static const bool granted = [] {
-    llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
-    auto has = [&](StringRef name) {
-      auto it = features.find(name);
-      return it != features.end() && it->second;
-    };
-    if (!hostHasInt8Dot() || !has("amx-tile") || !has("amx-int8"))
+    if (!hostHasInt8Dot() || !hostHas({"amx-tile", "amx-int8"}))
       return false;
     // ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA (asm/prctl.h, Linux 5.16).
     constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;

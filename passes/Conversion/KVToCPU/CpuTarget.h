@@ -23,8 +23,9 @@ namespace mlir::kv {
 /// - Int8: integer dot products where the format has them, the activations
 ///   quantised per block to int8: Q8_0, Q4_K and Q6_K; other formats
 ///   widen;
-/// - Amx: Int8, with the prefill's Q8_0 products on AMX tiles (tdpbsud)
-///   instead of VNNI; the same integers, so the same floats;
+/// - Amx: Int8, with a prefill's Q8_0 and Q4_K products on AMX tiles
+///   (tdpbssd, tdpbsud) instead of VNNI; the same integers, so the same
+///   floats (Q6_K and decode steps stay on VNNI);
 /// - Auto: Amx where the host has AMX (hostHasAmx; measured faster, see
 ///   docs/cpu-backend.md), else Int8 where it has AVX-512 VNNI, else F32.
 enum class QuantDot { Auto, F32, Int8, Amx };
