@@ -235,6 +235,7 @@ void emitPrefill(ForwardEmitter &e, ForwardTarget &target) {
   Value x = arg(P_x), scratch = arg(P_scratch);
   KVTables kv{arg(P_kv),    arg(P_pages), arg(P_runs),
               arg(P_tiles), arg(P_part),  e.toIndex(arg(P_page_tokens))};
+  kv.rope = target.ropeTables(e, n, pos, kv);
   Value nD = e.mul(n, e.cIndex(e.dim));
   Value nKVD = e.mul(n, e.cIndex(e.kvDim));
   Value nHID = e.mul(n, e.cIndex(e.hidden));

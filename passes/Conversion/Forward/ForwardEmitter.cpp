@@ -330,36 +330,18 @@ std::pair<Value, Value> ForwardEmitter::ropePair(Value i) {
 }
 
 std::pair<Value, Value> ForwardEmitter::ropeCosSin(Value pos, Value i) {
-  // kvir::ropeFrequency, operation for operation: pow(theta, -2i / d),
-  // divided by the pair's divisor where the config has one, 0 past the
-  // rotary pairs.
-  int64_t dims = kvir::ropeDims(config), rotaryPairs = dims / 2;
+  // The pairs' frequencies are the config's, so they are computed here, by
+  // kvir::ropeFrequency itself (the oracle's definition: pow, the pair's
+  // divisor, 0 past the rotary pairs), not by a pow in every table the
+  // generated code builds.
+  SmallVector<double> frequencies;
+  for (int64_t j = 0; j < half; ++j)
+    frequencies.push_back(kvir::ropeFrequency(config, int32_t(j)));
+  auto type = VectorType::get({half}, f64());
+  Value table = arith::ConstantOp::create(
+      b, DenseElementsAttr::get(type, ArrayRef<double>(frequencies)));
+  Value freq = vector::ExtractOp::create(b, table, ArrayRef<OpFoldResult>{i});
   Value p = arith::SIToFPOp::create(b, f64(), pos);
-  Value fi = arith::SIToFPOp::create(b, f64(), toI64(i));
-  Value e0 = arith::MulFOp::create(b, cF64(-2.0), fi);
-  Value e = arith::DivFOp::create(b, e0, cF64(double(dims)));
-  Value freq = math::PowFOp::create(b, cF64(config.rope_theta), e);
-  if (kvir::ropeHasFrequencyDivisor(config)) {
-    Value divisor;
-    if (config.n_rope_freq_factors == 0) {
-      divisor = cF64(kvir::ropeFrequencyDivisor(config, 0));
-    } else {
-      // One divisor per pair (1 past the rotary ones), picked by i.
-      SmallVector<double> divisors;
-      for (int64_t j = 0; j < half; ++j)
-        divisors.push_back(
-            j < rotaryPairs ? kvir::ropeFrequencyDivisor(config, j) : 1.0);
-      auto type = VectorType::get({half}, f64());
-      Value table = arith::ConstantOp::create(
-          b, DenseElementsAttr::get(type, ArrayRef<double>(divisors)));
-      divisor = vector::ExtractOp::create(b, table, ArrayRef<OpFoldResult>{i});
-    }
-    freq = arith::DivFOp::create(b, freq, divisor);
-  }
-  if (rotaryPairs < half) {
-    Value rotary = cmp(arith::CmpIPredicate::ult, i, cIndex(rotaryPairs));
-    freq = select(rotary, freq, cF64(0.0));
-  }
   Value angle = arith::MulFOp::create(b, p, freq);
   return {math::CosOp::create(b, angle), math::SinOp::create(b, angle)};
 }

@@ -64,9 +64,11 @@ inline void requireF32(const WeightRef &weight, StringRef stage) {
 
 /// The K/V pool as a stage sees it: the page arena, the page lists and run
 /// table of the view (runtime/core/ForwardABI.def), the GPU's attention
-/// tiles and partials (empty on the CPU), and page_tokens (index).
+/// tiles and partials (empty on the CPU), and page_tokens (index). `rope`
+/// is what ForwardTarget::ropeTables returned for the whole call, or null.
 struct KVTables {
   Value kv, pages, runs, tiles, part, pageTokens;
+  Value rope = {};
 };
 
 class ForwardTarget {
@@ -110,6 +112,16 @@ public:
   /// configs.
   virtual void addBias(ForwardEmitter &e, BufferRef c, WeightRef bias, Value n,
                        int64_t m) = 0;
+
+  /// Called once per prefill before its layers: the rotations its layers'
+  /// storeKV and attention share (they depend on positions and the runs'
+  /// offsets, not on the layer), in a form the target's own stages read
+  /// from KVTables::rope; null (the default) when the stages compute their
+  /// own.
+  virtual Value ropeTables(ForwardEmitter &e, Value n, Value pos,
+                           const KVTables &kv) {
+    return {};
+  }
 
   /// Rotates the n new keys k ([n][kv_dim]) to positions pos + t and writes
   /// them and the values v into the pages of the last run of the table, at

@@ -142,8 +142,8 @@ struct Span {
 };
 void emitAttentionRows(ForwardEmitter &e, bool wide, Value q, Value pos,
                        Value kv, Value pages, Value runs, Value layer, Value pt,
-                       Value out, Value spans, function_ref<Span(Value)> spanAt,
-                       Value groupTokens) {
+                       Value out, Value tables, Value n, Value spans,
+                       function_ref<Span(Value)> spanAt, Value groupTokens) {
   Type h1 = headType(e), tab = ropeTableType(e);
   Value c0 = e.cIndex(0), c1 = e.cIndex(1), c16 = e.cIndex(16);
   Value cHS = e.cIndex(e.headSize), cD = e.cIndex(e.dim),
@@ -290,7 +290,7 @@ void emitAttentionRows(ForwardEmitter &e, bool wide, Value q, Value pos,
         // token.
         e.forLoop(g0, g1, c1, [&](Value t) {
           Value qp = arith::SubIOp::create(e.b, positionOf(t), run.delta);
-          call(e, "rope_table", {qp, cs, sn});
+          ropeRowOrTable(e, tables, e.add(e.mul(r, n), t), qp, cs, sn);
           Value qoff = e.mul(t, cD);
           Value roff = e.mul(e.sub(t, g0), cD);
           e.forLoop(hLo, hHi, c1, [&](Value h) {
@@ -638,7 +638,7 @@ void cpu::emitAttention(ForwardEmitter &e, int64_t vectorBits) {
   func::FuncOp f = e.beginFunction(
       e.name("attention_kernel"),
       {v1, e.index(), e.i64(), e.buffer(e.kvElement()), e.buffer(e.i32()),
-       e.table(KVRT_RUN_WIDTH), e.index(), e.index(), v1},
+       e.table(KVRT_RUN_WIDTH), e.index(), e.index(), v1, e.buffer(e.f64())},
       false);
   SmallVector<Value> captures(f.getArguments());
   Value n = captures[1], pos = captures[2];
@@ -672,7 +672,7 @@ void cpu::emitAttention(ForwardEmitter &e, int64_t vectorBits) {
   parallelFor(
       e, "attention_task", e.select(byHeads, e.mul(headRanges, splits), n),
       captures, [&](ValueRange v, Value begin, Value end) {
-        Value n = v[8], ranges = v[9], splits = v[10];
+        Value n = v[9], ranges = v[10], splits = v[11];
         Value zero = e.cIndex(0), one = e.cIndex(1), kvh = e.cIndex(e.kvHeads);
         Value byHeads = e.cmp(arith::CmpIPredicate::ne, ranges, zero);
         // Items [begin, end) are tokens (one span: those tokens, every
@@ -696,7 +696,8 @@ void cpu::emitAttention(ForwardEmitter &e, int64_t vectorBits) {
         Value groupTokens = e.select(byHeads, e.cIndex(groupCapacity(e)),
                                      e.cIndex(kQueryTokens));
         emitAttentionRows(e, vectorBits >= 512, v[0], v[1], v[2], v[3], v[4],
-                          v[5], v[6], v[7], spans, spanAt, groupTokens);
+                          v[5], v[6], v[7], v[8], n, spans, spanAt,
+                          groupTokens);
       });
   e.finishFunction();
 }

@@ -25,15 +25,16 @@ void cpu::emitStoreKV(ForwardEmitter &e) {
   func::FuncOp f = e.beginFunction(e.name("store_kv"),
                                    {m2, m2, e.i64(), e.buffer(e.kvElement()),
                                     e.buffer(e.i32()), e.table(KVRT_RUN_WIDTH),
-                                    e.index(), e.index()},
+                                    e.index(), e.index(), e.buffer(e.f64())},
                                    false);
   Value k = f.getArgument(0), v = f.getArgument(1), pos = f.getArgument(2),
         kv = f.getArgument(3), pages = f.getArgument(4),
         runs = f.getArgument(5), layer = f.getArgument(6),
-        pt = f.getArgument(7);
+        pt = f.getArgument(7), tables = f.getArgument(8);
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   PageStrides strides = e.pageStrides(pt);
-  Value last = e.sub(memref::DimOp::create(e.b, runs, c0), c1);
+  Value nruns = memref::DimOp::create(e.b, runs, c0);
+  Value last = e.sub(nruns, c1);
   RunRow run = e.loadRun(runs, last);
   Value pageOffset = e.toIndex(run.pageOffset);
   Value slotBegin = e.toIndex(run.slotBegin);
@@ -43,7 +44,8 @@ void cpu::emitStoreKV(ForwardEmitter &e) {
   VectorType head = e.vec(e.headSize, e.f32());
   e.forLoop(c0, n, c1, [&](Value t) {
     Value p = arith::AddIOp::create(e.b, pos, e.toI64(t));
-    call(e, "rope_table", {p, cs, sn});
+    // The keys' rows follow the runs' query rows (rope_rows).
+    ropeRowOrTable(e, tables, e.add(e.mul(nruns, n), t), p, cs, sn);
     Value slot = e.add(slotBegin, t);
     Value page = e.pageId(pages, pageOffset, e.divu(slot, pt));
     Value slotOffset = e.mul(e.remu(slot, pt), e.cIndex(e.headSize));

@@ -70,10 +70,24 @@ std::string quantMatmulName(kvrt_weight_format format, bool accumulate);
 void emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                     bool accumulate, bool amx = false);
 bool hasInt8Dot(kvrt_weight_format format);
-/// CpuMath.cpp: rope_table, rope_apply, swiglu, add_bias (configs with
-/// qkv_bias only).
+/// CpuMath.cpp: rope_table, rope_rows, rope_row, rope_apply, swiglu,
+/// add_bias (configs with qkv_bias only).
 void emitRopeTable(ForwardEmitter &e);
+void emitRopeRows(ForwardEmitter &e);
+void emitRopeRow(ForwardEmitter &e);
 void emitRopeApply(ForwardEmitter &e);
+/// The bound of one prefill's RoPE tables (rope_rows): they are built
+/// where they fit, a few KiB for an edit's segments, 8 MiB for 8K tokens
+/// over one run of head size 64.
+constexpr int64_t kRopeTablesMaxBytes = int64_t(16) << 20;
+/// The rows of rope_rows' tables for n tokens over `runs` (index), 0 where
+/// they would take more than kRopeTablesMaxBytes: the stages then compute
+/// each table where they use it (rope_table).
+Value ropeTableRows(ForwardEmitter &e, Value n, Value runs);
+/// The rotation pair (cs, sn) of query or key row `row` of the call's
+/// tables, where `tables` has any; else rope_table of position `pos`.
+void ropeRowOrTable(ForwardEmitter &e, Value tables, Value row, Value pos,
+                    Value cs, Value sn);
 void emitSwiglu(ForwardEmitter &e);
 void emitAddBias(ForwardEmitter &e);
 /// CpuKVPages.cpp: store_kv.

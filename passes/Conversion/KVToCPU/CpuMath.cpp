@@ -9,6 +9,7 @@
 
 #include "passes/Conversion/KVToCPU/CpuKernels.h"
 #include "passes/Conversion/KVToCPU/CpuParallel.h"
+#include "runtime/core/ForwardABI.h"
 
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -54,6 +55,88 @@ void cpu::emitRopeTable(ForwardEmitter &e) {
     auto [c, s] = e.ropeCosSin(pos, i);
     e.store(c, cs, {i});
     e.store(s, sn, {i});
+  });
+  e.finishFunction();
+}
+
+/// The cos/sin tables of a whole prefill (ropeTableRows rows): for rows
+/// r * n + t with r < the run count, position pos + t - Δ of run r (its
+/// queries' rotation); for rows runs * n + t, pos + t (its new keys'). The
+/// layers read them (rope_row) instead of computing each one per layer and
+/// per task, with the same operations as rope_table: the same values.
+void cpu::emitRopeRows(ForwardEmitter &e) {
+  func::FuncOp f = e.beginFunction(
+      e.name("rope_rows"),
+      {e.buffer(e.f64()), e.i64(), e.table(KVRT_RUN_WIDTH), e.index()}, false);
+  Value runs = f.getArgument(2);
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  Value rows =
+      e.mul(e.add(memref::DimOp::create(e.b, runs, c0), c1), f.getArgument(3));
+  parallelFor(e, "rope_rows_task", rows, f.getArguments(),
+              [&](ValueRange v, Value begin, Value end) {
+                Value table = v[0], pos = v[1], runs = v[2], n = v[3];
+                Value c0 = e.cIndex(0), c1 = e.cIndex(1),
+                      cHalf = e.cIndex(e.half);
+                Value nruns = memref::DimOp::create(e.b, runs, c0);
+                e.forLoop(begin, end, c1, [&](Value row) {
+                  Value r = e.divu(row, n), t = e.remu(row, n);
+                  Value p = arith::AddIOp::create(e.b, pos, e.toI64(t));
+                  Value shifted = e.cmp(arith::CmpIPredicate::ult, r, nruns);
+                  Value delta =
+                      e.ifThenElse(
+                           shifted, {e.i64()},
+                           [&]() -> SmallVector<Value> {
+                             return {e.loadRun(runs, r).delta};
+                           },
+                           [&]() -> SmallVector<Value> { return {e.cI64(0)}; })
+                          .front();
+                  p = arith::SubIOp::create(e.b, p, delta);
+                  Value base = e.mul(row, e.cIndex(2 * e.half));
+                  e.forLoop(c0, cHalf, c1, [&](Value i) {
+                    auto [c, s] = e.ropeCosSin(p, i);
+                    e.store(c, table, {e.add(base, i)});
+                    e.store(s, table, {e.add(e.add(base, cHalf), i)});
+                  });
+                });
+              });
+  e.finishFunction();
+}
+
+Value cpu::ropeTableRows(ForwardEmitter &e, Value n, Value runs) {
+  Value rows = e.mul(
+      e.add(memref::DimOp::create(e.b, runs, e.cIndex(0)), e.cIndex(1)), n);
+  int64_t rowBytes = 2 * e.half * int64_t(sizeof(double));
+  Value fits = e.cmp(arith::CmpIPredicate::ule, rows,
+                     e.cIndex(kRopeTablesMaxBytes / rowBytes));
+  return e.select(fits, rows, e.cIndex(0));
+}
+
+void cpu::ropeRowOrTable(ForwardEmitter &e, Value tables, Value row, Value pos,
+                         Value cs, Value sn) {
+  Value some =
+      e.cmp(arith::CmpIPredicate::ugt,
+            memref::DimOp::create(e.b, tables, e.cIndex(0)), e.cIndex(0));
+  e.ifElse(
+      some,
+      [&] {
+        call(e, "rope_row", {tables, row, cs, sn});
+      },
+      [&] {
+        call(e, "rope_table", {pos, cs, sn});
+      });
+}
+
+/// Row `row` of rope_rows' tables copied into a rope_table pair.
+void cpu::emitRopeRow(ForwardEmitter &e) {
+  Type tab = ropeTableType(e);
+  func::FuncOp f = e.beginFunction(
+      e.name("rope_row"), {e.buffer(e.f64()), e.index(), tab, tab}, false);
+  Value table = f.getArgument(0), cs = f.getArgument(2), sn = f.getArgument(3);
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1), cHalf = e.cIndex(e.half);
+  Value base = e.mul(f.getArgument(1), e.cIndex(2 * e.half));
+  e.forLoop(c0, cHalf, c1, [&](Value i) {
+    e.store(e.load(table, {e.add(base, i)}), cs, {i});
+    e.store(e.load(table, {e.add(e.add(base, cHalf), i)}), sn, {i});
   });
   e.finishFunction();
 }

@@ -122,11 +122,26 @@ public:
           functionBuffer(e, widenBuffers)});
   }
 
+  /// The RoPE tables of the whole call (rope_rows), so that no layer
+  /// computes a sine: a task per layer would compute each query's, once per
+  /// run, in every layer and every task that has its token.
+  Value ropeTables(ForwardEmitter &e, Value n, Value pos,
+                   const KVTables &kv) override {
+    Value rows = ropeTableRows(e, n, kv.runs);
+    Value tables = memref::AllocOp::create(
+        e.b, e.buffer(e.f64()), ValueRange{e.mul(rows, e.cIndex(2 * e.half))});
+    temporaries.push_back(tables);
+    e.ifThen(e.cmp(arith::CmpIPredicate::ugt, rows, e.cIndex(0)), [&] {
+      call(e, "rope_rows", {tables, pos, kv.runs, n});
+    });
+    return tables;
+  }
+
   void storeKV(ForwardEmitter &e, BufferRef k, BufferRef v, Value n, Value pos,
                const KVTables &kv, Value layer) override {
     call(e, "store_kv",
          {rows(e, k, n, e.kvDim), rows(e, v, n, e.kvDim), pos, kv.kv, kv.pages,
-          kv.runs, layer, kv.pageTokens});
+          kv.runs, layer, kv.pageTokens, ropeTablesOf(e, kv)});
   }
 
   void attention(ForwardEmitter &e, BufferRef q, BufferRef out, Value n,
@@ -134,7 +149,16 @@ public:
     Value size = e.mul(n, e.cIndex(e.dim));
     call(e, "attention_kernel",
          {vector(e, q, size), n, pos, kv.kv, kv.pages, kv.runs, layer,
-          kv.pageTokens, vector(e, out, size)});
+          kv.pageTokens, vector(e, out, size), ropeTablesOf(e, kv)});
+  }
+
+  /// The call's RoPE tables, or none (an attention entry of its own): the
+  /// kernels then compute each table where they use it.
+  static Value ropeTablesOf(ForwardEmitter &e, const KVTables &kv) {
+    if (kv.rope)
+      return kv.rope;
+    return memref::AllocaOp::create(e.b, e.buffer(e.f64()),
+                                    ValueRange{e.cIndex(0)});
   }
 
   void addBias(ForwardEmitter &e, BufferRef c, WeightRef bias, Value n,
@@ -245,6 +269,8 @@ void CpuTarget::emitKernels(ForwardEmitter &e) {
     }
   }
   emitRopeTable(e);
+  emitRopeRows(e);
+  emitRopeRow(e);
   emitRopeApply(e);
   emitSwiglu(e);
   if (e.config.qkv_bias)

@@ -44,11 +44,21 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:       func.func private @[[P]]_matmul_nt_tile_task(
 // CHECK:         vector.broadcast
 // CHECK:         vector.fma
+// The pairs' frequencies theta^(-2i/d) are constants (kvir::ropeFrequency):
+// no pow at run time.
 // CHECK:       func.func private @[[P]]_rope_table(%{{.*}}: i64,
+// CHECK-NOT:     math.powf
+// CHECK:         arith.constant dense<[1.000000e+00, 1.000000e-01, 1.000000e-02, 1.000000e-03]> : vector<4xf64>
 // CHECK:         arith.sitofp %{{.*}} : i64 to f64
-// CHECK:         math.powf %{{.*}} : f64
 // CHECK:         math.cos %{{.*}} : f64
 // CHECK:         math.sin %{{.*}} : f64
+// A prefill's tables, once for every layer: a row per run and token (the
+// query rotated to m - delta) and one per token (its key), on every thread.
+// CHECK:       func.func private @[[P]]_rope_rows(%{{.*}}: memref<?xf64>, %{{.*}}: i64, %{{.*}}: memref<?x8xi64>, %{{.*}}: index)
+// CHECK:         call @kvrt_parallel_for(
+// CHECK:       func.func private @[[P]]_rope_rows_task(
+// CHECK:         math.cos %{{.*}} : f64
+// CHECK:       func.func private @[[P]]_rope_row(
 // CHECK:       func.func private @[[P]]_rope_apply(
 // Interleaved pairs (2i, 2i + 1).
 // CHECK:         %[[IA:.+]] = arith.muli %{{.*}}, %c2 : index
@@ -60,7 +70,7 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:         math.floor %{{.*}} : vector<16xf32>
 // CHECK:         vector.fma
 // CHECK:         arith.shli
-// CHECK:       func.func private @[[P]]_attention_kernel(%{{.*}}: memref<?xf32, strided<[1], offset: ?>>, %{{.*}}: index, %{{.*}}: i64, %{{.*}}: memref<?xf32>, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?x8xi64>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: memref<?xf32, strided<[1], offset: ?>>)
+// CHECK:       func.func private @[[P]]_attention_kernel(%{{.*}}: memref<?xf32, strided<[1], offset: ?>>, %{{.*}}: index, %{{.*}}: i64, %{{.*}}: memref<?xf32>, %{{.*}}: memref<?xi32>, %{{.*}}: memref<?x8xi64>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: memref<?xf32, strided<[1], offset: ?>>, %{{.*}}: memref<?xf64>)
 // One parallel loop: over tokens for a prefill, else (fewer than eight
 // tokens, a decode step, or at least 8 context tokens per query token) over
 // ranges of KV heads (as many as threads) times ranges of tokens, 0 ranges
@@ -83,7 +93,11 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:         %[[DELTA:.+]] = memref.load %{{.*}}[%{{.*}}, %c4{{[_0-9]*}}] : memref<?x8xi64>
 // CHECK:         scf.if
 // CHECK:           %[[QPOS:.+]] = arith.subi %{{.*}}, %[[DELTA]] : i64
-// CHECK:           call @[[P]]_rope_table(%[[QPOS]],
+// The call's row (rope_rows) where it has tables, else one of its own.
+// CHECK:           scf.if
+// CHECK:             call @[[P]]_rope_row(
+// CHECK:           } else {
+// CHECK:             call @[[P]]_rope_table(%[[QPOS]],
 // CHECK:           call @[[P]]_rope_apply(
 // Keys are read as stored from the arena, never rotated: no RoPE call after
 // the queries'. A 16-lane key slice (head size 8: masked by a constant mask) is
@@ -139,7 +153,9 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // The layer sequence, once: the loop runs to the layer count it is given
 // (fewer for a deviation scan); every stage is a kernel call.
 // CHECK:       func.func private @[[P]]_prefill_impl(
+// CHECK:         call @[[P]]_rope_rows(
 // CHECK:         scf.for
+// CHECK-NOT:       call @[[P]]_rope_rows(
 // CHECK:           call @[[P]]_rmsnorm(
 // CHECK:           call @[[P]]_matmul_nt(
 // CHECK:           call @[[P]]_store_kv(

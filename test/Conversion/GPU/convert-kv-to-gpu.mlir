@@ -11,10 +11,12 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK-LABEL: module attributes {gpu.container_module}
 // CHECK-NOT:   kv.export_forwards
 // CHECK:       gpu.module @[[P:kv_fwd_[0-9a-f]{16}]]_kernels {
-// The RoPE angle in f64 from the integer position, libdevice pow/cos/sin.
+// The RoPE angle in f64 from the integer position and the pair's constant
+// frequency (kvir::ropeFrequency), libdevice cos/sin.
 // CHECK:         func.func private @rope_cs(%{{.*}}: i64, %{{.*}}: index) -> (f64, f64)
+// CHECK-NOT:       math.powf
+// CHECK:           arith.constant dense<[1.000000e+00, 1.000000e-01, 1.000000e-02, 1.000000e-03]> : vector<4xf64>
 // CHECK:           arith.sitofp %{{.*}} : i64 to f64
-// CHECK:           math.powf %{{.*}}, %{{.*}} : f64
 // CHECK:           math.cos %{{.*}} : f64
 // CHECK:           math.sin %{{.*}} : f64
 // CHECK:         func.func private @rotate(%{{.*}}: f32, %{{.*}}: f32, %{{.*}}: f64, %{{.*}}: f64) -> (f32, f32)
@@ -162,7 +164,8 @@ func.func @prefill(%m: !model, %t: tensor<?xi32>) -> (!cache, tensor<1x300xf32>)
 // CHECK:         kv.prefill
 // CHECK:       gpu.module @[[P:kv_fwd_[0-9a-f]{16}]]_kernels {
 // CHECK:         func.func private @rope_cs(
-// CHECK:           arith.constant 1.000000e+06 : f64
+// theta = 1e6, head size 64: pair 1 turns at 1e6^(-2/64) radians a position.
+// CHECK:           arith.constant dense<[1.000000e+00, 0.64938163157621132, {{.*}}]> : vector<32xf64>
 // CHECK:         gpu.func @store_kv(
 // CHECK:           %[[I:.+]] = gpu.thread_id x
 // CHECK:           %[[HALF:.+]] = arith.constant 32 : index
