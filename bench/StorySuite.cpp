@@ -314,7 +314,7 @@ bool attributeStory(ComputeBackend &backend, const Forward &forward,
     std::vector<float> logits;
     if (backend.prefill(forward, model, cache.get(), t.segments[i].data(),
                         int64_t(t.segments[i].size()), pos, kSegmentNames[i],
-                        /*lastOnly=*/true, &logits, &next)) {
+                        kvir::LogitRows::last(), &logits, &next)) {
       why = kvrt_last_error();
       return false;
     }

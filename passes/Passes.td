@@ -271,6 +271,45 @@ def KVDeriveCotSlicesPass : Pass<"kv-derive-cot-slices", "ModuleOp"> {
   ];
 }
 
+def KVFusePrefillsPass : Pass<"kv-fuse-prefills", "ModuleOp"> {
+  let summary = "Fuses chained prefills into one forward call";
+  let description = [{
+    A `kv.prefill` whose view is exactly the result of another `kv.prefill`
+    (or `kv.prefill_chain`) becomes, with it, one `kv.prefill_chain`: one
+    call of the forward for both token lists, which streams the layer
+    weights and the view's K/V once instead of once per list. Fused only
+    when nothing else reads the producer's result or its logits, neither
+    has an `at` position, the consumer's view has no offset (or offset 0),
+    both run the same model in the same block, both or neither label their
+    tokens, and both are plan work or neither is. Repeated along a chain
+    (think1, think2, answer: one op). The result, its runs and labels are
+    those of the chain; logits may differ in the last bits (the keys are
+    visited in other blocks).
+
+    Before:
+    ```mlir
+    %r1, %l1 = kv.prefill %m, %v, %think1 segment @think1 last : ...
+    %r2, %l2 = kv.prefill %m, %r1, %think2 segment @think2 last : ...
+    %r3, %l3 = kv.prefill %m, %r2, %answer segment @answer : ...
+    ```
+    After:
+    ```mlir
+    %r3, %l3 = kv.prefill_chain %m, %v, [%think1, %think2, %answer]
+        segments [@think1, @think2, @answer] : ...
+    ```
+  }];
+  let options = [
+    Option<"emitStatistics", "emit-statistics", "bool", /*default=*/"false",
+           "Emit the pass statistics as a remark on the module (Debian's "
+           "LLVM is built without the statistics -mlir-pass-statistics "
+           "prints)">
+  ];
+  let statistics = [
+    Statistic<"numFused", "prefills-fused",
+              "Number of prefills fused into the chain of their producer">
+  ];
+}
+
 def KVFuseRopeShiftPass : Pass<"kv-fuse-rope-shift", "ModuleOp"> {
   let summary = "Turns RoPE shifts into per-run offsets of attention and prefill";
   let description = [{

@@ -97,7 +97,7 @@ public:
     kvrt_view *out = nullptr;
     kvrt_status s =
         generated ? cpu->prefill(forward, model, empty, tokens.data(), n, 0,
-                                 nullptr, false, &logits, &out)
+                                 nullptr, kvir::LogitRows::all(), &logits, &out)
                   : kvir::reference::prefill(model, empty, tokens.data(), n, 0,
                                              nullptr, &logits, &out);
     kvrt_view_release(out);

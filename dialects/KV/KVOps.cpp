@@ -344,28 +344,38 @@ LogicalResult EmptyOp::verifySymbolUses(SymbolTableCollection &tables) {
 // PrefillOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult PrefillOp::verify() {
-  ModelType model = getModel().getType();
-  if (failed(verifyViewList(*this, model, getViews(), getOffsets())) ||
-      failed(verifyCacheMatchesModel(*this, model, getResult().getType(),
-                                     "result type")))
-    return failure();
-  RankedTensorType logits = getLogits().getType();
-  if (failed(verifyLogitsType(*this, model, logits)))
+/// Checks what a prefill (or a chain of them) computes: its view list, its
+/// result, and logits with a row per token of `tokens` (the last list of a
+/// chain), or one row with `last`.
+static LogicalResult verifyPrefillTypes(Operation *op, ModelType model,
+                                        ValueRange views, ValueRange offsets,
+                                        CacheType result,
+                                        RankedTensorType logits,
+                                        RankedTensorType tokens, bool last,
+                                        StringRef whose) {
+  if (failed(verifyViewList(op, model, views, offsets)) ||
+      failed(verifyCacheMatchesModel(op, model, result, "result type")) ||
+      failed(verifyLogitsType(op, model, logits)))
     return failure();
   if (logits.isDynamicDim(0))
     return success();
   int64_t rows = logits.getDimSize(0);
-  if (getLast() && rows != 1)
-    return emitOpError() << "returns the logits of the last token only, so "
-                            "its logits type needs 1 row, got "
-                         << rows;
-  RankedTensorType tokens = getTokens().getType();
-  if (!getLast() && !tokens.isDynamicDim(0) && tokens.getDimSize(0) != rows)
-    return emitOpError() << "computes the logits of " << tokens.getDimSize(0)
-                         << " tokens, but its logits type has " << rows
-                         << " rows";
+  if (last && rows != 1)
+    return op->emitOpError() << "returns the logits of the last token only, so "
+                                "its logits type needs 1 row, got "
+                             << rows;
+  if (!last && !tokens.isDynamicDim(0) && tokens.getDimSize(0) != rows)
+    return op->emitOpError()
+           << "computes the logits of " << tokens.getDimSize(0) << " tokens"
+           << whose << ", but its logits type has " << rows << " rows";
   return success();
+}
+
+LogicalResult PrefillOp::verify() {
+  return verifyPrefillTypes(*this, getModel().getType(), getViews(),
+                            getOffsets(), getResult().getType(),
+                            getLogits().getType(), getTokens().getType(),
+                            getLast(), "");
 }
 
 /// The static size `context` declares for `segment`, where the static
@@ -411,6 +421,35 @@ static LogicalResult verifyNewRunLabel(Operation *op, CacheType type,
 LogicalResult PrefillOp::verifySymbolUses(SymbolTableCollection &tables) {
   return verifyNewRunLabel(*this, getResult().getType(), getSegmentAttr(),
                            getTokens().getType(), "prefills", tables);
+}
+
+//===----------------------------------------------------------------------===//
+// PrefillChainOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult PrefillChainOp::verify() {
+  OperandRange tokens = getTokens();
+  if (tokens.size() < 2)
+    return emitOpError() << "chains at least 2 token lists, got "
+                         << tokens.size();
+  if (ArrayAttr segments = getSegmentsAttr();
+      segments && segments.size() != tokens.size())
+    return emitOpError() << "has " << tokens.size() << " token lists but "
+                         << segments.size() << " segment labels";
+  return verifyPrefillTypes(*this, getModel().getType(), getViews(),
+                            getOffsets(), getResult().getType(),
+                            getLogits().getType(),
+                            cast<RankedTensorType>(tokens.back().getType()),
+                            getLast(), " (its last token list)");
+}
+
+LogicalResult PrefillChainOp::verifySymbolUses(SymbolTableCollection &tables) {
+  for (auto [i, tokens] : llvm::enumerate(getTokens()))
+    if (failed(verifyNewRunLabel(*this, getResult().getType(), getSegmentOf(i),
+                                 cast<RankedTensorType>(tokens.getType()),
+                                 "prefills", tables)))
+      return failure();
+  return success();
 }
 
 //===----------------------------------------------------------------------===//

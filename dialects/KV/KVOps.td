@@ -155,6 +155,56 @@ def KV_PrefillOp : KV_Op<"prefill", [Pure, AttrSizedOperandSegments,
   let hasCanonicalizer = 1;
 }
 
+def KV_PrefillChainOp : KV_Op<"prefill_chain", [Pure, AttrSizedOperandSegments,
+    KV_SingleValuedOperandGroups<"0">,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "Prefills several token lists one after the other in one "
+                "forward call";
+  let description = [{
+    The same as a chain of `kv.prefill` ops, each over the result of the one
+    before, where only the last one's logits are read: the token lists are
+    placed one after the other at the end of the view (no `at` position) and
+    computed by one call of the forward, so the weights and the view's K/V
+    are streamed once for all of them. Each list becomes one run of the
+    result, labelled by its entry of `segments` when given (one per list),
+    so `kv.segment_bounds` finds each segment as after the chain. The logits
+    are those of the last list's tokens (`last`: of its last token only);
+    the classifier runs for no other row. `kv-fuse-prefills` builds it.
+
+    The view list has the form of `kv.prefill`'s.
+
+    ```mlir
+    %c, %logits = kv.prefill_chain %m, %view, [%think1, %think2, %answer]
+        segments [@think1, @think2, @answer]
+        : !kv.model<...>, (!kv.cache<5x4x8xf32, @agent>),
+          (tensor<32xi32>, tensor<32xi32>, tensor<8xi32>)
+        -> !kv.cache<5x4x8xf32, @agent>, tensor<8x512xf32>
+    ```
+  }];
+  let arguments = (ins KV_ModelType:$model, Variadic<KV_CacheType>:$views,
+                       Variadic<Index>:$offsets,
+                       Variadic<KV_TokensType>:$tokens,
+                       OptionalAttr<KV_SegmentRefList>:$segments,
+                       UnitAttr:$last);
+  let results = (outs KV_CacheType:$result, KV_LogitsType:$logits);
+  let assemblyFormat = [{
+    $model `,` custom<ViewList>($views, $offsets) `,` `[` $tokens `]`
+    (`segments` $segments^)? (`last` $last^)? attr-dict
+    `:` qualified(type($model)) `,` `(` qualified(type($views)) `)` `,`
+    `(` qualified(type($tokens)) `)`
+    `->` qualified(type($result)) `,` qualified(type($logits))
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The label of token list `i`, or null.
+    ::mlir::FlatSymbolRefAttr getSegmentOf(unsigned i) {
+      if (auto segments = getSegmentsAttr())
+        return ::llvm::cast<::mlir::FlatSymbolRefAttr>(segments[i]);
+      return {};
+    }
+  }];
+}
+
 def KV_EditOp : KV_Op<"edit", [Pure,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>,
     AllTypesMatch<["cache", "result"]>]> {

@@ -222,7 +222,9 @@ bool Runner::prefillTokenList(const Forward &forward, TokenListRun &run,
   if (!status)
     status = backend().prefill(forward, model(), empty, run.tokens.data(),
                                int64_t(run.tokens.size()), /*pos=*/0,
-                               /*label=*/nullptr, /*lastOnly=*/!run.allRows,
+                               /*label=*/nullptr,
+                               run.allRows ? kvir::LogitRows::all()
+                                           : kvir::LogitRows::last(),
                                &run.logits, &filled);
   run.seconds = since(start);
   kvrt_view_release(empty);

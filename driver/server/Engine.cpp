@@ -474,7 +474,7 @@ bool Engine::Impl::prefill(const exec::ViewRef &view,
         lock.lock();
       status = runner->backend().prefill(
           forward, runner->model(), view.get(), tokens.data() + begin, n,
-          position, label, /*lastOnly=*/true, &logits, &next);
+          position, label, kvir::LogitRows::last(), &logits, &next);
     }
     if (status == KVRT_OK) {
       noteRate(n, position, secondsSince(start));

@@ -460,6 +460,13 @@ std::optional<SizePolynomial> ViewSizes::length(Value cache) {
           return std::nullopt;
         return *before + tokenCount(op.getTokens());
       })
+      .Case([&](PrefillChainOp op) -> Result {
+        Result total = sumOf(*this, op.getViews());
+        for (Value tokens : op.getTokens())
+          if (total)
+            *total += tokenCount(tokens);
+        return total;
+      })
       .Case([&](ComposeOp op) {
         return sumOf(*this, {op.getCache(), op.getBlock()});
       })
@@ -489,6 +496,11 @@ std::optional<SizePolynomial> ViewSizes::startPosition(Value cache) {
       .Case([&](PrefillOp op) -> Result {
         if (op.getViews().size() == 1 && isZero(length(op.getViews().front())))
           return placed(op.getPosition());
+        return startPosition(op.getViews().front());
+      })
+      .Case([&](PrefillChainOp op) -> Result {
+        if (op.getViews().size() == 1 && isZero(length(op.getViews().front())))
+          return SizePolynomial(0);
         return startPosition(op.getViews().front());
       })
       .Case([&](LoadBlockOp op) { return placed(op.getPosition()); })
@@ -537,6 +549,11 @@ Value ViewSizes::segmentTokens(Value cache, StringRef segment) {
         if (auto prefill = dyn_cast<PrefillOp>(def);
             prefill && prefill.getSegment() == segment)
           return prefill.getTokens();
+        if (auto chain = dyn_cast<PrefillChainOp>(def))
+          for (auto [i, tokens] : llvm::enumerate(chain.getTokens()))
+            if (FlatSymbolRefAttr label = chain.getSegmentOf(i);
+                label && label.getValue() == segment)
+              return tokens;
         if (auto edit = dyn_cast<EditOp>(def);
             edit && edit.getSegment() == segment)
           return edit.getTokens();
@@ -548,8 +565,8 @@ Value ViewSizes::segmentTokens(Value cache, StringRef segment) {
 ModelType ViewSizes::modelOf(Value cache) {
   std::optional<ModelType> model = findInViews<ModelType>(
       cache, [&](Operation *def, Value view) -> std::optional<ModelType> {
-        if (auto prefill = dyn_cast<PrefillOp>(def))
-          return prefill.getModel().getType();
+        if (isa<PrefillOp, PrefillChainOp>(def))
+          return cast<ModelType>(def->getOperand(0).getType());
         if (!isa<CallOpInterface>(def))
           return std::nullopt;
         return throughCall<ModelType>(view,

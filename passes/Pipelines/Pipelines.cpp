@@ -23,6 +23,11 @@ void mlir::kv::buildOptimizePipeline(OpPassManager &pm,
   pm.addPass(createKVFuseRopeShiftPass(fuse));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  // Last: the chains are the prefills the passes above left one after the
+  // other (a recomputed slice, a context built segment by segment).
+  KVFusePrefillsPassOptions prefills;
+  prefills.emitStatistics = options.emitStatistics;
+  pm.addPass(createKVFusePrefillsPass(prefills));
 }
 
 void mlir::kv::buildLowerToCPUPipeline(

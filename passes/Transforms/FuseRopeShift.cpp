@@ -130,6 +130,8 @@ void KVFuseRopeShiftPass::runOnOperation() {
     LogicalResult fused = success();
     if (auto prefill = dyn_cast<PrefillOp>(op))
       fused = fuse(prefill);
+    else if (auto chain = dyn_cast<PrefillChainOp>(op))
+      fused = fuse(chain);
     else if (auto attention = dyn_cast<AttentionOp>(op))
       fused = fuse(attention);
     return failed(fused) ? WalkResult::interrupt() : WalkResult::advance();

@@ -58,13 +58,16 @@ struct LogitsFlow {
       arguments;
 };
 
-/// Follows the logits of every kv.prefill and kv.logits through returns and
-/// calls into `flow`. Fails at a use whose type it cannot derive.
+/// Follows the logits of every kv.prefill, kv.prefill_chain and kv.logits
+/// through returns and calls into `flow`. Fails at a use whose type it cannot
+/// derive.
 LogicalResult traceLogits(ModuleOp module, ModelType from, LogitsFlow &flow) {
   SmallVector<Value> worklist;
   module.walk([&](Operation *op) {
     if (auto prefill = dyn_cast<PrefillOp>(op))
       worklist.push_back(prefill.getLogits());
+    else if (auto chain = dyn_cast<PrefillChainOp>(op))
+      worklist.push_back(chain.getLogits());
     else if (auto logits = dyn_cast<LogitsOp>(op))
       worklist.push_back(logits.getLogits());
   });

@@ -32,6 +32,28 @@
 
 namespace kvir {
 
+/// Which rows of a prefill of n tokens get logits: every row, or the last
+/// `count` (the last row alone; the last segment of a fused chain of
+/// prefills, whose earlier rows nobody reads). Rows before the first one
+/// computed skip the classifier. Built only through all() and last(), so a
+/// bool or a row index never converts into one by mistake.
+class LogitRows {
+public:
+  static LogitRows all() { return LogitRows(-1); }
+  static LogitRows last(int64_t count = 1) { return LogitRows(count); }
+
+  /// The first of `n` rows whose logits are computed (n when none is).
+  int64_t first(int64_t n) const {
+    return count < 0 ? 0 : count >= n ? 0 : n - count;
+  }
+  /// Whether only the last row is asked for.
+  bool lastOnly() const { return count == 1; }
+
+private:
+  explicit LogitRows(int64_t count) : count(count) {}
+  int64_t count;
+};
+
 class ComputeBackend {
 public:
   virtual ~ComputeBackend() = default;
@@ -47,14 +69,14 @@ public:
   /// token attends the view (a key counts iff its effective position is <= the
   /// query's) and the new tokens up to itself. The new K/V go to fresh sealed
   /// pages appended as one run labelled `label` (may be NULL); the new view is
-  /// returned in `*out` (a new reference). `*logits` receives [n][vocab]
-  /// floats, or only the last row ([1][vocab]) with `lastOnly`; a null
-  /// `logits` asks for none, and the classifier does not run (a program
-  /// that never reads a prefill's logits: logitsFrom).
+  /// returned in `*out` (a new reference). `*logits` receives the rows
+  /// `rows` names, [n - rows.first(n)][vocab] floats (every row, or the last
+  /// ones); a null `logits` asks for none, and the classifier does not run
+  /// (a program that never reads a prefill's logits: logitsFrom).
   virtual kvrt_status prefill(const Forward &forward, const kvrt_model *model,
                               const kvrt_view *view, const int32_t *tokens,
                               int64_t n, int64_t pos, const char *label,
-                              bool lastOnly, std::vector<float> *logits,
+                              LogitRows rows, std::vector<float> *logits,
                               kvrt_view **out) = 0;
 
   /// The K (rotated at its position) and V of layer `layer` of `n` tokens at
@@ -97,11 +119,11 @@ kvrt_status checkForward(const Forward &forward, const kvrt_model *model,
 /// The reference oracle as a backend (runtime/reference).
 std::unique_ptr<ComputeBackend> createReferenceBackend();
 
-/// The first row whose logits a prefill of `n` rows computes: 0 (every
-/// row), n - 1 (`lastOnly`), or n when `logits` is null (none).
-inline int64_t logitsFrom(int64_t n, bool lastOnly,
+/// The first row whose logits a prefill of `n` rows computes: rows.first(n),
+/// or n when `logits` is null (none).
+inline int64_t logitsFrom(int64_t n, LogitRows rows,
                           const std::vector<float> *logits) {
-  return !logits ? n : lastOnly ? n - 1 : 0;
+  return !logits ? n : rows.first(n);
 }
 
 } // namespace kvir

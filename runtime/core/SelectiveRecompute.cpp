@@ -200,7 +200,7 @@ kvrt_status run(kvir::ComputeBackend &backend, const kvir::Forward &forward,
     if (kvrt_status s = backend.prefill(
             forward, model, acc.get(), tokens.data(), int64_t(tokens.size()),
             head.storedPos + head.delta, runs[head.run].label,
-            /*lastOnly=*/true, &logits, &next))
+            kvir::LogitRows::last(), &logits, &next))
       return s;
     stats.calls.push_back(
         {context, int64_t(tokens.size()), config.n_layers, false});

@@ -141,7 +141,7 @@ public:
 
   kvrt_status prefill(const Forward &forward, const kvrt_model *model,
                       const kvrt_view *view, const int32_t *tokens, int64_t n,
-                      int64_t pos, const char *label, bool lastOnly,
+                      int64_t pos, const char *label, LogitRows rows,
                       std::vector<float> *logits, kvrt_view **out) override {
     if (!model || !view || !out)
       return kvrt::nullArgument("cuda prefill");
@@ -156,7 +156,7 @@ public:
       std::vector<float> result;
       if (kvrt_status s =
               run(forward, *dm, view, tokens, n, pos, dm->config.n_layers,
-                  logitsFrom(n, lastOnly, logits), &result, pages))
+                  logitsFrom(n, rows, logits), &result, pages))
         return s;
       if (kvrt_status s =
               kvrt::appendPrefilled(view, *pages, tokens, n, pos, label, out))

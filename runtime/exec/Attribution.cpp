@@ -217,7 +217,7 @@ bool kvir::exec::attribute(ComputeBackend &backend, const Forward &forward,
     auto start = std::chrono::steady_clock::now();
     kvrt_view *result = nullptr;
     if (backend.prefill(forward, model, view.get(), answerTokens.data(), rows,
-                        head, nullptr, /*lastOnly=*/false, &logits, &result)) {
+                        head, nullptr, LogitRows::all(), &logits, &result)) {
       error = str("attribution: ", kvrt_last_error());
       return false;
     }

@@ -16,12 +16,14 @@
 #undef VIEW_OUT
 #undef MODEL
 #undef CTOKENS
+#undef CTOKENS_LIST
 #undef CLOGITS
 #undef CTENSOR
 #undef I32S
 #undef I64S
 #undef I64_OUT
 #undef STR
+#undef STRS
 #undef I32
 #undef I64
 #undef F64

@@ -257,6 +257,166 @@ T guarded(kvrt_exec_context *ctx, int32_t site, T neutral, Body &&body) {
   return neutral;
 }
 
+/// `prefilled`, which is `context` followed by one run of the tokens of
+/// `n` segments, with that run cut into one run per segment labelled
+/// labels[i] (a segment of no tokens has none): the view the chain of
+/// prefills would have returned. Owned by the context; NULL on error.
+kvrt_view *splitSegments(kvrt_exec_context *ctx, int32_t site,
+                         kvrt_view *context, const kvrt_view *prefilled,
+                         const kvrt_exec_tokens *const *tokens,
+                         const char *const *labels, int64_t n) {
+  kvrt_view *acc = context;
+  int64_t at = kvrt_view_num_tokens(context);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t size = tokens[i]->ids.size();
+    if (size == 0)
+      continue;
+    kvrt_view *piece = nullptr;
+    if (kvrt_status s = kvrt_view_slice(prefilled, at, at + size, &piece)) {
+      ctx->failRuntime(site, s, str("cannot cut out segment ", i));
+      return nullptr;
+    }
+    piece = ctx->own(piece);
+    kvrt_run run;
+    kvrt_view *next = nullptr;
+    if (kvrt_status s = kvrt_view_get_run(piece, 0, &run)) {
+      ctx->failRuntime(site, s, str("cannot read segment ", i));
+      return nullptr;
+    }
+    run.label = labels ? labels[i] : nullptr;
+    if (kvrt_status s = kvrt_view_append(acc, &run, &next)) {
+      ctx->failRuntime(site, s, str("cannot append segment ", i));
+      return nullptr;
+    }
+    acc = ctx->own(next);
+    at += size;
+  }
+  return acc;
+}
+
+/// The prefill of `n_segments` token lists one after the other over the
+/// combined view list, by one call of the backend (kvrt_exec_prefill is the
+/// chain of one): list i becomes a run labelled labels[i], and the logits
+/// are those of the last list's rows, recorded with what they were computed
+/// from (the view before the last list) for the comparisons of kv-run.
+kvrt_exec_logits *
+prefillSegments(kvrt_exec_context *ctx, int32_t site, const char *key,
+                kvrt_prefill_fn forward, const kvrt_model *model,
+                kvrt_view *const *views, const int64_t *offsets,
+                int64_t n_views, const kvrt_exec_tokens *const *tokens,
+                const char *const *labels, int64_t n_segments,
+                int32_t has_position, int64_t position, int32_t last,
+                int64_t expect_rows, kvrt_view **result) {
+  if (result)
+    *result = nullptr;
+  return guarded<kvrt_exec_logits *>(
+      ctx, site, nullptr, [&]() -> kvrt_exec_logits * {
+        if (!checkModel(ctx, site, model, "prefill"))
+          return nullptr;
+        if (!checkView(ctx, site, tokens, "prefill tokens") ||
+            (n_views > 0 && !checkView(ctx, site, views, "prefill views")))
+          return nullptr;
+        if (n_views < 1 || n_segments < 1) {
+          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                    n_views < 1 ? "prefill: an empty view list"
+                                : "prefill: no token list");
+          return nullptr;
+        }
+        for (int64_t i = 0; i < n_segments; ++i)
+          if (!checkView(ctx, site, tokens[i], "prefill tokens"))
+            return nullptr;
+        kvrt_view *context = combine(ctx, site, views, offsets, n_views);
+        if (!context)
+          return nullptr;
+        // One list is computed from its own ids; a chain from all of them.
+        std::vector<int32_t> joined;
+        if (n_segments > 1)
+          for (int64_t i = 0; i < n_segments; ++i)
+            joined.insert(joined.end(), tokens[i]->ids.begin(),
+                          tokens[i]->ids.end());
+        const std::vector<int32_t> &ids =
+            n_segments > 1 ? joined : tokens[0]->ids;
+        const kvrt_exec_tokens *lastTokens = tokens[n_segments - 1];
+        int64_t n = ids.size(), rowsOfLast = lastTokens->ids.size();
+        int64_t start = has_position ? position : endPosition(context);
+        auto logits = std::make_unique<kvrt_exec_logits>();
+        logits->vocab = ctx->config.vocab_size;
+        logits->context = context;
+        logits->tokens = lastTokens;
+        logits->position = start + n - rowsOfLast;
+        logits->lastOnly = last != KVRT_EXEC_LOGITS_ALL;
+        bool none = last == KVRT_EXEC_LOGITS_NONE || rowsOfLast == 0;
+        // List by list, so that a chain fails as the chain of calls would.
+        for (int64_t i = 0, at = start; i < n_segments; ++i) {
+          int64_t size = tokens[i]->ids.size();
+          if (!ctx->withinLimit(site, "prefill", at, size))
+            return nullptr;
+          at += size;
+        }
+        if (n == 0) {
+          // Nothing to compute: the view unchanged, no rows.
+          logits->result = context;
+        } else {
+          kvrt_view *out = nullptr;
+          int64_t contextTokens = kvrt_view_num_tokens(context);
+          kvrt_exec_work &work = ctx->work();
+          kvir::Forward fwd{key, /*prefill=*/forward};
+          kvir::LogitRows rows =
+              kvir::LogitRows::last(logits->lastOnly ? 1 : rowsOfLast);
+          if (kvrt_status s = ctx->backend->prefill(
+                  fwd, ctx->model, context, ids.data(), n, start,
+                  n_segments > 1 || !labels ? nullptr : labels[0], rows,
+                  none ? nullptr : &logits->data, &out)) {
+            ctx->failRuntime(site, s,
+                             str("prefill of ", n, " tokens at position ",
+                                 start, " failed"));
+            return nullptr;
+          }
+          logits->result = ctx->own(out);
+          if (n_segments > 1) {
+            logits->result = splitSegments(ctx, site, context, out, tokens,
+                                           labels, n_segments);
+            if (!logits->result)
+              return nullptr;
+            if (n > rowsOfLast) {
+              kvrt_view *before = nullptr;
+              if (kvrt_status s = kvrt_view_slice(
+                      logits->result, 0, contextTokens + n - rowsOfLast,
+                      &before)) {
+                ctx->failRuntime(site, s, "cannot cut the last list's view");
+                return nullptr;
+              }
+              logits->context = ctx->own(before);
+            }
+          }
+          // A prefill at the end of a block extends it (the fused form of
+          // a single view has offset 0).
+          if (n_views == 1 && (!offsets || offsets[0] == 0) &&
+              ctx->blocks.count(views[0]) &&
+              (kvrt_view_num_tokens(views[0]) == 0 ||
+               start == endPosition(views[0])))
+            ctx->blocks.insert(logits->result);
+          logits->rows = none ? 0 : logits->lastOnly ? 1 : rowsOfLast;
+          ++work.prefill_calls;
+          work.prefill_tokens += n;
+          work.logits_rows += logits->rows;
+          kvir::ModelCost cost = kvir::costOnPool(ctx->config, ctx->pool);
+          work.flops += cost.prefillFlops(contextTokens, n, logits->rows);
+          work.kv_bytes_written += cost.kvBytes(n);
+        }
+        if (expect_rows >= 0 && expect_rows != logits->rows) {
+          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                    str("the logits type expects ", expect_rows,
+                        " rows, the prefill computed ", logits->rows));
+          return nullptr;
+        }
+        if (result)
+          *result = logits->result;
+        ctx->logits.push_back(std::move(logits));
+        return ctx->logits.back().get();
+      });
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -399,78 +559,22 @@ kvrt_exec_prefill(kvrt_exec_context *ctx, int32_t site, const char *key,
                   int64_t n_views, const kvrt_exec_tokens *tokens,
                   int32_t has_position, int64_t position, const char *label,
                   int32_t last, int64_t expect_rows, kvrt_view **result) {
-  if (result)
-    *result = nullptr;
-  return guarded<kvrt_exec_logits *>(
-      ctx, site, nullptr, [&]() -> kvrt_exec_logits * {
-        if (!checkModel(ctx, site, model, "prefill"))
-          return nullptr;
-        if (!checkView(ctx, site, tokens, "prefill tokens") ||
-            (n_views > 0 && !checkView(ctx, site, views, "prefill views")))
-          return nullptr;
-        if (n_views < 1) {
-          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
-                    "prefill: an empty view list");
-          return nullptr;
-        }
-        kvrt_view *context = combine(ctx, site, views, offsets, n_views);
-        if (!context)
-          return nullptr;
-        const std::vector<int32_t> &ids = tokens->ids;
-        int64_t n = ids.size();
-        auto logits = std::make_unique<kvrt_exec_logits>();
-        logits->vocab = ctx->config.vocab_size;
-        logits->context = context;
-        logits->tokens = tokens;
-        logits->position = has_position ? position : endPosition(context);
-        logits->lastOnly = last != KVRT_EXEC_LOGITS_ALL;
-        bool none = last == KVRT_EXEC_LOGITS_NONE;
-        if (!ctx->withinLimit(site, "prefill", logits->position, n))
-          return nullptr;
-        if (n == 0) {
-          // Nothing to compute: the view unchanged, no rows.
-          logits->result = context;
-        } else {
-          kvrt_view *out = nullptr;
-          int64_t contextTokens = kvrt_view_num_tokens(context);
-          kvrt_exec_work &work = ctx->work();
-          kvir::Forward fwd{key, /*prefill=*/forward};
-          if (kvrt_status s = ctx->backend->prefill(
-                  fwd, ctx->model, context, ids.data(), n, logits->position,
-                  label, logits->lastOnly, none ? nullptr : &logits->data,
-                  &out)) {
-            ctx->failRuntime(site, s,
-                             str("prefill of ", n, " tokens at position ",
-                                 logits->position, " failed"));
-            return nullptr;
-          }
-          logits->result = ctx->own(out);
-          // A prefill at the end of a block extends it (the fused form of
-          // a single view has offset 0).
-          if (n_views == 1 && (!offsets || offsets[0] == 0) &&
-              ctx->blocks.count(views[0]) &&
-              (kvrt_view_num_tokens(views[0]) == 0 ||
-               logits->position == endPosition(views[0])))
-            ctx->blocks.insert(out);
-          logits->rows = none ? 0 : logits->lastOnly ? 1 : n;
-          ++work.prefill_calls;
-          work.prefill_tokens += n;
-          work.logits_rows += logits->rows;
-          kvir::ModelCost cost = kvir::costOnPool(ctx->config, ctx->pool);
-          work.flops += cost.prefillFlops(contextTokens, n, logits->rows);
-          work.kv_bytes_written += cost.kvBytes(n);
-        }
-        if (expect_rows >= 0 && expect_rows != logits->rows) {
-          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
-                    str("the logits type expects ", expect_rows,
-                        " rows, the prefill computed ", logits->rows));
-          return nullptr;
-        }
-        if (result)
-          *result = logits->result;
-        ctx->logits.push_back(std::move(logits));
-        return ctx->logits.back().get();
-      });
+  return prefillSegments(ctx, site, key, forward, model, views, offsets,
+                         n_views, &tokens, &label, 1, has_position, position,
+                         last, expect_rows, result);
+}
+
+kvrt_exec_logits *
+kvrt_exec_prefill_chain(kvrt_exec_context *ctx, int32_t site, const char *key,
+                        kvrt_prefill_fn forward, const kvrt_model *model,
+                        kvrt_view *const *views, const int64_t *offsets,
+                        int64_t n_views, const kvrt_exec_tokens *const *tokens,
+                        const char *const *labels, int64_t n_segments,
+                        int32_t last, int64_t expect_rows, kvrt_view **result) {
+  return prefillSegments(ctx, site, key, forward, model, views, offsets,
+                         n_views, tokens, labels, n_segments,
+                         /*has_position=*/0, /*position=*/0, last, expect_rows,
+                         result);
 }
 
 kvrt_view *kvrt_exec_slice(kvrt_exec_context *ctx, int32_t site,
@@ -1012,9 +1116,9 @@ kvrt_view *kvrt_exec_load_block(kvrt_exec_context *ctx, int32_t site,
     kvir::Forward fwd{key, /*prefill=*/forward};
     std::vector<float> logits;
     kvrt_view *out = nullptr;
-    if (kvrt_status s =
-            ctx->backend->prefill(fwd, ctx->model, empty, ids.data(), n, base,
-                                  label, /*lastOnly=*/true, &logits, &out)) {
+    if (kvrt_status s = ctx->backend->prefill(
+            fwd, ctx->model, empty, ids.data(), n, base, label,
+            kvir::LogitRows::last(), &logits, &out)) {
       ctx->failRuntime(site, s,
                        str("load_block: prefill of ", n, " tokens at position ",
                            base, " failed"));

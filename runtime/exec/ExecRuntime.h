@@ -228,12 +228,14 @@ void kvrt_exec_view_release(kvrt_view *view);
 #define VIEW_OUT(n) kvrt_view **n
 #define MODEL(n) const kvrt_model *n
 #define CTOKENS(n) const kvrt_exec_tokens *n
+#define CTOKENS_LIST(n) const kvrt_exec_tokens *const *n
 #define CLOGITS(n) const kvrt_exec_logits *n
 #define CTENSOR(n) const kvrt_exec_tensor *n
 #define I32S(n) const int32_t *n
 #define I64S(n) const int64_t *n
 #define I64_OUT(n) int64_t *n
 #define STR(n) const char *n
+#define STRS(n) const char *const *n
 #define I32(n) int32_t n
 #define I64(n) int64_t n
 #define F64(n) double n

@@ -71,7 +71,7 @@ bool kvir::exec::fullPrefill(ComputeBackend &backend, const Forward &forward,
   if (head > 0) {
     kvrt_view *next = nullptr;
     if (backend.prefill(forward, model, view.get(), tokens.data(), head, 0,
-                        nullptr, /*lastOnly=*/true, &scratch, &next)) {
+                        nullptr, LogitRows::last(), &scratch, &next)) {
       error = str("full prefill: ", kvrt_last_error());
       return false;
     }
@@ -82,8 +82,9 @@ bool kvir::exec::fullPrefill(ComputeBackend &backend, const Forward &forward,
   }
   out.context = view;
   kvrt_view *next = nullptr;
-  if (backend.prefill(forward, model, view.get(), tokens.data() + head, rows,
-                      head, nullptr, rows == 1, &out.data, &next)) {
+  if (backend.prefill(
+          forward, model, view.get(), tokens.data() + head, rows, head, nullptr,
+          rows == 1 ? LogitRows::last() : LogitRows::all(), &out.data, &next)) {
     error = str("full prefill: ", kvrt_last_error());
     return false;
   }
@@ -124,7 +125,7 @@ bool kvir::exec::greedyContinue(ComputeBackend &backend, const Forward &forward,
       break;
     kvrt_view *view = nullptr;
     if (backend.prefill(forward, model, cache.get(), &next, 1, position,
-                        nullptr, true, &row, &view)) {
+                        nullptr, LogitRows::last(), &row, &view)) {
       error = str("greedy continuation: ", kvrt_last_error());
       return false;
     }

@@ -232,7 +232,7 @@ Weights viewOf(const kvrt_model &model) {
 /// The forward pass proper; `span` already holds the new run, whose pages
 /// receive the new K/V.
 void forward(const kvrt_model_config &c, const Weights &w, KVSpan &span,
-             const int32_t *tokens, int64_t n, int64_t pos, bool lastOnly,
+             const int32_t *tokens, int64_t n, int64_t pos, int64_t logitsFrom,
              std::vector<float> *logits, int32_t layers = -1) {
   const kvrt_run &newRun = span.runs.back();
   int64_t dim = c.dim, hidden = c.hidden_dim, headSize = c.dim / c.n_heads;
@@ -290,13 +290,13 @@ void forward(const kvrt_model_config &c, const Weights &w, KVSpan &span,
   if (layers < c.n_layers || !logits)
     return;
   std::vector<double> row(c.vocab_size);
-  int64_t first = lastOnly ? n - 1 : 0;
-  logits->resize((n - first) * c.vocab_size);
-  for (int64_t t = first; t < n; ++t) {
+  logits->resize((n - logitsFrom) * c.vocab_size);
+  for (int64_t t = logitsFrom; t < n; ++t) {
     rmsnorm(&x[t * dim], w.rms_final, c.dim, c.rms_eps, xb.data());
     matvec(w.wcls, xb.data(), c.vocab_size, dim, row.data());
     for (int32_t i = 0; i < c.vocab_size; ++i)
-      (*logits)[(t - first) * c.vocab_size + i] = static_cast<float>(row[i]);
+      (*logits)[(t - logitsFrom) * c.vocab_size + i] =
+          static_cast<float>(row[i]);
   }
 }
 
@@ -314,7 +314,7 @@ kvrt_status prepare(const kvrt_model *model, const kvrt_view *view,
 
 kvrt_status prefillImpl(const kvrt_model *model, const kvrt_view *view,
                         const int32_t *tokens, int64_t n, int64_t pos,
-                        const char *label, bool lastOnly,
+                        const char *label, int64_t logitsFrom,
                         std::vector<float> *logits, kvrt_view **out) {
   kvrt_model_config c;
   Weights w;
@@ -332,7 +332,7 @@ kvrt_status prefillImpl(const kvrt_model *model, const kvrt_view *view,
   kvrt::PageRefs held{pool, pages};
   kvrt_run run{pages.data(), nPages, 0, n, pos, 0, tokens, label};
   span.runs.push_back(run);
-  forward(c, w, span, tokens, n, pos, lastOnly, logits);
+  forward(c, w, span, tokens, n, pos, logitsFrom, logits);
   for (int32_t page : pages)
     if (kvrt_status s = kvrt_pool_seal_page(pool, page))
       return s;
@@ -393,12 +393,12 @@ kvrt_status kvir::reference::prefill(const kvrt_model *model,
                                      const int32_t *tokens, int64_t n,
                                      int64_t pos, const char *label,
                                      std::vector<float> *logits,
-                                     kvrt_view **out, bool lastOnly) {
+                                     kvrt_view **out, int64_t logitsFrom) {
   if (!model || !view || !out)
     return kvrt::nullArgument(__func__);
   *out = nullptr;
   return kvrt::guard([&] {
-    return prefillImpl(model, view, tokens, n, pos, label, lastOnly, logits,
+    return prefillImpl(model, view, tokens, n, pos, label, logitsFrom, logits,
                        out);
   });
 }
@@ -431,7 +431,7 @@ kvrt_status kvir::reference::layerKV(const kvrt_model *model,
       return s;
     kvrt::PageRefs held{pool, pages};
     span.runs.push_back({pages.data(), nPages, 0, n, pos, 0, tokens, nullptr});
-    forward(c, w, span, tokens, n, pos, false, nullptr, layer + 1);
+    forward(c, w, span, tokens, n, pos, /*logitsFrom=*/n, nullptr, layer + 1);
     int64_t kvDim = int64_t(c.n_kv_heads) * (c.dim / c.n_heads);
     k->resize(n * kvDim);
     v->resize(n * kvDim);

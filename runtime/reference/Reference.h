@@ -51,13 +51,13 @@ kvrt_status attention(const kvrt_model_config &config, const kvrt_view *view,
 /// attends the view (by the offset rule) and the new tokens up to itself. The
 /// new K/V go to fresh sealed pages, appended to the view as one run labelled
 /// `label` (may be NULL); the result is returned in `*out` (a new reference)
-/// and the logits of every new position, [n][vocab], in `*logits` (only the
-/// last row, [1][vocab], with `lastOnly`; none, and no classifier, when
-/// `logits` is null). On pool exhaustion nothing changes.
+/// and the logits of the new positions logitsFrom .. n-1, [n -
+/// logitsFrom][vocab], in `*logits` (every row by default; none, and no
+/// classifier, when `logits` is null). On pool exhaustion nothing changes.
 kvrt_status prefill(const kvrt_model *model, const kvrt_view *view,
                     const int32_t *tokens, int64_t n, int64_t pos,
                     const char *label, std::vector<float> *logits,
-                    kvrt_view **out, bool lastOnly = false);
+                    kvrt_view **out, int64_t logitsFrom = 0);
 
 /// The K (rotated at pos + t) and V of layer `layer` of `n` tokens over
 /// `view`, [n][kv_heads][head_size] each, as a prefill computes them (layers

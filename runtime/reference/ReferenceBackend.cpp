@@ -18,12 +18,12 @@ public:
 
   kvrt_status prefill(const kvir::Forward &, const kvrt_model *model,
                       const kvrt_view *view, const int32_t *tokens, int64_t n,
-                      int64_t pos, const char *label, bool lastOnly,
+                      int64_t pos, const char *label, kvir::LogitRows rows,
                       std::vector<float> *logits, kvrt_view **out) override {
     if (kvrt_status s = scratchFault())
       return s;
     return kvir::reference::prefill(model, view, tokens, n, pos, label, logits,
-                                    out, lastOnly);
+                                    out, rows.first(n));
   }
 
   kvrt_status layerKV(const kvir::Forward &, const kvrt_model *model,

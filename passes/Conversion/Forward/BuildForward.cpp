@@ -522,8 +522,8 @@ FailureOr<unsigned> mlir::kv::buildProgramForwards(ModuleOp module,
     return Float32Type::get(types.front().getContext());
   };
   module.walk([&](Operation *op) {
-    if (!isa<PrefillOp, AttentionOp, MaterializeOp, SelectiveRecomputeOp,
-             LoadBlockOp>(op))
+    if (!isa<PrefillOp, PrefillChainOp, AttentionOp, MaterializeOp,
+             SelectiveRecomputeOp, LoadBlockOp>(op))
       return;
     auto model = cast<ModelType>(op->getOperand(0).getType());
     SmallVector<Type> types(op->getOperandTypes());

@@ -95,7 +95,7 @@ std::string forwardKeyOf(Operation *op) {
 
 /// The entry point each op that needs math calls.
 std::optional<ForwardEntryPoint> forwardEntryPointOf(Operation *op) {
-  if (isa<PrefillOp, SelectiveRecomputeOp, LoadBlockOp>(op))
+  if (isa<PrefillOp, PrefillChainOp, SelectiveRecomputeOp, LoadBlockOp>(op))
     return ForwardEntryPoint::Prefill;
   if (isa<AttentionOp>(op))
     return ForwardEntryPoint::Attention;
@@ -304,6 +304,39 @@ protected:
     return {hasPosition, at, label};
   }
 
+  /// Replaces a prefill (or a chain) by the call of `F`: the forward's key
+  /// and entry, the model, the view list (`views`, `offsets` and its size),
+  /// `middle` (what the op computes, placed or labelled), which rows get
+  /// logits and their static count, and a stack slot the new view comes
+  /// back through. Logits nothing reads (a segment's last row while a
+  /// context is built, every segment an edit's plan recomputes) are not
+  /// computed: the classifier is vocab x dim per row, and the handle is
+  /// still returned.
+  template <ExecFn F, typename PrefillLike, typename... Middle>
+  void replacePrefill(PrefillLike op, typename PrefillLike::Adaptor adaptor,
+                      ConversionPatternRewriter &rewriter, Value views,
+                      Value offsets, Middle... middle) const {
+    Location loc = op.getLoc();
+    Value resultSlot = array(rewriter, loc, {null(rewriter, loc)}, ptrType());
+    bool unread = op.getLogits().use_empty();
+    int32_t rows = unread         ? KVRT_EXEC_LOGITS_NONE
+                   : op.getLast() ? KVRT_EXEC_LOGITS_LAST
+                                  : KVRT_EXEC_LOGITS_ALL;
+    Value logits =
+        atSite<F>(rewriter, op)(
+            forwardKey(rewriter, op),
+            forward(rewriter, op, ForwardEntryPoint::Prefill),
+            adaptor.getModel(), views, offsets,
+            constI64(rewriter, loc, adaptor.getViews().size()), middle...,
+            constI32(rewriter, loc, rows),
+            constI64(rewriter, loc,
+                     unread ? -1 : staticSize(op.getLogits().getType(), 0)),
+            resultSlot)
+            .front();
+    Value result = LLVM::LoadOp::create(rewriter, loc, ptrType(), resultSlot);
+    rewriter.replaceOp(op, {result, logits});
+  }
+
   /// A pointer to a NUL-terminated constant string (deduplicated).
   Value string(ConversionPatternRewriter &rewriter, Location loc,
                StringRef text) const {
@@ -348,28 +381,32 @@ struct PrefillLowering : RuntimePattern<PrefillOp> {
     Value offsets = indexArray(rewriter, loc, adaptor.getOffsets());
     auto [hasPosition, position, label] =
         placement(rewriter, loc, adaptor.getPosition(), op.getSegment());
-    Value resultSlot = array(rewriter, loc, {null(rewriter, loc)}, ptrType());
-    // Logits nothing reads (a segment's last row while a context is built,
-    // every segment an edit's plan recomputes) are not computed: the
-    // classifier is vocab x dim per row, and the handle is still returned.
-    bool unread = op.getLogits().use_empty();
-    int32_t rows = unread         ? KVRT_EXEC_LOGITS_NONE
-                   : op.getLast() ? KVRT_EXEC_LOGITS_LAST
-                                  : KVRT_EXEC_LOGITS_ALL;
-    Value logits =
-        atSite<ExecFn::kvrt_exec_prefill>(rewriter, op)(
-            forwardKey(rewriter, op),
-            forward(rewriter, op, ForwardEntryPoint::Prefill),
-            adaptor.getModel(), views, offsets,
-            constI64(rewriter, loc, adaptor.getViews().size()),
-            adaptor.getTokens(), hasPosition, position, label,
-            constI32(rewriter, loc, rows),
-            constI64(rewriter, loc,
-                     unread ? -1 : staticSize(op.getLogits().getType(), 0)),
-            resultSlot)
-            .front();
-    Value result = LLVM::LoadOp::create(rewriter, loc, ptrType(), resultSlot);
-    rewriter.replaceOp(op, {result, logits});
+    replacePrefill<ExecFn::kvrt_exec_prefill>(op, adaptor, rewriter, views,
+                                              offsets, adaptor.getTokens(),
+                                              hasPosition, position, label);
+    return success();
+  }
+};
+
+/// kv.prefill_chain: the token handles and labels as stack arrays, one
+/// runtime call.
+struct PrefillChainLowering : RuntimePattern<PrefillChainOp> {
+  using RuntimePattern::RuntimePattern;
+  LogicalResult
+  matchAndRewrite(PrefillChainOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Value views = array(rewriter, loc, adaptor.getViews(), ptrType());
+    Value offsets = indexArray(rewriter, loc, adaptor.getOffsets());
+    Value tokens = array(rewriter, loc, adaptor.getTokens(), ptrType());
+    SmallVector<Value> labelValues;
+    for (unsigned i = 0, e = op.getTokens().size(); i < e; ++i)
+      if (FlatSymbolRefAttr segment = op.getSegmentOf(i))
+        labelValues.push_back(string(rewriter, loc, segment.getValue()));
+    Value labels = array(rewriter, loc, labelValues, ptrType());
+    replacePrefill<ExecFn::kvrt_exec_prefill_chain>(
+        op, adaptor, rewriter, views, offsets, tokens, labels,
+        constI64(rewriter, loc, adaptor.getTokens().size()));
     return success();
   }
 };
@@ -972,12 +1009,13 @@ void ConvertKVToRuntimePass::runOnOperation() {
 
   RewritePatternSet patterns(context);
   patterns
-      .add<EmptyLowering, PrefillLowering, LoadBlockLowering,
-           StoreBlockLowering, SliceLowering, ConcatLowering, RopeShiftLowering,
-           SegmentBoundsLowering, TokensLowering, SelectiveRecomputeLowering,
-           MaterializeLowering, AttentionLowering, TokenConstantLowering,
-           TensorEmptyLowering, TensorDimLowering, TensorCastLowering,
-           HandleSelectLowering, HostCallLowering>(converter, context, state);
+      .add<EmptyLowering, PrefillLowering, PrefillChainLowering,
+           LoadBlockLowering, StoreBlockLowering, SliceLowering, ConcatLowering,
+           RopeShiftLowering, SegmentBoundsLowering, TokensLowering,
+           SelectiveRecomputeLowering, MaterializeLowering, AttentionLowering,
+           TokenConstantLowering, TensorEmptyLowering, TensorDimLowering,
+           TensorCastLowering, HandleSelectLowering, HostCallLowering>(
+          converter, context, state);
   patterns
       .add<ViewQueryLowering<LengthOp, ExecFn::kvrt_exec_length>,
            ViewQueryLowering<StartPositionOp, ExecFn::kvrt_exec_start_position>,

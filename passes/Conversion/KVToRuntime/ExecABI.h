@@ -47,12 +47,14 @@ namespace detail {
 #define VIEW_OUT(n) ExecType::Ptr
 #define MODEL(n) ExecType::Ptr
 #define CTOKENS(n) ExecType::Ptr
+#define CTOKENS_LIST(n) ExecType::Ptr
 #define CLOGITS(n) ExecType::Ptr
 #define CTENSOR(n) ExecType::Ptr
 #define I32S(n) ExecType::Ptr
 #define I64S(n) ExecType::Ptr
 #define I64_OUT(n) ExecType::Ptr
 #define STR(n) ExecType::Ptr
+#define STRS(n) ExecType::Ptr
 #define I32(n) ExecType::I32
 #define I64(n) ExecType::I64
 #define F64(n) ExecType::F64

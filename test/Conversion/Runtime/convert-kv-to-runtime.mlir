@@ -81,6 +81,42 @@ func.func @unread(%m: !model, %t: tensor<?xi32> {kv.name = "t"}) -> (!cache, ten
 
 // -----
 
+// A chain of prefills: one call, with the token handles and their labels as
+// stack arrays, and the number of lists; the logits (all rows of the last
+// list) are read, so it asks for every row (0) and expects 4.
+
+!model = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+!cache = !kv.cache<5x4x8xf32, @ctx>
+
+kv.context @ctx {
+  kv.segment @a kind(thought) tokens(?)
+  kv.segment @b kind(answer) tokens(4)
+}
+func.func private @kv_fwd_fcf7c6399ef6fcd9_prefill(!llvm.ptr)
+
+func.func @chain(%m: !model, %v: !cache, %t: tensor<?xi32> {kv.name = "t"}, %u: tensor<4xi32> {kv.name = "u"}) -> tensor<4x512xf32> {
+  %c, %l = kv.prefill_chain %m, %v, [%t, %u] segments [@a, @b]
+      : !model, (!cache), (tensor<?xi32>, tensor<4xi32>) -> !cache, tensor<4x512xf32>
+  return %l : tensor<4x512xf32>
+}
+
+// CHECK-LABEL: func.func private @chain(
+// CHECK-SAME:    %[[CTX:.+]]: !llvm.ptr, %[[M:.+]]: !llvm.ptr, %[[V:.+]]: !llvm.ptr, %[[T:.+]]: !llvm.ptr, %[[U:.+]]: !llvm.ptr)
+// CHECK:         %[[TOKENS:.+]] = llvm.alloca %{{.*}} x !llvm.array<2 x ptr>
+// CHECK:         llvm.store %[[T]], %{{.*}} : !llvm.ptr, !llvm.ptr
+// CHECK:         llvm.store %[[U]], %{{.*}} : !llvm.ptr, !llvm.ptr
+// CHECK:         %[[LA:.+]] = llvm.mlir.addressof @{{.+}}
+// CHECK:         %[[LB:.+]] = llvm.mlir.addressof @{{.+}}
+// CHECK:         %[[LABELS:.+]] = llvm.alloca %{{.*}} x !llvm.array<2 x ptr>
+// CHECK:         llvm.store %[[LA]], %{{.*}} : !llvm.ptr, !llvm.ptr
+// CHECK:         llvm.store %[[LB]], %{{.*}} : !llvm.ptr, !llvm.ptr
+// CHECK:         %[[TWO:.+]] = arith.constant 2 : i64
+// CHECK:         %[[FOUR:.+]] = arith.constant 4 : i64
+// CHECK-NEXT:    call @kvrt_exec_prefill_chain(%[[CTX]], %{{.*}}, %{{.*}}, %{{.*}}, %[[M]], %{{.*}}, %{{.*}}, %{{.*}}, %[[TOKENS]], %[[LABELS]], %[[TWO]], %c0_i32{{[_0-9]*}}, %[[FOUR]], %{{[^,]+}})
+// CHECK:       func.func private @kvrt_exec_prefill_chain(!llvm.ptr, i32, !llvm.ptr, (!llvm.ptr) -> (), !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, !llvm.ptr, !llvm.ptr, i64, i32, i64, !llvm.ptr) -> !llvm.ptr
+
+// -----
+
 // View metadata ops: each a runtime call; indices cross as i64.
 !cache = !kv.cache<5x4x8xf32, @ctx>
 kv.context @ctx {

@@ -806,3 +806,84 @@ func.func @load_block_wrong_size(%m: !model, %t: tensor<12xi32>) -> !kv.cache<5x
   %b = kv.load_block %m, %t segment @tools : !model, tensor<12xi32> -> !kv.cache<5x4x8xf32, @agent>
   return %b : !kv.cache<5x4x8xf32, @agent>
 }
+
+// -----
+
+// A chain needs at least two token lists (one is a kv.prefill).
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @chain_of_one(%m: !m, %c: !kv.cache<5x4x8xf32>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.prefill_chain' op chains at least 2 token lists, got 1}}
+  %0, %1 = kv.prefill_chain %m, %c, [%t] : !m, (!kv.cache<5x4x8xf32>), (tensor<?xi32>) -> !kv.cache<5x4x8xf32>, tensor<?x512xf32>
+  return
+}
+
+// -----
+
+// One segment label per token list.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @think kind(thought) tokens(?)
+  kv.segment @answer kind(answer) tokens(?)
+}
+func.func @chain_labels(%m: !m, %c: !kv.cache<5x4x8xf32, @agent>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.prefill_chain' op has 2 token lists but 1 segment labels}}
+  %0, %1 = kv.prefill_chain %m, %c, [%t, %t] segments [@answer] : !m, (!kv.cache<5x4x8xf32, @agent>), (tensor<?xi32>, tensor<?xi32>) -> !kv.cache<5x4x8xf32, @agent>, tensor<?x512xf32>
+  return
+}
+
+// -----
+
+// The logits are the last token list's: one row per token of it.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @chain_rows(%m: !m, %c: !kv.cache<5x4x8xf32>, %t: tensor<8xi32>, %a: tensor<4xi32>) {
+  // expected-error@+1 {{'kv.prefill_chain' op computes the logits of 4 tokens (its last token list), but its logits type has 12 rows}}
+  %0, %1 = kv.prefill_chain %m, %c, [%t, %a] : !m, (!kv.cache<5x4x8xf32>), (tensor<8xi32>, tensor<4xi32>) -> !kv.cache<5x4x8xf32>, tensor<12x512xf32>
+  return
+}
+
+// -----
+
+// With `last`, a chain returns one row of logits.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @chain_last_rows(%m: !m, %c: !kv.cache<5x4x8xf32>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.prefill_chain' op returns the logits of the last token only, so its logits type needs 1 row, got 2}}
+  %0, %1 = kv.prefill_chain %m, %c, [%t, %t] last : !m, (!kv.cache<5x4x8xf32>), (tensor<?xi32>, tensor<?xi32>) -> !kv.cache<5x4x8xf32>, tensor<2x512xf32>
+  return
+}
+
+// -----
+
+// A chain's view list follows kv.prefill's rules.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+func.func @chain_view(%m: !m, %c: !kv.cache<5x2x8xf32>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.prefill_chain' op view #0 does not match the model: the model computes 5 layers x 4 KV heads x head size 8, the cache holds 5 x 2 x 8}}
+  %0, %1 = kv.prefill_chain %m, %c, [%t, %t] : !m, (!kv.cache<5x2x8xf32>), (tensor<?xi32>, tensor<?xi32>) -> !kv.cache<5x2x8xf32>, tensor<?x512xf32>
+  return
+}
+
+// -----
+
+// Each label of a chain is a segment of the context, of its static size.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @think kind(thought) tokens(8)
+  kv.segment @answer kind(answer) tokens(?)
+}
+func.func @chain_label_size(%m: !m, %c: !kv.cache<5x4x8xf32, @agent>, %t: tensor<6xi32>, %a: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.prefill_chain' op prefills 6 tokens as segment @think, which context @agent declares with 8}}
+  %0, %1 = kv.prefill_chain %m, %c, [%t, %a] segments [@think, @answer] : !m, (!kv.cache<5x4x8xf32, @agent>), (tensor<6xi32>, tensor<?xi32>) -> !kv.cache<5x4x8xf32, @agent>, tensor<?x512xf32>
+  return
+}
+
+// -----
+
+// A chain's label must be a segment of the context.
+!m = !kv.model<dim = 64, hidden = 172, layers = 5, heads = 8, kv_heads = 4, vocab = 512>
+kv.context @agent {
+  kv.segment @think kind(thought) tokens(?)
+}
+func.func @chain_unknown_segment(%m: !m, %c: !kv.cache<5x4x8xf32, @agent>, %t: tensor<?xi32>) {
+  // expected-error@+1 {{'kv.prefill_chain' op segment @answer is not defined in context @agent}}
+  %0, %1 = kv.prefill_chain %m, %c, [%t, %t] segments [@think, @answer] : !m, (!kv.cache<5x4x8xf32, @agent>), (tensor<?xi32>, tensor<?xi32>) -> !kv.cache<5x4x8xf32, @agent>, tensor<?x512xf32>
+  return
+}

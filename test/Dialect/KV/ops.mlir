@@ -50,6 +50,17 @@ func.func @build(%m: !model, %t: tensor<?xi32>, %s: tensor<48xi32>) -> (!cache, 
   return %c2, %l2 : !cache, tensor<?x512xf32>
 }
 
+// A chain of prefills in one forward call: labelled, over a view list, and
+// unlabelled with the last row's logits.
+// CHECK-LABEL: func.func @prefill_chain
+// CHECK: kv.prefill_chain %{{.+}}, [%[[A:.+]] + %[[D0:.+]], %[[B:.+]] + %[[D1:.+]]], [%{{.+}}, %{{.+}}, %{{.+}}] segments [@city, @think, @answer] : !model, (!kv.cache<5x4x8xf32, @agent>, !kv.cache<5x4x8xf32, @agent>), (tensor<?xi32>, tensor<8xi32>, tensor<4xi32>) -> !kv.cache<5x4x8xf32, @agent>, tensor<4x512xf32>
+// CHECK: kv.prefill_chain %{{.+}}, %[[A]], [%{{.+}}, %{{.+}}] last : !model, (!kv.cache<5x4x8xf32, @agent>), (tensor<?xi32>, tensor<?xi32>) -> !kv.cache<5x4x8xf32, @agent>, tensor<1x512xf32>
+func.func @prefill_chain(%m: !model, %a: !cache, %b: !cache, %d0: index, %d1: index, %city: tensor<?xi32>, %think: tensor<8xi32>, %answer: tensor<4xi32>) -> (!cache, !cache) {
+  %c, %l = kv.prefill_chain %m, [%a + %d0, %b + %d1], [%city, %think, %answer] segments [@city, @think, @answer] : !model, (!cache, !cache), (tensor<?xi32>, tensor<8xi32>, tensor<4xi32>) -> !cache, tensor<4x512xf32>
+  %c2, %l2 = kv.prefill_chain %m, %a, [%city, %city] last : !model, (!cache), (tensor<?xi32>, tensor<?xi32>) -> !cache, tensor<1x512xf32>
+  return %c, %c2 : !cache, !cache
+}
+
 // The fused form: a list of views, each with a position offset.
 // CHECK-LABEL: func.func @prefill_views
 // CHECK: kv.prefill %{{.+}}, [%[[A:.+]] + %[[D0:.+]], %[[B:.+]] + %[[D1:.+]]], %{{.+}} at %{{.+}} :

@@ -20,7 +20,7 @@ ViewPtr prefill(kvir::ComputeBackend &backend, const kvrt_model *model,
   std::vector<float> scratch;
   kvrt_view *out = nullptr;
   EXPECT_EQ(backend.prefill(kvir::Forward(), model, view, tokens.data(),
-                            tokens.size(), pos, label, false,
+                            tokens.size(), pos, label, kvir::LogitRows::all(),
                             logits ? logits : &scratch, &out),
             KVRT_OK)
       << kvrt_last_error();
@@ -38,9 +38,9 @@ public:
   bool runsGeneratedCode() const override { return false; }
   kvrt_status prefill(const kvir::Forward &forward, const kvrt_model *model,
                       const kvrt_view *view, const int32_t *tokens, int64_t n,
-                      int64_t pos, const char *label, bool lastOnly,
+                      int64_t pos, const char *label, kvir::LogitRows rows,
                       std::vector<float> *logits, kvrt_view **out) override {
-    return inner->prefill(forward, model, view, tokens, n, pos, label, lastOnly,
+    return inner->prefill(forward, model, view, tokens, n, pos, label, rows,
                           logits, out);
   }
   kvrt_status layerKV(const kvir::Forward &forward, const kvrt_model *model,

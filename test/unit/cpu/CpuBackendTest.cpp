@@ -56,7 +56,9 @@ Prefilled cpuPrefill(const kvrt_model *model, const kvrt_view *view,
   Prefilled result;
   kvrt_view *out = nullptr;
   EXPECT_EQ(cpuBackend().prefill(forwardOf(model), model, view, tokens.data(),
-                                 tokens.size(), pos, "cpu", lastOnly,
+                                 tokens.size(), pos, "cpu",
+                                 lastOnly ? kvir::LogitRows::last()
+                                          : kvir::LogitRows::all(),
                                  &result.logits, &out),
             KVRT_OK)
       << kvrt_last_error();
@@ -409,7 +411,7 @@ TEST(CpuBackendTest, PrefillWithoutLogitsStoresTheSameKV) {
   kvrt_view *out = nullptr;
   ASSERT_EQ(cpuBackend().prefill(forwardOf(model.get()), model.get(),
                                  empty.get(), tokens.data(), tokens.size(), 0,
-                                 "cpu", true, nullptr, &out),
+                                 "cpu", kvir::LogitRows::last(), nullptr, &out),
             KVRT_OK)
       << kvrt_last_error();
   ViewPtr none(out);
@@ -652,18 +654,21 @@ TEST(CpuBackendTest, ErrorsLeaveTheViewAndPoolIntact) {
   kvrt_view *out = nullptr;
   std::vector<int32_t> bad = {1, 64};
   EXPECT_EQ(backend.prefill(forward, model, first.view.get(), bad.data(),
-                            bad.size(), 3, nullptr, false, &logits, &out),
+                            bad.size(), 3, nullptr, kvir::LogitRows::all(),
+                            &logits, &out),
             KVRT_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kvrt_last_error()).find("outside the vocabulary"),
             std::string::npos)
       << kvrt_last_error();
   std::vector<int32_t> many(40, 1); // 3 pages, 2 free
   EXPECT_EQ(backend.prefill(forward, model, first.view.get(), many.data(),
-                            many.size(), 3, nullptr, false, &logits, &out),
+                            many.size(), 3, nullptr, kvir::LogitRows::all(),
+                            &logits, &out),
             KVRT_ERR_POOL_EXHAUSTED);
   // The forward of another config is refused before anything is done.
   EXPECT_EQ(backend.prefill(forwardOf(mqaModel()), model, first.view.get(),
-                            many.data(), 1, 3, nullptr, false, &logits, &out),
+                            many.data(), 1, 3, nullptr, kvir::LogitRows::all(),
+                            &logits, &out),
             KVRT_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(kvrt_last_error()).find("was compiled for"),
             std::string::npos)

@@ -88,8 +88,8 @@ protected:
       std::vector<float> logits;
       kvrt_view *next = nullptr;
       ASSERT_EQ(backend->prefill(forward, model.get(), view.get(), t.data(),
-                                 sizes[i], pos, labels[i], true, &logits,
-                                 &next),
+                                 sizes[i], pos, labels[i],
+                                 kvir::LogitRows::last(), &logits, &next),
                 KVRT_OK)
           << kvrt_last_error();
       view.reset(next);
@@ -147,8 +147,8 @@ protected:
     kvrt_view *out = nullptr;
     kvrt_status s = backend->prefill(
         forward, model.get(), view, t.data(), n,
-        kvrt_view_num_tokens(view) == 0 ? 0 : endPositionOf(view), label, false,
-        &logits, &out);
+        kvrt_view_num_tokens(view) == 0 ? 0 : endPositionOf(view), label,
+        kvir::LogitRows::all(), &logits, &out);
     if (s == KVRT_OK)
       made.emplace_back(out);
     return s;

@@ -57,7 +57,7 @@ Prefilled cpuPrefill(const kvrt_model *model, kvrt_kv_dtype dtype,
   kvrt_view *out = nullptr;
   EXPECT_EQ(cpuBackend().prefill(forwardOf(model, dtype), model, view,
                                  tokens.data(), tokens.size(), pos, "cpu",
-                                 false, &result.logits, &out),
+                                 kvir::LogitRows::all(), &result.logits, &out),
             KVRT_OK)
       << kvrt_last_error();
   result.view.reset(out);
@@ -250,7 +250,8 @@ TEST(KVDtypeTest, ForwardAndPoolMustAgree) {
   kvrt_view *out = nullptr;
   EXPECT_EQ(cpuBackend().prefill(forwardOf(model, KVRT_KV_F32), model,
                                  empty.get(), tokens.data(), tokens.size(), 0,
-                                 nullptr, false, &logits, &out),
+                                 nullptr, kvir::LogitRows::all(), &logits,
+                                 &out),
             KVRT_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(out, nullptr);
   EXPECT_NE(std::string(kvrt_last_error()).find("f16 pages"), std::string::npos)

@@ -63,7 +63,7 @@ Prefilled cpuPrefill(const kvrt_model *model, const kvrt_view *view,
   EXPECT_EQ(cpuBackend().prefill(
                 forwardFor(model, kvir::modelWeightFormats(model), quantDot),
                 model, view, tokens.data(), tokens.size(), pos, "cpu",
-                /*lastOnly=*/false, &result.logits, &out),
+                kvir::LogitRows::all(), &result.logits, &out),
             KVRT_OK)
       << kvrt_last_error();
   result.view.reset(out);
@@ -532,8 +532,8 @@ TEST(QuantForwardTest, AForwardOfOtherFormatsIsRefused) {
   // The f32 forward on the Q8_0 model, and the Q8_0 forward on the f32 one.
   kvir::Forward f32Forward = forwardFor(f32.get(), kvir::WeightFormats());
   EXPECT_EQ(cpuBackend().prefill(f32Forward, q8.get(), empty.get(),
-                                 tokens.data(), 3, 0, "x", false, &logits,
-                                 &out),
+                                 tokens.data(), 3, 0, "x",
+                                 kvir::LogitRows::all(), &logits, &out),
             KVRT_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(std::string(kvrt_last_error()),
             "the generated forward was compiled for weights in f32, the "
@@ -543,8 +543,8 @@ TEST(QuantForwardTest, AForwardOfOtherFormatsIsRefused) {
   kvir::Forward q8Forward =
       forwardFor(q8.get(), kvir::modelWeightFormats(q8.get()));
   EXPECT_EQ(cpuBackend().prefill(q8Forward, f32.get(), empty.get(),
-                                 tokens.data(), 3, 0, "x", false, &logits,
-                                 &out),
+                                 tokens.data(), 3, 0, "x",
+                                 kvir::LogitRows::all(), &logits, &out),
             KVRT_ERR_INVALID_ARGUMENT);
   EXPECT_NE(
       std::string(kvrt_last_error()).find("compiled for weights in wq:q8_0;"),

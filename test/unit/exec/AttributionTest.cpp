@@ -108,7 +108,8 @@ struct Fixture {
       kvrt_view *out = nullptr;
       EXPECT_EQ(backend->prefill(forward, model.get(), view.get(),
                                  tokens.data(), tokens.size(), pos,
-                                 name.c_str(), true, &logits, &out),
+                                 name.c_str(), kvir::LogitRows::last(), &logits,
+                                 &out),
                 KVRT_OK)
           << kvrt_last_error();
       view = adoptView(out);
@@ -124,8 +125,8 @@ struct Fixture {
     std::vector<float> logits;
     kvrt_view *out = nullptr;
     EXPECT_EQ(backend->prefill(forward, model.get(), view, answer.data(),
-                               answer.size(), pos, nullptr, false, &logits,
-                               &out),
+                               answer.size(), pos, nullptr,
+                               kvir::LogitRows::all(), &logits, &out),
               KVRT_OK);
     kvrt_view_release(out);
     return logits;
@@ -286,7 +287,7 @@ TEST(Attribution, RequestsThatAreNotAnEditBeforeAnAnswerAreRejected) {
   kvrt_view *out = nullptr;
   ASSERT_EQ(f.backend->prefill(f.forward, f.model.get(),
                                unlabelled.oldCache.get(), b1.data(), 3, 3,
-                               nullptr, true, &logits, &out),
+                               nullptr, kvir::LogitRows::last(), &logits, &out),
             KVRT_OK);
   unlabelled.oldCache = adoptView(out);
   expectError(unlabelled, "has no segment label");

@@ -96,7 +96,7 @@ TEST_F(ExecRuntimeTest, PrefillMatchesTheBackend) {
   kvrt_view *direct = nullptr;
   std::vector<int32_t> values = ids(6);
   ASSERT_EQ(backend->prefill(Forward(), model.get(), empty, values.data(), 6, 0,
-                             "a", false, &expected, &direct),
+                             "a", kvir::LogitRows::all(), &expected, &direct),
             KVRT_OK);
   kvrt_view_release(direct);
   const float *data = kvrt_exec_logits_data(logits);
@@ -154,6 +154,78 @@ TEST_F(ExecRuntimeTest, PrefillOfNoTokensReturnsTheViewUnchanged) {
   EXPECT_EQ(same, view);
   EXPECT_EQ(kvrt_exec_logits_rows(logits), 0);
   EXPECT_EQ(kvrt_exec_logits_position(logits), 3);
+}
+
+/// A chain of prefills in one call leaves what the chain of calls leaves:
+/// the same runs, labels and token ids, the last list's logits (bit for bit
+/// on the oracle, which computes each token alone), and the same FLOPs in
+/// one call; a list of no tokens adds no run. Page size 4 puts list
+/// boundaries inside pages.
+TEST_F(ExecRuntimeTest, PrefillChainIsTheChainOfPrefills) {
+  kvrt_view *base = prefill(kvrt_exec_empty(ctx.get(), 0), ids(5), "a");
+  std::vector<std::vector<int32_t>> lists = {ids(3, 20), {}, ids(6, 30)};
+  const char *labels[] = {"b", "c", "d"};
+  for (int32_t last : {KVRT_EXEC_LOGITS_ALL, KVRT_EXEC_LOGITS_LAST}) {
+    kvrt_exec_work before, between, after;
+    kvrt_exec_get_work(ctx.get(), 0, &before);
+    kvrt_view *chained = base;
+    kvrt_exec_logits *expected = nullptr;
+    for (size_t i = 0; i < lists.size(); ++i)
+      chained = prefill(chained, lists[i], labels[i], &expected,
+                        i + 1 < lists.size() ? KVRT_EXEC_LOGITS_NONE : last);
+    kvrt_exec_get_work(ctx.get(), 0, &between);
+
+    std::vector<const kvrt_exec_tokens *> handles;
+    for (const std::vector<int32_t> &list : lists)
+      handles.push_back(tokens(list));
+    kvrt_view *fused = nullptr;
+    kvrt_exec_logits *logits = kvrt_exec_prefill_chain(
+        ctx.get(), 1, nullptr, nullptr, model.get(), &base, nullptr, 1,
+        handles.data(), labels, handles.size(), last, -1, &fused);
+    ASSERT_NE(fused, nullptr) << kvrt_exec_error_message(ctx.get());
+    kvrt_exec_get_work(ctx.get(), 0, &after);
+
+    EXPECT_EQ(kvrt_exec_logits_result(logits), fused);
+    EXPECT_EQ(kvrt_exec_logits_position(logits),
+              kvrt_exec_logits_position(expected));
+    EXPECT_EQ(kvrt_exec_length(ctx.get(), kvrt_exec_logits_context(logits)),
+              kvrt_exec_length(ctx.get(), kvrt_exec_logits_context(expected)));
+    int64_t rows = kvrt_exec_logits_rows(logits);
+    ASSERT_EQ(rows, last == KVRT_EXEC_LOGITS_ALL ? 6 : 1);
+    ASSERT_EQ(kvrt_exec_logits_rows(expected), rows);
+    const float *x = kvrt_exec_logits_data(logits);
+    const float *y = kvrt_exec_logits_data(expected);
+    size_t count = size_t(rows * config.vocab_size);
+    EXPECT_EQ(std::vector<float>(x, x + count),
+              std::vector<float>(y, y + count));
+
+    ASSERT_EQ(kvrt_view_num_runs(fused), kvrt_view_num_runs(chained));
+    for (const char *label : {"a", "b", "d"}) {
+      int64_t b0 = -1, e0 = -1, b1 = -2, e1 = -2;
+      ASSERT_EQ(kvrt_view_segment_bounds(chained, label, &b0, &e0), KVRT_OK);
+      ASSERT_EQ(kvrt_view_segment_bounds(fused, label, &b1, &e1), KVRT_OK);
+      EXPECT_EQ(b0, b1) << label;
+      EXPECT_EQ(e0, e1) << label;
+    }
+    int64_t b = 0, e = 0;
+    EXPECT_NE(kvrt_view_segment_bounds(fused, "c", &b, &e), KVRT_OK);
+    const kvrt_exec_tokens *t0 =
+        kvrt_exec_view_tokens(ctx.get(), 1, chained, -1);
+    const kvrt_exec_tokens *t1 = kvrt_exec_view_tokens(ctx.get(), 1, fused, -1);
+    int64_t n = kvrt_exec_tokens_size(ctx.get(), t0);
+    ASSERT_EQ(kvrt_exec_tokens_size(ctx.get(), t1), n);
+    EXPECT_EQ(std::vector<int32_t>(kvrt_exec_tokens_data(t0),
+                                   kvrt_exec_tokens_data(t0) + n),
+              std::vector<int32_t>(kvrt_exec_tokens_data(t1),
+                                   kvrt_exec_tokens_data(t1) + n));
+
+    EXPECT_EQ(after.flops - between.flops, between.flops - before.flops);
+    EXPECT_EQ(after.prefill_tokens - between.prefill_tokens,
+              between.prefill_tokens - before.prefill_tokens);
+    EXPECT_EQ(after.logits_rows - between.logits_rows, rows);
+    EXPECT_EQ(after.prefill_calls - between.prefill_calls, 1);
+  }
+  EXPECT_FALSE(kvrt_exec_failed(ctx.get()));
 }
 
 TEST_F(ExecRuntimeTest, PlanAccountingAndViewOps) {

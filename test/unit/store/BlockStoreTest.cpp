@@ -85,7 +85,7 @@ protected:
     kvrt_view *out = nullptr;
     EXPECT_EQ(backend->prefill(Forward(), model.get(), empty.get(),
                                tokens.data(), int64_t(tokens.size()), base,
-                               "block", true, &logits, &out),
+                               "block", kvir::LogitRows::last(), &logits, &out),
               KVRT_OK)
         << kvrt_last_error();
     return ViewPtr(out);
@@ -103,8 +103,8 @@ protected:
       position = std::max(position, run.base_pos + run.delta + run.n_tokens);
     }
     EXPECT_EQ(backend->prefill(Forward(), model.get(), view, question.data(),
-                               int64_t(question.size()), position, "q", false,
-                               &logits, &out),
+                               int64_t(question.size()), position, "q",
+                               kvir::LogitRows::all(), &logits, &out),
               KVRT_OK)
         << kvrt_last_error();
     kvrt_view_release(out);
@@ -562,8 +562,8 @@ protected:
     ViewPtr ab = concat(a.get(), moved.get());
     std::vector<float> scratch;
     ASSERT_EQ(backend->prefill(Forward(), model.get(), ab.get(),
-                               ids(3, 60).data(), 3, 11, "c", true, &scratch,
-                               &labelled),
+                               ids(3, 60).data(), 3, 11, "c",
+                               kvir::LogitRows::last(), &scratch, &labelled),
               KVRT_OK)
         << kvrt_last_error();
     ViewPtr abc(labelled);
