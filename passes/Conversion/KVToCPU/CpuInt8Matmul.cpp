@@ -25,8 +25,13 @@ namespace {
 
 /// The decode's tiles (fewer than kPackedMinRows rows): one token at a time
 /// against this many weight rows, one 16-lane f32 accumulator each, beside
-/// the rows' biased weights and scales.
-constexpr int64_t kInt8TileOutputs = 4;
+/// the rows' biased weights and scales. Q8_0 takes 8: more rows' streams in
+/// flight made a TinyLlama-shape Q8_0 decode step 85.1-85.9 ms instead of
+/// 88.9-89.5 on one thread, 45.4-45.8 instead of 46.5-47.1 on two
+/// (alternated runs, idle machine); Q4_K_M's steps were no faster with 8.
+int64_t int8TileOutputs(kvrt_weight_format format) {
+  return format == KVRT_WEIGHT_Q8_0 ? 8 : 4;
+}
 /// The prefill's register tiles: `kInt8PanelRows` tokens x
 /// `kInt8TilePanels` panels of 16 outputs, an i32 and an f32 accumulator
 /// each, beside the panel's 8 loads of a block (LLVM hoists them all) and
@@ -1024,7 +1029,7 @@ bool cpu::hasInt8Dot(kvrt_weight_format format) {
 /// c[t][o] (+)= sum_i a[t][i] * b[o][i] for Q8_0, Q4_K or Q6_K weights b,
 /// by integer dot products: the rows of a quantised per block of 32
 /// (emitQuantizeRows, parallel over rows), then, for fewer than
-/// kPackedMinRows rows (decode), tiles of one token x kInt8TileOutputs rows
+/// kPackedMinRows rows (decode), tiles of one token x int8TileOutputs rows
 /// over the file's blocks (emitInt8Tile), parallel over groups of outputs;
 /// for more (prefill), the weights repacked into panels (emitInt8PackPanels,
 /// emitKQuantPackPanels, parallel over panels), the K-quants' sums of the
@@ -1077,7 +1082,8 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
           Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
           emitQuantizeRows(e, v[0], {v[1], v[2], v[3], v[4], pairs}, lo, hi);
         });
-    Value groupSize = e.cIndex(kInt8TileOutputs);
+    const int64_t tileOutputs = int8TileOutputs(format);
+    Value groupSize = e.cIndex(tileOutputs);
     Value groups = e.divu(e.add(m, e.sub(groupSize, c1)), groupSize);
     SmallVector<Value> captures{bytes,      offset, act.quants, act.bias,
                                 act.scales, c,      a,          act.blockBias};
@@ -1097,8 +1103,8 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                     e.forLoop(lo, hi, e.cIndex(1), [&](Value g) {
                       emitInt8Tiles(e, format, v[0], v[1], act, v[5], k,
                                     e.cIndex(0), n,
-                                    e.mul(g, e.cIndex(kInt8TileOutputs)), 1,
-                                    kInt8TileOutputs, accumulate);
+                                    e.mul(g, e.cIndex(tileOutputs)), 1,
+                                    tileOutputs, accumulate);
                     });
                   });
     };
