@@ -714,9 +714,10 @@ void printTokenListText(const TokenListReport &r) {
   std::printf("weights: %llu bytes resident",
               (unsigned long long)r.weightBytes);
   if (r.packedWeightBytes)
-    std::printf(" (%llu of them the f32 matrices packed for the matmul)",
+    std::printf(", %llu of them the f32 matrices packed for the matmul",
                 (unsigned long long)r.packedWeightBytes);
-  std::printf("\n");
+  std::printf(", %llu on 2 MiB pages\n",
+              (unsigned long long)r.weightHugePageBytes);
   std::printf("tokens: %zu (positions 0..%zu)\n", n, n - 1);
   if (r.fromText) {
     std::printf("text (%s): %s\n", r.bos ? "BOS first" : "no BOS",
@@ -742,8 +743,11 @@ void printTokenListText(const TokenListReport &r) {
   std::printf("prefill: %zu tokens, %.3f ms (%.1f tokens/s)\n", n,
               r.prefillSeconds * 1e3, double(n) / r.prefillSeconds);
   if (decodeSteps(r) > 0)
-    std::printf("decode: %lld steps, %.3f ms per token (%.1f tokens/s)\n",
-                (long long)decodeSteps(r), perStep(r) * 1e3, 1 / perStep(r));
+    std::printf("decode: %lld steps, %.3f ms per token (%.1f tokens/s; each "
+                "reads %.1f MB of weights and K/V: %.2f GB/s)\n",
+                (long long)decodeSteps(r), perStep(r) * 1e3, 1 / perStep(r),
+                r.decodeStepBytes * 1e-6,
+                r.decodeStepBytes / perStep(r) * 1e-9);
   if (!r.logitsFile.empty())
     std::printf("logits: %lld x %lld float32 -> %s\n", (long long)r.logitsRows,
                 (long long)r.vocab, r.logitsFile.c_str());
@@ -759,6 +763,7 @@ void printTokenListJson(const TokenListReport &r) {
     j.field("tokenizer", r.tokenizer);
   j.field("weight_bytes", int64_t(r.weightBytes));
   j.field("packed_weight_bytes", int64_t(r.packedWeightBytes));
+  j.field("weight_huge_page_bytes", int64_t(r.weightHugePageBytes));
   j.numbers("tokens", r.tokens);
   if (r.fromText) {
     j.field("text", r.text);
@@ -778,6 +783,8 @@ void printTokenListJson(const TokenListReport &r) {
   if (decodeSteps(r) > 0) {
     j.field("decode_ms_per_token", perStep(r) * 1e3);
     j.field("decode_tokens_per_s", 1 / perStep(r));
+    j.field("decode_bytes_per_token", r.decodeStepBytes);
+    j.field("decode_gb_per_s", r.decodeStepBytes / perStep(r) * 1e-9);
   }
   if (!r.logitsFile.empty()) {
     j.field("logits_file", r.logitsFile);

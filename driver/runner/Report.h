@@ -153,6 +153,12 @@ struct TokenListReport {
   /// the file or owned), with the CPU backend's packed copy of the layers'
   /// f32 matrices once a prefill made it (packedWeightBytes of them).
   uint64_t weightBytes = 0, packedWeightBytes = 0;
+  /// Of weightBytes, those on 2 MiB pages at the end of the run
+  /// (kvir::weightHugePageBytes).
+  uint64_t weightHugePageBytes = 0;
+  /// What a decode step reads, on average over the run's steps: every weight
+  /// but the embedding table's unused rows, and the K/V its token attends.
+  double decodeStepBytes = 0;
   /// Where --dump-logits wrote its rows ("" without it), and their shape.
   std::string logitsFile;
   int64_t logitsRows = 0, vocab = 0;

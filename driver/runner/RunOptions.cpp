@@ -43,6 +43,14 @@ void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
               "kv-aot compiled for the GPU, cuda",
               r.backend, &r.backendGiven);
   parser.integer("threads", "N", kThreadsHelp, r.threads);
+  parser.flag("no-mmap",
+              "read a GGUF file's weights into memory of the process's own "
+              "instead of mapping the file: nothing is shared with other "
+              "processes, but decode reads them on 2 MiB pages even where "
+              "the file's page cache holds 4 KiB ones (a file written or "
+              "copied since it was last read from disk); the report's "
+              "'on 2 MiB pages' tells which a run got (docs/models.md)",
+              r.noMmap);
 
   parser.section("the entry and its arguments");
   parser.text("entry", "NAME", "function of the program to run (default main)",

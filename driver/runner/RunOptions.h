@@ -53,6 +53,8 @@ struct RunnerOptions {
   bool storeGiven = false;
   /// `--threads N` (0: KVIR_THREADS if set, else every core).
   int64_t threads = 0;
+  /// `--no-mmap`: a GGUF file's weights read into memory (KVRT_LOAD_READ).
+  bool noMmap = false;
 };
 
 /// One run of an entry: which, on what, and what to measure and print.

@@ -5,6 +5,7 @@
 #include "runtime/core/ForwardCall.h"
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
+#include "runtime/core/ModelCost.h"
 #include "runtime/exec/Measure.h"
 
 #include <algorithm>
@@ -25,9 +26,10 @@ std::unique_ptr<Runner> Runner::create(const RunnerOptions &options,
   if (!exec::openBlockStore(options.store, runner->store, runner->storeBinding,
                             error))
     return nullptr;
-  runner->modelHandle.reset(exec::loadModel(options.model, options.synthetic,
-                                            options.modelSeed,
-                                            runner->description, error));
+  runner->modelHandle.reset(
+      exec::loadModel(options.model, options.synthetic, options.modelSeed,
+                      options.noMmap ? KVRT_LOAD_READ : KVRT_LOAD_MAP,
+                      runner->description, error));
   if (!runner->modelHandle)
     return nullptr;
   kvrt_model_get_config(runner->model(), &runner->modelConfig);
@@ -250,6 +252,31 @@ bool Runner::prefillTokenList(const Forward &forward, TokenListRun &run,
   return ok;
 }
 
+namespace {
+
+/// Bytes a decode step reads, on average over `steps` steps from position
+/// `first`: every tensor the model keeps (all of the embedding table only
+/// where it is the classifier too, else one row), and the K/V of `dtype`
+/// its token attends.
+double decodeStepBytes(const kvrt_model &model, kvrt_kv_dtype dtype,
+                       int64_t first, int64_t steps) {
+  double weights = 0;
+  for (const kvrt::TensorSpec &spec : kvrt::specsOf(model.config)) {
+    const kvrt_weight &w = model.weights.*spec.decl->member;
+    double bytes = 0;
+    for (int64_t l = 0; l < w.n_slices; ++l)
+      bytes += double(w.slices[l].bytes);
+    if (&w == &model.weights.token_embedding && !model.config.shared_classifier)
+      bytes /= double(spec.rows);
+    weights += bytes;
+  }
+  double kv = double(ModelCost::of(model.config, dtype)
+                         .kvRangeReadBytes(first, first + steps));
+  return weights + kv / double(steps);
+}
+
+} // namespace
+
 bool Runner::printTokenList(const TokenListRun &run,
                             const std::string &dumpLogits, bool json,
                             std::string &error) {
@@ -282,6 +309,14 @@ bool Runner::printTokenList(const TokenListRun &run,
   r.decodeSeconds = run.decodeSeconds;
   r.packedWeightBytes = kvir::packedWeightBytes(*model());
   r.weightBytes = kvrt::weightBytes(*model()) + r.packedWeightBytes;
+  r.weightHugePageBytes = kvir::weightHugePageBytes(*model());
+  if (run.generated.size() > 1) {
+    kvrt_page_layout layout;
+    kvrt_pool_get_layout(pool(), &layout);
+    r.decodeStepBytes =
+        decodeStepBytes(*model(), layout.dtype, int64_t(run.tokens.size()),
+                        int64_t(run.generated.size()) - 1);
+  }
   if (!dumpLogits.empty()) {
     if (!writeFloats(run.logits, dumpLogits, error))
       return false;

@@ -1,6 +1,7 @@
 //===- ForwardCall.cpp - Filling the generated forward's arguments -*- C++ -*-//
 
 #include "runtime/core/ForwardCall.h"
+#include "runtime/core/HugePages.h"
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Quant.h"
@@ -272,8 +273,10 @@ std::shared_ptr<const PackedWeights> packModel(const kvrt_model &model,
   }
   if (packed->floats == 0)
     return packed;
-  size_t bytes = (size_t(packed->floats) * sizeof(float) + 63) / 64 * 64;
-  packed->data = {static_cast<float *>(std::aligned_alloc(64, bytes)),
+  // Every decode step streams the panels whole: on 2 MiB pages where the
+  // kernel grants them (HugePages.h).
+  size_t bytes = size_t(packed->floats) * sizeof(float);
+  packed->data = {static_cast<float *>(kvrt::allocateStreamed(bytes)),
                   std::free};
   if (!packed->data)
     throw std::bad_alloc();
@@ -295,6 +298,19 @@ const PackedWeights *kvir::packedWeights(const kvrt_model &model,
 uint64_t kvir::packedWeightBytes(const kvrt_model &model) {
   // Read only after packedWeights returned on this thread, or never.
   return model.packed ? uint64_t(model.packed->floats) * sizeof(float) : 0;
+}
+
+uint64_t kvir::weightHugePageBytes(const kvrt_model &model) {
+  std::vector<std::pair<const void *, size_t>> ranges;
+  for (const kvrt::TensorSpec &spec : kvrt::specsOf(model.config)) {
+    const kvrt_weight &w = model.weights.*spec.decl->member;
+    for (int64_t l = 0; l < w.n_slices; ++l)
+      ranges.push_back({w.slices[l].data, size_t(w.slices[l].bytes)});
+  }
+  if (model.packed && model.packed->data)
+    ranges.push_back({model.packed->data.get(),
+                      size_t(model.packed->floats) * sizeof(float)});
+  return kvrt::hugePageBytes(ranges);
 }
 
 kvrt_status kvir::checkForwardLayout(const Forward &forward,

@@ -148,6 +148,11 @@ const PackedWeights *packedWeights(const kvrt_model &model, int64_t width);
 /// Bytes of the packed weights `model` holds (0 before packedWeights).
 uint64_t packedWeightBytes(const kvrt_model &model);
 
+/// Of the bytes kvrt::weightBytes and packedWeightBytes count, those on huge
+/// pages now (kvrt::hugePageBytes): where the kernel granted 2 MiB pages to
+/// the file's mapping, the model's own copy and the packed panels.
+uint64_t weightHugePageBytes(const kvrt_model &model);
+
 /// Fails unless a view's pool `layout` is the shape of model `c` (layers,
 /// KV heads, head size) and has the K/V element type `forward` was compiled
 /// for, with a message that names both.

@@ -67,11 +67,14 @@ bool fileHasMagic(const char *path);
 std::string readBuffer(const uint8_t *data, size_t size, kvrt_model **model,
                        kvrt_tokenizer **tokenizer);
 
-/// readBuffer on the file at `path`, mapped read-only: the model keeps the
-/// mapping and its weights point into it (a model read by readBuffer keeps a
-/// copy of the data section instead). Messages start with the file's name.
+/// readBuffer on the file at `path`, mapped read-only (at a 2 MiB-aligned
+/// address, advised MADV_HUGEPAGE: HugePages.h): the model keeps the mapping
+/// and its weights point into it (a model read by readBuffer keeps a copy of
+/// the data section instead). With `read`, the file is read into memory the
+/// model owns instead of mapped (KVRT_LOAD_READ). Messages start with the
+/// file's name.
 std::string readFile(const char *path, kvrt_model **model,
-                     kvrt_tokenizer **tokenizer);
+                     kvrt_tokenizer **tokenizer, bool read = false);
 
 } // namespace kvrt::gguf
 

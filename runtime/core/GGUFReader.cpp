@@ -9,6 +9,7 @@
 
 #include "runtime/core/GGUF.h"
 #include "runtime/core/GGUFFormat.h"
+#include "runtime/core/HugePages.h"
 #include "runtime/core/KVElement.h"
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
@@ -733,12 +734,11 @@ std::string readModel(const uint8_t *data, const Parsed &parsed,
     // The caller's buffer may go away: the data section is copied, at an
     // address as aligned as any tensor of the file needs (64 bytes).
     uint64_t bytes = uint64_t(parsed.dataBytes);
-    auto *copy = static_cast<uint8_t *>(::operator new(
-        size_t(std::max<uint64_t>(bytes, 1)), std::align_val_t(64)));
+    auto *copy = static_cast<uint8_t *>(allocateStreamed(size_t(bytes)));
+    if (!copy)
+      throw std::bad_alloc();
     std::memcpy(copy, section, size_t(bytes));
-    parts.storage = std::shared_ptr<const void>(copy, [](const void *p) {
-      ::operator delete(const_cast<void *>(p), std::align_val_t(64));
-    });
+    parts.storage = std::shared_ptr<const void>(copy, std::free);
     base = copy;
   }
   // Where each slice's converted floats go: sized first, so that the
@@ -1021,9 +1021,12 @@ struct Mapping {
   std::shared_ptr<const void> owner;
 };
 
-/// Maps `path` read-only (private: the page cache is shared between the
-/// processes that map the file, nothing is copied); "" or what went wrong.
-std::string mapFile(const char *path, Mapping &out) {
+/// The bytes of the file `path` for the reader, in `out`: mapped read-only
+/// (private: the page cache is shared between the processes that map the
+/// file, nothing is copied) at a 2 MiB-aligned address (HugePages.h), or with
+/// `read`, read into memory of their own (2 MiB pages where the kernel grants
+/// them, whatever pages the file's cache is in). "" or what went wrong.
+std::string openFile(const char *path, bool read, Mapping &out) {
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return str("cannot open '", path, "': ", std::strerror(errno));
@@ -1033,16 +1036,43 @@ std::string mapFile(const char *path, Mapping &out) {
     error = str("cannot read the size of '", path, "': ", std::strerror(errno));
   } else if (!S_ISREG(st.st_mode)) {
     error = str("'", path, "' is not a regular file");
-  } else if (st.st_size > 0) {
+  } else if (st.st_size > 0 && !read) {
     size_t size = static_cast<size_t>(st.st_size);
-    void *p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
+    void *p = mapFileStreamed(fd, size);
+    if (!p) {
       error = str("cannot map '", path, "': ", std::strerror(errno));
     } else {
       out.data = static_cast<const uint8_t *>(p);
       out.size = size;
       out.owner = std::shared_ptr<const void>(
           p, [size](const void *q) { ::munmap(const_cast<void *>(q), size); });
+    }
+  } else if (st.st_size > 0) {
+    size_t size = static_cast<size_t>(st.st_size);
+    std::shared_ptr<void> bytes(allocateStreamed(size), std::free);
+    size_t done = 0;
+    while (bytes && done < size) {
+      ssize_t got =
+          ::pread(fd, static_cast<uint8_t *>(bytes.get()) + done,
+                  std::min<size_t>(size - done, size_t(1) << 30), off_t(done));
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got <= 0) {
+        error = got < 0
+                    ? str("cannot read '", path, "': ", std::strerror(errno))
+                    : str("cannot read '", path, "': it ended at byte ", done,
+                          " of ", size);
+        break;
+      }
+      done += size_t(got);
+    }
+    if (!bytes) {
+      error =
+          str("cannot read '", path, "': no memory for its ", size, " bytes");
+    } else if (error.empty()) {
+      out.data = static_cast<const uint8_t *>(bytes.get());
+      out.size = size;
+      out.owner = std::move(bytes);
     }
   }
   ::close(fd);
@@ -1146,9 +1176,9 @@ std::string kvrt::gguf::readBuffer(const uint8_t *data, size_t size,
 }
 
 std::string kvrt::gguf::readFile(const char *path, kvrt_model **model,
-                                 kvrt_tokenizer **tokenizer) {
+                                 kvrt_tokenizer **tokenizer, bool read) {
   Mapping mapping;
-  std::string error = mapFile(path, mapping);
+  std::string error = openFile(path, read, mapping);
   if (error.empty())
     error =
         readAll(mapping.data, mapping.size, mapping.owner, model, tokenizer);

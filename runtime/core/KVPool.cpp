@@ -1,6 +1,7 @@
 //===- KVPool.cpp - The paged KV pool ---------------------------*- C++ -*-===//
 
 #include "runtime/core/KVPool.h"
+#include "runtime/core/HugePages.h"
 #include "runtime/core/KVElement.h"
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
@@ -10,15 +11,11 @@
 #include <cstring>
 #include <limits>
 
-#include <sys/mman.h>
-
 using namespace kvrt;
 
 namespace {
 
 constexpr size_t kArenaAlignment = 64;
-/// x86-64's and AArch64's (4 KiB granule) transparent huge page.
-constexpr size_t kHugePageBytes = size_t(2) << 20;
 
 /// The body of a page operation of C entry point `function`: runs `body`
 /// under the pool lock once `pool` is non-NULL, `hasOut` (the out pointer,
@@ -169,21 +166,13 @@ extern "C" kvrt_status kvrt_pool_create(const kvrt_pool_config *config,
     return fail(KVRT_ERR_INVALID_ARGUMENT,
                 "invalid pool config: the arena would exceed 2^48 bytes");
   return guard([&] {
-    // An arena of several huge pages is aligned to them and asks the kernel
-    // for transparent huge pages: attention walks the whole arena, and on
-    // 4 KiB pages every page of K/V costs a TLB miss.
-    size_t alignment =
-        bytes >= 4 * kHugePageBytes ? kHugePageBytes : kArenaAlignment;
-    size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-    auto *arena =
-        static_cast<unsigned char *>(std::aligned_alloc(alignment, rounded));
+    // Attention walks the whole arena: on 4 KiB pages every page of K/V
+    // costs a TLB miss (HugePages.h).
+    auto *arena = static_cast<unsigned char *>(
+        allocateStreamed(size_t(bytes), kArenaAlignment));
     if (!arena)
       return fail(KVRT_ERR_OUT_OF_MEMORY,
                   str("cannot reserve a kv pool arena of ", bytes, " bytes"));
-#ifdef MADV_HUGEPAGE
-    if (alignment == kHugePageBytes)
-      (void)::madvise(arena, rounded, MADV_HUGEPAGE); // advice only
-#endif
     *out = new kvrt_pool(c, arena);
     return KVRT_OK;
   });

@@ -263,6 +263,26 @@ kvrt_status kvrt_model_config_validate(const kvrt_model_config *config);
 /// 1e-5.
 kvrt_status kvrt_model_load(const char *path, kvrt_model **out);
 
+/// How kvrt_model_load_ex brings a model file's weights into memory.
+typedef enum kvrt_load_flags {
+  /// kvrt_model_load's way: a GGUF file is mapped (at a 2 MiB-aligned
+  /// address, advised to be backed by transparent huge pages, so that pages
+  /// the kernel reads in afresh come in 2 MiB folios where its file system
+  /// allows).
+  KVRT_LOAD_MAP = 0,
+  /// A GGUF file is read into memory the model owns (2 MiB-aligned, advised
+  /// MADV_HUGEPAGE) instead of mapped: nothing is shared with other
+  /// processes, and the weights sit on 2 MiB pages whatever pages the file's
+  /// page cache holds (docs/models.md, "Weights in 2 MiB pages"). A llama2.c
+  /// checkpoint is read into memory either way.
+  KVRT_LOAD_READ = 1,
+} kvrt_load_flags;
+
+/// kvrt_model_load with `flags` (kvrt_load_flags; unknown bits are refused
+/// with KVRT_ERR_INVALID_ARGUMENT).
+kvrt_status kvrt_model_load_ex(const char *path, uint32_t flags,
+                               kvrt_model **out);
+
 /// Builds a model of any valid config whose weights come from `seed` through
 /// splitmix64 (identical on every machine): matrices uniform in
 /// [-1, 1) / sqrt(fan_in), the embedding uniform in [-1, 1), norm weights in

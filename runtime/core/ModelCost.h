@@ -78,6 +78,12 @@ struct ModelCost {
   int64_t kvBytes(int64_t tokens) const {
     return tokens * layers * 2 * kvDim * kvElementBytes;
   }
+
+  /// Bytes of K/V the tokens at indices [begin, end) of a contiguous context
+  /// read, each attending every earlier token and itself.
+  int64_t kvRangeReadBytes(int64_t begin, int64_t end) const {
+    return end <= begin ? 0 : kvBytes((begin + 1 + end) * (end - begin) / 2);
+  }
 };
 
 /// The cost of model `c` on the pages of `pool` (f32 if it has none).

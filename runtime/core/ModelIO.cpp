@@ -216,13 +216,23 @@ kvrt_status saveModel(const kvrt_model &model, const char *path) {
 } // namespace
 
 extern "C" kvrt_status kvrt_model_load(const char *path, kvrt_model **out) {
+  return kvrt_model_load_ex(path, KVRT_LOAD_MAP, out);
+}
+
+extern "C" kvrt_status kvrt_model_load_ex(const char *path, uint32_t flags,
+                                          kvrt_model **out) {
   if (!path || !out)
     return nullArgument(__func__);
   *out = nullptr;
+  if (flags & ~uint32_t(KVRT_LOAD_READ))
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                str("kvrt_model_load_ex: unknown flags 0x", std::hex,
+                    flags & ~uint32_t(KVRT_LOAD_READ)));
   return guard([&] {
     if (!gguf::fileHasMagic(path))
       return loadModel(path, out);
-    std::string error = gguf::readFile(path, out, nullptr);
+    std::string error =
+        gguf::readFile(path, out, nullptr, (flags & KVRT_LOAD_READ) != 0);
     return error.empty() ? KVRT_OK : fail(KVRT_ERR_BAD_MODEL, error);
   });
 }

@@ -9,11 +9,11 @@ using kvrt::str;
 
 kvrt_model *kvir::exec::loadModel(const std::string &file,
                                   const std::string &synthetic, uint64_t seed,
-                                  std::string &description,
+                                  uint32_t loadFlags, std::string &description,
                                   std::string &error) {
   kvrt_model *model = nullptr;
   if (!file.empty()) {
-    if (kvrt_model_load(file.c_str(), &model)) {
+    if (kvrt_model_load_ex(file.c_str(), loadFlags, &model)) {
       error = str("cannot load the model: ", kvrt_last_error());
       return nullptr;
     }

@@ -19,10 +19,11 @@ namespace kvir::exec {
 /// the seeded synthetic model `synthetic` (`default`: stories260K's shape,
 /// `synthetic-test`: dim 256, 4/2 heads of 64, half RoPE, theta 1e6,
 /// `synthetic-bench`: dim 1024, 8 layers, 8 heads of 128), with `seed` (0:
-/// the preset's). `description` says which, for reports. Null with `error`.
+/// the preset's). `loadFlags` are kvrt_model_load_ex's, for a file.
+/// `description` says which, for reports. Null with `error`.
 kvrt_model *loadModel(const std::string &file, const std::string &synthetic,
-                      uint64_t seed, std::string &description,
-                      std::string &error);
+                      uint64_t seed, uint32_t loadFlags,
+                      std::string &description, std::string &error);
 
 } // namespace kvir::exec
 

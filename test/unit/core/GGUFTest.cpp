@@ -1083,4 +1083,49 @@ TEST(GGUFTest, FileMessagesNameTheFile) {
   EXPECT_EQ(kvrt_tokenizer_load(path.c_str(), &tokenizer), KVRT_ERR_BAD_MODEL);
 }
 
+// --no-mmap's load (KVRT_LOAD_READ) reads the file into the model's own
+// memory: the same tensors, byte for byte, as the mapped load; unknown flags
+// are refused, and a file that cannot be read is named either way.
+TEST(GGUFTest, ReadLoadKeepsTheMappedBytes) {
+  std::string bytes = validQuantModel().bytes();
+  std::string path = scratch("read-load.gguf");
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  kvrt_model *mappedRaw = nullptr, *readRaw = nullptr;
+  ASSERT_EQ(kvrt_model_load_ex(path.c_str(), KVRT_LOAD_MAP, &mappedRaw),
+            KVRT_OK)
+      << kvrt_last_error();
+  ModelPtr mapped(mappedRaw);
+  ASSERT_EQ(kvrt_model_load_ex(path.c_str(), KVRT_LOAD_READ, &readRaw), KVRT_OK)
+      << kvrt_last_error();
+  ModelPtr read(readRaw);
+  kvrt_model_weights a, b;
+  ASSERT_EQ(kvrt_model_get_weights(mapped.get(), &a), KVRT_OK);
+  ASSERT_EQ(kvrt_model_get_weights(read.get(), &b), KVRT_OK);
+  for (auto member :
+       {&kvrt_model_weights::token_embedding, &kvrt_model_weights::wq,
+        &kvrt_model_weights::wk, &kvrt_model_weights::wv,
+        &kvrt_model_weights::w2, &kvrt_model_weights::w3}) {
+    const kvrt_weight_slice &x = (a.*member).slices[0],
+                            &y = (b.*member).slices[0];
+    ASSERT_EQ(x.format, y.format);
+    ASSERT_EQ(x.bytes, y.bytes);
+    EXPECT_NE(x.data, y.data);
+    EXPECT_EQ(std::memcmp(x.data, y.data, size_t(x.bytes)), 0);
+  }
+  EXPECT_EQ(weightsOf(mapped.get()), weightsOf(read.get()));
+
+  kvrt_model *none = nullptr;
+  EXPECT_EQ(kvrt_model_load_ex(path.c_str(), 6, &none),
+            KVRT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_EQ(std::string(kvrt_last_error()),
+            "kvrt_model_load_ex: unknown flags 0x6");
+  std::string missing = scratch("no-such-file.gguf");
+  EXPECT_EQ(kvrt_model_load_ex(missing.c_str(), KVRT_LOAD_READ, &none),
+            KVRT_ERR_IO);
+  EXPECT_NE(std::string(kvrt_last_error()).find(missing), std::string::npos)
+      << kvrt_last_error();
+}
+
 } // namespace
