@@ -122,8 +122,13 @@ constexpr int64_t kChunkRows = 96;
 /// 1 KiB ahead 14.2 GB/s, 2 KiB 14.1-14.4, 3 KiB 13.8, 4 KiB 13.3, a whole
 /// tile ahead into L2 13.0-13.5, none 12.6, 8 KiB ahead in the file (the
 /// kernel before tiles, mostly landing in the same tile) 12.6; a plain
-/// read of 4 streams 14.2-15.
-constexpr int64_t kDecodeTilePrefetchBytes = 2048;
+/// read of 4 streams 14.2-15. Once weights sat on 2 MiB pages (HugePages.h),
+/// 1 KiB did better than 2: kv-run --greedy on TinyLlama's files, one
+/// thread, idle machine, ms a step, 2 KiB / 1 KiB / 768 bytes: Q8_0 (tiles
+/// of 8) on 2 MiB pages 83.5-85.2 / 81.4-83.1 / 80.6-81.8, on 4 KiB pages
+/// 85.7-89.0 / 85.8-86.8 / 85.3-86.4; F16 150.0-153.5 / 146.6-149.6 /
+/// 148.0-150.5; Q4_K_M 83.4-84.3 / 81.4-83.2 / 88.7-90.0.
+constexpr int64_t kDecodeTilePrefetchBytes = 1024;
 /// CpuQuantMatmul.cpp: prefetches the `stepBytes` bytes from byte `at` of
 /// each of a decode tile's `rows` (byte offsets of consecutive rows of
 /// `rowBytes`) kDecodeTilePrefetchBytes ahead in the row's stream: in the
