@@ -19,8 +19,8 @@ namespace {
 
 constexpr int kRepeats = 5;
 
-/// One streaming read of `buffer` (as kvir::bench::readAll) by the
-/// runtime's parallel loop on its current threads, in disjoint chunks.
+} // namespace
+
 void readInParallel(const ReadBuffer &buffer) {
   constexpr int64_t kChunks = 64;
   struct Job {
@@ -44,8 +44,6 @@ void readInParallel(const ReadBuffer &buffer) {
       &job);
   benchmark::DoNotOptimize(job.sums);
 }
-
-} // namespace
 
 // On a machine shared with other work every figure is the best of kRepeats
 // rounds, and what is compared is measured in alternating rounds (1 and 2

@@ -3,6 +3,8 @@
 #ifndef KVIR_BENCH_KERNELS_HARDWAREREPORT_H
 #define KVIR_BENCH_KERNELS_HARDWAREREPORT_H
 
+#include "bench/BenchSupport.h"
+
 #include <cstdint>
 
 namespace kvir::bench {
@@ -15,6 +17,11 @@ namespace kvir::bench {
 /// every core, each against the read bandwidth of as many threads, in one
 /// run. Returns 0, or 1 if a measurement could not be set up.
 int hardwareReport(int64_t prefillTokens);
+
+/// One streaming read of `buffer` (as readAll) by the runtime's parallel
+/// loop on its current threads, in disjoint chunks: the read bandwidth of as
+/// many threads.
+void readInParallel(const ReadBuffer &buffer);
 
 } // namespace kvir::bench
 

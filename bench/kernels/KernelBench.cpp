@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/kernels/HardwareReport.h"
 #include "bench/kernels/KernelFixtures.h"
 #include "driver/version/Version.h"
 
@@ -132,10 +133,24 @@ BENCHMARK(BM_Matmul)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+/// The read bandwidth of `threads` threads of the runtime's pool reading
+/// disjoint parts of a 256 MiB buffer on huge pages: the yardstick of decode
+/// on as many threads (bench/peer/side-by-side.sh).
 void BM_ReadBandwidth(benchmark::State &state) {
-  kvir::bench::measureReadBandwidth(state);
+  kvir::bench::ReadBuffer buffer = kvir::bench::readBandwidthBuffer();
+  kvrt_set_num_threads(int(state.range(0)));
+  for (auto _ : state)
+    kvir::bench::readInParallel(buffer);
+  kvrt_set_num_threads(0);
+  state.SetBytesProcessed(state.iterations() * int64_t(buffer.size()) *
+                          int64_t(sizeof(uint64_t)));
 }
-BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReadBandwidth)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 } // namespace
 

@@ -6,7 +6,7 @@
 #
 #   bench/peer/side-by-side.sh [--peer DIR] [--build DIR] [--shape SPEC]
 #       [--prompt N] [--decode N] [--threads "1 2"] [--types "q4_k_m q8_0 f16"]
-#       [--files DIR]
+#       [--files DIR] [--kvir-args "ARGS"]
 #
 # llama.cpp comes from npm as prebuilt binaries (fetch-llama.sh):
 # @node-llama-cpp/linux-x64@3.22.1 (libllama, libggml and the CPU backends)
@@ -28,7 +28,15 @@
 # own timers: the prefill, then the decode steps); llama.cpp: llama-speed.cpp
 # (llama_decode of the prompt in one batch, then one token per step, its
 # default context: f16 K/V). Peak RSS is /usr/bin/time's, of the whole
-# process (KVIR's includes its JIT compile). Prints a markdown table.
+# process (KVIR's includes its JIT compile). --kvir-args adds options to
+# each kv-run (e.g. --no-mmap). Prints a markdown table.
+#
+# The decode column "GB/s" is what a KVIR decode step reads (kv-run's
+# decode_bytes_per_token: the weights, one embedding row, the K/V its token
+# attends) over its time, and its share of the machine's read bandwidth on
+# as many threads, measured in the same run before the table
+# (kv-bench-kernels' BM_ReadBandwidth: a 256 MiB buffer on huge pages, best
+# of 5; issue 20's target is 0.8).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,6 +49,7 @@ decode=128
 threads="1 2"
 types="q4_k_m q8_0 f16"
 files=
+kvirArgs=
 while [ $# -gt 0 ]; do
   case "$1" in
   --peer) peer=$(cd "$2" && pwd); shift 2 ;;
@@ -51,6 +60,7 @@ while [ $# -gt 0 ]; do
   --threads) threads=$2; shift 2 ;;
   --types) types=$2; shift 2 ;;
   --files) mkdir -p "$2" && files=$(cd "$2" && pwd); shift 2 ;;
+  --kvir-args) kvirArgs=$2; shift 2 ;;
   *) echo "side-by-side: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -96,10 +106,20 @@ json() { # FILE KEY: a number of kv-run's --json report
   python3 -c "import json, sys; print('%.1f' % json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"
 }
 
+# The read bandwidth of each thread count, in GB/s (best of 5).
+declare -A readGBs
+for t in $threads; do
+  readGBs[$t]=$("$build/bin/kv-bench-kernels" \
+    --benchmark_filter="BM_ReadBandwidth/threads:$t/" \
+    --benchmark_repetitions=5 --benchmark_format=json 2>/dev/null |
+    python3 -c "import json, sys; print('%.2f' % (max(b['bytes_per_second'] for b in json.load(sys.stdin)['benchmarks'] if b.get('run_type') == 'iteration') * 1e-9))")
+done
+
 echo "shape: $shape; prompt $prompt tokens, decode $decode tokens; $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "read bandwidth (GB/s): $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${readGBs[$t]}"; done)kv-run options: ${kvirArgs:-none}"
 echo
-echo "| file | MiB | threads | prefill ms KVIR / llama.cpp | ratio | decode ms/token KVIR / llama.cpp | ratio | peak RSS MiB KVIR / llama.cpp | greedy ids agree |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| file | MiB | threads | prefill ms KVIR / llama.cpp | ratio | decode ms/token KVIR / llama.cpp | ratio | KVIR decode GB/s (share of read bandwidth) | weights on 2 MiB pages | peak RSS MiB KVIR / llama.cpp | greedy ids agree |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for type in $types; do
   # A kept file is named by the shape and its type: a reused one is the
   # same file kv-convert would write again (the synthetic model is seeded).
@@ -113,11 +133,20 @@ for type in $types; do
   for t in $threads; do
     kvRss=$(peak "$work/kvir.json" "$build/bin/kv-run" --model "$file" \
       --tokens-file "$work/prompt.txt" --greedy "$decode" --threads "$t" \
-      --no-tokenizer --json)
+      --no-tokenizer --json $kvirArgs)
     llRss=$(peak "$work/llama.txt" "$work/llama-speed" "$file" \
       "$work/prompt.txt" "$decode" "$t")
     kvPrefill=$(json "$work/kvir.json" prefill_ms)
     kvDecode=$(python3 -c "import json, sys; print('%.2f' % json.load(open(sys.argv[1])).get('decode_ms_per_token', 0))" "$work/kvir.json")
+    kvRead=$(python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+gbs = r.get('decode_gb_per_s', 0)
+print('%.2f (%.2f)' % (gbs, gbs / float(sys.argv[2])))" "$work/kvir.json" "${readGBs[$t]}")
+    kvHuge=$(python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+print('%.0f%%' % (100 * r['weight_huge_page_bytes'] / r['weight_bytes']))" "$work/kvir.json")
     llPrefill=$(field "$work/llama.txt" prefill_ms)
     llDecode=$(field "$work/llama.txt" decode_ms_per_token)
     agree=$(python3 -c "
@@ -129,7 +158,7 @@ while n < min(len(a), len(b)) and a[n] == b[n]:
     n += 1
 print(f'{n}/{len(a)}')" "$work/kvir.json" "$work/llama.txt")
     ratio() { python3 -c "import sys; print('%.2fx' % (float(sys.argv[2]) / float(sys.argv[1])))" "$1" "$2"; }
-    echo "| $type | $mib | $t | $kvPrefill / $llPrefill | $(ratio "$kvPrefill" "$llPrefill") | $kvDecode / $llDecode | $(ratio "$kvDecode" "$llDecode") | $kvRss / $llRss | $agree |"
+    echo "| $type | $mib | $t | $kvPrefill / $llPrefill | $(ratio "$kvPrefill" "$llPrefill") | $kvDecode / $llDecode | $(ratio "$kvDecode" "$llDecode") | $kvRead | $kvHuge | $kvRss / $llRss | $agree |"
   done
 done
 echo
