@@ -557,6 +557,48 @@ std::pair<Value, Value> ForwardEmitter::groupScale(kvrt_weight_format format,
   llvm_unreachable("groupScale of a format without blocks");
 }
 
+Value ForwardEmitter::kQuantScalesMins(Value bytes, Value block) {
+  // kvrt::scaleMinK4 in 16 lanes [A g < 4 | A g >= 4 | B g < 4 | B g >= 4]
+  // from the 12 bytes s of the scales (and 4 bytes after them, unused):
+  // lanes 0-3 s[g] & 63, 4-7 s[g + 4] & 15 | (s[g - 4] >> 6) << 4, 8-11
+  // s[g + 4] & 63, 12-15 s[g + 4] >> 4 | (s[g] >> 6) << 4.
+  VectorType v16b = vec(16, byte()), v16i = vec(16, i32());
+  Value s =
+      vector::LoadOp::create(b, v16b, bytes, ValueRange{add(block, cIndex(4))});
+  auto lanes = [&](ArrayRef<int64_t> indices) -> Value {
+    return arith::ExtUIOp::create(b, v16i,
+                                  vector::ShuffleOp::create(b, s, s, indices));
+  };
+  auto constants = [&](ArrayRef<int32_t> values) -> Value {
+    return arith::ConstantOp::create(b, DenseElementsAttr::get(v16i, values));
+  };
+  Value low = lanes({0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11});
+  Value top = lanes({0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7});
+  Value lowBits = arith::AndIOp::create(
+      b,
+      arith::ShRUIOp::create(
+          b, low, constants({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4})),
+      constants(
+          {63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15}));
+  Value topBits = arith::ShLIOp::create(
+      b,
+      arith::AndIOp::create(
+          b, arith::ShRUIOp::create(b, top, splatI32(16, 6)),
+          constants({0, 0, 0, 0, 3, 3, 3, 3, 0, 0, 0, 0, 3, 3, 3, 3})),
+      splatI32(16, 4));
+  Value values = arith::SIToFPOp::create(
+      b, vec(16, f32()), arith::OrIOp::create(b, lowBits, topBits));
+  VectorType v8 = vec(8, f32());
+  Value d = vector::BroadcastOp::create(b, v8, loadF16(bytes, block));
+  Value dmin =
+      vector::BroadcastOp::create(b, v8, loadF16(bytes, add(block, cIndex(2))));
+  SmallVector<int64_t> both;
+  for (int64_t i = 0; i < 16; ++i)
+    both.push_back(i);
+  return arith::MulFOp::create(b, vector::ShuffleOp::create(b, d, dmin, both),
+                               values);
+}
+
 namespace {
 
 /// The integer arithmetic of groupQuant on `lanes` consecutive elements: a

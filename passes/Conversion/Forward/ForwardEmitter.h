@@ -261,6 +261,10 @@ public:
   /// an element is A * q - B, q groupQuant's.
   std::pair<Value, Value> groupScale(kvrt_weight_format format, Value bytes,
                                      Value block, Value g);
+  /// groupScale of all 8 groups of the Q4_K or Q5_K block at byte `block`
+  /// at once, with vector operations: a vector<16 x f32> of the scales A0 ..
+  /// A7 then the mins B0 .. B7, the same values bit for bit.
+  Value kQuantScalesMins(Value bytes, Value block);
   /// q of element `l` (index) of group `g` of the block, offset as the
   /// format says (Q4_0 q - 8, Q6_K q - 32), as f32 (exact); with `lanes`
   /// > 1, of elements l .. l + lanes - 1 as a vector<lanes x f32> (their

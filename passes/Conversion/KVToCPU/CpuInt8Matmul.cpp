@@ -221,24 +221,37 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
     }
     return w;
   };
+  // Each row's 8 scales and 8 mins of the block, decoded at its first pair
+  // (kQuantScalesMins) and taken by every pair: decoded one group at a time
+  // (groupScale), they were most of the instructions of a decode step.
+  SmallVector<Value> scalesMins;
   auto q4kPair = [&](Value block, int64_t j) {
     PairWeights w;
     Value low = splatBytes(v32b, 0x0F);
     Value four = splatBytes(v32b, 4);
-    if (j == 0)
+    if (j == 0) {
       prefetchTileRows(e, bytes, rowAt, rowBytes, e.mul(block, e.cIndex(144)),
                        144);
-    for (Value row : rowAt) {
+      scalesMins.clear();
+      for (Value row : rowAt)
+        scalesMins.push_back(
+            e.kQuantScalesMins(bytes, e.add(row, e.mul(block, e.cIndex(144)))));
+    }
+    // [A 2j x 8 | A 2j+1 x 8] and the same of the mins (lanes 8-15).
+    SmallVector<int64_t> scaleLanes, minLanes;
+    for (int64_t i = 0; i < 16; ++i) {
+      scaleLanes.push_back(2 * j + i / 8);
+      minLanes.push_back(8 + 2 * j + i / 8);
+    }
+    for (auto [row, sm] : llvm::zip_equal(rowAt, scalesMins)) {
       Value at = e.add(row, e.mul(block, e.cIndex(144)));
       Value q = vector::LoadOp::create(
           e.b, v32b, bytes, ValueRange{e.add(at, e.cIndex(16 + 32 * j))});
       Value lo = arith::AndIOp::create(e.b, q, low);
       Value hi = arith::ShRUIOp::create(e.b, q, four);
       w.bytes.push_back(concat(e, lo, hi));
-      auto [a0, b0] = e.groupScale(format, bytes, at, e.cIndex(2 * j));
-      auto [a1, b1] = e.groupScale(format, bytes, at, e.cIndex(2 * j + 1));
-      w.scales.push_back(pairScales(e, a0, a1));
-      w.mins.push_back(pairScales(e, b0, b1));
+      w.scales.push_back(vector::ShuffleOp::create(e.b, sm, sm, scaleLanes));
+      w.mins.push_back(vector::ShuffleOp::create(e.b, sm, sm, minLanes));
     }
     return w;
   };

@@ -113,12 +113,24 @@ SmallVector<Value> foldRows(ForwardEmitter &e, kvrt_weight_format format,
         prefetch(within, block.bytes);
         Value first = e.mul(i, e.cIndex(block.elements));
         SmallVector<Value> carried(accs);
+        // The K-quants' 8 scales and mins of each row's block, decoded
+        // together (kQuantScalesMins) rather than one group at a time.
+        bool kQuant = format == KVRT_WEIGHT_Q4_K || format == KVRT_WEIGHT_Q5_K;
+        SmallVector<Value> scalesMins;
+        if (kQuant)
+          for (Value row : rows)
+            scalesMins.push_back(e.kQuantScalesMins(bytes, e.add(row, within)));
         for (int64_t g = 0; g < groups.count; ++g) {
           Value group = e.cIndex(g);
           SmallVector<Value> weights;
-          for (Value row : rows) {
+          for (auto [r, row] : llvm::enumerate(rows)) {
             Value at = e.add(row, within);
-            auto [scale, min] = e.groupScale(format, bytes, at, group);
+            auto [scale, min] =
+                kQuant
+                    ? std::pair<Value, Value>(
+                          vector::ExtractOp::create(e.b, scalesMins[r], g),
+                          vector::ExtractOp::create(e.b, scalesMins[r], 8 + g))
+                    : e.groupScale(format, bytes, at, group);
             Value q =
                 e.groupQuant(format, bytes, at, group, c0, groups.elements);
             weights.push_back(e.dequant(scale, min, q));
