@@ -28,9 +28,14 @@ namespace {
 /// the rows' biased weights and scales. Q8_0 takes 8: more rows' streams in
 /// flight made a TinyLlama-shape Q8_0 decode step 85.1-85.9 ms instead of
 /// 88.9-89.5 on one thread, 45.4-45.8 instead of 46.5-47.1 on two
-/// (alternated runs, idle machine); Q4_K_M's steps were no faster with 8.
+/// (alternated runs, idle machine). Q4_K and Q6_K take 2: once their
+/// scales were decoded in vectors (kQuantScalesMins) their steps waited on
+/// memory, and fewer, longer streams did better: the TinyLlama-shape Q4_K_M
+/// step with 1 / 2 / 3 / 4 rows took 60.2-65.3 / 60.9-64.1 / 64.4-69.5 /
+/// 66.7-67.6 ms on one thread, 2 / 4 rows 33.6-35.4 / 36.5-36.9 on two, 8
+/// rows 69.7-72.6 (alternated runs, idle machine).
 int64_t int8TileOutputs(kvrt_weight_format format) {
-  return format == KVRT_WEIGHT_Q8_0 ? 8 : 4;
+  return format == KVRT_WEIGHT_Q8_0 ? 8 : 2;
 }
 /// The prefill's register tiles: `kInt8PanelRows` tokens x
 /// `kInt8TilePanels` panels of 16 outputs, an i32 and an f32 accumulator
