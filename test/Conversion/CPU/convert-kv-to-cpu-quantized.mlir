@@ -30,6 +30,9 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q4_k
 // CHECK-NOT:     memref.alloca
 // CHECK:         iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, f32, f32, f32, f32)
 // CHECK-COUNT-12: memref.prefetch %{{.*}}[%{{.*}}], read, locality<3>, data : memref<?xi8>
+// Each row's 8 scales and 8 mins of the block decoded together, before its
+// groups (kQuantScalesMins): the 12 scale bytes in one load, two shuffles.
+// CHECK-COUNT-4: vector.shuffle %{{.*}}, %{{.*}} [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11] : vector<16xi8>, vector<16xi8>
 // CHECK-COUNT-8: vector.load %{{.*}} : memref<?xi8>, vector<32xi8>
 // CHECK-NOT:     memref.alloca
 // CHECK:         vector.fma
