@@ -260,15 +260,14 @@ namespace {
 /// its token attends.
 double decodeStepBytes(const kvrt_model &model, kvrt_kv_dtype dtype,
                        int64_t first, int64_t steps) {
-  double weights = 0;
-  for (const kvrt::TensorSpec &spec : kvrt::specsOf(model.config)) {
-    const kvrt_weight &w = model.weights.*spec.decl->member;
-    double bytes = 0;
-    for (int64_t l = 0; l < w.n_slices; ++l)
-      bytes += double(w.slices[l].bytes);
-    if (&w == &model.weights.token_embedding && !model.config.shared_classifier)
-      bytes /= double(spec.rows);
-    weights += bytes;
+  double weights = double(kvrt::weightBytes(model));
+  const kvrt_weight &embedding = model.weights.token_embedding;
+  if (!model.config.shared_classifier && embedding.rows > 0) {
+    // All rows but the one looked up are left unread.
+    double table = 0;
+    for (int64_t l = 0; l < embedding.n_slices; ++l)
+      table += double(embedding.slices[l].bytes);
+    weights -= table - table / double(embedding.rows);
   }
   double kv = double(ModelCost::of(model.config, dtype)
                          .kvRangeReadBytes(first, first + steps));

@@ -1,4 +1,4 @@
-//===- HugePages.cpp - Memory the weights and KV pages stream from --------===//
+//===- HugePages.cpp - Memory for streamed weights and K/V ----------------===//
 
 #include "runtime/core/HugePages.h"
 

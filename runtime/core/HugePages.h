@@ -1,11 +1,10 @@
-//===- HugePages.h - Memory the weights and KV pages stream from -*- C++
-//-*-===//
+//===- HugePages.h - Memory for streamed weights and K/V --------*- C++ -*-===//
 //
 // Decode reads every weight once a token and attention reads the whole K/V:
 // long streams, whose speed on one core depends on the page size under them.
 // On 4 KiB pages every 4 KiB of a stream costs a TLB miss, and a core reads
 // about a quarter less per second than on 2 MiB pages (docs/models.md,
-// "Weights in 2 MiB pages"). These helpers give the streams 2 MiB pages where
+// "Weights on 2 MiB pages"). These helpers give the streams 2 MiB pages where
 // the kernel grants them: buffers aligned to them and advised to be backed by
 // transparent huge pages, file mappings aligned the same way, and the count
 // of a range's bytes that are.

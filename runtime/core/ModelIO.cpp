@@ -216,6 +216,8 @@ kvrt_status saveModel(const kvrt_model &model, const char *path) {
 } // namespace
 
 extern "C" kvrt_status kvrt_model_load(const char *path, kvrt_model **out) {
+  if (!path || !out)
+    return nullArgument(__func__);
   return kvrt_model_load_ex(path, KVRT_LOAD_MAP, out);
 }
 

@@ -1085,7 +1085,7 @@ TEST(GGUFTest, FileMessagesNameTheFile) {
 
 // --no-mmap's load (KVRT_LOAD_READ) reads the file into the model's own
 // memory: the same tensors, byte for byte, as the mapped load; unknown flags
-// are refused, and a file that cannot be read is named either way.
+// are refused, and a missing file is named.
 TEST(GGUFTest, ReadLoadKeepsTheMappedBytes) {
   std::string bytes = validQuantModel().bytes();
   std::string path = scratch("read-load.gguf");
