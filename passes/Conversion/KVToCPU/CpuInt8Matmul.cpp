@@ -24,18 +24,26 @@ using namespace mlir::kv::cpu;
 namespace {
 
 /// The decode's tiles (fewer than kPackedMinRows rows): one token at a time
-/// against this many weight rows, one 16-lane f32 accumulator each, beside
-/// the rows' biased weights and scales. Q8_0 takes 8: more rows' streams in
-/// flight made a TinyLlama-shape Q8_0 decode step 85.1-85.9 ms instead of
-/// 88.9-89.5 on one thread, 45.4-45.8 instead of 46.5-47.1 on two
-/// (alternated runs, idle machine). Q4_K and Q6_K take 2: once their
-/// scales were decoded in vectors (kQuantScalesMins) their steps waited on
-/// memory, and fewer, longer streams did better: the TinyLlama-shape Q4_K_M
-/// step with 1 / 2 / 3 / 4 rows took 60.2-65.3 / 60.9-64.1 / 64.4-69.5 /
-/// 66.7-67.6 ms on one thread, 2 / 4 rows 33.6-35.4 / 36.5-36.9 on two, 8
-/// rows 69.7-72.6 (alternated runs, idle machine).
+/// against this many weight rows (decodeTileRow's), one 16-lane f32
+/// accumulator each, beside the rows' biased weights and scales. Measured
+/// on TinyLlama's files, one thread, ms a decode step (alternated runs, idle
+/// machine):
+/// - Q8_0 12: 71.6-74.2 against 75.4-80.1 with 8 (10 and 14 no better, 16
+///   78.6-79.1);
+/// - Q4_K 6 and Q6_K 4 (the Q4_K_M step): 45.4-46.6, against 52.0-53.4 with
+///   2 and 2, 49.3-50.3 with 4 and 4, 47.1-47.9 with 6 and 6, 49.0-49.9 with
+///   8 and 4; on two threads 25.1 against 28.2 with 2 and 2.
+/// Before decodeTileRow, with a tile's rows consecutive, Q8_0 did best with
+/// 8 and the K-quants with 2.
 int64_t int8TileOutputs(kvrt_weight_format format) {
-  return format == KVRT_WEIGHT_Q8_0 ? 8 : 2;
+  switch (format) {
+  case KVRT_WEIGHT_Q8_0:
+    return 12;
+  case KVRT_WEIGHT_Q4_K:
+    return 6;
+  default:
+    return 4;
+  }
 }
 /// The prefill's register tiles: `kInt8PanelRows` tokens x
 /// `kInt8TilePanels` panels of 16 outputs, an i32 and an f32 accumulator
@@ -189,7 +197,7 @@ void emitQuantizeRows(ForwardEmitter &e, Value a, const Int8Activations &act,
 SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
                                 Value bytes, const Int8Activations &act,
                                 Value k, ArrayRef<Value> tokens,
-                                ArrayRef<Value> rowAt, Value rowBytes) {
+                                ArrayRef<Value> rowAt) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
              v32b = e.vec(32, e.byte()), v64b = e.vec(64, e.byte());
@@ -209,7 +217,7 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
   auto q8Pair = [&](Value p, bool full) {
     PairWeights w;
     Value block0 = e.mul(p, e.cIndex(2 * 34));
-    prefetchTileRows(e, bytes, rowAt, rowBytes, block0, 2 * 34);
+    prefetchTileRows(e, bytes, rowAt, block0, 2 * 34);
     for (Value row : rowAt) {
       Value at0 = e.add(row, block0), at1 = e.add(at0, e.cIndex(34));
       Value q0 = vector::LoadOp::create(e.b, v32b, bytes,
@@ -235,7 +243,7 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
     Value low = splatBytes(v32b, 0x0F);
     Value four = splatBytes(v32b, 4);
     if (j == 0) {
-      prefetchTileRows(e, bytes, rowAt, rowBytes, e.mul(block, e.cIndex(144)),
+      prefetchTileRows(e, bytes, rowAt, e.mul(block, e.cIndex(144)),
                        144);
       scalesMins.clear();
       for (Value row : rowAt)
@@ -278,7 +286,7 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
     for (int64_t lane = 0; lane < 16; ++lane)
       spread.push_back(lane / 4);
     if (j == 0)
-      prefetchTileRows(e, bytes, rowAt, rowBytes, e.mul(block, e.cIndex(210)),
+      prefetchTileRows(e, bytes, rowAt, e.mul(block, e.cIndex(210)),
                        210);
     for (Value row : rowAt) {
       Value at = e.add(row, e.mul(block, e.cIndex(210)));
@@ -375,19 +383,20 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
   return sums;
 }
 
-/// Tiles of `rows` tokens from t0 (while below t1) x `outputs` weight rows
-/// from o0 of the integer-dot product; tokens past t1 and outputs past m are
-/// clamped when read and not stored.
+/// Tiles of `rows` tokens from t0 (while below t1) x `outputs` weight rows,
+/// those of decode tile `tile` of `tiles` (decodeTileRow), of the
+/// integer-dot product; tokens past t1 and outputs past m are clamped when
+/// read and not stored.
 void emitInt8Tiles(ForwardEmitter &e, kvrt_weight_format format, Value bytes,
                    Value offset, const Int8Activations &act, Value c, Value k,
-                   Value t0, Value t1, Value o0, int64_t rows, int64_t outputs,
-                   bool accumulate) {
+                   Value t0, Value t1, Value tile, Value tiles, int64_t rows,
+                   int64_t outputs, bool accumulate) {
   Value c1 = e.cIndex(1);
   Value m = memref::DimOp::create(e.b, c, c1);
   Value rowBytes = weightRowBytes(e, format, k);
   SmallVector<Value> rowAt, outputIndex;
   for (int64_t o = 0; o < outputs; ++o) {
-    Value index = e.add(o0, e.cIndex(o));
+    Value index = decodeTileRow(e, tile, tiles, o);
     outputIndex.push_back(index);
     rowAt.push_back(
         e.add(offset, e.mul(e.minu(index, e.sub(m, c1)), rowBytes)));
@@ -398,7 +407,7 @@ void emitInt8Tiles(ForwardEmitter &e, kvrt_weight_format format, Value bytes,
     for (int64_t r = 0; r < rows; ++r)
       tokens.push_back(e.minu(e.add(t, e.cIndex(r)), last));
     SmallVector<Value> sums =
-        emitInt8Tile(e, format, bytes, act, k, tokens, rowAt, rowBytes);
+        emitInt8Tile(e, format, bytes, act, k, tokens, rowAt);
     for (int64_t r = 0; r < rows; ++r) {
       Value token = e.add(t, e.cIndex(r));
       for (int64_t o = 0; o < outputs; ++o) {
@@ -1118,11 +1127,13 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                     Value k;
                     Int8Activations act = unpack(v, k);
                     Value n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
+                    Value m = memref::DimOp::create(e.b, v[5], e.cIndex(1));
+                    Value groups = e.divu(e.add(m, e.cIndex(tileOutputs - 1)),
+                                          e.cIndex(tileOutputs));
                     e.forLoop(lo, hi, e.cIndex(1), [&](Value g) {
                       emitInt8Tiles(e, format, v[0], v[1], act, v[5], k,
-                                    e.cIndex(0), n,
-                                    e.mul(g, e.cIndex(tileOutputs)), 1,
-                                    tileOutputs, accumulate);
+                                    e.cIndex(0), n, g, groups, 1, tileOutputs,
+                                    accumulate);
                     });
                   });
     };

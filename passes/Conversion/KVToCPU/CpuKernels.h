@@ -113,28 +113,37 @@ int64_t packBufferFloats(ForwardEmitter &e, int64_t vectorBits);
 constexpr int64_t kPackedMinRows = 4;
 /// Rows of a work item of the packed matmul (a multiple of every tile's rows).
 constexpr int64_t kChunkRows = 96;
-/// How far ahead each row of a decode step's tile (a few consecutive weight
-/// rows multiplied together: CpuQuantMatmul.cpp, CpuInt8Matmul.cpp)
-/// prefetches its weights, into L1. A row's stream continues at the same row
-/// of the next tile; the prefetch follows it there (prefetchTileRows).
-/// Measured on TinyLlama's F16 file (rows of 4 and 11 KiB, 2 GB, far beyond
-/// the L3), tiles of 4 rows, one thread, in CPU time on a loaded machine:
-/// 1 KiB ahead 14.2 GB/s, 2 KiB 14.1-14.4, 3 KiB 13.8, 4 KiB 13.3, a whole
-/// tile ahead into L2 13.0-13.5, none 12.6, 8 KiB ahead in the file (the
-/// kernel before tiles, mostly landing in the same tile) 12.6; a plain
-/// read of 4 streams 14.2-15. Once weights sat on 2 MiB pages (HugePages.h),
-/// 1 KiB did better than 2: kv-run --greedy on TinyLlama's files, one
-/// thread, idle machine, ms a step, 2 KiB / 1 KiB / 768 bytes: Q8_0 (tiles
-/// of 8) on 2 MiB pages 83.5-85.2 / 81.4-83.1 / 80.6-81.8, on 4 KiB pages
-/// 85.7-89.0 / 85.8-86.8 / 85.3-86.4; F16 150.0-153.5 / 146.6-149.6 /
-/// 148.0-150.5; Q4_K_M 83.4-84.3 / 81.4-83.2 / 88.7-90.0.
+/// How far ahead each row of a decode step's tile prefetches its weights,
+/// into L1. A tile's rows are decodeTileRow's, each a stream through the
+/// weight, so the prefetch runs on past a row's end into the same row of the
+/// next tile. Measured on TinyLlama's F16 file (rows of 4 and 11 KiB, 2 GB,
+/// far beyond the L3), tiles of 4 rows, one thread, in CPU time on a loaded
+/// machine: 1 KiB ahead 14.2 GB/s, 2 KiB 14.1-14.4, 3 KiB 13.8, 4 KiB 13.3, a
+/// whole tile ahead into L2 13.0-13.5, none 12.6; a plain read of 4 streams
+/// 14.2-15. Once weights sat on 2 MiB pages (HugePages.h), 1 KiB did better
+/// than 2: kv-run --greedy on TinyLlama's files, one thread, idle machine,
+/// ms a step, 2 KiB / 1 KiB / 768 bytes: Q8_0 (tiles of 8) on 2 MiB pages
+/// 83.5-85.2 / 81.4-83.1 / 80.6-81.8, on 4 KiB pages 85.7-89.0 / 85.8-86.8 /
+/// 85.3-86.4; F16 150.0-153.5 / 146.6-149.6 / 148.0-150.5; Q4_K_M
+/// 83.4-84.3 / 81.4-83.2 / 88.7-90.0. (All of these with a tile's rows
+/// consecutive, before decodeTileRow.)
 constexpr int64_t kDecodeTilePrefetchBytes = 1024;
-/// CpuQuantMatmul.cpp: prefetches the `stepBytes` bytes from byte `at` of
-/// each of a decode tile's `rows` (byte offsets of consecutive rows of
-/// `rowBytes`) kDecodeTilePrefetchBytes ahead in the row's stream: in the
-/// row, or past its end in the same row of the next tile.
+/// Weight row `r` of decode tile `tile` of `tiles`: tile + r * tiles. A
+/// tile's rows are `tiles` rows apart, so that row r of every tile, in tile
+/// order, is one sequential stream through the weight, and a task of
+/// consecutive tiles reads as many such streams as a tile has rows. Tiles
+/// of consecutive rows read those rows side by side, two or three of them
+/// in each 4 KiB page, a pattern the hardware's streamer follows badly: a
+/// TinyLlama-shape decode step, one thread, Q8_0 (tiles of 8) took
+/// 86.9-88.8 ms with consecutive rows and 78.8-80.4 spread; Q4_K_M (tiles
+/// of 2) 62.9-63.9 and 55.8-57.1; two threads, Q8_0 47.2 and 42.0-43.8
+/// (alternated runs, idle machine).
+Value decodeTileRow(ForwardEmitter &e, Value tile, Value tiles, int64_t r);
+/// CpuQuantMatmul.cpp: prefetches the lines of the `stepBytes` bytes from
+/// byte `at` of each of a decode tile's rows (their byte offsets,
+/// decodeTileRow's) kDecodeTilePrefetchBytes ahead in the row's stream.
 void prefetchTileRows(ForwardEmitter &e, Value bytes, ArrayRef<Value> rows,
-                      Value rowBytes, Value at, int64_t stepBytes);
+                      Value at, int64_t stepBytes);
 /// CpuQuantMatmul.cpp: begins `base`, a matmul of weights in a format other
 /// than f32, with the arguments every such kernel takes: (a, bytes, byte
 /// offset of b, c, pack buffer, widen buffer).

@@ -23,16 +23,24 @@ using namespace mlir::kv::cpu;
 
 namespace {
 
-/// The decode's tiles (fewer than kPackedMinRows rows): this many
-/// consecutive weight rows at a time, each token's activations loaded once
-/// per piece for all of them. One row at a time left one stream of misses
-/// in flight and, for f16, one FMA chain: the memory idled while the row's
+/// The decode's tiles (fewer than kPackedMinRows rows): this many weight
+/// rows at a time (decodeTileRow's), each token's activations loaded once per
+/// piece for all of them. One row at a time left one stream of misses in
+/// flight and, for f16, one FMA chain: the memory idled while the row's
 /// multiply ran. Measured with a C model of the loop on TinyLlama's F16 file
 /// (rows of 4 and 11 KiB, 2 GB, far beyond the L3), one thread, in CPU time
-/// on a loaded machine: one row, one chain 9.5 GB/s of weights; 4 rows, two
-/// accumulators each, 12.6 GB/s; with prefetchTileRows 14.1-14.4 GB/s, a
-/// plain read of 4 streams 14.2-15; 8 rows no faster than 4.
-constexpr int64_t kDecodeTileRows = 4;
+/// on a loaded machine, a tile's rows consecutive: one row, one chain 9.5
+/// GB/s of weights; 4 rows, two accumulators each, 12.6 GB/s; with
+/// prefetchTileRows 14.1-14.4 GB/s, a plain read of 4 streams 14.2-15; 8
+/// rows no faster than 4. With decodeTileRow's rows, kv-run --greedy on
+/// TinyLlama's files, one thread, ms a step (alternated runs, idle
+/// machine): F16 with 8 rows 184.8-186.3 against 203.6-211.1 with 6 and
+/// 204.2-204.9 with 4 (two threads 96.6-98.9 against 106.1-108.5); the
+/// Q5_K_M file's Q5_K (widened here) with 4 rows 97.0-98.2 against
+/// 103.0-105.7 with 6 and 105.8-108.2 with 8. BF16 keeps 4: not measured.
+int64_t decodeTileRows(kvrt_weight_format format) {
+  return format == KVRT_WEIGHT_F16 ? 8 : 4;
+}
 /// What foldRows calls on each piece of its rows: the piece's first column,
 /// the rows' weights there (a vector of f32 each, or one f32 each in a
 /// tail), the piece's slot (the group within the block, or which half of a
@@ -48,18 +56,17 @@ using RowPieceFn = function_ref<SmallVector<Value>(
 /// values are the oracle's bit for bit: block by block, each group (a group
 /// shares its scale and min) as one vector per row; f16 and bf16 32 elements
 /// at a time (two pieces of 16, slots 0 and 1), then 16 (slot 0), then the
-/// rest one by one (`tail`). With `rowBytes`, the rows are a decode tile's
-/// (consecutive rows of that many bytes) and each prefetches the bytes
-/// kDecodeTilePrefetchBytes ahead of the step it is at, at the same row of
-/// the next tile once that is past its end. Returns the carried values.
+/// rest one by one (`tail`). With `prefetch`, the rows are a decode tile's
+/// and each prefetches the bytes kDecodeTilePrefetchBytes ahead of the step
+/// it is at (prefetchTileRows). Returns the carried values.
 SmallVector<Value> foldRows(ForwardEmitter &e, kvrt_weight_format format,
                             Value bytes, ArrayRef<Value> rows, Value cols,
                             ValueRange inits, RowPieceFn piece, RowPieceFn tail,
-                            Value rowBytes = nullptr) {
+                            bool prefetchRows = false) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   auto prefetch = [&](Value at, int64_t stepBytes) {
-    if (rowBytes)
-      prefetchTileRows(e, bytes, rows, rowBytes, at, stepBytes);
+    if (prefetchRows)
+      prefetchTileRows(e, bytes, rows, at, stepBytes);
   };
   if (!kvrt::isBlockFormat(format)) {
     bool f16 = format == KVRT_WEIGHT_F16;
@@ -157,14 +164,14 @@ void emitWidenRow(ForwardEmitter &e, kvrt_weight_format format, Value bytes,
 }
 
 /// a[t] · (each row of a decode tile: `k` weights in `format` from the
-/// bytes `rows`, consecutive rows of `rowBytes`), the weights widened in
+/// bytes `rows`, decodeTileRow's), the weights widened in
 /// registers (foldRows) and multiplied as they come: nothing is copied.
 /// The 16 activations of each part of a piece are loaded once for all the
 /// rows. Per row two 16-lane accumulators (alternating over the 16-lane
 /// parts of the pieces) and a scalar one for a tail; returns the rows' sums.
 SmallVector<Value> emitQuantDots(ForwardEmitter &e, kvrt_weight_format format,
                                  Value a, Value bytes, ArrayRef<Value> rows,
-                                 Value rowBytes, Value t, Value k) {
+                                 Value t, Value k) {
   VectorType v16 = e.vec(kLanes, e.f32());
   int64_t count = rows.size();
   Value zero = e.splatF32(kLanes, 0.0f);
@@ -204,7 +211,8 @@ SmallVector<Value> emitQuantDots(ForwardEmitter &e, kvrt_weight_format format,
     return next;
   };
   SmallVector<Value> accs =
-      foldRows(e, format, bytes, rows, k, inits, piece, tail, rowBytes);
+      foldRows(e, format, bytes, rows, k, inits, piece, tail,
+               /*prefetchRows=*/true);
   SmallVector<Value> sums;
   for (int64_t r = 0; r < count; ++r) {
     Value sum = vector::ReductionOp::create(
@@ -239,14 +247,14 @@ Value cpu::weightRowBytes(ForwardEmitter &e, kvrt_weight_format format,
   return e.mul(e.divu(k, e.cIndex(block.elements)), e.cIndex(block.bytes));
 }
 
-/// Prefetches the lines of `stepBytes` bytes from `at` in each row of a
-/// decode tile kDecodeTilePrefetchBytes ahead in its stream.
+Value cpu::decodeTileRow(ForwardEmitter &e, Value tile, Value tiles,
+                        int64_t r) {
+  return e.add(tile, e.mul(tiles, e.cIndex(r)));
+}
+
 void cpu::prefetchTileRows(ForwardEmitter &e, Value bytes, ArrayRef<Value> rows,
-                           Value rowBytes, Value at, int64_t stepBytes) {
+                           Value at, int64_t stepBytes) {
   Value ahead = e.add(at, e.cIndex(kDecodeTilePrefetchBytes));
-  Value past = e.cmp(arith::CmpIPredicate::uge, ahead, rowBytes);
-  Value rest = e.mul(rowBytes, e.cIndex(int64_t(rows.size()) - 1));
-  ahead = e.add(ahead, e.select(past, rest, e.cIndex(0)));
   for (Value row : rows)
     for (int64_t line = 0; line < stepBytes; line += 64)
       memref::PrefetchOp::create(
@@ -299,7 +307,7 @@ static void emitWidenedProduct(ForwardEmitter &e, kvrt_weight_format format,
 
 /// c[t][o] (+)= sum_i a[t][i] * b[o][i] for weights b in `format`, as
 /// (a, bytes, byte offset of b, c, pack buffer, widen buffer). Fewer rows
-/// than kPackedMinRows (decode): parallel over tiles of kDecodeTileRows
+/// than kPackedMinRows (decode): parallel over tiles of decodeTileRows
 /// outputs, the tile's weight rows widened in registers as they are
 /// multiplied with a token's row (emitQuantDots): nothing is packed,
 /// converted into memory or copied. More rows (prefill): the weights widened
@@ -322,7 +330,8 @@ void cpu::emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
   e.ifElse(
       small,
       [&] {
-        Value tileRows = e.cIndex(kDecodeTileRows);
+        const int64_t tileRowCount = decodeTileRows(format);
+        Value tileRows = e.cIndex(tileRowCount);
         Value tiles = e.divu(e.add(m, e.sub(tileRows, c1)), tileRows);
         parallelFor(
             e, base + "_dot_task", tiles, {a, bytes, offset, c},
@@ -335,20 +344,21 @@ void cpu::emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
               Value rowBytes = rowBytesOf(k);
               Value n = memref::DimOp::create(e.b, a, e.cIndex(0));
               Value m = memref::DimOp::create(e.b, c, c1);
+              Value tileRows = e.cIndex(tileRowCount);
+              Value tiles = e.divu(e.add(m, e.sub(tileRows, c1)), tileRows);
               e.forLoop(lo, hi, c1, [&](Value tile) {
                 // Rows past m repeat the last one and are not stored.
                 SmallVector<Value> outputs, rows;
-                for (int64_t r = 0; r < kDecodeTileRows; ++r) {
-                  outputs.push_back(e.add(
-                      e.mul(tile, e.cIndex(kDecodeTileRows)), e.cIndex(r)));
+                for (int64_t r = 0; r < tileRowCount; ++r) {
+                  outputs.push_back(decodeTileRow(e, tile, tiles, r));
                   rows.push_back(
                       e.add(offset, e.mul(e.minu(outputs.back(), e.sub(m, c1)),
                                           rowBytes)));
                 }
                 e.forLoop(e.cIndex(0), n, c1, [&](Value t) {
                   SmallVector<Value> sums =
-                      emitQuantDots(e, format, a, bytes, rows, rowBytes, t, k);
-                  for (int64_t r = 0; r < kDecodeTileRows; ++r)
+                      emitQuantDots(e, format, a, bytes, rows, t, k);
+                  for (int64_t r = 0; r < tileRowCount; ++r)
                     e.ifThen(e.cmp(arith::CmpIPredicate::ult, outputs[r], m),
                              [&] {
                                Value total = sums[r];
