@@ -192,8 +192,13 @@ void emitQuantizeRows(ForwardEmitter &e, Value a, const Int8Activations &act,
 ///   an odd last block pairs with zeros.
 /// - Q4_K (4 pairs per 256-element block): the 32 bytes of qs whose low
 ///   nibbles are group 2j and high nibbles group 2j + 1, unsigned as they
-///   are; an element being A q - B, the min enters as B times the token's
-///   scale times the sum of its quants (the bias lanes / -128).
+///   are; an element being A q - B, the min enters once per block and row:
+///   the row's [A x 8 | B x 8] (kQuantScalesMins) times [0 x 8 | - the
+///   token's scale x the sum of its quants, for each group] (the sums from
+///   blockBias, -128 times them). Per pair instead (two multiplies and an FMA per row
+///   and pair, and a shuffle), the TinyLlama-shape Q4_K_M step took
+///   50.1-51.1 ms on one thread against 46.0-47.6 (alternated runs, idle
+///   machine; 26.8-28.0 either way on two, bound by memory there).
 SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
                                 Value bytes, const Int8Activations &act,
                                 Value k, ArrayRef<Value> tokens,
@@ -250,12 +255,12 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
         scalesMins.push_back(
             e.kQuantScalesMins(bytes, e.add(row, e.mul(block, e.cIndex(144)))));
     }
-    // [A 2j x 8 | A 2j+1 x 8] and the same of the mins (lanes 8-15).
-    SmallVector<int64_t> scaleLanes, minLanes;
-    for (int64_t i = 0; i < 16; ++i) {
+    // [A 2j x 8 | A 2j+1 x 8]; the mins enter once per block (multiply).
+    SmallVector<int64_t> scaleLanes;
+    for (int64_t i = 0; i < 16; ++i)
       scaleLanes.push_back(2 * j + i / 8);
-      minLanes.push_back(8 + 2 * j + i / 8);
-    }
+    if (j == 0)
+      w.mins = scalesMins;
     for (auto [row, sm] : llvm::zip_equal(rowAt, scalesMins)) {
       Value at = e.add(row, e.mul(block, e.cIndex(144)));
       Value q = vector::LoadOp::create(
@@ -264,7 +269,6 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
       Value hi = arith::ShRUIOp::create(e.b, q, four);
       w.bytes.push_back(concat(e, lo, hi));
       w.scales.push_back(vector::ShuffleOp::create(e.b, sm, sm, scaleLanes));
-      w.mins.push_back(vector::ShuffleOp::create(e.b, sm, sm, minLanes));
     }
     return w;
   };
@@ -316,6 +320,35 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
     }
     return w;
   };
+  // Token t's [0 x 8 | dx_g blockBias_g / 128 for g < 8] of the 256-element
+  // block starting at pair p: the blocks' scales are lanes 0 and 8 of the
+  // pairs' [A0 x 8 | A1 x 8].
+  auto blockMinTerms = [&](Value t, Value p) -> Value {
+    SmallVector<Value> pairScales;
+    for (int64_t i = 0; i < 4; ++i)
+      pairScales.push_back(vector::LoadOp::create(
+          e.b, v16f, act.scales,
+          ValueRange{e.add(e.mul(t, laneRow),
+                           e.mul(e.add(p, e.cIndex(i)), e.cIndex(16)))}));
+    SmallVector<int64_t> firsts{0, 8, 16, 24}, all;
+    for (int64_t i = 0; i < 8; ++i)
+      all.push_back(i);
+    Value low = vector::ShuffleOp::create(e.b, pairScales[0], pairScales[1],
+                                          firsts);
+    Value high = vector::ShuffleOp::create(e.b, pairScales[2], pairScales[3],
+                                           firsts);
+    Value dx = vector::ShuffleOp::create(e.b, low, high, all);
+    Value blockBias = vector::LoadOp::create(
+        e.b, e.vec(8, e.i32()), act.blockBias,
+        ValueRange{e.add(e.mul(t, e.mul(act.pairs, e.cIndex(2))),
+                         e.mul(p, e.cIndex(2)))});
+    Value terms = arith::MulFOp::create(
+        e.b, arith::MulFOp::create(
+                 e.b, dx, arith::SIToFPOp::create(e.b, e.vec(8, e.f32()),
+                                                  blockBias)),
+        e.splatF32(8, 1.0f / 128));
+    return concat(e, e.splatF32(8, 0.0f), terms);
+  };
   auto multiply = [&](Value p, const PairWeights &w, ValueRange accs) {
     SmallVector<Value> next;
     for (Value t : tokens) {
@@ -339,15 +372,17 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
         Value scale = arith::MulFOp::create(e.b, d, w.scales[o]);
         Value wide = arith::SIToFPOp::create(e.b, v16f, dot);
         Value acc = vector::FMAOp::create(e.b, wide, scale, accs[next.size()]);
-        if (q4k) {
-          // - B dx sum(q) = B dx (sum of the bias lanes) / 128.
-          Value minScale = arith::MulFOp::create(
-              e.b, arith::MulFOp::create(e.b, d, w.mins[o]),
-              e.splatF32(16, 1.0f / 128));
-          acc = vector::FMAOp::create(
-              e.b, arith::SIToFPOp::create(e.b, v16f, bias), minScale, acc);
-        }
         next.push_back(acc);
+      }
+      if (!w.mins.empty()) {
+        // Q4_K, once per block: - B_g dx_g sum(q_g) = B_g dx_g blockBias_g /
+        // 128 for its 8 groups g, in lanes 8-15 beside zeros, times the
+        // row's [A x 8 | B x 8] (kQuantScalesMins).
+        Value minTerms = blockMinTerms(t, p);
+        for (int64_t o = 0; o < outputs; ++o) {
+          Value &acc = next[next.size() - outputs + o];
+          acc = vector::FMAOp::create(e.b, w.mins[o], minTerms, acc);
+        }
       }
     }
     return next;
