@@ -37,7 +37,9 @@ namespace {
 /// machine): F16 with 8 rows 184.8-186.3 against 203.6-211.1 with 6 and
 /// 204.2-204.9 with 4 (two threads 96.6-98.9 against 106.1-108.5); the
 /// Q5_K_M file's Q5_K (widened here) with 4 rows 97.0-98.2 against
-/// 103.0-105.7 with 6 and 105.8-108.2 with 8. BF16 keeps 4: not measured.
+/// 103.0-105.7 with 6 and 105.8-108.2 with 8. BF16 keeps 4: a BF16 file
+/// took 129.7-137.8 ms with 4 rows, 132.6-133.6 with 8 and 132.9-138.6 with
+/// 6, no difference beyond the noise.
 int64_t decodeTileRows(kvrt_weight_format format) {
   return format == KVRT_WEIGHT_F16 ? 8 : 4;
 }
