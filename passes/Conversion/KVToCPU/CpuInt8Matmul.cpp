@@ -195,8 +195,8 @@ void emitQuantizeRows(ForwardEmitter &e, Value a, const Int8Activations &act,
 ///   are; an element being A q - B, the min enters once per block and row:
 ///   the row's [A x 8 | B x 8] (kQuantScalesMins) times [0 x 8 | - the
 ///   token's scale x the sum of its quants, for each group] (the sums from
-///   blockBias, -128 times them). Per pair instead (two multiplies and an FMA per row
-///   and pair, and a shuffle), the TinyLlama-shape Q4_K_M step took
+///   blockBias, -128 times them). Per pair instead (two multiplies and an FMA
+///   per row and pair, and a shuffle), the TinyLlama-shape Q4_K_M step took
 ///   50.1-51.1 ms on one thread against 46.0-47.6 (alternated runs, idle
 ///   machine; 26.8-28.0 either way on two, bound by memory there).
 SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
@@ -248,8 +248,7 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
     Value low = splatBytes(v32b, 0x0F);
     Value four = splatBytes(v32b, 4);
     if (j == 0) {
-      prefetchTileRows(e, bytes, rowAt, e.mul(block, e.cIndex(144)),
-                       144);
+      prefetchTileRows(e, bytes, rowAt, e.mul(block, e.cIndex(144)), 144);
       scalesMins.clear();
       for (Value row : rowAt)
         scalesMins.push_back(
@@ -290,8 +289,7 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
     for (int64_t lane = 0; lane < 16; ++lane)
       spread.push_back(lane / 4);
     if (j == 0)
-      prefetchTileRows(e, bytes, rowAt, e.mul(block, e.cIndex(210)),
-                       210);
+      prefetchTileRows(e, bytes, rowAt, e.mul(block, e.cIndex(210)), 210);
     for (Value row : rowAt) {
       Value at = e.add(row, e.mul(block, e.cIndex(210)));
       auto load = [&](int64_t offset) -> Value {
@@ -333,19 +331,20 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
     SmallVector<int64_t> firsts{0, 8, 16, 24}, all;
     for (int64_t i = 0; i < 8; ++i)
       all.push_back(i);
-    Value low = vector::ShuffleOp::create(e.b, pairScales[0], pairScales[1],
-                                          firsts);
-    Value high = vector::ShuffleOp::create(e.b, pairScales[2], pairScales[3],
-                                           firsts);
+    Value low =
+        vector::ShuffleOp::create(e.b, pairScales[0], pairScales[1], firsts);
+    Value high =
+        vector::ShuffleOp::create(e.b, pairScales[2], pairScales[3], firsts);
     Value dx = vector::ShuffleOp::create(e.b, low, high, all);
     Value blockBias = vector::LoadOp::create(
         e.b, e.vec(8, e.i32()), act.blockBias,
         ValueRange{e.add(e.mul(t, e.mul(act.pairs, e.cIndex(2))),
                          e.mul(p, e.cIndex(2)))});
     Value terms = arith::MulFOp::create(
-        e.b, arith::MulFOp::create(
-                 e.b, dx, arith::SIToFPOp::create(e.b, e.vec(8, e.f32()),
-                                                  blockBias)),
+        e.b,
+        arith::MulFOp::create(
+            e.b, dx,
+            arith::SIToFPOp::create(e.b, e.vec(8, e.f32()), blockBias)),
         e.splatF32(8, 1.0f / 128));
     return concat(e, e.splatF32(8, 0.0f), terms);
   };

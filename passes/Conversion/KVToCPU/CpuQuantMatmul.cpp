@@ -250,7 +250,7 @@ Value cpu::weightRowBytes(ForwardEmitter &e, kvrt_weight_format format,
 }
 
 Value cpu::decodeTileRow(ForwardEmitter &e, Value tile, Value tiles,
-                        int64_t r) {
+                         int64_t r) {
   return e.add(tile, e.mul(tiles, e.cIndex(r)));
 }
 
