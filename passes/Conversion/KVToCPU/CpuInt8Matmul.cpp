@@ -215,7 +215,8 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
   Value laneRow = e.mul(act.pairs, e.cIndex(16));
   int64_t rows = tokens.size(), outputs = rowAt.size();
   bool q4k = format == KVRT_WEIGHT_Q4_K, q6k = format == KVRT_WEIGHT_Q6_K;
-  /// A pair's weights of every output: the bytes, scales, mins (Q4_K).
+  /// A pair's weights of every output: the bytes, the scales and, at a
+  /// Q4_K block's first pair, the rows' [A x 8 | B x 8] for its mins.
   struct PairWeights {
     SmallVector<Value> bytes, scales, mins;
   };
