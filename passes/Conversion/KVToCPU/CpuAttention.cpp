@@ -337,23 +337,27 @@ void emitAttentionRows(ForwardEmitter &e, bool wide, Value q, Value pos,
           Value colEnd = e.sub(e.minu(e.mul(pcEnd, pt), send), chunkLo0);
           e.forLoop(gLo, gHi, c1, [&](Value g) {
             // The K of head g on page pi, and the offset from it to the
-            // K of the head kPrefetchHeads further in this task's order:
-            // on the same page, or (as many heads past this task's last)
-            // on the page a chunk on.
+            // K of the head kPrefetchHeads further in this task's order,
+            // which takes its heads [gLo, gHi) page by page: head gLo +
+            // (i mod H) of the page `hop` = i / H chunks on, for i = g -
+            // gLo + kPrefetchHeads and H = gHi - gLo. A task of fewer heads
+            // than kPrefetchHeads (a decode step on two threads takes two
+            // of four) looks more than one chunk on.
             struct HeadK {
               Value base, ahead;
             };
             auto headOn = [&](Value pi, Value page) {
               Value kb = e.headBase(strides, page, layer, g);
-              Value ahead = e.add(g, cPF);
-              Value here = e.cmp(arith::CmpIPredicate::ult, ahead, gHi);
-              Value wrapped =
-                  e.minu(e.sub(ahead, e.sub(gHi, gLo)), e.sub(gHi, c1));
-              Value later =
-                  e.pageId(pages, pageOffset,
-                           e.minu(e.add(pi, chunkPages), e.sub(pend, c1)));
-              Value target = e.headBase(strides, e.select(here, page, later),
-                                        layer, e.select(here, ahead, wrapped));
+              Value heads = e.sub(gHi, gLo);
+              Value i = e.add(e.sub(g, gLo), cPF);
+              Value hop = e.divu(i, heads);
+              Value here = e.cmp(arith::CmpIPredicate::eq, hop, c0);
+              Value later = e.pageId(
+                  pages, pageOffset,
+                  e.minu(e.add(pi, e.mul(hop, chunkPages)), e.sub(pend, c1)));
+              Value target =
+                  e.headBase(strides, e.select(here, page, later), layer,
+                             e.add(gLo, e.remu(i, heads)));
               return HeadK{kb, e.sub(target, kb)};
             };
             Value gq = e.mul(g, cG);
