@@ -355,9 +355,8 @@ void emitAttentionRows(ForwardEmitter &e, bool wide, Value q, Value pos,
               Value later = e.pageId(
                   pages, pageOffset,
                   e.minu(e.add(pi, e.mul(hop, chunkPages)), e.sub(pend, c1)));
-              Value target =
-                  e.headBase(strides, e.select(here, page, later), layer,
-                             e.add(gLo, e.remu(i, heads)));
+              Value target = e.headBase(strides, e.select(here, page, later),
+                                        layer, e.add(gLo, e.remu(i, heads)));
               return HeadK{kb, e.sub(target, kb)};
             };
             Value gq = e.mul(g, cG);
