@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 
 using namespace kvrt;
 
@@ -267,12 +269,112 @@ extern "C" kvrt_status kvrt_view_segment_bounds(const kvrt_view *view,
 // Views over pages a backend wrote (ViewRebuild.h)
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// Whether the tokens a prefill wrote at `pos`, labelled `label`, continue
+/// `last` (a view's last run) as one run: both unlabelled, `last` unshifted
+/// and ending right before `pos`.
+bool continuesRun(const kvrt_run &last, int64_t pos, const char *label) {
+  return !label && !last.label && last.delta == 0 &&
+         last.base_pos + last.n_tokens == pos;
+}
+
+/// A view of `pool` holding `runs`, in order.
+kvrt_status viewOfRuns(kvrt_pool *pool, const std::vector<kvrt_run> &runs,
+                       kvrt_view **out) {
+  kvrt_view *result = nullptr;
+  if (kvrt_status s = kvrt_view_create(pool, &result))
+    return s;
+  for (const kvrt_run &run : runs) {
+    kvrt_view *longer = nullptr;
+    kvrt_status s = kvrt_view_append(result, &run, &longer);
+    kvrt_view_release(result);
+    if (s)
+      return s;
+    result = longer;
+  }
+  *out = result;
+  return KVRT_OK;
+}
+
+/// `view` with its last run, `last`, continued by the `n` tokens of a
+/// prefill on the pages `pages` (replacing the last run's own from its
+/// page `from` on).
+kvrt_status joinLastRun(const kvrt_view *view, const kvrt_run &last,
+                        int64_t from, const std::vector<int32_t> &pages,
+                        const int32_t *tokens, int64_t n, kvrt_view **out) {
+  std::vector<int32_t> runPages(last.pages, last.pages + from);
+  runPages.insert(runPages.end(), pages.begin(), pages.end());
+  std::vector<int32_t> runTokens(last.tokens, last.tokens + last.n_tokens);
+  runTokens.insert(runTokens.end(), tokens, tokens + n);
+  std::vector<kvrt_run> runs(kvrt_view_num_runs(view));
+  for (int64_t r = 0; r + 1 < int64_t(runs.size()); ++r)
+    if (kvrt_status s = kvrt_view_get_run(view, r, &runs[r]))
+      return s;
+  runs.back() = kvrt_run{runPages.data(),  int64_t(runPages.size()),
+                         last.slot_begin,  last.n_tokens + n,
+                         last.base_pos,    0,
+                         runTokens.data(), nullptr};
+  return viewOfRuns(kvrt_view_pool(view), runs, out);
+}
+
+} // namespace
+
 kvrt_status kvrt::appendPrefilled(const kvrt_view *view, const PageRefs &pages,
                                   const int32_t *tokens, int64_t n, int64_t pos,
-                                  const char *label, kvrt_view **out) {
+                                  const char *label, kvrt_view **out,
+                                  TailPacking packing) {
+  kvrt_run last{};
+  int64_t runs = kvrt_view_num_runs(view);
+  bool continues = packing == TailPacking::Pack && runs > 0 &&
+                   kvrt_view_get_run(view, runs - 1, &last) == KVRT_OK &&
+                   continuesRun(last, pos, label);
+  kvrt_page_layout layout;
+  if (continues)
+    if (kvrt_status s = kvrt_pool_get_layout(pages.pool, &layout))
+      return s;
+  int64_t pageTokens = continues ? layout.page_tokens : 1;
+  int64_t lastEnd = last.slot_begin + last.n_tokens;
+  // The slots of the last run on its last page, from slot 0 there.
+  int64_t onLastPage = lastEnd % pageTokens;
+  bool fromSlot0 = last.n_pages > 1 || last.slot_begin == 0;
+  if (continues && onLastPage != 0 && fromSlot0 && pages.pages.size() == 1 &&
+      onLastPage + n <= pageTokens) {
+    // The new tokens fit on the last run's last page: the prefill's page
+    // (open, written from slot 0) takes that page's tokens first and its
+    // own after them, and replaces it in the run.
+    int32_t page = pages.pages.front();
+    int32_t previous = last.pages[last.n_pages - 1];
+    void *to = nullptr;
+    const void *from = nullptr;
+    if (kvrt_status s = kvrt_pool_page_bytes(pages.pool, page, &to))
+      return s;
+    if (kvrt_status s = kvrt_pool_page_cbytes(pages.pool, previous, &from))
+      return s;
+    const size_t slotBytes = size_t(layout.head_size) * layout.element_bytes;
+    for (int64_t l = 0; l < layout.n_layers; ++l)
+      for (int64_t h = 0; h < layout.n_kv_heads; ++h)
+        for (int64_t c = 0; c < 2; ++c) {
+          size_t at = size_t(l * layout.layer_stride + h * layout.head_stride +
+                             c * layout.kv_stride) *
+                      layout.element_bytes;
+          auto *dst = static_cast<unsigned char *>(to) + at;
+          std::memmove(dst + onLastPage * slotBytes, dst, n * slotBytes);
+          std::memcpy(dst, static_cast<const unsigned char *>(from) + at,
+                      onLastPage * slotBytes);
+        }
+    if (kvrt_status s = kvrt_pool_seal_page(pages.pool, page))
+      return s;
+    return joinLastRun(view, last, last.n_pages - 1, {page}, tokens, n, out);
+  }
   for (int32_t page : pages.pages)
     if (kvrt_status s = kvrt_pool_seal_page(pages.pool, page))
       return s;
+  if (continues && onLastPage == 0) {
+    // The last run ends at the end of its last page: the new pages follow
+    // it in one run.
+    return joinLastRun(view, last, last.n_pages, pages.pages, tokens, n, out);
+  }
   kvrt_run run{pages.pages.data(),
                int64_t(pages.pages.size()),
                0,
@@ -332,19 +434,9 @@ kvrt_status ShiftedRuns::rebuild(kvrt_view **out) {
   for (int32_t page : held.pages)
     if (kvrt_status s = kvrt_pool_seal_page(held.pool, page))
       return s;
-  kvrt_view *result = nullptr;
-  if (kvrt_status s = kvrt_view_create(held.pool, &result))
-    return s;
+  std::vector<kvrt_run> kept;
   size_t next = 0;
-  for (const kvrt_run &run : runs) {
-    const kvrt_run &kept = run.delta != 0 ? shifted[next++].to : run;
-    kvrt_view *longer = nullptr;
-    kvrt_status s = kvrt_view_append(result, &kept, &longer);
-    kvrt_view_release(result);
-    if (s)
-      return s;
-    result = longer;
-  }
-  *out = result;
-  return KVRT_OK;
+  for (const kvrt_run &run : runs)
+    kept.push_back(run.delta != 0 ? shifted[next++].to : run);
+  return viewOfRuns(held.pool, kept, out);
 }

@@ -27,12 +27,28 @@ enum class RewriteSlots {
   Packed,
 };
 
+/// What appendPrefilled does with an unlabelled prefill that continues the
+/// view's last run (unlabelled, unshifted, ending at its first position).
+enum class TailPacking {
+  /// A run of its own.
+  Keep,
+  /// One run with the last: where the new tokens fit on the last run's
+  /// last page, that page's tokens are copied ahead of them on the
+  /// prefill's page (open, in host memory), which replaces it; where the
+  /// last run ends at a page's end, the new pages follow it. A decode step
+  /// of one token then adds no run: attention takes a run at a time (its
+  /// query rotated, its pages' softmax steps taken per run), so a run a
+  /// token cost more than the token's bytes (docs/models.md).
+  Pack,
+};
+
 /// `view` followed by the run a prefill wrote into `pages`, from slot 0 of
 /// the first: `n` tokens at positions pos .. pos+n-1, labelled `label` (may
 /// be NULL). The pages are sealed first, as a page must be to enter a view.
 kvrt_status appendPrefilled(const kvrt_view *view, const PageRefs &pages,
                             const int32_t *tokens, int64_t n, int64_t pos,
-                            const char *label, kvrt_view **out);
+                            const char *label, kvrt_view **out,
+                            TailPacking packing = TailPacking::Keep);
 
 /// The runs of a view being materialized and the new pages of the shifted
 /// ones. The pages are held until this is destroyed: on an early return they

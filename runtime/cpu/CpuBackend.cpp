@@ -54,8 +54,9 @@ public:
               run(forward, m, view, tokens, n, pos, m.config.n_layers,
                   logitsFrom(n, rows, logits), &result, scratch))
         return s;
-      if (kvrt_status s = kvrt::appendPrefilled(view, *scratch.pages, tokens, n,
-                                                pos, label, out))
+      if (kvrt_status s =
+              kvrt::appendPrefilled(view, *scratch.pages, tokens, n, pos, label,
+                                    out, kvrt::TailPacking::Pack))
         return s;
       if (logits)
         *logits = std::move(result);

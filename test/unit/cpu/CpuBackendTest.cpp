@@ -52,11 +52,11 @@ kvir::Forward forwardOf(const kvrt_model *model) {
 
 Prefilled cpuPrefill(const kvrt_model *model, const kvrt_view *view,
                      const std::vector<int32_t> &tokens, int64_t pos,
-                     bool lastOnly = false) {
+                     bool lastOnly = false, const char *label = "cpu") {
   Prefilled result;
   kvrt_view *out = nullptr;
   EXPECT_EQ(cpuBackend().prefill(forwardOf(model), model, view, tokens.data(),
-                                 tokens.size(), pos, "cpu",
+                                 tokens.size(), pos, label,
                                  lastOnly ? kvir::LogitRows::last()
                                           : kvir::LogitRows::all(),
                                  &result.logits, &out),
@@ -160,6 +160,92 @@ TEST(CpuBackendTest, MatchesOracleOnRandomTokensAndChunks) {
     Prefilled cpu2 = cpuPrefill(model, cpu1.view.get(), next, 37);
     Prefilled ref2 = refPrefill(model, ref1.view.get(), next, 37);
     EXPECT_LT(maxDiff(cpu2.logits, ref2.logits), kLogitTolerance);
+  }
+}
+
+/// An unlabelled prefill of `tokens` at `pos` over `view`, as a decode step
+/// is (exec::greedyContinue): the last row's logits and the view.
+Prefilled decodeStep(const kvrt_model *model, const kvrt_view *view,
+                     const std::vector<int32_t> &tokens, int64_t pos) {
+  return cpuPrefill(model, view, tokens, pos, /*lastOnly=*/true, nullptr);
+}
+
+/// The oracle's logits for the last token of `tokens`, prefilled whole.
+std::vector<float> oracleLast(const kvrt_model *model, const kvrt_view *empty,
+                              const std::vector<int32_t> &tokens) {
+  std::vector<float> all = refPrefill(model, empty, tokens, 0).logits;
+  int32_t vocab = vocabOf(model);
+  return std::vector<float>(all.end() - vocab, all.end());
+}
+
+/// The tokens `view` holds, run after run.
+std::vector<int32_t> viewTokens(const kvrt_view *view) {
+  std::vector<int32_t> tokens;
+  for (int64_t r = 0; r < kvrt_view_num_runs(view); ++r) {
+    kvrt_run run;
+    EXPECT_EQ(kvrt_view_get_run(view, r, &run), KVRT_OK);
+    tokens.insert(tokens.end(), run.tokens, run.tokens + run.n_tokens);
+  }
+  return tokens;
+}
+
+// Unlabelled prefills that continue the view's last run join it
+// (TailPacking::Pack): tokens that fit on its last page are copied there
+// with that page's, on the step's own page; a run ending at a page's end
+// takes the new pages. Steps of one token (decode) then leave one run; all
+// give the oracle's logits and leave every earlier view as it was.
+TEST(CpuBackendTest, DecodeStepsJoinTheLastRunAndMatchTheOracle) {
+  KVIR_REQUIRE_TEST_MODEL();
+  const kvrt_model *model = storiesModel();
+  int32_t vocab = vocabOf(model);
+  for (int32_t pageTokens : {16, 5}) {
+    PoolPtr pool = poolFor(model, 256, pageTokens);
+    ViewPtr empty = emptyView(pool.get());
+    std::vector<int32_t> tokens = randomTokens(21, vocab, 11);
+    std::vector<Prefilled> steps;
+    steps.push_back(decodeStep(model, empty.get(), tokens, 0));
+    std::vector<int32_t> more = randomTokens(26, vocab, 12);
+    // The runs to expect, and the tokens of the last: a step joins it but
+    // where its tokens neither fit on the last page nor start a page.
+    int64_t runs = 1, inLastRun = int64_t(tokens.size());
+    for (size_t i = 0; i < more.size(); ++i) {
+      // Mostly one token a step, a few of three.
+      size_t n = i % 9 == 4 && i + 3 <= more.size() ? 3 : 1;
+      int64_t onLastPage = inLastRun % pageTokens;
+      if (onLastPage != 0 && onLastPage + int64_t(n) > pageTokens) {
+        ++runs;
+        inLastRun = 0;
+      }
+      inLastRun += int64_t(n);
+      std::vector<int32_t> step(more.begin() + i, more.begin() + i + n);
+      int64_t pos = int64_t(tokens.size());
+      tokens.insert(tokens.end(), step.begin(), step.end());
+      steps.push_back(decodeStep(model, steps.back().view.get(), step, pos));
+      EXPECT_LT(
+          maxDiff(steps.back().logits, oracleLast(model, empty.get(), tokens)),
+          kLogitTolerance)
+          << tokens.size() << " tokens, pages of " << pageTokens;
+      EXPECT_EQ(kvrt_view_num_runs(steps.back().view.get()), runs)
+          << tokens.size() << " tokens, pages of " << pageTokens;
+      EXPECT_EQ(viewTokens(steps.back().view.get()), tokens);
+      i += n - 1;
+    }
+    // An earlier view is unchanged: continued with another token, it gives
+    // the oracle's logits for its own tokens and that one.
+    const kvrt_view *early = steps[4].view.get();
+    std::vector<int32_t> earlyTokens = viewTokens(early);
+    ASSERT_EQ(earlyTokens.size(), size_t(kvrt_view_num_tokens(early)));
+    std::vector<int32_t> other = {int32_t((earlyTokens.back() + 1) % vocab)};
+    Prefilled branch =
+        decodeStep(model, early, other, int64_t(earlyTokens.size()));
+    earlyTokens.push_back(other.front());
+    EXPECT_LT(
+        maxDiff(branch.logits, oracleLast(model, empty.get(), earlyTokens)),
+        kLogitTolerance);
+    // A labelled prefill keeps a run of its own.
+    Prefilled labelled = cpuPrefill(model, steps.back().view.get(), other,
+                                    int64_t(tokens.size()), /*lastOnly=*/true);
+    EXPECT_EQ(kvrt_view_num_runs(labelled.view.get()), runs + 1);
   }
 }
 
