@@ -318,63 +318,79 @@ kvrt_status joinLastRun(const kvrt_view *view, const kvrt_run &last,
   return viewOfRuns(kvrt_view_pool(view), runs, out);
 }
 
+/// Moves the `n` tokens written from slot 0 of the open page `page` to
+/// slots kept .. kept+n-1 and copies slots 0 .. kept-1 of page `previous`
+/// ahead of them, in every layer, KV head, K and V.
+kvrt_status prependSlots(kvrt_pool *pool, const kvrt_page_layout &layout,
+                         int32_t previous, int64_t kept, int32_t page,
+                         int64_t n) {
+  void *to = nullptr;
+  const void *from = nullptr;
+  if (kvrt_status s = kvrt_pool_page_bytes(pool, page, &to))
+    return s;
+  if (kvrt_status s = kvrt_pool_page_cbytes(pool, previous, &from))
+    return s;
+  const size_t slotBytes = size_t(layout.head_size) * layout.element_bytes;
+  for (int64_t l = 0; l < layout.n_layers; ++l)
+    for (int64_t h = 0; h < layout.n_kv_heads; ++h)
+      for (int64_t c = 0; c < 2; ++c) {
+        size_t at = size_t(l * layout.layer_stride + h * layout.head_stride +
+                           c * layout.kv_stride) *
+                    layout.element_bytes;
+        auto *dst = static_cast<unsigned char *>(to) + at;
+        std::memmove(dst + kept * slotBytes, dst, n * slotBytes);
+        std::memcpy(dst, static_cast<const unsigned char *>(from) + at,
+                    kept * slotBytes);
+      }
+  return KVRT_OK;
+}
+
 } // namespace
 
 kvrt_status kvrt::appendPrefilled(const kvrt_view *view, const PageRefs &pages,
                                   const int32_t *tokens, int64_t n, int64_t pos,
                                   const char *label, kvrt_view **out,
                                   TailPacking packing) {
-  kvrt_run last{};
+  auto sealAll = [&]() -> kvrt_status {
+    for (int32_t page : pages.pages)
+      if (kvrt_status s = kvrt_pool_seal_page(pages.pool, page))
+        return s;
+    return KVRT_OK;
+  };
+  kvrt_run last;
   int64_t runs = kvrt_view_num_runs(view);
-  bool continues = packing == TailPacking::Pack && runs > 0 &&
-                   kvrt_view_get_run(view, runs - 1, &last) == KVRT_OK &&
-                   continuesRun(last, pos, label);
-  kvrt_page_layout layout;
-  if (continues)
+  if (packing == TailPacking::Pack && runs > 0 &&
+      kvrt_view_get_run(view, runs - 1, &last) == KVRT_OK &&
+      continuesRun(last, pos, label)) {
+    kvrt_page_layout layout;
     if (kvrt_status s = kvrt_pool_get_layout(pages.pool, &layout))
       return s;
-  int64_t pageTokens = continues ? layout.page_tokens : 1;
-  int64_t lastEnd = last.slot_begin + last.n_tokens;
-  // The slots of the last run on its last page, from slot 0 there.
-  int64_t onLastPage = lastEnd % pageTokens;
-  bool fromSlot0 = last.n_pages > 1 || last.slot_begin == 0;
-  if (continues && onLastPage != 0 && fromSlot0 && pages.pages.size() == 1 &&
-      onLastPage + n <= pageTokens) {
-    // The new tokens fit on the last run's last page: the prefill's page
-    // (open, written from slot 0) takes that page's tokens first and its
-    // own after them, and replaces it in the run.
-    int32_t page = pages.pages.front();
-    int32_t previous = last.pages[last.n_pages - 1];
-    void *to = nullptr;
-    const void *from = nullptr;
-    if (kvrt_status s = kvrt_pool_page_bytes(pages.pool, page, &to))
-      return s;
-    if (kvrt_status s = kvrt_pool_page_cbytes(pages.pool, previous, &from))
-      return s;
-    const size_t slotBytes = size_t(layout.head_size) * layout.element_bytes;
-    for (int64_t l = 0; l < layout.n_layers; ++l)
-      for (int64_t h = 0; h < layout.n_kv_heads; ++h)
-        for (int64_t c = 0; c < 2; ++c) {
-          size_t at = size_t(l * layout.layer_stride + h * layout.head_stride +
-                             c * layout.kv_stride) *
-                      layout.element_bytes;
-          auto *dst = static_cast<unsigned char *>(to) + at;
-          std::memmove(dst + onLastPage * slotBytes, dst, n * slotBytes);
-          std::memcpy(dst, static_cast<const unsigned char *>(from) + at,
-                      onLastPage * slotBytes);
-        }
-    if (kvrt_status s = kvrt_pool_seal_page(pages.pool, page))
-      return s;
-    return joinLastRun(view, last, last.n_pages - 1, {page}, tokens, n, out);
+    // The last run's tokens on its last page (from slot 0 there, unless the
+    // run starts on that page).
+    int64_t kept = (last.slot_begin + last.n_tokens) % layout.page_tokens;
+    bool fromSlot0 = last.n_pages > 1 || last.slot_begin == 0;
+    if (kept != 0 && fromSlot0 && pages.pages.size() == 1 &&
+        kept + n <= layout.page_tokens) {
+      // The new tokens fit on that page: the prefill's page (open, written
+      // from slot 0) takes the page's tokens first and its own after them,
+      // and replaces it in the run.
+      int32_t page = pages.pages.front();
+      if (kvrt_status s = prependSlots(
+              pages.pool, layout, last.pages[last.n_pages - 1], kept, page, n))
+        return s;
+      if (kvrt_status s = sealAll())
+        return s;
+      return joinLastRun(view, last, last.n_pages - 1, {page}, tokens, n, out);
+    }
+    if (kept == 0) {
+      // The last run ends at its last page's end: the new pages follow it.
+      if (kvrt_status s = sealAll())
+        return s;
+      return joinLastRun(view, last, last.n_pages, pages.pages, tokens, n, out);
+    }
   }
-  for (int32_t page : pages.pages)
-    if (kvrt_status s = kvrt_pool_seal_page(pages.pool, page))
-      return s;
-  if (continues && onLastPage == 0) {
-    // The last run ends at the end of its last page: the new pages follow
-    // it in one run.
-    return joinLastRun(view, last, last.n_pages, pages.pages, tokens, n, out);
-  }
+  if (kvrt_status s = sealAll())
+    return s;
   kvrt_run run{pages.pages.data(),
                int64_t(pages.pages.size()),
                0,
