@@ -297,12 +297,11 @@ void emitPrefill(ForwardEmitter &e, ForwardTarget &target) {
     };
     e.forLoop(lb, ub, one, [&](Value l) {
       target.rmsnorm(e, at(x, zero), w(P_rms_att, l), xb, n);
-      target.matmul(e, xb, w(P_wq, l), q, n, e.dim, e.dim,
-                    /*accumulate=*/false);
-      target.matmul(e, xb, w(P_wk, l), k, n, e.kvDim, e.dim,
-                    /*accumulate=*/false);
-      target.matmul(e, xb, w(P_wv, l), v, n, e.kvDim, e.dim,
-                    /*accumulate=*/false);
+      target.products(e, xb,
+                      {{w(P_wq, l), q, e.dim},
+                       {w(P_wk, l), k, e.kvDim},
+                       {w(P_wv, l), v, e.kvDim}},
+                      n, e.dim);
       if (e.config.qkv_bias) {
         target.addBias(e, q, w(P_bq, l), n, e.dim);
         target.addBias(e, k, w(P_bk, l), n, e.kvDim);
@@ -313,11 +312,8 @@ void emitPrefill(ForwardEmitter &e, ForwardTarget &target) {
       target.matmul(e, att, w(P_wo, l), at(x, zero), n, e.dim, e.dim,
                     /*accumulate=*/true);
       target.rmsnorm(e, at(x, zero), w(P_rms_ffn, l), xb, n);
-      target.matmul(e, xb, w(P_w1, l), h1, n, e.hidden, e.dim,
-                    /*accumulate=*/false);
-      target.matmul(e, xb, w(P_w3, l), h3, n, e.hidden, e.dim,
-                    /*accumulate=*/false);
-      target.swiglu(e, h1, h3, nHID);
+      target.gatedProduct(e, xb, w(P_w1, l), w(P_w3, l), h1, h3, n, e.hidden,
+                          e.dim);
       target.matmul(e, h1, w(P_w2, l), at(x, zero), n, e.dim, e.hidden,
                     /*accumulate=*/true);
     });

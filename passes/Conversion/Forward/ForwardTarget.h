@@ -51,6 +51,13 @@ struct WeightRef {
   Value packed, packedOffsets, packedEntry, panelWidth;
 };
 
+/// One product of ForwardTarget::products: c ([n][m]) = a · weightᵀ.
+struct MatmulOutput {
+  WeightRef weight;
+  BufferRef c;
+  int64_t m;
+};
+
 /// Stops with a message naming `stage` and the format unless `weight` is
 /// f32: norm vectors are f32 in memory (the runtime converts those a file
 /// stores otherwise), and a forward built with another format for one is a
@@ -106,6 +113,28 @@ public:
   /// product is added to c.
   virtual void matmul(ForwardEmitter &e, BufferRef a, WeightRef b, BufferRef c,
                       Value n, int64_t m, int64_t k, bool accumulate) = 0;
+
+  /// c_i = a · b_iᵀ for each output of `outputs`: several products of one
+  /// input a ([n][k]), the query, key and value of a layer. By default a
+  /// matmul each; a target may run them together (the CPU's decode: one
+  /// parallel loop over the rows of them all, the input quantised once).
+  virtual void products(ForwardEmitter &e, BufferRef a,
+                        ArrayRef<MatmulOutput> outputs, Value n, int64_t k) {
+    for (const MatmulOutput &out : outputs)
+      matmul(e, a, out.weight, out.c, n, out.m, k, /*accumulate=*/false);
+  }
+
+  /// h1 = silu(a · gateᵀ) * (a · upᵀ), both [n][m], a [n][k]: the feed
+  /// forward's gated product. h3 is a buffer as large as h1 that the
+  /// default (a matmul each, then swiglu) keeps a · upᵀ in; a target that
+  /// computes both in one pass need not write it.
+  virtual void gatedProduct(ForwardEmitter &e, BufferRef a, WeightRef gate,
+                            WeightRef up, BufferRef h1, BufferRef h3, Value n,
+                            int64_t m, int64_t k) {
+    matmul(e, a, gate, h1, n, m, k, /*accumulate=*/false);
+    matmul(e, a, up, h3, n, m, k, /*accumulate=*/false);
+    swiglu(e, h1, h3, e.mul(n, e.cIndex(m)));
+  }
 
   /// c[t] += bias for rows t < n of c ([n][m]): the Q/K/V biases of a
   /// config with qkv_bias. A target emits what this needs only for such

@@ -23,28 +23,6 @@ using namespace mlir::kv::cpu;
 
 namespace {
 
-/// The decode's tiles (fewer than kPackedMinRows rows): one token at a time
-/// against this many weight rows (decodeTileRow's), one 16-lane f32
-/// accumulator each, beside the rows' biased weights and scales. Measured
-/// on TinyLlama's files, one thread, ms a decode step (alternated runs, idle
-/// machine):
-/// - Q8_0 12: 71.6-74.2 against 75.4-80.1 with 8 (10 and 14 no better, 16
-///   78.6-79.1);
-/// - Q4_K 6 and Q6_K 4 (the Q4_K_M step): 45.4-46.6, against 52.0-53.4 with
-///   2 and 2, 49.3-50.3 with 4 and 4, 47.1-47.9 with 6 and 6, 49.0-49.9 with
-///   8 and 4; on two threads 25.1 against 28.2 with 2 and 2.
-/// Before decodeTileRow, with a tile's rows consecutive, Q8_0 did best with
-/// 8 and the K-quants with 2.
-int64_t int8TileOutputs(kvrt_weight_format format) {
-  switch (format) {
-  case KVRT_WEIGHT_Q8_0:
-    return 12;
-  case KVRT_WEIGHT_Q4_K:
-    return 6;
-  default:
-    return 4;
-  }
-}
 /// The prefill's register tiles: `kInt8PanelRows` tokens x
 /// `kInt8TilePanels` panels of 16 outputs, an i32 and an f32 accumulator
 /// each, beside the panel's 8 loads of a block (LLVM hoists them all) and
@@ -70,19 +48,6 @@ constexpr int64_t kInt8PanelRows = 6, kInt8TilePanels = 1;
 constexpr int64_t kAmxRows = 16, kAmxTilePanels = 2;
 constexpr int64_t kAmxBlocks = 1, kAmxGroupBlocks = 8;
 
-/// The activations of an integer-dot matmul, quantised once per call, per
-/// row and pair of 32-element blocks p (rows padded to whole pairs with zero
-/// blocks): `quants` [n][pairs * 64] int8, the pair's 64 quants; `bias`
-/// [n][pairs * 16] i32, lane j = -128 * (sum of quants 4j .. 4j + 3), which
-/// starts the pair's dot product (the weights enter it as w + 128, see
-/// vpdpbusd below); `scales` [n][pairs * 16] f32, the first block's scale in
-/// lanes 0-7, the second's in 8-15; `blockBias` [n][pairs * 2] i32, -128 *
-/// (sum of a block's quants), which starts a block's dot product in the
-/// prefill's kernel (emitInt8PanelTiles).
-struct Int8Activations {
-  Value quants, bias, scales, blockBias, pairs;
-};
-
 /// vpdpbusd (AVX-512 VNNI): lane j of `acc` plus the sum over r < 4 of
 /// u[4j + r] (unsigned) * s[4j + r] (signed), exactly (no saturation).
 Value dotBytes(ForwardEmitter &e, Value acc, Value u, Value s) {
@@ -107,77 +72,6 @@ Value pairScales(ForwardEmitter &e, Value a, Value b) {
   VectorType v8 = e.vec(8, e.f32());
   return concat(e, vector::BroadcastOp::create(e.b, v8, a),
                 vector::BroadcastOp::create(e.b, v8, b));
-}
-
-/// Quantises rows lo .. hi-1 of `a` [n][k] into `act`, block by block as
-/// llama.cpp's Q8_0 activations: d = max |x| / 127, q = x * (127 / max |x|)
-/// rounded to nearest even (all zeros and d = 0 for a block of zeros), so
-/// |x - d q| <= d / 2 (docs/cpu-backend.md, "Integer dot products"); the
-/// scale is kept in f32 (llama.cpp rounds it to f16).
-void emitQuantizeRows(ForwardEmitter &e, Value a, const Int8Activations &act,
-                      Value lo, Value hi) {
-  Value c0 = e.cIndex(0), c1 = e.cIndex(1), c32 = e.cIndex(32);
-  Value k = memref::DimOp::create(e.b, a, c1);
-  Value blocks = e.divu(k, c32);
-  VectorType v32f = e.vec(32, e.f32()), v32b = e.vec(32, e.byte());
-  auto block = [&](Value t, Value col) -> std::pair<Value, Value> {
-    Value x = vector::LoadOp::create(e.b, v32f, a, ValueRange{t, col});
-    Value amax = vector::ReductionOp::create(
-        e.b, vector::CombiningKind::MAXIMUMF, math::AbsFOp::create(e.b, x));
-    Value zero = e.cF32(0.0f), n127 = e.cF32(127.0f);
-    Value nonzero =
-        arith::CmpFOp::create(e.b, arith::CmpFPredicate::ONE, amax, zero);
-    Value inverse =
-        e.select(nonzero, arith::DivFOp::create(e.b, n127, amax), zero);
-    Value scaled = arith::MulFOp::create(
-        e.b, x, vector::BroadcastOp::create(e.b, v32f, inverse));
-    Value q = arith::FPToSIOp::create(e.b, e.vec(32, e.i32()),
-                                      math::RoundEvenOp::create(e.b, scaled));
-    return {arith::TruncIOp::create(e.b, v32b, q),
-            arith::DivFOp::create(e.b, amax, n127)};
-  };
-  Value quantsRow = e.mul(act.pairs, e.cIndex(64));
-  Value laneRow = e.mul(act.pairs, e.cIndex(16));
-  e.forLoop(lo, hi, c1, [&](Value t) {
-    e.forLoop(c0, act.pairs, c1, [&](Value p) {
-      Value first = e.mul(p, e.cIndex(2));
-      auto [q0, d0] = block(t, e.mul(first, c32));
-      Value second = e.add(first, c1);
-      Value present = e.cmp(arith::CmpIPredicate::ult, second, blocks);
-      SmallVector<Value> q1d1 = e.ifThenElse(
-          present, TypeRange{v32b, e.f32()},
-          [&] {
-            auto [q1, d1] = block(t, e.mul(second, c32));
-            return SmallVector<Value>{q1, d1};
-          },
-          [&] {
-            Value zeros = arith::ConstantOp::create(
-                e.b, DenseElementsAttr::get(v32b, e.b.getI8IntegerAttr(0)));
-            return SmallVector<Value>{zeros, e.cF32(0.0f)};
-          });
-      Value quants = concat(e, q0, q1d1[0]);
-      Value at = e.add(e.mul(t, quantsRow), e.mul(p, e.cIndex(64)));
-      vector::StoreOp::create(e.b, quants, act.quants, ValueRange{at});
-      VectorType v64 = e.vec(64, e.byte());
-      Value ones = arith::ConstantOp::create(
-          e.b, DenseElementsAttr::get(v64, e.b.getI8IntegerAttr(-128)));
-      Value sums = dotBytes(e, e.splatI32(16, 0), ones, quants);
-      Value bias = arith::SubIOp::create(e.b, e.splatI32(16, 0), sums);
-      Value lanes = e.add(e.mul(t, laneRow), e.mul(p, e.cIndex(16)));
-      vector::StoreOp::create(e.b, bias, act.bias, ValueRange{lanes});
-      vector::StoreOp::create(e.b, pairScales(e, d0, q1d1[1]), act.scales,
-                              ValueRange{lanes});
-      Value blockAt = e.add(e.mul(t, e.mul(act.pairs, e.cIndex(2))), first);
-      for (int64_t half = 0; half < 2; ++half) {
-        Value lanesOfBlock = vector::ExtractStridedSliceOp::create(
-            e.b, bias, ArrayRef<int64_t>{8 * half}, ArrayRef<int64_t>{8},
-            ArrayRef<int64_t>{1});
-        e.store(vector::ReductionOp::create(e.b, vector::CombiningKind::ADD,
-                                            lanesOfBlock),
-                act.blockBias, {e.add(blockAt, e.cIndex(half))});
-      }
-    });
-  });
 }
 
 /// One register tile of a decode step: tokens `tokens` (rows of the
@@ -416,49 +310,6 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
     sums.push_back(
         vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, acc));
   return sums;
-}
-
-/// Tiles of `rows` tokens from t0 (while below t1) x `outputs` weight rows,
-/// those of decode tile `tile` of `tiles` (decodeTileRow), of the
-/// integer-dot product; tokens past t1 and outputs past m are clamped when
-/// read and not stored.
-void emitInt8Tiles(ForwardEmitter &e, kvrt_weight_format format, Value bytes,
-                   Value offset, const Int8Activations &act, Value c, Value k,
-                   Value t0, Value t1, Value tile, Value tiles, int64_t rows,
-                   int64_t outputs, bool accumulate) {
-  Value c1 = e.cIndex(1);
-  Value m = memref::DimOp::create(e.b, c, c1);
-  Value rowBytes = weightRowBytes(e, format, k);
-  SmallVector<Value> rowAt, outputIndex;
-  for (int64_t o = 0; o < outputs; ++o) {
-    Value index = decodeTileRow(e, tile, tiles, o);
-    outputIndex.push_back(index);
-    rowAt.push_back(
-        e.add(offset, e.mul(e.minu(index, e.sub(m, c1)), rowBytes)));
-  }
-  e.forLoop(t0, t1, e.cIndex(rows), [&](Value t) {
-    SmallVector<Value> tokens;
-    Value last = e.sub(t1, c1);
-    for (int64_t r = 0; r < rows; ++r)
-      tokens.push_back(e.minu(e.add(t, e.cIndex(r)), last));
-    SmallVector<Value> sums =
-        emitInt8Tile(e, format, bytes, act, k, tokens, rowAt);
-    for (int64_t r = 0; r < rows; ++r) {
-      Value token = e.add(t, e.cIndex(r));
-      for (int64_t o = 0; o < outputs; ++o) {
-        Value inside = arith::AndIOp::create(
-            e.b, e.cmp(arith::CmpIPredicate::ult, token, t1),
-            e.cmp(arith::CmpIPredicate::ult, outputIndex[o], m));
-        e.ifThen(inside, [&] {
-          Value total = sums[r * outputs + o];
-          if (accumulate)
-            total = arith::AddFOp::create(
-                e.b, e.load(c, {token, outputIndex[o]}), total);
-          e.store(total, c, {token, outputIndex[o]});
-        });
-      }
-    }
-  });
 }
 
 /// For each of the 16 outputs o of panels lo .. hi-1 of a weight of m rows
@@ -1082,6 +933,124 @@ void emitAmxPanelTiles(ForwardEmitter &e, kvrt_weight_format format,
 
 } // namespace
 
+/// The decode's tiles (fewer than kPackedMinRows rows): one token at a time
+/// against this many weight rows (decodeTileRow's), one 16-lane f32
+/// accumulator each, beside the rows' biased weights and scales. Measured
+/// on TinyLlama's files, one thread, ms a decode step (alternated runs, idle
+/// machine):
+/// - Q8_0 12: 71.6-74.2 against 75.4-80.1 with 8 (10 and 14 no better, 16
+///   78.6-79.1);
+/// - Q4_K 6 and Q6_K 4 (the Q4_K_M step): 45.4-46.6, against 52.0-53.4 with
+///   2 and 2, 49.3-50.3 with 4 and 4, 47.1-47.9 with 6 and 6, 49.0-49.9 with
+///   8 and 4; on two threads 25.1 against 28.2 with 2 and 2.
+/// Before decodeTileRow, with a tile's rows consecutive, Q8_0 did best with
+/// 8 and the K-quants with 2.
+int64_t cpu::int8TileOutputs(kvrt_weight_format format) {
+  switch (format) {
+  case KVRT_WEIGHT_Q8_0:
+    return 12;
+  case KVRT_WEIGHT_Q4_K:
+    return 6;
+  default:
+    return 4;
+  }
+}
+/// Quantises rows lo .. hi-1 of `a` [n][k] into `act`, block by block as
+/// llama.cpp's Q8_0 activations: d = max |x| / 127, q = x * (127 / max |x|)
+/// rounded to nearest even (all zeros and d = 0 for a block of zeros), so
+/// |x - d q| <= d / 2 (docs/cpu-backend.md, "Integer dot products"); the
+/// scale is kept in f32 (llama.cpp rounds it to f16).
+void cpu::emitQuantizeRows(ForwardEmitter &e, Value a,
+                           const Int8Activations &act, Value lo, Value hi) {
+  Value c0 = e.cIndex(0), c1 = e.cIndex(1), c32 = e.cIndex(32);
+  Value k = memref::DimOp::create(e.b, a, c1);
+  Value blocks = e.divu(k, c32);
+  VectorType v32f = e.vec(32, e.f32()), v32b = e.vec(32, e.byte());
+  auto block = [&](Value t, Value col) -> std::pair<Value, Value> {
+    Value x = vector::LoadOp::create(e.b, v32f, a, ValueRange{t, col});
+    Value amax = vector::ReductionOp::create(
+        e.b, vector::CombiningKind::MAXIMUMF, math::AbsFOp::create(e.b, x));
+    Value zero = e.cF32(0.0f), n127 = e.cF32(127.0f);
+    Value nonzero =
+        arith::CmpFOp::create(e.b, arith::CmpFPredicate::ONE, amax, zero);
+    Value inverse =
+        e.select(nonzero, arith::DivFOp::create(e.b, n127, amax), zero);
+    Value scaled = arith::MulFOp::create(
+        e.b, x, vector::BroadcastOp::create(e.b, v32f, inverse));
+    Value q = arith::FPToSIOp::create(e.b, e.vec(32, e.i32()),
+                                      math::RoundEvenOp::create(e.b, scaled));
+    return {arith::TruncIOp::create(e.b, v32b, q),
+            arith::DivFOp::create(e.b, amax, n127)};
+  };
+  Value quantsRow = e.mul(act.pairs, e.cIndex(64));
+  Value laneRow = e.mul(act.pairs, e.cIndex(16));
+  e.forLoop(lo, hi, c1, [&](Value t) {
+    e.forLoop(c0, act.pairs, c1, [&](Value p) {
+      Value first = e.mul(p, e.cIndex(2));
+      auto [q0, d0] = block(t, e.mul(first, c32));
+      Value second = e.add(first, c1);
+      Value present = e.cmp(arith::CmpIPredicate::ult, second, blocks);
+      SmallVector<Value> q1d1 = e.ifThenElse(
+          present, TypeRange{v32b, e.f32()},
+          [&] {
+            auto [q1, d1] = block(t, e.mul(second, c32));
+            return SmallVector<Value>{q1, d1};
+          },
+          [&] {
+            Value zeros = arith::ConstantOp::create(
+                e.b, DenseElementsAttr::get(v32b, e.b.getI8IntegerAttr(0)));
+            return SmallVector<Value>{zeros, e.cF32(0.0f)};
+          });
+      Value quants = concat(e, q0, q1d1[0]);
+      Value at = e.add(e.mul(t, quantsRow), e.mul(p, e.cIndex(64)));
+      vector::StoreOp::create(e.b, quants, act.quants, ValueRange{at});
+      VectorType v64 = e.vec(64, e.byte());
+      Value ones = arith::ConstantOp::create(
+          e.b, DenseElementsAttr::get(v64, e.b.getI8IntegerAttr(-128)));
+      Value sums = dotBytes(e, e.splatI32(16, 0), ones, quants);
+      Value bias = arith::SubIOp::create(e.b, e.splatI32(16, 0), sums);
+      Value lanes = e.add(e.mul(t, laneRow), e.mul(p, e.cIndex(16)));
+      vector::StoreOp::create(e.b, bias, act.bias, ValueRange{lanes});
+      vector::StoreOp::create(e.b, pairScales(e, d0, q1d1[1]), act.scales,
+                              ValueRange{lanes});
+      Value blockAt = e.add(e.mul(t, e.mul(act.pairs, e.cIndex(2))), first);
+      for (int64_t half = 0; half < 2; ++half) {
+        Value lanesOfBlock = vector::ExtractStridedSliceOp::create(
+            e.b, bias, ArrayRef<int64_t>{8 * half}, ArrayRef<int64_t>{8},
+            ArrayRef<int64_t>{1});
+        e.store(vector::ReductionOp::create(e.b, vector::CombiningKind::ADD,
+                                            lanesOfBlock),
+                act.blockBias, {e.add(blockAt, e.cIndex(half))});
+      }
+    });
+  });
+}
+
+Int8Activations cpu::allocInt8Activations(ForwardEmitter &e, Value n,
+                                          Value quantRows, Value k) {
+  Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
+  auto alloc = [&](Type element, Value count) -> Value {
+    return memref::AllocOp::create(e.b, e.buffer(element), ValueRange{count},
+                                   e.b.getI64IntegerAttr(64));
+  };
+  Value lanes = e.mul(e.mul(n, pairs), e.cIndex(16));
+  return {alloc(e.byte(), e.mul(e.mul(quantRows, pairs), e.cIndex(64))),
+          alloc(e.i32(), lanes), alloc(e.f32(), lanes),
+          alloc(e.i32(), e.mul(e.mul(n, pairs), e.cIndex(2))), pairs};
+}
+
+void cpu::freeInt8Activations(ForwardEmitter &e, const Int8Activations &act) {
+  for (Value buffer : {act.quants, act.bias, act.scales, act.blockBias})
+    memref::DeallocOp::create(e.b, buffer);
+}
+
+SmallVector<Value> cpu::int8DecodeSums(ForwardEmitter &e,
+                                       kvrt_weight_format format, Value bytes,
+                                       const Int8Activations &act, Value k,
+                                       Value t, ArrayRef<Value> rows) {
+  return emitInt8Tile(e, format, bytes, act, k, {t}, rows);
+}
+
 /// Q8_0, Q4_K and Q6_K: decode and prefill alike (the others widen).
 bool cpu::hasInt8Dot(kvrt_weight_format format) {
   return format == KVRT_WEIGHT_Q8_0 || format == KVRT_WEIGHT_Q4_K ||
@@ -1116,12 +1085,6 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
   Value small = e.cmp(arith::CmpIPredicate::ult, n, e.cIndex(kPackedMinRows));
   // Everything on the quantised activations: a decode step and a prefill.
   auto int8 = [&] {
-    Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
-    auto alloc = [&](Type element, Value count) -> Value {
-      return memref::AllocOp::create(e.b, e.buffer(element), ValueRange{count},
-                                     e.b.getI64IntegerAttr(64));
-    };
-    Value lanes = e.mul(e.mul(n, pairs), e.cIndex(16));
     // AMX's A tiles read whole groups of kAmxRows tokens: the quants' rows
     // rounded up (the padding zeroed before the tiles).
     bool amxTiles =
@@ -1130,12 +1093,12 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                                               e.cIndex(kAmxRows)),
                                        e.cIndex(kAmxRows))
                                : n;
-    Value quantBytes = amxTiles ? e.mul(e.mul(quantRows, pairs), e.cIndex(64))
-                                : e.mul(lanes, e.cIndex(4));
-    Int8Activations act{alloc(e.byte(), quantBytes), alloc(e.i32(), lanes),
-                        alloc(e.f32(), lanes),
-                        alloc(e.i32(), e.mul(e.mul(n, pairs), e.cIndex(2))),
-                        pairs};
+    Int8Activations act = allocInt8Activations(e, n, quantRows, k);
+    Value pairs = act.pairs;
+    auto alloc = [&](Type element, Value count) -> Value {
+      return memref::AllocOp::create(e.b, e.buffer(element), ValueRange{count},
+                                     e.b.getI64IntegerAttr(64));
+    };
     parallelFor(
         e, base + "_quantize_task", n,
         {a, act.quants, act.bias, act.scales, act.blockBias},
@@ -1144,9 +1107,7 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
           Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
           emitQuantizeRows(e, v[0], {v[1], v[2], v[3], v[4], pairs}, lo, hi);
         });
-    const int64_t tileOutputs = int8TileOutputs(format);
-    Value groupSize = e.cIndex(tileOutputs);
-    Value groups = e.divu(e.add(m, e.sub(groupSize, c1)), groupSize);
+    Value groups = decodeTileCount(e, DecodeKernel{format, true}, m);
     SmallVector<Value> captures{bytes,      offset, act.quants, act.bias,
                                 act.scales, c,      a,          act.blockBias};
     // The activations as a task receives them, and k (from a's shape).
@@ -1159,17 +1120,12 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
     auto decode = [&] {
       parallelFor(e, base + "_dot_task", groups, captures,
                   [&](ValueRange v, Value lo, Value hi) {
-                    Value k;
-                    Int8Activations act = unpack(v, k);
-                    Value n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
-                    Value m = memref::DimOp::create(e.b, v[5], e.cIndex(1));
-                    Value groups = e.divu(e.add(m, e.cIndex(tileOutputs - 1)),
-                                          e.cIndex(tileOutputs));
-                    e.forLoop(lo, hi, e.cIndex(1), [&](Value g) {
-                      emitInt8Tiles(e, format, v[0], v[1], act, v[5], k,
-                                    e.cIndex(0), n, g, groups, 1, tileOutputs,
-                                    accumulate);
-                    });
+                    DecodeInput in;
+                    in.act = unpack(v, in.k);
+                    in.a = v[6];
+                    in.n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
+                    emitDecodeTiles(e, DecodeKernel{format, /*int8=*/true}, in,
+                                    v[0], v[1], v[5], lo, hi, accumulate);
                   });
     };
     auto prefill = [&] {
@@ -1340,10 +1296,7 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
         memref::DeallocOp::create(e.b, sums);
     };
     e.ifElse(small, decode, prefill);
-    memref::DeallocOp::create(e.b, act.quants);
-    memref::DeallocOp::create(e.b, act.bias);
-    memref::DeallocOp::create(e.b, act.scales);
-    memref::DeallocOp::create(e.b, act.blockBias);
+    freeInt8Activations(e, act);
   };
   int8();
   e.finishFunction();

@@ -151,6 +151,103 @@ func::FuncOp beginQuantMatmul(ForwardEmitter &e, StringRef base);
 /// CpuQuantMatmul.cpp: bytes of a row of `k` (index) weights in `format`.
 Value weightRowBytes(ForwardEmitter &e, kvrt_weight_format format, Value k);
 
+//===----------------------------------------------------------------------===//
+// A decode step's tiles, which the matmul kernels and the fused products
+// (CpuDecodeProducts.cpp) share
+//===----------------------------------------------------------------------===//
+
+/// The activations of an integer-dot matmul, quantised once per call, per
+/// row and pair of 32-element blocks p (rows padded to whole pairs with zero
+/// blocks): `quants` [n][pairs * 64] int8, the pair's 64 quants; `bias`
+/// [n][pairs * 16] i32, lane j = -128 * (sum of quants 4j .. 4j + 3), which
+/// starts the pair's dot product (the weights enter it as w + 128, see
+/// vpdpbusd below); `scales` [n][pairs * 16] f32, the first block's scale in
+/// lanes 0-7, the second's in 8-15; `blockBias` [n][pairs * 2] i32, -128 *
+/// (sum of a block's quants), which starts a block's dot product in the
+/// prefill's kernel (emitInt8PanelTiles).
+struct Int8Activations {
+  Value quants, bias, scales, blockBias, pairs;
+};
+
+/// CpuInt8Matmul.cpp: buffers (memref.alloc) for the quantised activations
+/// of n rows of k (index) elements, the quants of `quantRows` rows (n, or
+/// more for tiles that read whole groups of rows); freeInt8Activations frees
+/// them.
+Int8Activations allocInt8Activations(ForwardEmitter &e, Value n,
+                                     Value quantRows, Value k);
+void freeInt8Activations(ForwardEmitter &e, const Int8Activations &act);
+/// CpuInt8Matmul.cpp: rows lo .. hi-1 of `a` [n][k] quantised into `act`,
+/// block by block as llama.cpp's Q8_0 activations.
+void emitQuantizeRows(ForwardEmitter &e, Value a, const Int8Activations &act,
+                      Value lo, Value hi);
+/// CpuInt8Matmul.cpp: the weight rows of a decode tile by integer dots
+/// (Q8_0 12, Q4_K 6, Q6_K 4), and the sums of token t's quantised
+/// activations with each of the rows that start at the byte offsets `rows`
+/// of `bytes`.
+int64_t int8TileOutputs(kvrt_weight_format format);
+SmallVector<Value> int8DecodeSums(ForwardEmitter &e, kvrt_weight_format format,
+                                  Value bytes, const Int8Activations &act,
+                                  Value k, Value t, ArrayRef<Value> rows);
+/// CpuQuantMatmul.cpp: the weight rows of a decode tile widened to f32 (F16
+/// 8, others 4), and the sums of row t of `a` ([n][k]) with each of the rows
+/// that start at the byte offsets `rows` of `bytes`, widened in registers.
+int64_t decodeTileRows(kvrt_weight_format format);
+SmallVector<Value> emitQuantDots(ForwardEmitter &e, kvrt_weight_format format,
+                                 Value a, Value bytes, ArrayRef<Value> rows,
+                                 Value t, Value k);
+
+/// How a decode step multiplies weights of `format` (not f32): by integer
+/// dots on the quantised activations (`int8`) or widened to f32.
+struct DecodeKernel {
+  kvrt_weight_format format;
+  bool int8;
+  /// The weight rows of one of its tiles.
+  int64_t tileRows() const {
+    return int8 ? int8TileOutputs(format) : decodeTileRows(format);
+  }
+  bool operator==(const DecodeKernel &other) const {
+    return format == other.format && int8 == other.int8;
+  }
+};
+
+/// The input of a decode step's product as a kernel sees it: the rows of a
+/// ([n][k]), and their quantised activations where the kernel takes integer
+/// dots.
+struct DecodeInput {
+  Value a, n, k;
+  Int8Activations act;
+};
+
+/// What emitDecodeTiles stores of an output: combine(what c holds, the sum).
+using CombineFn = function_ref<Value(Value held, Value sum)>;
+/// CpuDecodeProducts.cpp: the decode tiles of a weight of m rows (index),
+/// and the tiles lo .. hi-1 of the product of `in` with the weight at byte
+/// `offset` of `bytes`, into c ([n][m], its columns the weight's rows):
+/// stored, added to c with `accumulate`, or combined with c by `combine`.
+/// A tile's rows are decodeTileRow's; an output past m reads the last row
+/// and is not stored.
+Value decodeTileCount(ForwardEmitter &e, const DecodeKernel &kernel, Value m);
+void emitDecodeTiles(ForwardEmitter &e, const DecodeKernel &kernel,
+                     const DecodeInput &in, Value bytes, Value offset, Value c,
+                     Value lo, Value hi, bool accumulate,
+                     CombineFn combine = nullptr);
+
+/// CpuDecodeProducts.cpp: `<base>(a, (bytes, byte offset, c) per kernel)`,
+/// the products of a decode step's rows of a (fewer than kPackedMinRows)
+/// with several weights, c_i = a · b_iᵀ, as one parallel loop over the
+/// decode tiles of them all, the activations quantised once where a kernel
+/// takes integer dots; productsName names it.
+void emitDecodeProducts(ForwardEmitter &e, StringRef base,
+                        ArrayRef<DecodeKernel> kernels);
+std::string productsName(ArrayRef<DecodeKernel> kernels);
+/// CpuDecodeProducts.cpp: `<base>(a, gate bytes, gate offset, up bytes, up
+/// offset, h)`, h = silu(a · gateᵀ) * (a · upᵀ) for a decode step's rows of
+/// a, both weights multiplied by `kernel`, one parallel loop over their
+/// tiles, each tile's sums of both combined as they come; gatedName names
+/// it.
+void emitDecodeGated(ForwardEmitter &e, StringRef base, DecodeKernel kernel);
+std::string gatedName(DecodeKernel kernel);
+
 } // namespace mlir::kv::cpu
 
 #endif // KVIR_PASSES_CONVERSION_KVTOCPU_CPUKERNELS_H

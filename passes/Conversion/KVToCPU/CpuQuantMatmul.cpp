@@ -23,26 +23,6 @@ using namespace mlir::kv::cpu;
 
 namespace {
 
-/// The decode's tiles (fewer than kPackedMinRows rows): this many weight
-/// rows at a time (decodeTileRow's), each token's activations loaded once per
-/// piece for all of them. One row at a time left one stream of misses in
-/// flight and, for f16, one FMA chain: the memory idled while the row's
-/// multiply ran. Measured with a C model of the loop on TinyLlama's F16 file
-/// (rows of 4 and 11 KiB, 2 GB, far beyond the L3), one thread, in CPU time
-/// on a loaded machine, a tile's rows consecutive: one row, one chain 9.5
-/// GB/s of weights; 4 rows, two accumulators each, 12.6 GB/s; with
-/// prefetchTileRows 14.1-14.4 GB/s, a plain read of 4 streams 14.2-15; 8
-/// rows no faster than 4. With decodeTileRow's rows, kv-run --greedy on
-/// TinyLlama's files, one thread, ms a step (alternated runs, idle
-/// machine): F16 with 8 rows 184.8-186.3 against 203.6-211.1 with 6 and
-/// 204.2-204.9 with 4 (two threads 96.6-98.9 against 106.1-108.5); the
-/// Q5_K_M file's Q5_K (widened here) with 4 rows 97.0-98.2 against
-/// 103.0-105.7 with 6 and 105.8-108.2 with 8. BF16 keeps 4: a BF16 file
-/// took 129.7-137.8 ms with 4 rows, 132.6-133.6 with 8 and 132.9-138.6 with
-/// 6, no difference beyond the noise.
-int64_t decodeTileRows(kvrt_weight_format format) {
-  return format == KVRT_WEIGHT_F16 ? 8 : 4;
-}
 /// What foldRows calls on each piece of its rows: the piece's first column,
 /// the rows' weights there (a vector of f32 each, or one f32 each in a
 /// tail), the piece's slot (the group within the block, or which half of a
@@ -165,15 +145,38 @@ void emitWidenRow(ForwardEmitter &e, kvrt_weight_format format, Value bytes,
   foldRows(e, format, bytes, {row}, cols, {}, store, store);
 }
 
+} // namespace
+
+/// The decode's tiles (fewer than kPackedMinRows rows): this many weight
+/// rows at a time (decodeTileRow's), each token's activations loaded once per
+/// piece for all of them. One row at a time left one stream of misses in
+/// flight and, for f16, one FMA chain: the memory idled while the row's
+/// multiply ran. Measured with a C model of the loop on TinyLlama's F16 file
+/// (rows of 4 and 11 KiB, 2 GB, far beyond the L3), one thread, in CPU time
+/// on a loaded machine, a tile's rows consecutive: one row, one chain 9.5
+/// GB/s of weights; 4 rows, two accumulators each, 12.6 GB/s; with
+/// prefetchTileRows 14.1-14.4 GB/s, a plain read of 4 streams 14.2-15; 8
+/// rows no faster than 4. With decodeTileRow's rows, kv-run --greedy on
+/// TinyLlama's files, one thread, ms a step (alternated runs, idle
+/// machine): F16 with 8 rows 184.8-186.3 against 203.6-211.1 with 6 and
+/// 204.2-204.9 with 4 (two threads 96.6-98.9 against 106.1-108.5); the
+/// Q5_K_M file's Q5_K (widened here) with 4 rows 97.0-98.2 against
+/// 103.0-105.7 with 6 and 105.8-108.2 with 8. BF16 keeps 4: a BF16 file
+/// took 129.7-137.8 ms with 4 rows, 132.6-133.6 with 8 and 132.9-138.6 with
+/// 6, no difference beyond the noise.
+int64_t cpu::decodeTileRows(kvrt_weight_format format) {
+  return format == KVRT_WEIGHT_F16 ? 8 : 4;
+}
 /// a[t] · (each row of a decode tile: `k` weights in `format` from the
 /// bytes `rows`, decodeTileRow's), the weights widened in
 /// registers (foldRows) and multiplied as they come: nothing is copied.
 /// The 16 activations of each part of a piece are loaded once for all the
 /// rows. Per row two 16-lane accumulators (alternating over the 16-lane
 /// parts of the pieces) and a scalar one for a tail; returns the rows' sums.
-SmallVector<Value> emitQuantDots(ForwardEmitter &e, kvrt_weight_format format,
-                                 Value a, Value bytes, ArrayRef<Value> rows,
-                                 Value t, Value k) {
+SmallVector<Value> cpu::emitQuantDots(ForwardEmitter &e,
+                                      kvrt_weight_format format, Value a,
+                                      Value bytes, ArrayRef<Value> rows,
+                                      Value t, Value k) {
   VectorType v16 = e.vec(kLanes, e.f32());
   int64_t count = rows.size();
   Value zero = e.splatF32(kLanes, 0.0f);
@@ -224,8 +227,6 @@ SmallVector<Value> emitQuantDots(ForwardEmitter &e, kvrt_weight_format format,
   }
   return sums;
 }
-
-} // namespace
 
 std::string cpu::quantMatmulName(kvrt_weight_format format, bool accumulate) {
   return std::string("matmul_") + kvrt::weightFormatName(format) +
@@ -325,53 +326,25 @@ void cpu::emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
         offset = fn.getArgument(2), c = fn.getArgument(3),
         packed = fn.getArgument(4), widen = fn.getArgument(5);
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
-  auto rowBytesOf = [&](Value k) { return weightRowBytes(e, format, k); };
   Value n = memref::DimOp::create(e.b, a, c0);
   Value m = memref::DimOp::create(e.b, c, c1);
   Value small = e.cmp(arith::CmpIPredicate::ult, n, e.cIndex(kPackedMinRows));
   e.ifElse(
       small,
       [&] {
-        const int64_t tileRowCount = decodeTileRows(format);
-        Value tileRows = e.cIndex(tileRowCount);
-        Value tiles = e.divu(e.add(m, e.sub(tileRows, c1)), tileRows);
-        parallelFor(
-            e, base + "_dot_task", tiles, {a, bytes, offset, c},
-            [&](ValueRange v, Value lo, Value hi) {
-              // (The task is a function of its own: values of the caller
-              // do not reach it but through `v`.)
-              Value a = v[0], bytes = v[1], offset = v[2], c = v[3];
-              Value c1 = e.cIndex(1);
-              Value k = memref::DimOp::create(e.b, a, c1);
-              Value rowBytes = rowBytesOf(k);
-              Value n = memref::DimOp::create(e.b, a, e.cIndex(0));
-              Value m = memref::DimOp::create(e.b, c, c1);
-              Value tileRows = e.cIndex(tileRowCount);
-              Value tiles = e.divu(e.add(m, e.sub(tileRows, c1)), tileRows);
-              e.forLoop(lo, hi, c1, [&](Value tile) {
-                // Rows past m repeat the last one and are not stored.
-                SmallVector<Value> outputs, rows;
-                for (int64_t r = 0; r < tileRowCount; ++r) {
-                  outputs.push_back(decodeTileRow(e, tile, tiles, r));
-                  rows.push_back(
-                      e.add(offset, e.mul(e.minu(outputs.back(), e.sub(m, c1)),
-                                          rowBytes)));
-                }
-                e.forLoop(e.cIndex(0), n, c1, [&](Value t) {
-                  SmallVector<Value> sums =
-                      emitQuantDots(e, format, a, bytes, rows, t, k);
-                  for (int64_t r = 0; r < tileRowCount; ++r)
-                    e.ifThen(e.cmp(arith::CmpIPredicate::ult, outputs[r], m),
-                             [&] {
-                               Value total = sums[r];
-                               if (accumulate)
-                                 total = arith::AddFOp::create(
-                                     e.b, e.load(c, {t, outputs[r]}), total);
-                               e.store(total, c, {t, outputs[r]});
-                             });
-                });
-              });
-            });
+        DecodeKernel kernel{format, /*int8=*/false};
+        parallelFor(e, base + "_dot_task", decodeTileCount(e, kernel, m),
+                    {a, bytes, offset, c},
+                    [&](ValueRange v, Value lo, Value hi) {
+                      // (The task is a function of its own: values of the
+                      // caller do not reach it but through `v`.)
+                      DecodeInput in;
+                      in.a = v[0];
+                      in.n = memref::DimOp::create(e.b, v[0], e.cIndex(0));
+                      in.k = memref::DimOp::create(e.b, v[0], e.cIndex(1));
+                      emitDecodeTiles(e, kernel, in, v[1], v[2], v[3], lo, hi,
+                                      accumulate);
+                    });
       },
       [&] {
         emitWidenedProduct(e, format, base, a, bytes, offset, c, packed, widen,

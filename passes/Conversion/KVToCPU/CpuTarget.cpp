@@ -17,6 +17,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/TargetParser/Host.h"
 
 #if defined(__linux__) && defined(__x86_64__)
@@ -122,6 +123,54 @@ public:
           functionBuffer(e, widenBuffers)});
   }
 
+  /// A decode step (fewer than kPackedMinRows rows) takes the products as
+  /// one kernel (emitDecodeProducts) where no weight is f32; a prefill, and
+  /// f32 weights, a matmul each.
+  void products(ForwardEmitter &e, BufferRef a, ArrayRef<MatmulOutput> outputs,
+                Value n, int64_t k) override {
+    SmallVector<DecodeKernel> kernels;
+    for (const MatmulOutput &out : outputs) {
+      if (out.weight.format == KVRT_WEIGHT_F32)
+        return ForwardTarget::products(e, a, outputs, n, k);
+      kernels.push_back(decodeKernel(out.weight.format));
+    }
+    std::string base = productsName(kernels);
+    emitOnce(e, base, [&] { emitDecodeProducts(e, base, kernels); });
+    e.ifElse(
+        decodeRows(e, n),
+        [&] {
+          SmallVector<Value> operands{rows(e, a, n, k)};
+          for (const MatmulOutput &out : outputs)
+            operands.append({out.weight.bytes, out.weight.offset,
+                             rows(e, out.c, n, out.m)});
+          call(e, base, operands);
+        },
+        [&] { ForwardTarget::products(e, a, outputs, n, k); });
+  }
+
+  /// A decode step's gated product as one kernel (emitDecodeGated) where
+  /// the gate and up weights share a format other than f32.
+  void gatedProduct(ForwardEmitter &e, BufferRef a, WeightRef gate,
+                    WeightRef up, BufferRef h1, BufferRef h3, Value n,
+                    int64_t m, int64_t k) override {
+    auto separate = [&] {
+      ForwardTarget::gatedProduct(e, a, gate, up, h1, h3, n, m, k);
+    };
+    if (gate.format != up.format || gate.format == KVRT_WEIGHT_F32)
+      return separate();
+    DecodeKernel kernel = decodeKernel(gate.format);
+    std::string base = gatedName(kernel);
+    emitOnce(e, base, [&] { emitDecodeGated(e, base, kernel); });
+    e.ifElse(
+        decodeRows(e, n),
+        [&] {
+          call(e, base,
+               {rows(e, a, n, k), gate.bytes, gate.offset, up.bytes, up.offset,
+                rows(e, h1, n, m)});
+        },
+        separate);
+  }
+
   /// The RoPE tables of the whole call (rope_rows), so that no layer
   /// computes a sine: a task per layer would compute each query's, once per
   /// run, in every layer and every task that has its token.
@@ -207,6 +256,30 @@ private:
   /// Whether their prefill takes AMX tiles where emitInt8Matmul has them.
   bool amx;
   SmallVector<Value> temporaries;
+  /// The kernels emitted on demand (the fused products of a decode step,
+  /// one per combination of formats), by their full names.
+  llvm::StringSet<> emitted;
+
+  /// How a decode step of this target multiplies weights of `format`.
+  DecodeKernel decodeKernel(kvrt_weight_format format) const {
+    return DecodeKernel{format, int8Dot && hasInt8Dot(format)};
+  }
+
+  /// Whether n (index) rows are a decode step's: the matmul kernels' own
+  /// test (fewer than kPackedMinRows).
+  static Value decodeRows(ForwardEmitter &e, Value n) {
+    return e.cmp(arith::CmpIPredicate::ult, n, e.cIndex(kPackedMinRows));
+  }
+
+  /// Runs `emit` (which emits a kernel at module level) the first time
+  /// `base` is asked for; the insertion point is kept.
+  void emitOnce(ForwardEmitter &e, StringRef base, function_ref<void()> emit) {
+    if (!emitted.insert(e.name(base)).second)
+      return;
+    OpBuilder::InsertionGuard guard(e.b);
+    emit();
+  }
+
   /// The packed-weights buffer of each function that multiplies, and the
   /// one weights of other formats are widened to f32 in (for a prefill).
   llvm::DenseMap<Operation *, Value> packBuffers, widenBuffers;

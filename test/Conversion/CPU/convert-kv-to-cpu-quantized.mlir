@@ -1,5 +1,6 @@
 // RUN: kv-opt %s --convert-kv-to-cpu="vector-bits=512 quant-dot=f32" --split-input-file | FileCheck %s
 // RUN: kv-opt %s --kv-lower-to-cpu="vector-bits=512 quant-dot=f32" --split-input-file | FileCheck %s --check-prefix=LOWERED
+// RUN: kv-opt %s --convert-kv-to-cpu="vector-bits=512 quant-dot=int8" --split-input-file | FileCheck %s --check-prefix=INT8
 // RUN: not kv-opt %s --convert-kv-to-cpu=quant-dot=fast --split-input-file 2>&1 | FileCheck %s --check-prefix=BADDOT
 // BADDOT: error: convert-kv-to-cpu: quant-dot must be auto, f32, int8 or amx, not 'fast'
 
@@ -46,20 +47,62 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q4_k
 // CHECK:           memref.load %{{.*}}[%{{.*}}] : memref<?xi64>
 // CHECK:           memref.view %{{.*}}[%{{.*}}][%{{.*}}] : memref<?xi8> to memref<?xf32>
 // CHECK:           call @[[P]]_rmsnorm(
-// CHECK:           call @[[P]]_matmul_q4_k(%{{.*}}, %[[WQ]], %{{.*}}, %{{.*}})
-// CHECK:           call @[[P]]_matmul_q4_k(
-// CHECK:           call @[[P]]_matmul_q4_k(
+// A decode step (fewer than 4 rows) takes the query, key and value as one
+// kernel, a prefill a matmul each.
+// CHECK:           scf.if
+// CHECK:             call @[[P]]_products_q4_k_q4_k_q4_k(%{{.*}}, %[[WQ]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}})
+// CHECK:           } else {
+// CHECK:             call @[[P]]_matmul_q4_k(%{{.*}}, %[[WQ]], %{{.*}}, %{{.*}})
+// CHECK:             call @[[P]]_matmul_q4_k(
+// CHECK:             call @[[P]]_matmul_q4_k(
 // CHECK:           call @[[P]]_matmul_q4_k_acc(
+// The gate and up projections the same way, SwiGLU inside the decode's
+// kernel.
+// CHECK:           scf.if
+// CHECK:             call @[[P]]_gated_q4_k(
+// CHECK:           } else {
+// CHECK:             call @[[P]]_matmul_q4_k(
+// CHECK:             call @[[P]]_matmul_q4_k(
+// CHECK:             call @[[P]]_swiglu(
 // CHECK:           call @[[P]]_matmul_q4_k_acc(
 // Layers 2 and 3: attn_v and ffn_down in Q6_K.
 // CHECK:         scf.for %{{.*}} = %c2{{.*}} to %{{.*}} step
-// CHECK:           call @[[P]]_matmul_q4_k(
-// CHECK:           call @[[P]]_matmul_q4_k(
-// CHECK:           call @[[P]]_matmul_q6_k(
+// CHECK:             call @[[P]]_products_q4_k_q4_k_q6_k(
+// CHECK:             call @[[P]]_matmul_q4_k(
+// CHECK:             call @[[P]]_matmul_q4_k(
+// CHECK:             call @[[P]]_matmul_q6_k(
 // CHECK:           call @[[P]]_matmul_q4_k_acc(
+// CHECK:             call @[[P]]_gated_q4_k(
 // CHECK:           call @[[P]]_matmul_q6_k_acc(
 // The classifier.
 // CHECK:         call @[[P]]_matmul_q8_0(
+// The fused kernels, one per combination of formats: one parallel loop over
+// the tiles of every weight, each weight's tiles widened in registers.
+// CHECK:       func.func private @[[P]]_products_q4_k_q4_k_q4_k(
+// CHECK-NOT:     func.func
+// CHECK:         call @kvrt_parallel_for(
+// CHECK-NEXT:    return
+// CHECK:       func.func private @[[P]]_products_q4_k_q4_k_q4_k_task(
+// CHECK-COUNT-3: vector.fma
+// CHECK:       func.func private @[[P]]_gated_q4_k(
+// CHECK:       func.func private @[[P]]_gated_q4_k_task(
+// The gate's sums and the up projection's combined: silu(g) * u.
+// CHECK:         math.exp
+// CHECK:       func.func private @[[P]]_products_q4_k_q4_k_q6_k(
+
+// With integer dots, a fused kernel quantises its input once, on the
+// calling thread, before its one parallel loop.
+// INT8:        func.func private @[[P:kv_fwd_[0-9a-f]+]]_products_q4_k_q4_k_q6_k(
+// INT8-NOT:      call @kvrt_parallel_for
+// INT8:          math.roundeven
+// INT8-NOT:      call @kvrt_parallel_for
+// INT8:          vector.store
+// INT8:          call @kvrt_parallel_for(
+// INT8-NOT:      call @kvrt_parallel_for
+// INT8:          memref.dealloc
+// INT8:          return
+// INT8:        func.func private @[[P]]_products_q4_k_q4_k_q6_k_task(
+// INT8:          llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
 
 // LOWERED-NOT: kv.weight_formats
 // LOWERED:     llvm.func @{{kv_fwd_[0-9a-f]+}}_prefill(%{{.*}}: !llvm.ptr)
