@@ -126,8 +126,15 @@ constexpr int64_t kChunkRows = 96;
 /// 83.5-85.2 / 81.4-83.1 / 80.6-81.8, on 4 KiB pages 85.7-89.0 / 85.8-86.8 /
 /// 85.3-86.4; F16 150.0-153.5 / 146.6-149.6 / 148.0-150.5; Q4_K_M
 /// 83.4-84.3 / 81.4-83.2 / 88.7-90.0. (All of these with a tile's rows
-/// consecutive, before decodeTileRow.)
-constexpr int64_t kDecodeTilePrefetchBytes = 1024;
+/// consecutive, before decodeTileRow.) On an AMD EPYC (Zen 4) 2-core
+/// machine, with decodeTileRow's rows and the fused products, 512 bytes did
+/// better than 1 KiB on every file and thread count: kv-run --greedy 32
+/// after 64 tokens, ms a step, four alternated runs, median 1 KiB / 512:
+/// F16 one thread 158.4 / 127.7, two 92.0 / 82.3; Q8_0 60.9 / 57.8 and
+/// 45.9 / 41.3; Q4_K_M 54.0 / 51.3 and 30.4 / 27.7. 256 bytes was better
+/// still for F16 (103-126 on one thread) and worse for Q8_0 (65-68); 2 and
+/// 4 KiB as 1 KiB; none at all 121-148 for F16.
+constexpr int64_t kDecodeTilePrefetchBytes = 512;
 /// Weight row `r` of decode tile `tile` of `tiles`: tile + r * tiles. A
 /// tile's rows are `tiles` rows apart, so that row r of every tile, in tile
 /// order, is one sequential stream through the weight, and a task of
