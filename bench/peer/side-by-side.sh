@@ -129,7 +129,7 @@ for type in $types; do
       --tokenizer "$work/vocab.bin" >/dev/null
     mv "$file.tmp" "$file"
   fi
-  mib=$(($(stat -c %s "$file") / 1048576))
+  mib=$(($(stat -L -c %s "$file") / 1048576))
   for t in $threads; do
     kvRss=$(peak "$work/kvir.json" "$build/bin/kv-run" --model "$file" \
       --tokens-file "$work/prompt.txt" --greedy "$decode" --threads "$t" \
