@@ -6,8 +6,9 @@
 // threads waiting for the last one's block, and each integer-dot matmul
 // quantises the same input again. The products of one input are fused here:
 // the query, key and value as one loop over the decode tiles of all three
-// (ForwardTarget::products), the gate and up projections as one loop whose
-// tiles take the same rows of both and store silu(gate) * up as they come
+// (ForwardTarget::products), the gate and up projections as one loop over
+// the tiles of the hidden rows, a claimed block's gate tiles stored and then
+// its up tiles combined with them as silu(gate) * up
 // (ForwardTarget::gatedProduct), the input quantised once. A tile's sums are
 // the matmul kernels' own (int8DecodeSums, emitQuantDots), so the results
 // are theirs bit for bit. Prefill keeps the matmul kernels (CpuTarget picks
@@ -160,22 +161,21 @@ void cpu::emitDecodeProducts(ForwardEmitter &e, StringRef base,
     captures.append({fn.getArgument(1 + 3 * i), fn.getArgument(2 + 3 * i), c});
   }
   // Work item j is tile j of the weights' tiles laid end to end.
-  SmallVector<DecodeKernel> ours(kernels);
   parallelFor(e, base.str() + "_task", total, captures,
               [&](ValueRange v, Value lo, Value hi) {
                 DecodeInput in = unpackInput(e, v, int8);
                 Value c1 = e.cIndex(1);
                 Value first = e.cIndex(0);
-                for (size_t i = 0; i < ours.size(); ++i) {
+                for (size_t i = 0; i < kernels.size(); ++i) {
                   Value bytes = v[3 * i], offset = v[3 * i + 1],
                         c = v[3 * i + 2];
                   Value m = memref::DimOp::create(e.b, c, c1);
-                  Value end = e.add(first, decodeTileCount(e, ours[i], m));
+                  Value end = e.add(first, decodeTileCount(e, kernels[i], m));
                   auto clamp = [&](Value j) {
                     return e.sub(e.minu(e.maxu(j, first), end), first);
                   };
-                  emitDecodeTiles(e, ours[i], in, bytes, offset, c, clamp(lo),
-                                  clamp(hi), /*accumulate=*/false);
+                  emitDecodeTiles(e, kernels[i], in, bytes, offset, c,
+                                  clamp(lo), clamp(hi), /*accumulate=*/false);
                   first = end;
                 }
               });

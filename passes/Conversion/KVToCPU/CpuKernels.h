@@ -131,9 +131,11 @@ constexpr int64_t kChunkRows = 96;
 /// better than 1 KiB on every file and thread count: kv-run --greedy 32
 /// after 64 tokens, ms a step, four alternated runs, median 1 KiB / 512:
 /// F16 one thread 158.4 / 127.7, two 92.0 / 82.3; Q8_0 60.9 / 57.8 and
-/// 45.9 / 41.3; Q4_K_M 54.0 / 51.3 and 30.4 / 27.7. 256 bytes was better
-/// still for F16 (103-126 on one thread) and worse for Q8_0 (65-68); 2 and
-/// 4 KiB as 1 KiB; none at all 121-148 for F16.
+/// 45.9 / 41.3; Q4_K_M 54.0 / 51.3 and 30.4 / 27.7. 256 bytes was worse
+/// for Q8_0 (65-68 on one thread); for F16 it did better in one set
+/// (103-126) and the same as 512 in another (four alternated runs each,
+/// one-thread medians 136.8 / 137.5), so every format keeps 512. 2 and 4 KiB
+/// as 1 KiB; none at all 121-148 for F16.
 constexpr int64_t kDecodeTilePrefetchBytes = 512;
 /// Weight row `r` of decode tile `tile` of `tiles`: tile + r * tiles. A
 /// tile's rows are `tiles` rows apart, so that row r of every tile, in tile
@@ -212,9 +214,6 @@ struct DecodeKernel {
   int64_t tileRows() const {
     return int8 ? int8TileOutputs(format) : decodeTileRows(format);
   }
-  bool operator==(const DecodeKernel &other) const {
-    return format == other.format && int8 == other.int8;
-  }
 };
 
 /// The input of a decode step's product as a kernel sees it: the rows of a
@@ -250,8 +249,8 @@ std::string productsName(ArrayRef<DecodeKernel> kernels);
 /// CpuDecodeProducts.cpp: `<base>(a, gate bytes, gate offset, up bytes, up
 /// offset, h)`, h = silu(a · gateᵀ) * (a · upᵀ) for a decode step's rows of
 /// a, both weights multiplied by `kernel`, one parallel loop over their
-/// tiles, each tile's sums of both combined as they come; gatedName names
-/// it.
+/// tiles: a claimed block's gate tiles into h, then its up tiles combined
+/// with them; gatedName names it.
 void emitDecodeGated(ForwardEmitter &e, StringRef base, DecodeKernel kernel);
 std::string gatedName(DecodeKernel kernel);
 
