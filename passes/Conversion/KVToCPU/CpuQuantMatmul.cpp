@@ -11,6 +11,7 @@
 
 #include "passes/Conversion/KVToCPU/CpuKernels.h"
 #include "passes/Conversion/KVToCPU/CpuParallel.h"
+#include "passes/Conversion/KVToCPU/CpuTarget.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -164,8 +165,23 @@ void emitWidenRow(ForwardEmitter &e, kvrt_weight_format format, Value bytes,
 /// 103.0-105.7 with 6 and 105.8-108.2 with 8. BF16 keeps 4: a BF16 file
 /// took 129.7-137.8 ms with 4 rows, 132.6-133.6 with 8 and 132.9-138.6 with
 /// 6, no difference beyond the noise.
+/// Those F16 figures are an Intel Xeon's, whose L1 data cache has 12 ways.
+/// An F16 row of TinyLlama's is 4 KiB (k = 2048) and a tile's rows lie a
+/// multiple of 4 KiB apart, so the lines a tile reads at one column all fall
+/// into one set of the L1: 8 of them fill an 8-way L1 with nothing left for
+/// the activations or the lines prefetched ahead. On an AMD EPYC (Zen 4,
+/// 32 KiB 8-way L1) 4 rows did better than 8 and 6 between them: one
+/// thread, 64-token prompt, 32 steps, ms a step, four to six alternated
+/// runs, median 4 / 6 / 8: 95.2 / - / 121.4, 123.2 / 133.9 / 144.7 (a
+/// slower hour); two threads 71.8 / 72.9 / 78.9. Q8_0's and Q4_K's integer
+/// tiles (rows of 2176 and 1152 bytes) showed no such difference there. So
+/// F16 takes 8 rows where the host's L1 has 12 ways or more (or says
+/// nothing), else 4.
 int64_t cpu::decodeTileRows(kvrt_weight_format format) {
-  return format == KVRT_WEIGHT_F16 ? 8 : 4;
+  if (format != KVRT_WEIGHT_F16)
+    return 4;
+  int64_t ways = hostL1DataWays();
+  return ways == 0 || ways >= 12 ? 8 : 4;
 }
 /// a[t] · (each row of a decode tile: `k` weights in `format` from the
 /// bytes `rows`, decodeTileRow's), the weights widened in

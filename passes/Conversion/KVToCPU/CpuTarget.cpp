@@ -20,9 +20,11 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/TargetParser/Host.h"
 
+#include <algorithm>
+#include <unistd.h>
+
 #if defined(__linux__) && defined(__x86_64__)
 #include <sys/syscall.h>
-#include <unistd.h>
 #endif
 
 using namespace mlir;
@@ -422,6 +424,16 @@ bool mlir::kv::hostHasAmx() {
   return granted;
 #else
   return false;
+#endif
+}
+
+int64_t mlir::kv::hostL1DataWays() {
+#ifdef _SC_LEVEL1_DCACHE_ASSOC
+  static const int64_t ways =
+      std::max<long>(sysconf(_SC_LEVEL1_DCACHE_ASSOC), 0);
+  return ways;
+#else
+  return 0;
 #endif
 }
 

@@ -39,6 +39,10 @@ bool hostHasInt8Dot();
 /// tile instruction raises SIGILL). The permission is the process's, so it
 /// covers the worker threads too.
 bool hostHasAmx();
+/// The ways of this host's L1 data cache (sysconf), 0 when it says nothing:
+/// how many rows a decode tile of F16 weights reads at once
+/// (CpuQuantMatmul.cpp, decodeTileRows).
+int64_t hostL1DataWays();
 
 /// A new CPU target for vectors of `vectorBits` (512: AVX-512, 256: AVX2;
 /// 0: the host's), which sets the register tile of the packed matmul, and
