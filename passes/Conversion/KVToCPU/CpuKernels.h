@@ -198,8 +198,9 @@ SmallVector<Value> int8DecodeSums(ForwardEmitter &e, kvrt_weight_format format,
                                   Value bytes, const Int8Activations &act,
                                   Value k, Value t, ArrayRef<Value> rows);
 /// CpuQuantMatmul.cpp: the weight rows of a decode tile widened to f32 (F16
-/// 8, others 4), and the sums of row t of `a` ([n][k]) with each of the rows
-/// that start at the byte offsets `rows` of `bytes`, widened in registers.
+/// 8, or 4 where the L1 has fewer than 12 ways; others 4), and the sums of row
+/// t of `a` ([n][k]) with each of the rows that start at the byte offsets
+/// `rows` of `bytes`, widened in registers.
 int64_t decodeTileRows(kvrt_weight_format format);
 SmallVector<Value> emitQuantDots(ForwardEmitter &e, kvrt_weight_format format,
                                  Value a, Value bytes, ArrayRef<Value> rows,
