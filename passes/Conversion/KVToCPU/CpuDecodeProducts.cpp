@@ -9,10 +9,11 @@
 // (ForwardTarget::products), the gate and up projections as one loop over
 // the tiles of the hidden rows, a claimed block's gate tiles stored and then
 // its up tiles combined with them as silu(gate) * up
-// (ForwardTarget::gatedProduct), the input quantised once. A tile's sums are
-// the matmul kernels' own (int8DecodeSums, emitQuantDots), so the results
-// are theirs bit for bit. Prefill keeps the matmul kernels (CpuTarget picks
-// per call by the row count).
+// (ForwardTarget::gatedProduct), the input quantised once (twice where Q8_0
+// weights and K-quants share it: a scale per 32 and per 256). A tile's sums
+// are the matmul kernels' own (int8DecodeSums, emitQuantDots), so the
+// results are theirs bit for bit. Prefill keeps the matmul kernels (CpuTarget
+// picks per call by the row count).
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,43 +28,73 @@ using namespace mlir::kv::cpu;
 
 namespace {
 
-/// The captures that carry a DecodeInput into a task: a, then the
-/// activations' four buffers where `int8`.
-SmallVector<Value> inputCaptures(const DecodeInput &in, bool int8) {
+/// Which quantised activations a product's kernels take: a scale per 32
+/// elements (Q8_0), per 256 (the K-quants), or both (a mix of them).
+struct InputNeeds {
+  bool act = false, actK = false;
+};
+InputNeeds needsOf(ArrayRef<DecodeKernel> kernels) {
+  InputNeeds needs;
+  for (const DecodeKernel &kernel : kernels)
+    if (kernel.int8)
+      (int8ScaleBlock(kernel.format) == 256 ? needs.actK : needs.act) = true;
+  return needs;
+}
+
+/// The captures that carry a DecodeInput into a task: a, then the buffers
+/// of the activations it needs.
+SmallVector<Value> inputCaptures(const DecodeInput &in, InputNeeds needs) {
   SmallVector<Value> captures{in.a};
-  if (int8)
-    captures.append(
-        {in.act.quants, in.act.bias, in.act.scales, in.act.blockBias});
+  if (needs.act)
+    captures.append(in.act.buffers());
+  if (needs.actK)
+    captures.append(in.actK.buffers());
   return captures;
 }
 
 /// The DecodeInput of a task from the captures inputCaptures made, which
 /// it drops from the front of `v`.
-DecodeInput unpackInput(ForwardEmitter &e, ValueRange &v, bool int8) {
+DecodeInput unpackInput(ForwardEmitter &e, ValueRange &v, InputNeeds needs) {
   DecodeInput in;
   in.a = v[0];
   in.n = memref::DimOp::create(e.b, in.a, e.cIndex(0));
   in.k = memref::DimOp::create(e.b, in.a, e.cIndex(1));
-  if (int8) {
-    Value pairs = e.divu(e.add(in.k, e.cIndex(63)), e.cIndex(64));
-    in.act = Int8Activations{v[1], v[2], v[3], v[4], pairs};
-  }
-  v = v.drop_front(int8 ? 5 : 1);
+  v = v.drop_front(1);
+  auto take = [&](Int8Activations &act, int64_t scaleBlock) {
+    act = Int8Activations::fromBuffers(e, v, in.k, scaleBlock);
+    v = v.drop_front(act.buffers().size());
+  };
+  if (needs.act)
+    take(in.act, 32);
+  if (needs.actK)
+    take(in.actK, 256);
   return in;
 }
 
-/// Allocates the activations of `a` and quantises them where `int8` (a
-/// decode step's few rows: on the calling thread).
-DecodeInput prepareInput(ForwardEmitter &e, Value a, bool int8) {
+/// Allocates the activations of `a` that `needs` names and quantises them
+/// (a decode step's few rows: on the calling thread).
+DecodeInput prepareInput(ForwardEmitter &e, Value a, InputNeeds needs) {
   DecodeInput in;
   in.a = a;
   in.n = memref::DimOp::create(e.b, a, e.cIndex(0));
   in.k = memref::DimOp::create(e.b, a, e.cIndex(1));
-  if (int8) {
-    in.act = allocInt8Activations(e, in.n, in.n, in.k);
-    emitQuantizeRows(e, a, in.act, e.cIndex(0), in.n);
-  }
+  auto quantise = [&](Int8Activations &act, int64_t scaleBlock) {
+    act = allocInt8Activations(e, in.n, in.n, in.k, scaleBlock);
+    emitQuantizeRows(e, a, act, e.cIndex(0), in.n);
+  };
+  if (needs.act)
+    quantise(in.act, 32);
+  if (needs.actK)
+    quantise(in.actK, 256);
   return in;
+}
+
+/// Frees what prepareInput allocated.
+void releaseInput(ForwardEmitter &e, const DecodeInput &in, InputNeeds needs) {
+  if (needs.act)
+    freeInt8Activations(e, in.act);
+  if (needs.actK)
+    freeInt8Activations(e, in.actK);
 }
 
 /// Decode tile `tile` of `tiles` of a weight of m rows at byte `offset`:
@@ -91,12 +122,9 @@ SmallVector<Value> tileSums(ForwardEmitter &e, const DecodeKernel &kernel,
                             const DecodeInput &in, Value bytes,
                             const DecodeTile &tile, Value t) {
   if (kernel.int8)
-    return int8DecodeSums(e, kernel.format, bytes, in.act, in.k, t, tile.rows);
+    return int8DecodeSums(e, kernel.format, bytes,
+                          in.activationsFor(kernel.format), in.k, t, tile.rows);
   return emitQuantDots(e, kernel.format, in.a, bytes, tile.rows, t, in.k);
-}
-
-bool anyInt8(ArrayRef<DecodeKernel> kernels) {
-  return llvm::any_of(kernels, [](const DecodeKernel &k) { return k.int8; });
 }
 
 } // namespace
@@ -149,9 +177,9 @@ void cpu::emitDecodeProducts(ForwardEmitter &e, StringRef base,
   for (size_t i = 0; i < kernels.size(); ++i)
     arguments.append({e.buffer(e.byte()), e.index(), matrixType(e)});
   func::FuncOp fn = e.beginFunction(e.name(base), arguments, false);
-  bool int8 = anyInt8(kernels);
-  DecodeInput in = prepareInput(e, fn.getArgument(0), int8);
-  SmallVector<Value> captures = inputCaptures(in, int8);
+  InputNeeds needs = needsOf(kernels);
+  DecodeInput in = prepareInput(e, fn.getArgument(0), needs);
+  SmallVector<Value> captures = inputCaptures(in, needs);
   Value total = e.cIndex(0);
   for (size_t i = 0; i < kernels.size(); ++i) {
     Value c = fn.getArgument(3 + 3 * i);
@@ -163,7 +191,7 @@ void cpu::emitDecodeProducts(ForwardEmitter &e, StringRef base,
   // Work item j is tile j of the weights' tiles laid end to end.
   parallelFor(e, base.str() + "_task", total, captures,
               [&](ValueRange v, Value lo, Value hi) {
-                DecodeInput in = unpackInput(e, v, int8);
+                DecodeInput in = unpackInput(e, v, needs);
                 Value c1 = e.cIndex(1);
                 Value first = e.cIndex(0);
                 for (size_t i = 0; i < kernels.size(); ++i) {
@@ -179,8 +207,7 @@ void cpu::emitDecodeProducts(ForwardEmitter &e, StringRef base,
                   first = end;
                 }
               });
-  if (int8)
-    freeInt8Activations(e, in.act);
+  releaseInput(e, in, needs);
   e.finishFunction();
 }
 
@@ -191,8 +218,9 @@ void cpu::emitDecodeGated(ForwardEmitter &e, StringRef base,
                                     {matrixType(e), bytesType, e.index(),
                                      bytesType, e.index(), matrixType(e)},
                                     false);
-  DecodeInput in = prepareInput(e, fn.getArgument(0), kernel.int8);
-  SmallVector<Value> captures = inputCaptures(in, kernel.int8);
+  InputNeeds needs = needsOf(kernel);
+  DecodeInput in = prepareInput(e, fn.getArgument(0), needs);
+  SmallVector<Value> captures = inputCaptures(in, needs);
   for (unsigned i = 1; i <= 5; ++i)
     captures.push_back(fn.getArgument(i));
   Value h = fn.getArgument(5);
@@ -200,7 +228,7 @@ void cpu::emitDecodeGated(ForwardEmitter &e, StringRef base,
       decodeTileCount(e, kernel, memref::DimOp::create(e.b, h, e.cIndex(1)));
   parallelFor(e, base.str() + "_task", tiles, captures,
               [&](ValueRange v, Value lo, Value hi) {
-                DecodeInput in = unpackInput(e, v, kernel.int8);
+                DecodeInput in = unpackInput(e, v, needs);
                 Value gateBytes = v[0], gateOffset = v[1], upBytes = v[2],
                       upOffset = v[3], h = v[4];
                 // The gate's tiles of the block first, into h, then the up
@@ -215,7 +243,6 @@ void cpu::emitDecodeGated(ForwardEmitter &e, StringRef base,
                     /*accumulate=*/false,
                     [&](Value gate, Value up) { return e.swiglu(gate, up); });
               });
-  if (kernel.int8)
-    freeInt8Activations(e, in.act);
+  releaseInput(e, in, needs);
   e.finishFunction();
 }

@@ -1,10 +1,11 @@
 //===- CpuInt8Matmul.cpp - Matmuls by integer dot products ----*- C++ -*-===//
 //
 // The matmuls of quantised weights by integer dot products, as llama.cpp
-// computes them: the activations quantised per block of 32 to int8, the
-// weights' quants multiplied by AVX-512 VNNI (vpdpbusd), or a Q8_0 or Q4_K
-// prefill's by AMX tiles (tdpbssd, tdpbsud), and scaled per block
-// (docs/cpu-backend.md, "Quantised weights").
+// computes them: the activations quantised to int8 per block of 32 (for
+// Q8_0 weights) or of 256 (for the K-quants), the weights' quants multiplied
+// by AVX-512 VNNI (vpdpbusd; a K-quant decode step by vpmaddubsw and
+// vpdpwssd), or a Q8_0 or Q4_K prefill's by AMX tiles (tdpbssd, tdpbsud),
+// and scaled per block (docs/cpu-backend.md, "Quantised weights").
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,14 +49,19 @@ constexpr int64_t kInt8PanelRows = 6, kInt8TilePanels = 1;
 constexpr int64_t kAmxRows = 16, kAmxTilePanels = 2;
 constexpr int64_t kAmxBlocks = 1, kAmxGroupBlocks = 8;
 
+/// The x86 intrinsic `name` of `operands`, of type `type` (LLVM 22 forms
+/// none of those used here from generic vector IR that keeps lanes apart).
+Value x86(ForwardEmitter &e, Type type, StringRef name, ValueRange operands) {
+  return LLVM::CallIntrinsicOp::create(e.b, type, e.b.getStringAttr(name),
+                                       operands)
+      .getResult(0);
+}
+
 /// vpdpbusd (AVX-512 VNNI): lane j of `acc` plus the sum over r < 4 of
 /// u[4j + r] (unsigned) * s[4j + r] (signed), exactly (no saturation).
 Value dotBytes(ForwardEmitter &e, Value acc, Value u, Value s) {
-  return LLVM::CallIntrinsicOp::create(
-             e.b, e.vec(16, e.i32()),
-             e.b.getStringAttr("llvm.x86.avx512.vpdpbusd.512"),
-             ValueRange{acc, u, s})
-      .getResult(0);
+  return x86(e, e.vec(16, e.i32()), "llvm.x86.avx512.vpdpbusd.512",
+             {acc, u, s});
 }
 
 /// `lo` (vector<8xT>) and `hi` side by side.
@@ -67,6 +73,20 @@ Value concat(ForwardEmitter &e, Value lo, Value hi) {
   return vector::ShuffleOp::create(e.b, lo, hi, order);
 }
 
+/// `value` in every byte of a vector of `type`.
+Value splatBytes(ForwardEmitter &e, VectorType type, int8_t value) {
+  return arith::ConstantOp::create(
+      e.b, DenseElementsAttr::get(type, e.b.getI8IntegerAttr(value)));
+}
+
+/// The sum of lanes first .. first + count - 1 of `v` (vector of i32).
+Value laneSum(ForwardEmitter &e, Value v, int64_t first, int64_t count) {
+  Value lanes = vector::ExtractStridedSliceOp::create(
+      e.b, v, ArrayRef<int64_t>{first}, ArrayRef<int64_t>{count},
+      ArrayRef<int64_t>{1});
+  return vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, lanes);
+}
+
 /// Scalars `a` and `b` (f32) as [a x 8 | b x 8].
 Value pairScales(ForwardEmitter &e, Value a, Value b) {
   VectorType v8 = e.vec(8, e.f32());
@@ -74,51 +94,34 @@ Value pairScales(ForwardEmitter &e, Value a, Value b) {
                 vector::BroadcastOp::create(e.b, v8, b));
 }
 
-/// One register tile of a decode step: tokens `tokens` (rows of the
-/// quantised activations) against weight rows in `format` starting at byte
-/// `rowAt` (one per output), over the whole row; returns the tokens x
-/// outputs sums, token-major. Per pair of 32-element groups p and output:
-/// the 64 quants as vpdpbusd's unsigned bytes and the groups' scales
-/// [A0 x 8 | A1 x 8]; per token and output, one vpdpbusd, converted to f32
-/// and FMA'd with the product of both scales into the accumulator.
-/// - Q8_0 (pairs of blocks): the quants biased by +128 (xor 0x80), the dot
-///   started at the token's bias, so the integer lanes hold sum w q exactly;
-///   an odd last block pairs with zeros.
-/// - Q4_K (4 pairs per 256-element block): the 32 bytes of qs whose low
-///   nibbles are group 2j and high nibbles group 2j + 1, unsigned as they
-///   are; an element being A q - B, the min enters once per block and row:
-///   the row's [A x 8 | B x 8] (kQuantScalesMins) times [0 x 8 | - the
-///   token's scale x the sum of its quants, for each group] (the sums from
-///   blockBias, -128 times them). Per pair instead (two multiplies and an FMA
-///   per row and pair, and a shuffle), the TinyLlama-shape Q4_K_M step took
-///   50.1-51.1 ms on one thread against 46.0-47.6 (alternated runs, idle
-///   machine; 26.8-28.0 either way on two, bound by memory there).
-SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
-                                Value bytes, const Int8Activations &act,
-                                Value k, ArrayRef<Value> tokens,
-                                ArrayRef<Value> rowAt) {
+/// One register tile of a decode step of Q8_0 weights: token t (a row of
+/// the quantised activations, a scale per 32) against weight rows starting
+/// at byte `rowAt` (one per output), over the whole row; returns the sums.
+/// Per pair of blocks p and output: the 64 quants biased by +128 (xor 0x80)
+/// as vpdpbusd's unsigned bytes, the dot started at the token's bias, so the
+/// integer lanes hold sum w q exactly (an odd last block pairs with zeros),
+/// converted to f32 and FMA'd with [d0 x 8 | d1 x 8] times the token's
+/// scales into the accumulator.
+SmallVector<Value> emitQ8_0DecodeTile(ForwardEmitter &e, Value bytes,
+                                      const Int8Activations &act, Value k,
+                                      Value t, ArrayRef<Value> rowAt) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
              v32b = e.vec(32, e.byte()), v64b = e.vec(64, e.byte());
-  auto splatBytes = [&](VectorType type, int8_t value) -> Value {
-    return arith::ConstantOp::create(
-        e.b, DenseElementsAttr::get(type, e.b.getI8IntegerAttr(value)));
-  };
-  Value flip = splatBytes(v64b, -128), zeroBlock = splatBytes(v32b, 0);
+  Value flip = splatBytes(e, v64b, -128), zeroBlock = splatBytes(e, v32b, 0);
   Value quantsRow = e.mul(act.pairs, e.cIndex(64));
   Value laneRow = e.mul(act.pairs, e.cIndex(16));
-  int64_t rows = tokens.size(), outputs = rowAt.size();
-  bool q4k = format == KVRT_WEIGHT_Q4_K, q6k = format == KVRT_WEIGHT_Q6_K;
-  /// A pair's weights of every output: the bytes, the scales and, at a
-  /// Q4_K block's first pair, the rows' [A x 8 | B x 8] for its mins.
-  struct PairWeights {
-    SmallVector<Value> bytes, scales, mins;
-  };
-  auto q8Pair = [&](Value p, bool full) {
-    PairWeights w;
+  auto multiply = [&](Value p, bool full, ValueRange accs) {
     Value block0 = e.mul(p, e.cIndex(2 * 34));
     prefetchTileRows(e, bytes, rowAt, block0, 2 * 34);
-    for (Value row : rowAt) {
+    Value quants = vector::LoadOp::create(
+        e.b, v64b, act.quants,
+        ValueRange{e.add(e.mul(t, quantsRow), e.mul(p, e.cIndex(64)))});
+    Value lanes = e.add(e.mul(t, laneRow), e.mul(p, e.cIndex(16)));
+    Value bias = vector::LoadOp::create(e.b, v16i, act.bias, ValueRange{lanes});
+    Value d = vector::LoadOp::create(e.b, v16f, act.scales, ValueRange{lanes});
+    SmallVector<Value> next;
+    for (auto [row, acc] : llvm::zip_equal(rowAt, accs)) {
       Value at0 = e.add(row, block0), at1 = e.add(at0, e.cIndex(34));
       Value q0 = vector::LoadOp::create(e.b, v32b, bytes,
                                         ValueRange{e.add(at0, e.cIndex(2))});
@@ -127,188 +130,295 @@ SmallVector<Value> emitInt8Tile(ForwardEmitter &e, kvrt_weight_format format,
                                         ValueRange{e.add(at1, e.cIndex(2))})
                      .getResult()
                : zeroBlock;
-      w.bytes.push_back(
-          arith::XOrIOp::create(e.b, concat(e, q0, q1), flip).getResult());
+      Value weights = arith::XOrIOp::create(e.b, concat(e, q0, q1), flip);
       Value d1 = full ? e.loadF16(bytes, at1) : e.cF32(0.0f);
-      w.scales.push_back(pairScales(e, e.loadF16(bytes, at0), d1));
-    }
-    return w;
-  };
-  // Each row's 8 scales and 8 mins of the block, decoded at its first pair
-  // (kQuantScalesMins) and taken by every pair: decoded one group at a time
-  // (groupScale), they were most of the instructions of a decode step.
-  SmallVector<Value> scalesMins;
-  auto q4kPair = [&](Value block, int64_t j) {
-    PairWeights w;
-    Value low = splatBytes(v32b, 0x0F);
-    Value four = splatBytes(v32b, 4);
-    if (j == 0) {
-      prefetchTileRows(e, bytes, rowAt, e.mul(block, e.cIndex(144)), 144);
-      scalesMins.clear();
-      for (Value row : rowAt)
-        scalesMins.push_back(
-            e.kQuantScalesMins(bytes, e.add(row, e.mul(block, e.cIndex(144)))));
-    }
-    // [A 2j x 8 | A 2j+1 x 8]; the mins enter once per block (multiply).
-    SmallVector<int64_t> scaleLanes;
-    for (int64_t i = 0; i < 16; ++i)
-      scaleLanes.push_back(2 * j + i / 8);
-    if (j == 0)
-      w.mins = scalesMins;
-    for (auto [row, sm] : llvm::zip_equal(rowAt, scalesMins)) {
-      Value at = e.add(row, e.mul(block, e.cIndex(144)));
-      Value q = vector::LoadOp::create(
-          e.b, v32b, bytes, ValueRange{e.add(at, e.cIndex(16 + 32 * j))});
-      Value lo = arith::AndIOp::create(e.b, q, low);
-      Value hi = arith::ShRUIOp::create(e.b, q, four);
-      w.bytes.push_back(concat(e, lo, hi));
-      w.scales.push_back(vector::ShuffleOp::create(e.b, sm, sm, scaleLanes));
-    }
-    return w;
-  };
-  auto q6kPair = [&](Value block, int64_t j) {
-    // Elements 64j .. 64j + 63 of the block are half j / 2's q1, q2 (even
-    // j) or q3, q4 (odd j), ggml's dequantize_row_q6_K: the low 4 bits from
-    // the low (even) or high (odd) nibbles of ql[64 half + 0 .. 63], the
-    // high 2 from qh[32 half + l] at bits 0, 2 (even) or 4, 6 (odd). Lane L
-    // of the dot covers 4 elements of sub-block 4j + L / 4.
-    PairWeights w;
-    Value low = splatBytes(v32b, 0x0F), three = splatBytes(v32b, 3);
-    auto shifted = [&](Value v, int64_t bits) -> Value {
-      if (!bits)
-        return v;
-      return arith::ShRUIOp::create(e.b, v, splatBytes(v32b, bits));
-    };
-    int64_t half = j / 2, nibble = j % 2 ? 4 : 0, high = j % 2 ? 4 : 0;
-    SmallVector<int64_t> spread;
-    for (int64_t lane = 0; lane < 16; ++lane)
-      spread.push_back(lane / 4);
-    if (j == 0)
-      prefetchTileRows(e, bytes, rowAt, e.mul(block, e.cIndex(210)), 210);
-    for (Value row : rowAt) {
-      Value at = e.add(row, e.mul(block, e.cIndex(210)));
-      auto load = [&](int64_t offset) -> Value {
-        return vector::LoadOp::create(e.b, v32b, bytes,
-                                      ValueRange{e.add(at, e.cIndex(offset))});
-      };
-      Value qh = load(128 + 32 * half);
-      auto quants = [&](Value ql, int64_t highShift) -> Value {
-        Value l4 = arith::AndIOp::create(e.b, shifted(ql, nibble), low);
-        Value h2 = arith::AndIOp::create(e.b, shifted(qh, highShift), three);
-        Value up = arith::ShLIOp::create(e.b, h2, splatBytes(v32b, 4));
-        return arith::OrIOp::create(e.b, l4, up);
-      };
-      w.bytes.push_back(concat(e, quants(load(64 * half), high),
-                               quants(load(64 * half + 32), high + 2)));
-      Value d = e.loadF16(bytes, e.add(at, e.cIndex(208)));
-      Value sc =
-          vector::LoadOp::create(e.b, e.vec(4, e.byte()), bytes,
-                                 ValueRange{e.add(at, e.cIndex(192 + 4 * j))});
-      Value a = arith::MulFOp::create(
-          e.b, vector::BroadcastOp::create(e.b, e.vec(4, e.f32()), d),
-          arith::SIToFPOp::create(
-              e.b, e.vec(4, e.f32()),
-              arith::ExtSIOp::create(e.b, e.vec(4, e.i32()), sc)));
-      w.scales.push_back(vector::ShuffleOp::create(e.b, a, a, spread));
-    }
-    return w;
-  };
-  // Token t's [0 x 8 | dx_g blockBias_g / 128 for g < 8] of the 256-element
-  // block starting at pair p: the blocks' scales are lanes 0 and 8 of the
-  // pairs' [A0 x 8 | A1 x 8].
-  auto blockMinTerms = [&](Value t, Value p) -> Value {
-    SmallVector<Value> pairScales;
-    for (int64_t i = 0; i < 4; ++i)
-      pairScales.push_back(vector::LoadOp::create(
-          e.b, v16f, act.scales,
-          ValueRange{e.add(e.mul(t, laneRow),
-                           e.mul(e.add(p, e.cIndex(i)), e.cIndex(16)))}));
-    SmallVector<int64_t> firsts{0, 8, 16, 24}, all;
-    for (int64_t i = 0; i < 8; ++i)
-      all.push_back(i);
-    Value low =
-        vector::ShuffleOp::create(e.b, pairScales[0], pairScales[1], firsts);
-    Value high =
-        vector::ShuffleOp::create(e.b, pairScales[2], pairScales[3], firsts);
-    Value dx = vector::ShuffleOp::create(e.b, low, high, all);
-    Value blockBias = vector::LoadOp::create(
-        e.b, e.vec(8, e.i32()), act.blockBias,
-        ValueRange{e.add(e.mul(t, e.mul(act.pairs, e.cIndex(2))),
-                         e.mul(p, e.cIndex(2)))});
-    Value terms = arith::MulFOp::create(
-        e.b,
-        arith::MulFOp::create(
-            e.b, dx,
-            arith::SIToFPOp::create(e.b, e.vec(8, e.f32()), blockBias)),
-        e.splatF32(8, 1.0f / 128));
-    return concat(e, e.splatF32(8, 0.0f), terms);
-  };
-  auto multiply = [&](Value p, const PairWeights &w, ValueRange accs) {
-    SmallVector<Value> next;
-    for (Value t : tokens) {
-      Value quants = vector::LoadOp::create(
-          e.b, v64b, act.quants,
-          ValueRange{e.add(e.mul(t, quantsRow), e.mul(p, e.cIndex(64)))});
-      Value lanes = e.add(e.mul(t, laneRow), e.mul(p, e.cIndex(16)));
-      Value bias =
-          vector::LoadOp::create(e.b, v16i, act.bias, ValueRange{lanes});
-      Value d =
-          vector::LoadOp::create(e.b, v16f, act.scales, ValueRange{lanes});
-      for (int64_t o = 0; o < outputs; ++o) {
-        // Q8_0: biased weights; Q4_K: unsigned as they are; Q6_K: q - 32,
-        // -32 (sum of 4 quants) = bias / 4, exactly.
-        Value start = q4k ? e.splatI32(16, 0)
-                      : q6k
-                          ? arith::ShRSIOp::create(e.b, bias, e.splatI32(16, 2))
-                                .getResult()
-                          : bias;
-        Value dot = dotBytes(e, start, w.bytes[o], quants);
-        Value scale = arith::MulFOp::create(e.b, d, w.scales[o]);
-        Value wide = arith::SIToFPOp::create(e.b, v16f, dot);
-        Value acc = vector::FMAOp::create(e.b, wide, scale, accs[next.size()]);
-        next.push_back(acc);
-      }
-      if (!w.mins.empty()) {
-        // Q4_K, once per block: - B_g dx_g sum(q_g) = B_g dx_g blockBias_g /
-        // 128 for its 8 groups g, in lanes 8-15 beside zeros, times the
-        // row's [A x 8 | B x 8] (kQuantScalesMins).
-        Value minTerms = blockMinTerms(t, p);
-        for (int64_t o = 0; o < outputs; ++o) {
-          Value &acc = next[next.size() - outputs + o];
-          acc = vector::FMAOp::create(e.b, w.mins[o], minTerms, acc);
-        }
-      }
+      Value scales = pairScales(e, e.loadF16(bytes, at0), d1);
+      Value dot = dotBytes(e, bias, weights, quants);
+      Value scale = arith::MulFOp::create(e.b, d, scales);
+      Value wide = arith::SIToFPOp::create(e.b, v16f, dot);
+      next.push_back(vector::FMAOp::create(e.b, wide, scale, acc));
     }
     return next;
   };
-  SmallVector<Value> inits(rows * outputs, e.splatF32(16, 0.0f));
-  SmallVector<Value> accs;
-  if (q4k || q6k) {
-    accs = e.forLoop(c0, e.divu(k, e.cIndex(256)), c1, inits,
-                     [&](Value block, ValueRange carried) {
-                       SmallVector<Value> next(carried);
-                       for (int64_t j = 0; j < 4; ++j)
-                         next = multiply(
-                             e.add(e.mul(block, e.cIndex(4)), e.cIndex(j)),
-                             q4k ? q4kPair(block, j) : q6kPair(block, j), next);
-                       return next;
-                     });
-  } else {
-    Value blocks = e.divu(k, e.cIndex(32));
-    Value fullPairs = e.divu(blocks, e.cIndex(2));
-    accs = e.forLoop(c0, fullPairs, c1, inits, [&](Value p, ValueRange accs) {
-      return multiply(p, q8Pair(p, /*full=*/true), accs);
-    });
-    SmallVector<Type> types(accs.size(), v16f);
-    accs = e.ifThenElse(
-        e.cmp(arith::CmpIPredicate::ne, e.remu(blocks, e.cIndex(2)), c0), types,
-        [&] { return multiply(fullPairs, q8Pair(fullPairs, false), accs); },
-        [&] { return accs; });
-  }
+  SmallVector<Value> accs(rowAt.size(), e.splatF32(16, 0.0f));
+  Value blocks = e.divu(k, e.cIndex(32));
+  Value fullPairs = e.divu(blocks, e.cIndex(2));
+  accs = e.forLoop(c0, fullPairs, c1, accs, [&](Value p, ValueRange accs) {
+    return multiply(p, /*full=*/true, accs);
+  });
+  SmallVector<Type> types(accs.size(), v16f);
+  accs = e.ifThenElse(
+      e.cmp(arith::CmpIPredicate::ne, e.remu(blocks, e.cIndex(2)), c0), types,
+      [&] { return multiply(fullPairs, /*full=*/false, accs); },
+      [&] { return accs; });
   SmallVector<Value> sums;
   for (Value acc : accs)
     sums.push_back(
         vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, acc));
+  return sums;
+}
+
+/// vpmaddubsw (AVX-512 BW): lane j the sum u[2j] s[2j] + u[2j + 1] s[2j + 1]
+/// of unsigned by signed bytes, as i16 (saturating: the callers' stay far
+/// below it).
+Value maddBytes(ForwardEmitter &e, Value u, Value s) {
+  return x86(e, e.vec(32, e.b.getI16Type()), "llvm.x86.avx512.pmaddubs.w.512",
+             {u, s});
+}
+
+/// vpdpwssd (AVX-512 VNNI): lane j of `acc` plus a[2j] b[2j] + a[2j + 1]
+/// b[2j + 1] (signed words), exactly.
+Value dotWords(ForwardEmitter &e, Value acc, Value a, Value b) {
+  return x86(e, e.vec(16, e.i32()), "llvm.x86.avx512.vpdpwssd.512",
+             {acc, a, b});
+}
+
+/// pmaddwd of `a` and `b` (vector<8xi16> or <16xi16>): lane j a[2j] b[2j] +
+/// a[2j + 1] b[2j + 1], i32.
+Value maddWords(ForwardEmitter &e, Value a, Value b) {
+  int64_t lanes = cast<VectorType>(a.getType()).getNumElements();
+  return x86(e, e.vec(lanes / 2, e.i32()),
+             lanes == 8 ? "llvm.x86.sse2.pmadd.wd" : "llvm.x86.avx2.pmadd.wd",
+             {a, b});
+}
+
+/// The bytes `bytes` (vector<16xi8>) as a vector<32xi16>: lane j byte
+/// `index[j / (32 / index.size())]`, zero-extended (a byte per run of
+/// lanes).
+Value spreadBytes(ForwardEmitter &e, Value bytes, ArrayRef<int64_t> index) {
+  VectorType v16b = e.vec(16, e.byte());
+  Value zeros = splatBytes(e, v16b, 0);
+  int64_t run = 32 / index.size();
+  SmallVector<int64_t> order;
+  for (int64_t lane = 0; lane < 32; ++lane)
+    order.append({index[lane / run], 16});
+  return vector::BitCastOp::create(
+      e.b, e.vec(32, e.b.getI16Type()),
+      vector::ShuffleOp::create(e.b, bytes, zeros, order));
+}
+
+/// One register tile of a decode step of Q4_K or Q6_K weights: token t
+/// (activations with a scale per 256, llama.cpp's Q8_K) against the weight
+/// rows starting at byte `rowAt`, over the whole row; returns the sums. As
+/// llama.cpp's ggml_vec_dot_q4_K_q8_K: per 256-element block and row, the
+/// quants times the token's by vpmaddubsw (pairs of products as i16), times
+/// the groups' integer scales and summed by vpdpwssd, so that the block's
+/// sum is exact in i32; converted to f32 and FMA'd with d x (the token's
+/// scale) once per block. The token's 4 vectors of a block's quants are
+/// loaded once for all rows.
+/// - Q4_K: a 64-byte load of qs holds elements [128h + 0 .. 31 | 128h + 64
+///   .. 95] in its low nibbles and [128h + 32 .. 63 | 128h + 96 .. 127] in
+///   its high ones (ggml's layout), so the token's quants are shuffled to
+///   match; the 6-bit scales and mins decoded from their 12 bytes in
+///   integers (kvrt::scaleMinK4). An element is d sc q - dmin m: the mins
+///   enter once per block as dmin dx sum_g m_g (sum of the token's quants
+///   over group g), pmaddwd of the mins with the token's sums of 32.
+/// - Q6_K: a 64-byte load of ql holds elements 128h + 0 .. 63 in its low
+///   nibbles and 128h + 64 .. 127 in its high ones, the top two bits from qh
+///   (a word shift and a mask each); q is unsigned (0 .. 63, an element d sc
+///   (q - 32)), so the block's integer sum is less 32 sum_g sc_g (sum of the
+///   token's quants over the 16-element group g).
+SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
+                                        kvrt_weight_format format, Value bytes,
+                                        const Int8Activations &act, Value k,
+                                        Value t, ArrayRef<Value> rowAt) {
+  assert(act.scaleBlock == 256 && "K-quant tiles take Q8_K activations");
+  bool q4k = format == KVRT_WEIGHT_Q4_K;
+  Type i16 = e.b.getI16Type();
+  VectorType v16f = e.vec(16, e.f32()), v4f = e.vec(4, e.f32()),
+             v16b = e.vec(16, e.byte()), v32b = e.vec(32, e.byte()),
+             v64b = e.vec(64, e.byte()), v32w = e.vec(32, i16);
+  int64_t blockBytes = q4k ? 144 : 210;
+  Value blocks = e.divu(k, e.cIndex(256));
+  Value quantsRow = e.mul(act.pairs, e.cIndex(64));
+  Value laneRow = e.mul(act.pairs, e.cIndex(16));
+  Value sumsRow = e.mul(blocks, e.cIndex(32));
+  auto bytesAt = [&](VectorType type, Value at) -> Value {
+    return vector::LoadOp::create(e.b, type, bytes, ValueRange{at});
+  };
+  auto byteConstants = [&](ArrayRef<int8_t> values) -> Value {
+    return arith::ConstantOp::create(e.b, DenseElementsAttr::get(v16b, values));
+  };
+  auto sequence = [](int64_t from, int64_t count) {
+    SmallVector<int64_t> order;
+    for (int64_t i = 0; i < count; ++i)
+      order.push_back(from + i);
+    return order;
+  };
+  // Per row an f32 accumulator of the scaled block sums and, Q4_K, one of
+  // the mins' terms.
+  int64_t rows = rowAt.size();
+  SmallVector<Value> inits(rows, e.splatF32(16, 0.0f));
+  if (q4k)
+    inits.append(rows, e.splatF32(4, 0.0f));
+  SmallVector<Value> accs = e.forLoop(
+      e.cIndex(0), blocks, e.cIndex(1), inits,
+      [&](Value b, ValueRange carried) {
+        Value blockAt = e.mul(b, e.cIndex(blockBytes));
+        prefetchTileRows(e, bytes, rowAt, blockAt, blockBytes);
+        Value xAt = e.add(e.mul(t, quantsRow), e.mul(b, e.cIndex(256)));
+        SmallVector<Value> x;
+        for (int64_t i = 0; i < 4; ++i)
+          x.push_back(vector::LoadOp::create(
+              e.b, v64b, act.quants, ValueRange{e.add(xAt, e.cIndex(64 * i))}));
+        Value dx = e.load(act.scales,
+                          {e.add(e.mul(t, laneRow), e.mul(b, e.cIndex(64)))});
+        Value sumsAt = e.add(e.mul(t, sumsRow), e.mul(b, e.cIndex(32)));
+        SmallVector<Value> next(carried);
+        if (q4k) {
+          // The token's quants as the nibbles of a 64-byte load hold them.
+          SmallVector<Value> lowX, highX;
+          SmallVector<int64_t> lowOrder = sequence(0, 32),
+                               highOrder = sequence(32, 32);
+          for (int64_t i = 0; i < 32; ++i) {
+            lowOrder.push_back(64 + i);
+            highOrder.push_back(96 + i);
+          }
+          for (int64_t h = 0; h < 2; ++h) {
+            lowX.push_back(vector::ShuffleOp::create(e.b, x[2 * h],
+                                                     x[2 * h + 1], lowOrder));
+            highX.push_back(vector::ShuffleOp::create(e.b, x[2 * h],
+                                                      x[2 * h + 1], highOrder));
+          }
+          Value sums32 =
+              vector::LoadOp::create(e.b, e.vec(8, i16), act.sums,
+                                     ValueRange{e.add(sumsAt, e.cIndex(16))});
+          Value low = splatBytes(e, v64b, 0x0F), four = splatBytes(e, v64b, 4);
+          for (int64_t r = 0; r < rows; ++r) {
+            Value at = e.add(rowAt[r], blockAt);
+            // kvrt::scaleMinK4 of the 12 bytes s: [sc 0 .. 7 | m 0 .. 7],
+            // sc_g = s[g] & 63 (g < 4), s[g + 4] & 15 | (s[g - 4] >> 6) << 4;
+            // m_g = s[g + 4] & 63, s[g + 4] >> 4 | (s[g] >> 6) << 4.
+            Value s = bytesAt(v16b, e.add(at, e.cIndex(4)));
+            Value lows = vector::ShuffleOp::create(
+                e.b, s, s,
+                ArrayRef<int64_t>{0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9,
+                                  10, 11});
+            Value tops = vector::ShuffleOp::create(
+                e.b, s, s,
+                ArrayRef<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6,
+                                  7});
+            Value lowBits = arith::OrIOp::create(
+                e.b,
+                arith::AndIOp::create(
+                    e.b, lows,
+                    byteConstants({63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63,
+                                   63, 0, 0, 0, 0})),
+                arith::AndIOp::create(
+                    e.b,
+                    arith::ShRUIOp::create(e.b, lows, splatBytes(e, v16b, 4)),
+                    byteConstants(
+                        {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15})));
+            Value topBits = arith::AndIOp::create(
+                e.b, arith::ShRUIOp::create(e.b, tops, splatBytes(e, v16b, 2)),
+                byteConstants(
+                    {0, 0, 0, 0, 48, 48, 48, 48, 0, 0, 0, 0, 48, 48, 48, 48}));
+            Value scalesMins = arith::OrIOp::create(e.b, lowBits, topBits);
+            Value sum = e.splatI32(16, 0);
+            for (int64_t h = 0; h < 2; ++h) {
+              Value q = bytesAt(v64b, e.add(at, e.cIndex(16 + 64 * h)));
+              Value lo = arith::AndIOp::create(e.b, q, low);
+              Value hi = arith::ShRUIOp::create(e.b, q, four);
+              // Groups 4h, 4h + 2 (low nibbles) and 4h + 1, 4h + 3.
+              sum = dotWords(e, sum, maddBytes(e, lo, lowX[h]),
+                             spreadBytes(e, scalesMins, {4 * h, 4 * h + 2}));
+              sum =
+                  dotWords(e, sum, maddBytes(e, hi, highX[h]),
+                           spreadBytes(e, scalesMins, {4 * h + 1, 4 * h + 3}));
+            }
+            Value mins = vector::BitCastOp::create(
+                e.b, e.vec(8, i16),
+                vector::ShuffleOp::create(
+                    e.b, scalesMins, splatBytes(e, v16b, 0),
+                    ArrayRef<int64_t>{8, 16, 9, 16, 10, 16, 11, 16, 12, 16, 13,
+                                      16, 14, 16, 15, 16}));
+            Value minSums = maddWords(e, mins, sums32);
+            Value d = arith::MulFOp::create(e.b, e.loadF16(bytes, at), dx);
+            Value dmin = arith::MulFOp::create(
+                e.b, e.loadF16(bytes, e.add(at, e.cIndex(2))), dx);
+            next[r] = vector::FMAOp::create(
+                e.b, arith::SIToFPOp::create(e.b, v16f, sum),
+                vector::BroadcastOp::create(e.b, v16f, d), next[r]);
+            next[rows + r] = vector::FMAOp::create(
+                e.b, arith::SIToFPOp::create(e.b, v4f, minSums),
+                vector::BroadcastOp::create(e.b, v4f, dmin), next[rows + r]);
+          }
+          return next;
+        }
+        Value sums16 = vector::LoadOp::create(e.b, e.vec(16, i16), act.sums,
+                                              ValueRange{sumsAt});
+        Value low = splatBytes(e, v64b, 0x0F), four = splatBytes(e, v64b, 4);
+        Value high = splatBytes(e, v64b, 0x30);
+        auto wordShift = [&](Value v, int64_t first, int64_t second,
+                             bool left) -> Value {
+          SmallVector<int16_t> counts(32, first);
+          std::fill(counts.begin() + 16, counts.end(), second);
+          Value words = vector::BitCastOp::create(e.b, v32w, v);
+          Value amounts = arith::ConstantOp::create(
+              e.b, DenseElementsAttr::get(v32w, ArrayRef<int16_t>(counts)));
+          Value shifted =
+              left ? arith::ShLIOp::create(e.b, words, amounts).getResult()
+                   : arith::ShRUIOp::create(e.b, words, amounts).getResult();
+          return arith::AndIOp::create(
+              e.b, vector::BitCastOp::create(e.b, v64b, shifted), high);
+        };
+        for (int64_t r = 0; r < rows; ++r) {
+          Value at = e.add(rowAt[r], blockAt);
+          Value scales = bytesAt(v16b, e.add(at, e.cIndex(192)));
+          Value scaleWords =
+              arith::ExtSIOp::create(e.b, e.vec(16, i16), scales);
+          Value sum = e.splatI32(16, 0);
+          for (int64_t h = 0; h < 2; ++h) {
+            Value ql = bytesAt(v64b, e.add(at, e.cIndex(64 * h)));
+            Value qh = bytesAt(v32b, e.add(at, e.cIndex(128 + 32 * h)));
+            Value qh2 = concat(e, qh, qh);
+            // Elements 128h + 0 .. 31 take qh's bits 0-1, 32 .. 63 bits 2-3,
+            // 64 .. 95 bits 4-5, 96 .. 127 bits 6-7, into bits 4-5.
+            Value qLow =
+                arith::OrIOp::create(e.b, arith::AndIOp::create(e.b, ql, low),
+                                     wordShift(qh2, 4, 2, /*left=*/true));
+            Value qHigh =
+                arith::OrIOp::create(e.b, arith::ShRUIOp::create(e.b, ql, four),
+                                     wordShift(qh2, 0, 2, /*left=*/false));
+            for (int64_t half = 0; half < 2; ++half) {
+              // Groups 8h + 4 half .. + 3, 8 lanes (16 elements) each.
+              int64_t g = 8 * h + 4 * half;
+              SmallVector<int64_t> order;
+              for (int64_t lane = 0; lane < 32; ++lane)
+                order.push_back(g + lane / 8);
+              Value groupScales =
+                  vector::ShuffleOp::create(e.b, scaleWords, scaleWords, order);
+              sum = dotWords(e, sum,
+                             maddBytes(e, half ? qHigh : qLow, x[2 * h + half]),
+                             groupScales);
+            }
+          }
+          // Less 32 sum_g sc_g (sum of the token's quants over group g).
+          Value offsets = maddWords(e, scaleWords, sums16);
+          Value wideOffsets = vector::ShuffleOp::create(
+              e.b, offsets, e.splatI32(8, 0), sequence(0, 16));
+          sum = arith::SubIOp::create(
+              e.b, sum,
+              arith::ShLIOp::create(e.b, wideOffsets, e.splatI32(16, 5)));
+          Value d = arith::MulFOp::create(
+              e.b, e.loadF16(bytes, e.add(at, e.cIndex(208))), dx);
+          next[r] = vector::FMAOp::create(
+              e.b, arith::SIToFPOp::create(e.b, v16f, sum),
+              vector::BroadcastOp::create(e.b, v16f, d), next[r]);
+        }
+        return next;
+      });
+  SmallVector<Value> sums;
+  for (int64_t r = 0; r < rows; ++r) {
+    Value total =
+        vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, accs[r]);
+    if (q4k)
+      total = arith::SubFOp::create(
+          e.b, total,
+          vector::ReductionOp::create(e.b, vector::CombiningKind::ADD,
+                                      accs[rows + r]));
+    sums.push_back(total);
+  }
   return sums;
 }
 
@@ -607,9 +717,8 @@ void emitInt8PanelTiles(ForwardEmitter &e, kvrt_weight_format format,
   VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
              v64b = e.vec(64, e.byte()), v4b = e.vec(4, e.byte());
   bool q4k = format == KVRT_WEIGHT_Q4_K, q6k = format == KVRT_WEIGHT_Q6_K;
-  auto splatBytes = [&](VectorType type, int8_t value) -> Value {
-    return arith::ConstantOp::create(
-        e.b, DenseElementsAttr::get(type, e.b.getI8IntegerAttr(value)));
+  auto splatBytes = [&](VectorType type, int8_t value) {
+    return ::splatBytes(e, type, value);
   };
   // Floats of a panel's scales per block (emitKQuantPackPanels: two vectors).
   int64_t scaleStride = q4k || q6k ? 32 : 16;
@@ -944,7 +1053,10 @@ void emitAmxPanelTiles(ForwardEmitter &e, kvrt_weight_format format,
 ///   2 and 2, 49.3-50.3 with 4 and 4, 47.1-47.9 with 6 and 6, 49.0-49.9 with
 ///   8 and 4; on two threads 25.1 against 28.2 with 2 and 2.
 /// Before decodeTileRow, with a tile's rows consecutive, Q8_0 did best with
-/// 8 and the K-quants with 2.
+/// 8 and the K-quants with 2. With the K-quants' tiles on Q8_K activations
+/// (emitKQuantDecodeTile), Q4_K tiles of 5, 6 and 7 rows were within the
+/// machine's noise of each other (Zen 4, 1 thread: medians 42.3, 41.9,
+/// 40.8 ms a step of four alternated runs each), 8 rows slower (47-50).
 int64_t cpu::int8TileOutputs(kvrt_weight_format format) {
   switch (format) {
   case KVRT_WEIGHT_Q8_0:
@@ -959,18 +1071,23 @@ int64_t cpu::int8TileOutputs(kvrt_weight_format format) {
 /// llama.cpp's Q8_0 activations: d = max |x| / 127, q = x * (127 / max |x|)
 /// rounded to nearest even (all zeros and d = 0 for a block of zeros), so
 /// |x - d q| <= d / 2 (docs/cpu-backend.md, "Integer dot products"); the
-/// scale is kept in f32 (llama.cpp rounds it to f16).
+/// scale is kept in f32 (llama.cpp rounds it to f16). With scaleBlock 256,
+/// max |x| is over the 256-element block (llama.cpp's Q8_K, its scale f32
+/// too), and the block's sums of 16 and 32 quants are stored beside.
 void cpu::emitQuantizeRows(ForwardEmitter &e, Value a,
                            const Int8Activations &act, Value lo, Value hi) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1), c32 = e.cIndex(32);
   Value k = memref::DimOp::create(e.b, a, c1);
   Value blocks = e.divu(k, c32);
-  VectorType v32f = e.vec(32, e.f32()), v32b = e.vec(32, e.byte());
-  auto block = [&](Value t, Value col) -> std::pair<Value, Value> {
-    Value x = vector::LoadOp::create(e.b, v32f, a, ValueRange{t, col});
-    Value amax = vector::ReductionOp::create(
-        e.b, vector::CombiningKind::MAXIMUMF, math::AbsFOp::create(e.b, x));
-    Value zero = e.cF32(0.0f), n127 = e.cF32(127.0f);
+  VectorType v32f = e.vec(32, e.f32()), v32b = e.vec(32, e.byte()),
+             v64b = e.vec(64, e.byte());
+  Value zero = e.cF32(0.0f), n127 = e.cF32(127.0f);
+  auto largest = [&](Value x) -> Value {
+    return vector::ReductionOp::create(e.b, vector::CombiningKind::MAXIMUMF,
+                                       math::AbsFOp::create(e.b, x));
+  };
+  // x's quants at the scale of a block whose max |x| is amax, and the scale.
+  auto quantise = [&](Value x, Value amax) -> std::pair<Value, Value> {
     Value nonzero =
         arith::CmpFOp::create(e.b, arith::CmpFPredicate::ONE, amax, zero);
     Value inverse =
@@ -982,8 +1099,80 @@ void cpu::emitQuantizeRows(ForwardEmitter &e, Value a,
     return {arith::TruncIOp::create(e.b, v32b, q),
             arith::DivFOp::create(e.b, amax, n127)};
   };
+  auto block = [&](Value t, Value col) -> std::pair<Value, Value> {
+    Value x = vector::LoadOp::create(e.b, v32f, a, ValueRange{t, col});
+    return quantise(x, largest(x));
+  };
   Value quantsRow = e.mul(act.pairs, e.cIndex(64));
   Value laneRow = e.mul(act.pairs, e.cIndex(16));
+  // Stores pair p of row t: quants q0, q1 and scales d0, d1 of its blocks;
+  // returns its bias lanes.
+  auto storePair = [&](Value t, Value p, Value q0, Value d0, Value q1,
+                       Value d1) {
+    Value quants = concat(e, q0, q1);
+    Value at = e.add(e.mul(t, quantsRow), e.mul(p, e.cIndex(64)));
+    vector::StoreOp::create(e.b, quants, act.quants, ValueRange{at});
+    Value ones = arith::ConstantOp::create(
+        e.b, DenseElementsAttr::get(v64b, e.b.getI8IntegerAttr(-128)));
+    Value sums = dotBytes(e, e.splatI32(16, 0), ones, quants);
+    Value bias = arith::SubIOp::create(e.b, e.splatI32(16, 0), sums);
+    Value lanes = e.add(e.mul(t, laneRow), e.mul(p, e.cIndex(16)));
+    vector::StoreOp::create(e.b, bias, act.bias, ValueRange{lanes});
+    vector::StoreOp::create(e.b, pairScales(e, d0, d1), act.scales,
+                            ValueRange{lanes});
+    Value blockAt =
+        e.add(e.mul(t, e.mul(act.pairs, e.cIndex(2))), e.mul(p, e.cIndex(2)));
+    for (int64_t half = 0; half < 2; ++half)
+      e.store(laneSum(e, bias, 8 * half, 8), act.blockBias,
+              {e.add(blockAt, e.cIndex(half))});
+    return bias;
+  };
+  if (act.scaleBlock == 256) {
+    // k is whole 256-element blocks (the K-quants' rows are).
+    Value superBlocks = e.divu(k, e.cIndex(256));
+    Value sumsRow = e.mul(superBlocks, e.cIndex(32));
+    Type i16 = e.b.getI16Type();
+    e.forLoop(lo, hi, c1, [&](Value t) {
+      e.forLoop(c0, superBlocks, c1, [&](Value sb) {
+        SmallVector<Value> x;
+        Value amax;
+        for (int64_t i = 0; i < 8; ++i) {
+          Value col = e.add(e.mul(sb, e.cIndex(256)), e.cIndex(32 * i));
+          x.push_back(vector::LoadOp::create(e.b, v32f, a, ValueRange{t, col}));
+          Value m = largest(x.back());
+          amax = i ? arith::MaximumFOp::create(e.b, amax, m).getResult() : m;
+        }
+        Value sumsAt = e.add(e.mul(t, sumsRow), e.mul(sb, e.cIndex(32)));
+        // The sums of runs of 16 quants, -(4 bias lanes) / 128 exactly.
+        SmallVector<Value> sixteens;
+        for (int64_t j = 0; j < 4; ++j) {
+          auto [q0, d0] = quantise(x[2 * j], amax);
+          auto [q1, d1] = quantise(x[2 * j + 1], amax);
+          Value bias = storePair(t, e.add(e.mul(sb, e.cIndex(4)), e.cIndex(j)),
+                                 q0, d0, q1, d1);
+          for (int64_t run = 0; run < 4; ++run)
+            sixteens.push_back(arith::ShRSIOp::create(
+                e.b,
+                arith::SubIOp::create(e.b, e.cI32(0),
+                                      laneSum(e, bias, 4 * run, 4)),
+                e.cI32(7)));
+        }
+        auto storeSum = [&](Value sum, int64_t slot) {
+          e.store(arith::TruncIOp::create(e.b, i16, sum), act.sums,
+                  {e.add(sumsAt, e.cIndex(slot))});
+        };
+        for (int64_t run = 0; run < 16; ++run)
+          storeSum(sixteens[run], run);
+        for (int64_t run = 0; run < 8; ++run)
+          storeSum(arith::AddIOp::create(e.b, sixteens[2 * run],
+                                         sixteens[2 * run + 1]),
+                   16 + run);
+        for (int64_t slot = 24; slot < 32; ++slot)
+          storeSum(e.cI32(0), slot);
+      });
+    });
+    return;
+  }
   e.forLoop(lo, hi, c1, [&](Value t) {
     e.forLoop(c0, act.pairs, c1, [&](Value p) {
       Value first = e.mul(p, e.cIndex(2));
@@ -1001,46 +1190,62 @@ void cpu::emitQuantizeRows(ForwardEmitter &e, Value a,
                 e.b, DenseElementsAttr::get(v32b, e.b.getI8IntegerAttr(0)));
             return SmallVector<Value>{zeros, e.cF32(0.0f)};
           });
-      Value quants = concat(e, q0, q1d1[0]);
-      Value at = e.add(e.mul(t, quantsRow), e.mul(p, e.cIndex(64)));
-      vector::StoreOp::create(e.b, quants, act.quants, ValueRange{at});
-      VectorType v64 = e.vec(64, e.byte());
-      Value ones = arith::ConstantOp::create(
-          e.b, DenseElementsAttr::get(v64, e.b.getI8IntegerAttr(-128)));
-      Value sums = dotBytes(e, e.splatI32(16, 0), ones, quants);
-      Value bias = arith::SubIOp::create(e.b, e.splatI32(16, 0), sums);
-      Value lanes = e.add(e.mul(t, laneRow), e.mul(p, e.cIndex(16)));
-      vector::StoreOp::create(e.b, bias, act.bias, ValueRange{lanes});
-      vector::StoreOp::create(e.b, pairScales(e, d0, q1d1[1]), act.scales,
-                              ValueRange{lanes});
-      Value blockAt = e.add(e.mul(t, e.mul(act.pairs, e.cIndex(2))), first);
-      for (int64_t half = 0; half < 2; ++half) {
-        Value lanesOfBlock = vector::ExtractStridedSliceOp::create(
-            e.b, bias, ArrayRef<int64_t>{8 * half}, ArrayRef<int64_t>{8},
-            ArrayRef<int64_t>{1});
-        e.store(vector::ReductionOp::create(e.b, vector::CombiningKind::ADD,
-                                            lanesOfBlock),
-                act.blockBias, {e.add(blockAt, e.cIndex(half))});
-      }
+      storePair(t, p, q0, d0, q1d1[0], q1d1[1]);
     });
   });
 }
 
+int64_t cpu::int8ScaleBlock(kvrt_weight_format format) {
+  return format == KVRT_WEIGHT_Q4_K || format == KVRT_WEIGHT_Q6_K ? 256 : 32;
+}
+
+SmallVector<Value> Int8Activations::buffers() const {
+  SmallVector<Value> result{quants, bias, scales, blockBias};
+  if (scaleBlock == 256)
+    result.push_back(sums);
+  return result;
+}
+
+Int8Activations Int8Activations::fromBuffers(ForwardEmitter &e,
+                                             ValueRange buffers, Value k,
+                                             int64_t scaleBlock) {
+  Int8Activations act{buffers[0],
+                      buffers[1],
+                      buffers[2],
+                      buffers[3],
+                      e.divu(e.add(k, e.cIndex(63)), e.cIndex(64)),
+                      Value(),
+                      scaleBlock};
+  if (scaleBlock == 256)
+    act.sums = buffers[4];
+  return act;
+}
+
 Int8Activations cpu::allocInt8Activations(ForwardEmitter &e, Value n,
-                                          Value quantRows, Value k) {
+                                          Value quantRows, Value k,
+                                          int64_t scaleBlock) {
   Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
   auto alloc = [&](Type element, Value count) -> Value {
     return memref::AllocOp::create(e.b, e.buffer(element), ValueRange{count},
                                    e.b.getI64IntegerAttr(64));
   };
   Value lanes = e.mul(e.mul(n, pairs), e.cIndex(16));
-  return {alloc(e.byte(), e.mul(e.mul(quantRows, pairs), e.cIndex(64))),
-          alloc(e.i32(), lanes), alloc(e.f32(), lanes),
-          alloc(e.i32(), e.mul(e.mul(n, pairs), e.cIndex(2))), pairs};
+  Int8Activations act{
+      alloc(e.byte(), e.mul(e.mul(quantRows, pairs), e.cIndex(64))),
+      alloc(e.i32(), lanes),
+      alloc(e.f32(), lanes),
+      alloc(e.i32(), e.mul(e.mul(n, pairs), e.cIndex(2))),
+      pairs,
+      Value(),
+      scaleBlock};
+  if (scaleBlock == 256)
+    act.sums = alloc(e.b.getI16Type(),
+                     e.mul(e.mul(n, e.divu(k, e.cIndex(256))), e.cIndex(32)));
+  return act;
 }
 
 void cpu::freeInt8Activations(ForwardEmitter &e, const Int8Activations &act) {
-  for (Value buffer : {act.quants, act.bias, act.scales, act.blockBias})
+  for (Value buffer : act.buffers())
     memref::DeallocOp::create(e.b, buffer);
 }
 
@@ -1048,7 +1253,9 @@ SmallVector<Value> cpu::int8DecodeSums(ForwardEmitter &e,
                                        kvrt_weight_format format, Value bytes,
                                        const Int8Activations &act, Value k,
                                        Value t, ArrayRef<Value> rows) {
-  return emitInt8Tile(e, format, bytes, act, k, {t}, rows);
+  if (format == KVRT_WEIGHT_Q8_0)
+    return emitQ8_0DecodeTile(e, bytes, act, k, t, rows);
+  return emitKQuantDecodeTile(e, format, bytes, act, k, t, rows);
 }
 
 /// Q8_0, Q4_K and Q6_K: decode and prefill alike (the others widen).
@@ -1061,7 +1268,7 @@ bool cpu::hasInt8Dot(kvrt_weight_format format) {
 /// by integer dot products: the rows of a quantised per block of 32
 /// (emitQuantizeRows, parallel over rows), then, for fewer than
 /// kPackedMinRows rows (decode), tiles of one token x int8TileOutputs rows
-/// over the file's blocks (emitInt8Tile), parallel over groups of outputs;
+/// over the file's blocks (int8DecodeSums), parallel over groups of outputs;
 /// for more (prefill), the weights repacked into panels (emitInt8PackPanels,
 /// emitKQuantPackPanels, parallel over panels), the K-quants' sums of the
 /// tokens' quants (emitKQuantTokenSums, parallel over rows), and tiles over
@@ -1093,7 +1300,8 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                                               e.cIndex(kAmxRows)),
                                        e.cIndex(kAmxRows))
                                : n;
-    Int8Activations act = allocInt8Activations(e, n, quantRows, k);
+    int64_t scaleBlock = int8ScaleBlock(format);
+    Int8Activations act = allocInt8Activations(e, n, quantRows, k, scaleBlock);
     Value pairs = act.pairs;
     auto alloc = [&](Type element, Value count) -> Value {
       return memref::AllocOp::create(e.b, e.buffer(element), ValueRange{count},
@@ -1101,27 +1309,42 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
     };
     parallelFor(
         e, base + "_quantize_task", n,
-        {a, act.quants, act.bias, act.scales, act.blockBias},
+        [&] {
+          SmallVector<Value> captures{a};
+          captures.append(act.buffers());
+          return captures;
+        }(),
         [&](ValueRange v, Value lo, Value hi) {
           Value k = memref::DimOp::create(e.b, v[0], e.cIndex(1));
-          Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
-          emitQuantizeRows(e, v[0], {v[1], v[2], v[3], v[4], pairs}, lo, hi);
+          emitQuantizeRows(
+              e, v[0],
+              Int8Activations::fromBuffers(e, v.drop_front(1), k, scaleBlock),
+              lo, hi);
         });
     Value groups = decodeTileCount(e, DecodeKernel{format, true}, m);
     SmallVector<Value> captures{bytes,      offset, act.quants, act.bias,
                                 act.scales, c,      a,          act.blockBias};
-    // The activations as a task receives them, and k (from a's shape).
-    auto unpack = [&](ValueRange v, Value &k) {
+    // The activations as a task receives them, and k (from a's shape); the
+    // K-quants' sums where the task's captures end with them (decode).
+    auto unpack = [&](ValueRange v, Value &k, Value sums = Value()) {
       k = memref::DimOp::create(e.b, v[6], e.cIndex(1));
-      Value pairs = e.divu(e.add(k, e.cIndex(63)), e.cIndex(64));
-      return Int8Activations{v[2], v[3], v[4], v[7], pairs};
+      Int8Activations act = Int8Activations::fromBuffers(
+          e, ValueRange{v[2], v[3], v[4], v[7]}, k, 32);
+      act.scaleBlock = scaleBlock;
+      act.sums = sums;
+      return act;
     };
 
     auto decode = [&] {
-      parallelFor(e, base + "_dot_task", groups, captures,
+      SmallVector<Value> decodeCaptures(captures);
+      if (scaleBlock == 256)
+        decodeCaptures.push_back(act.sums);
+      parallelFor(e, base + "_dot_task", groups, decodeCaptures,
                   [&](ValueRange v, Value lo, Value hi) {
                     DecodeInput in;
-                    in.act = unpack(v, in.k);
+                    Int8Activations act =
+                        unpack(v, in.k, scaleBlock == 256 ? v[8] : Value());
+                    (scaleBlock == 256 ? in.actK : in.act) = act;
                     in.a = v[6];
                     in.n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
                     emitDecodeTiles(e, DecodeKernel{format, /*int8=*/true}, in,

@@ -174,25 +174,44 @@ Value weightRowBytes(ForwardEmitter &e, kvrt_weight_format format, Value k);
 /// lanes 0-7, the second's in 8-15; `blockBias` [n][pairs * 2] i32, -128 *
 /// (sum of a block's quants), which starts a block's dot product in the
 /// prefill's kernel (emitInt8PanelTiles).
+/// A scale covers `scaleBlock` elements: 32 for Q8_0 weights (llama.cpp's
+/// Q8_0 activations), 256 for the K-quants (its Q8_K: the 8 blocks of 32 of
+/// a 256-element block share one scale, held in each block's lanes as
+/// above), whose decode tiles then scale a block's integer sums once
+/// (emitKQuantDecodeTile). With 256, `sums` [n][blocks256 * 32] i16: per
+/// 256-element block the sums of its quants over its 16 runs of 16, then
+/// over its 8 runs of 32, then 8 zeros.
 struct Int8Activations {
-  Value quants, bias, scales, blockBias, pairs;
+  Value quants, bias, scales, blockBias, pairs, sums;
+  int64_t scaleBlock = 32;
+
+  /// The buffers, in the order fromBuffers takes them (a task's captures).
+  SmallVector<Value> buffers() const;
+  /// The activations of rows of k (index) elements from their buffers.
+  static Int8Activations fromBuffers(ForwardEmitter &e, ValueRange buffers,
+                                     Value k, int64_t scaleBlock);
 };
 
+/// CpuInt8Matmul.cpp: elements per activation scale for `format`'s integer
+/// dots: 256 for Q4_K and Q6_K, 32 for Q8_0.
+int64_t int8ScaleBlock(kvrt_weight_format format);
 /// CpuInt8Matmul.cpp: buffers (memref.alloc) for the quantised activations
 /// of n rows of k (index) elements, the quants of `quantRows` rows (n, or
-/// more for tiles that read whole groups of rows); freeInt8Activations frees
-/// them.
+/// more for tiles that read whole groups of rows), a scale per
+/// `scaleBlock`; freeInt8Activations frees them.
 Int8Activations allocInt8Activations(ForwardEmitter &e, Value n,
-                                     Value quantRows, Value k);
+                                     Value quantRows, Value k,
+                                     int64_t scaleBlock);
 void freeInt8Activations(ForwardEmitter &e, const Int8Activations &act);
 /// CpuInt8Matmul.cpp: rows lo .. hi-1 of `a` [n][k] quantised into `act`,
-/// block by block as llama.cpp's Q8_0 activations.
+/// block by block as llama.cpp's Q8_0 (scaleBlock 32) or Q8_K (256)
+/// activations.
 void emitQuantizeRows(ForwardEmitter &e, Value a, const Int8Activations &act,
                       Value lo, Value hi);
 /// CpuInt8Matmul.cpp: the weight rows of a decode tile by integer dots
 /// (Q8_0 12, Q4_K 6, Q6_K 4), and the sums of token t's quantised
-/// activations with each of the rows that start at the byte offsets `rows`
-/// of `bytes`.
+/// activations (a scale per int8ScaleBlock(format)) with each of the rows
+/// that start at the byte offsets `rows` of `bytes`.
 int64_t int8TileOutputs(kvrt_weight_format format);
 SmallVector<Value> int8DecodeSums(ForwardEmitter &e, kvrt_weight_format format,
                                   Value bytes, const Int8Activations &act,
@@ -218,11 +237,17 @@ struct DecodeKernel {
 };
 
 /// The input of a decode step's product as a kernel sees it: the rows of a
-/// ([n][k]), and their quantised activations where the kernel takes integer
-/// dots.
+/// ([n][k]), and their quantised activations where a kernel takes integer
+/// dots: `act` with a scale per 32 elements (Q8_0), `actK` per 256 (the
+/// K-quants), each only where a kernel takes it.
 struct DecodeInput {
   Value a, n, k;
-  Int8Activations act;
+  Int8Activations act, actK;
+
+  /// The activations the integer dots of `format` take.
+  const Int8Activations &activationsFor(kvrt_weight_format format) const {
+    return int8ScaleBlock(format) == 256 ? actK : act;
+  }
 };
 
 /// What emitDecodeTiles stores of an output: combine(what c holds, the sum).

@@ -1,13 +1,16 @@
 // REQUIRES: avx512vnni
-// RUN: kv-opt %s --convert-kv-to-cpu=quant-dot=int8 | FileCheck %s
-// RUN: kv-opt %s --convert-kv-to-cpu=quant-dot=f32 | FileCheck %s --check-prefix=F32
+// RUN: kv-opt %s --split-input-file --convert-kv-to-cpu=quant-dot=int8 | FileCheck %s
+// RUN: kv-opt %s --split-input-file --convert-kv-to-cpu=quant-dot=f32 | FileCheck %s --check-prefix=F32
 
 // Integer dot products (quant-dot=int8, and auto on a host with AVX-512
-// VNNI and no AMX; with AMX, convert-kv-to-cpu-amx.mlir): matmul_q8_0 quantises the activations per block of 32 in a
-// parallel pre-pass, then multiplies with vpdpbusd; decode tiles over the
-// weights as they are, prefill tiles over panels repacked per call. Q4_K
-// (w1 here) and Q6_K (the classifier) the same, their prefill taking the
-// tokens' sums of quants from one more pre-pass; nothing widens to f32.
+// VNNI and no AMX; with AMX, convert-kv-to-cpu-amx.mlir): matmul_q8_0
+// quantises the activations per block of 32 in a parallel pre-pass, then
+// multiplies with vpdpbusd; decode tiles over the weights as they are,
+// prefill tiles over panels repacked per call. Q4_K (w1 here) and Q6_K (the
+// classifier) the same, but the activations quantised per block of 256, a
+// decode tile multiplying by vpmaddubsw and vpdpwssd, and their prefill
+// taking the tokens' sums of quants from one more pre-pass; nothing widens to
+// f32.
 !m = !kv.model<dim = 256, hidden = 512, layers = 2, heads = 2, kv_heads = 1, vocab = 32>
 module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q8_0;wk:q8_0;wv:q8_0;wo:q8_0;w1:q4_k;w2:q8_0;w3:q8_0;wcls:q6_k"]]} {
 }
@@ -28,7 +31,8 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q8_0
 // CHECK:         call @kvrt_parallel_for(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_quantize_task(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_dot_task(
-// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.pmaddubs.w.512"
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpwssd.512"
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_pack_task(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_sums_task(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_tile_task(
@@ -38,7 +42,8 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q8_0
 // CHECK:         call @kvrt_parallel_for(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k_quantize_task(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k_dot_task(
-// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.pmaddubs.w.512"
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpwssd.512"
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k_pack_task(
 // CHECK-NOT:     llvm.call_intrinsic
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k_sums_task(
@@ -48,3 +53,25 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q8_0
 // CHECK:       func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k_acc(
 
 // F32-NOT: llvm.call_intrinsic
+
+// -----
+
+// Q8_0 and Q4_K weights on one input (wv beside wq and wk): a decode step's
+// fused product quantises it twice, a scale per 32 for wv's tiles and per 256
+// for wq's and wk's, and frees both.
+!m = !kv.model<dim = 256, hidden = 512, layers = 1, heads = 2, kv_heads = 1, vocab = 32>
+module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q4_k;wk:q4_k;wv:q8_0;wo:q4_k;w1:q4_k;w2:q4_k;w3:q4_k;wcls:q6_k"]]} {
+}
+
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_products_q4_k_q4_k_q8_0(
+// CHECK-NOT:     memref<?xi16>
+// CHECK:         math.roundeven
+// CHECK:         memref.alloc({{.*}}) {{.*}} : memref<?xi16>
+// CHECK:         math.roundeven
+// CHECK:         memref.store {{.*}} : memref<?xi16>
+// CHECK:         call @kvrt_parallel_for(
+// CHECK-COUNT-9: memref.dealloc
+// CHECK:         return
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_products_q4_k_q4_k_q8_0_task(
+// CHECK-DAG:     llvm.call_intrinsic "llvm.x86.avx512.vpdpwssd.512"
+// CHECK-DAG:     llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"

@@ -102,7 +102,7 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q4_k
 // INT8:          memref.dealloc
 // INT8:          return
 // INT8:        func.func private @[[P]]_products_q4_k_q4_k_q6_k_task(
-// INT8:          llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// INT8:          llvm.call_intrinsic "llvm.x86.avx512.vpdpwssd.512"
 
 // LOWERED-NOT: kv.weight_formats
 // LOWERED:     llvm.func @{{kv_fwd_[0-9a-f]+}}_prefill(%{{.*}}: !llvm.ptr)

@@ -440,10 +440,15 @@ double checkLayer0Bound(const kvrt_model *model, size_t n,
     for (float v : x)
       squares += double(v) * v;
     double factor = 1.0 / std::sqrt(squares / c.dim + c.rms_eps);
+    // A scale per 32 activations for Q8_0, per 256 for the K-quants
+    // (llama.cpp's Q8_0 and Q8_K).
+    kvrt_weight_format format = w.wv.slices[0].format;
+    int64_t block =
+        format == KVRT_WEIGHT_Q4_K || format == KVRT_WEIGHT_Q6_K ? 256 : 32;
     std::vector<double> steps;
-    for (int64_t b = 0; b < c.dim / 32; ++b) {
+    for (int64_t b = 0; b < c.dim / block; ++b) {
       double amax = 0;
-      for (int64_t i = 32 * b; i < 32 * b + 32; ++i)
+      for (int64_t i = block * b; i < block * b + block; ++i)
         amax = std::max(amax, std::fabs(x[i] * factor * norm[i]));
       steps.push_back(amax / 127);
     }
@@ -451,7 +456,7 @@ double checkLayer0Bound(const kvrt_model *model, size_t n,
       std::vector<float> row = weightRow(w.wv, 0, o);
       double bound = 0;
       for (int64_t i = 0; i < c.dim; ++i)
-        bound += steps[i / 32] / 2 * std::fabs(row[i]);
+        bound += steps[i / block] / 2 * std::fabs(row[i]);
       bound = bound * (1 + 1e-3) + 1e-5;
       double diff = std::fabs(vc[t * kvDim + o] - vr[t * kvDim + o]);
       EXPECT_LE(diff, bound) << "token " << t << " output " << o;
@@ -533,11 +538,12 @@ TEST(QuantForwardTest, Int8DotWithinTheActivationQuantisationBound) {
 
 TEST(QuantForwardTest, Int8DotOfK_QuantWithinTheBound) {
   // Q4_K's and Q6_K's integer dot products (an element is A q - B or
-  // A (q - 32)): the same bound, w the dequantised weights, for the decode
-  // tiles (1 and 3 tokens) and the prefill's panels (4, 13 and 64 tokens:
-  // part tiles of 6 at the end). dim 768 is 3 blocks of 256; 32 heads of 24
-  // on one KV head make V 24 outputs (a part panel of 16), the classifier's
-  // 509 another.
+  // A (q - 32)), the activations quantised per 256 (llama.cpp's Q8_K): the
+  // same bound with d_b of 256-element blocks, w the dequantised weights,
+  // for the decode tiles (1 and 3 tokens) and the prefill's panels (4, 13
+  // and 64 tokens: part tiles of 6 at the end). dim 768 is 3 blocks of 256; 32
+  // heads of 24 on one KV head make V 24 outputs (a part panel of 16), the
+  // classifier's 509 another.
   if (!mlir::kv::hostHasInt8Dot())
     GTEST_SKIP() << "this host has no AVX-512 VNNI (the integer dot path)";
   ModelPtr f32 = syntheticModel(makeConfig(768, 512, 2, 32, 1, 509, 256), 32);
@@ -553,6 +559,67 @@ TEST(QuantForwardTest, Int8DotOfK_QuantWithinTheBound) {
       EXPECT_GT(checkLayer0Bound(model.get(), n), 1e-5) << n;
     expectSameForAnyThreadCount(model.get(), {13, 64});
   }
+}
+
+TEST(QuantForwardTest, Q8_0AndK_QuantInOneDecodeProduct) {
+  // A decode step's query, key and value are one fused product on one
+  // quantised input; with Q8_0 beside a K-quant there, the input is
+  // quantised both ways, a scale per 32 for the Q8_0 rows and per 256 for
+  // the K-quant's (llama-quantize --tensor-type attn_v=q8_0 makes such a
+  // file; here every layer's V of a Q4_K file requantised to Q8_0). V, the
+  // Q8_0 rows, is within the activations' bound of the oracle's (decode
+  // tiles for 1 and 3 tokens, the prefill's panels for 9), and decode steps
+  // give the prefill's rows, as DecodeStepsAreThePrefillsRows: activations
+  // of the wrong scale block would move the K-quant's sums by their size.
+  if (!mlir::kv::hostHasInt8Dot())
+    GTEST_SKIP() << "this host has no AVX-512 VNNI (the integer dot path)";
+  ModelPtr f32 = syntheticModel(dim256Config(/*shared=*/false), 24);
+  ModelPtr model = quantised(f32.get(), "mixed-q4_k", KVRT_GGUF_Q4_K);
+  kvrt_model_config c;
+  ASSERT_EQ(kvrt_model_get_config(model.get(), &c), KVRT_OK);
+  kvrt_model_weights w;
+  ASSERT_EQ(kvrt_model_get_weights(model.get(), &w), KVRT_OK);
+  // The model's own slice table (it outlives these buffers' use).
+  auto *slices = const_cast<kvrt_weight_slice *>(w.wv.slices);
+  static std::vector<std::vector<char>> requantised;
+  for (int64_t layer = 0; layer < w.wv.n_slices; ++layer) {
+    int64_t rowBytes = kvrt::weightRowBytes(KVRT_WEIGHT_Q8_0, w.wv.cols);
+    std::vector<char> &bytes = requantised.emplace_back(rowBytes * w.wv.rows);
+    for (int64_t row = 0; row < w.wv.rows; ++row)
+      kvrt::quantizeRow(KVRT_WEIGHT_Q8_0, weightRow(w.wv, layer, row).data(),
+                        bytes.data() + row * rowBytes, w.wv.cols);
+    slices[layer] = {bytes.data(), KVRT_WEIGHT_Q8_0, int64_t(bytes.size())};
+  }
+  std::string spec = kvir::modelWeightFormats(model.get()).spec();
+  ASSERT_NE(spec.find("wq:q4_k"), std::string::npos) << spec;
+  ASSERT_NE(spec.find("wv:q8_0"), std::string::npos) << spec;
+  for (size_t n : {1, 3, 9})
+    EXPECT_GT(checkLayer0Bound(model.get(), n), 1e-5) << n;
+  PoolPtr pool = poolFor(model.get(), 256);
+  ViewPtr empty = emptyView(pool.get());
+  std::vector<int32_t> prefix = randomTokens(21, c.vocab_size, 10);
+  std::vector<int32_t> next = randomTokens(5, c.vocab_size, 11);
+  Prefilled cached = cpuPrefill(model.get(), empty.get(), prefix, 0, "int8");
+  // 5 tokens take the prefill's panels, 1 and 3 the decode tiles.
+  Prefilled whole =
+      cpuPrefill(model.get(), cached.view.get(), next, 21, "int8");
+  auto expectRows = [&](const std::vector<float> &logits, size_t first) {
+    for (size_t i = 0; i * c.vocab_size < logits.size(); ++i) {
+      auto row = [&](const std::vector<float> &all, size_t r) {
+        return std::vector<float>(all.begin() + r * c.vocab_size,
+                                  all.begin() + (r + 1) * c.vocab_size);
+      };
+      std::vector<float> expected = row(whole.logits, first + i);
+      EXPECT_LT(maxDiff(row(logits, i), expected), 2e-2 * largestOf(expected))
+          << "row " << first + i;
+    }
+  };
+  Prefilled one =
+      cpuPrefill(model.get(), cached.view.get(), {next[0]}, 21, "int8");
+  expectRows(one.logits, 0);
+  Prefilled three = cpuPrefill(model.get(), one.view.get(),
+                               {next[1], next[2], next[3]}, 22, "int8");
+  expectRows(three.logits, 1);
 }
 
 /// Prefills of `sizes` random tokens by quant-dot=amx give quant-dot=int8's
