@@ -182,19 +182,30 @@ Value maddWords(ForwardEmitter &e, Value a, Value b) {
              {a, b});
 }
 
-/// The bytes `bytes` (vector<16xi8>) as a vector<32xi16>: lane j byte
-/// `index[j / (32 / index.size())]`, zero-extended (a byte per run of
-/// lanes).
-Value spreadBytes(ForwardEmitter &e, Value bytes, ArrayRef<int64_t> index) {
-  VectorType v16b = e.vec(16, e.byte());
-  Value zeros = splatBytes(e, v16b, 0);
-  int64_t run = 32 / index.size();
+/// `bytes` (vector<16xi8>) in each 128-bit lane of a vector<64xi8>, for
+/// spreadBytes.
+Value broadcastLanes(ForwardEmitter &e, Value bytes) {
   SmallVector<int64_t> order;
-  for (int64_t lane = 0; lane < 32; ++lane)
-    order.append({index[lane / run], 16});
-  return vector::BitCastOp::create(
-      e.b, e.vec(32, e.b.getI16Type()),
-      vector::ShuffleOp::create(e.b, bytes, zeros, order));
+  for (int64_t i = 0; i < 64; ++i)
+    order.push_back(i % 16);
+  return vector::ShuffleOp::create(e.b, bytes, bytes, order);
+}
+
+/// The bytes of `lanes` (broadcastLanes of a vector<16xi8>) as a
+/// vector<32xi16>: lane j byte `index[j / (32 / index.size())]`,
+/// zero-extended (a byte per run of lanes), by one in-lane byte shuffle
+/// (vpshufb: no table register to copy, as a two-source byte permute has).
+Value spreadBytes(ForwardEmitter &e, Value lanes, ArrayRef<int64_t> index) {
+  int64_t run = 32 / index.size();
+  SmallVector<int8_t> control;
+  for (int64_t word = 0; word < 32; ++word)
+    control.append({int8_t(index[word / run]), int8_t(-128)});
+  Value mask = arith::ConstantOp::create(
+      e.b, DenseElementsAttr::get(e.vec(64, e.byte()), ArrayRef(control)));
+  return vector::BitCastOp::create(e.b, e.vec(32, e.b.getI16Type()),
+                                   x86(e, e.vec(64, e.byte()),
+                                       "llvm.x86.avx512.pshuf.b.512",
+                                       {lanes, mask}));
 }
 
 /// One register tile of a decode step of Q4_K or Q6_K weights: token t
@@ -245,12 +256,10 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
       order.push_back(from + i);
     return order;
   };
-  // Per row an f32 accumulator of the scaled block sums and, Q4_K, one of
-  // the mins' terms.
+  // Per row an f32 accumulator of the scaled block sums (and Q4_K's mins'
+  // terms, in lanes 0-3).
   int64_t rows = rowAt.size();
   SmallVector<Value> inits(rows, e.splatF32(16, 0.0f));
-  if (q4k)
-    inits.append(rows, e.splatF32(4, 0.0f));
   SmallVector<Value> accs = e.forLoop(
       e.cIndex(0), blocks, e.cIndex(1), inits,
       [&](Value b, ValueRange carried) {
@@ -280,6 +289,10 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
             highX.push_back(vector::ShuffleOp::create(e.b, x[2 * h],
                                                       x[2 * h + 1], highOrder));
           }
+          // [dx, -dx]: d x dx and -dmin x dx in one multiply.
+          Value dxPair = vector::FromElementsOp::create(
+              e.b, e.vec(2, e.f32()),
+              ValueRange{dx, arith::NegFOp::create(e.b, dx)});
           Value sums32 =
               vector::LoadOp::create(e.b, e.vec(8, i16), act.sums,
                                      ValueRange{e.add(sumsAt, e.cIndex(16))});
@@ -314,6 +327,7 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
                 byteConstants(
                     {0, 0, 0, 0, 48, 48, 48, 48, 0, 0, 0, 0, 48, 48, 48, 48}));
             Value scalesMins = arith::OrIOp::create(e.b, lowBits, topBits);
+            Value scaleLanes = broadcastLanes(e, scalesMins);
             Value sum = e.splatI32(16, 0);
             for (int64_t h = 0; h < 2; ++h) {
               Value q = bytesAt(v64b, e.add(at, e.cIndex(16 + 64 * h)));
@@ -321,10 +335,10 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
               Value hi = arith::ShRUIOp::create(e.b, q, four);
               // Groups 4h, 4h + 2 (low nibbles) and 4h + 1, 4h + 3.
               sum = dotWords(e, sum, maddBytes(e, lo, lowX[h]),
-                             spreadBytes(e, scalesMins, {4 * h, 4 * h + 2}));
+                             spreadBytes(e, scaleLanes, {4 * h, 4 * h + 2}));
               sum =
                   dotWords(e, sum, maddBytes(e, hi, highX[h]),
-                           spreadBytes(e, scalesMins, {4 * h + 1, 4 * h + 3}));
+                           spreadBytes(e, scaleLanes, {4 * h + 1, 4 * h + 3}));
             }
             Value mins = vector::BitCastOp::create(
                 e.b, e.vec(8, i16),
@@ -333,15 +347,29 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
                     ArrayRef<int64_t>{8, 16, 9, 16, 10, 16, 11, 16, 12, 16, 13,
                                       16, 14, 16, 15, 16}));
             Value minSums = maddWords(e, mins, sums32);
-            Value d = arith::MulFOp::create(e.b, e.loadF16(bytes, at), dx);
-            Value dmin = arith::MulFOp::create(
-                e.b, e.loadF16(bytes, e.add(at, e.cIndex(2))), dx);
-            next[r] = vector::FMAOp::create(
-                e.b, arith::SIToFPOp::create(e.b, v16f, sum),
-                vector::BroadcastOp::create(e.b, v16f, d), next[r]);
-            next[rows + r] = vector::FMAOp::create(
+            // [d, dmin] x dx, both halves in one load and conversion.
+            Value halves =
+                vector::BitCastOp::create(e.b, e.vec(2, e.b.getF16Type()),
+                                          bytesAt(e.vec(4, e.byte()), at));
+            Value both = arith::MulFOp::create(
+                e.b, arith::ExtFOp::create(e.b, e.vec(2, e.f32()), halves),
+                dxPair);
+            Value d = vector::ExtractOp::create(e.b, both, int64_t(0));
+            Value negativeDmin =
+                vector::ExtractOp::create(e.b, both, int64_t(1));
+            // The mins' 4 lanes widened with zeros (free: an xmm
+            // instruction clears the rest of its register).
+            Value minTerms = vector::ShuffleOp::create(
                 e.b, arith::SIToFPOp::create(e.b, v4f, minSums),
-                vector::BroadcastOp::create(e.b, v4f, dmin), next[rows + r]);
+                e.splatF32(4, 0.0f),
+                ArrayRef<int64_t>{0, 1, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+                                  4});
+            next[r] = vector::FMAOp::create(
+                e.b, minTerms,
+                vector::BroadcastOp::create(e.b, v16f, negativeDmin),
+                vector::FMAOp::create(
+                    e.b, arith::SIToFPOp::create(e.b, v16f, sum),
+                    vector::BroadcastOp::create(e.b, v16f, d), next[r]));
           }
           return next;
         }
@@ -412,11 +440,6 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
   for (int64_t r = 0; r < rows; ++r) {
     Value total =
         vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, accs[r]);
-    if (q4k)
-      total = arith::SubFOp::create(
-          e.b, total,
-          vector::ReductionOp::create(e.b, vector::CombiningKind::ADD,
-                                      accs[rows + r]));
     sums.push_back(total);
   }
   return sums;

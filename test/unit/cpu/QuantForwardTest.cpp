@@ -222,12 +222,20 @@ TEST(QuantForwardTest, AccuracyFollowsTheFormatsPrecision) {
     got[t.name] = accuracy(model.get(), f32.get(), tokens);
     printAccuracy("synthetic dim 256", t.name, got[t.name]);
   }
-  // The integer dot products (Q8_0 only) add the activations' quantisation:
-  // printed beside the f32 path's figure (docs/models.md).
+  // The integer dot products (Q8_0, Q4_K and Q6_K matrices) add the
+  // activations' quantisation: printed beside the f32 path's figure
+  // (docs/models.md), and less than half the weights' own error again.
   if (mlir::kv::hostHasInt8Dot()) {
-    ModelPtr q8 = quantised(f32.get(), "acc-q8_0", KVRT_GGUF_Q8_0);
-    printAccuracy("synthetic dim 256", "q8_0 int8",
-                  accuracy(q8.get(), f32.get(), tokens, "int8"));
+    for (const Type &t : kTypes) {
+      std::string name = t.name;
+      if (name != "q8_0" && name != "q6_k" && name != "q4_k" &&
+          name != "q4_k_m" && name != "q5_k_m")
+        continue;
+      ModelPtr model = quantised(f32.get(), "acc-" + name, t.type);
+      Accuracy a = accuracy(model.get(), f32.get(), tokens, "int8");
+      printAccuracy("synthetic dim 256", (name + " int8").c_str(), a);
+      EXPECT_LT(a.maxDiff, 1.5 * got[name].maxDiff) << name;
+    }
   }
   // More bits, closer logits.
   EXPECT_LT(got["f16"].maxDiff, got["q8_0"].maxDiff);
