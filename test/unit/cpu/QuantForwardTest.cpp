@@ -336,13 +336,14 @@ TEST(QuantForwardTest, DecodeStepsAreThePrefillsRows) {
   // token, and one of three, continuing a cached prefix, against the rows
   // of a prefill of the same tokens: with weights widened (exact), within
   // the oracle's tolerance. With integer dots the activations are quantised
-  // per block of 32 in both, but the float order differs (attention over the
-  // runs a step leaves, the sums of the tiles), and a difference in the last
-  // bit can round an activation to the next quant (one step: the block's
-  // largest / 127). Measured: Q5_K_M and Q8_0 within 5e-7, Q4_K_M steps 2
-  // and 3 at 1.3e-2 (0.8% of the largest logit; the same before the fusion,
-  // to the last digit). So within 2% of the largest logit and the same
-  // top-1: a weight taken from the wrong rows or tensor moves the logits
+  // the same way in both (per block of 32 for Q8_0, of 256 for the
+  // K-quants), but the float order differs (attention over the runs a step
+  // leaves, the sums of the tiles), and a difference in the last bit can
+  // round an activation to the next quant (one step: the block's largest /
+  // 127). Measured: within 6e-7 for all three (with a scale per 32
+  // activations for the K-quants too, Q4_K_M steps 2 and 3 were at 1.3e-2,
+  // 0.8% of the largest logit). So within 2% of the largest logit and the
+  // same top-1: a weight taken from the wrong rows or tensor moves the logits
   // by their own size.
   std::vector<std::string> quantDots = {"f32"};
   if (mlir::kv::hostHasInt8Dot())
