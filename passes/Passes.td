@@ -40,7 +40,8 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
     weights are multiplied: `f32` widens their blocks to f32 exactly (the
     oracle's weights), `int8` multiplies Q8_0, Q4_K and Q6_K blocks by
     integer dot products against activations quantised per block of 32
-    (AVX-512 VNNI; an error on a host without it), `amx` is int8 with a
+    (Q8_0) or of 256 (the K-quants, as llama.cpp's Q8_K; AVX-512 VNNI; an
+    error on a host without it), `amx` is int8 with a
     Q8_0 or Q4_K prefill's products on AMX int8 tiles (the same results; an error
     on a host without AMX or whose Linux refuses this process the tile
     state), `auto` (the default) is amx where the host has AMX, else int8
