@@ -557,37 +557,48 @@ std::pair<Value, Value> ForwardEmitter::groupScale(kvrt_weight_format format,
   llvm_unreachable("groupScale of a format without blocks");
 }
 
-Value ForwardEmitter::kQuantScalesMins(Value bytes, Value block) {
-  // kvrt::scaleMinK4 in 16 lanes [A g < 4 | A g >= 4 | B g < 4 | B g >= 4]
-  // from the 12 bytes s of the scales (and 4 bytes after them, unused):
-  // lanes 0-3 s[g] & 63, 4-7 s[g + 4] & 15 | (s[g - 4] >> 6) << 4, 8-11
-  // s[g + 4] & 63, 12-15 s[g + 4] >> 4 | (s[g] >> 6) << 4.
-  VectorType v16b = vec(16, byte()), v16i = vec(16, i32());
+Value ForwardEmitter::kQuantScalesMinsBytes(Value bytes, Value block) {
+  // From the 12 bytes s of the scales (and 4 bytes after them, unused):
+  // sc_g = s[g] & 63 (g < 4), s[g + 4] & 15 | (s[g - 4] >> 6) << 4 (g >= 4);
+  // m_g = s[g + 4] & 63 (g < 4), s[g + 4] >> 4 | (s[g] >> 6) << 4 (g >= 4).
+  VectorType v16b = vec(16, byte());
   Value s =
       vector::LoadOp::create(b, v16b, bytes, ValueRange{add(block, cIndex(4))});
-  auto lanes = [&](ArrayRef<int64_t> indices) -> Value {
-    return arith::ExtUIOp::create(b, v16i,
-                                  vector::ShuffleOp::create(b, s, s, indices));
+  auto constants = [&](ArrayRef<int8_t> values) -> Value {
+    return arith::ConstantOp::create(b, DenseElementsAttr::get(v16b, values));
   };
-  auto constants = [&](ArrayRef<int32_t> values) -> Value {
-    return arith::ConstantOp::create(b, DenseElementsAttr::get(v16i, values));
-  };
-  Value low = lanes({0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11});
-  Value top = lanes({0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7});
-  Value lowBits = arith::AndIOp::create(
+  Value lows = vector::ShuffleOp::create(
+      b, s, s,
+      ArrayRef<int64_t>{0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11});
+  Value tops = vector::ShuffleOp::create(
+      b, s, s,
+      ArrayRef<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7});
+  Value lowBits = arith::OrIOp::create(
+      b,
+      arith::AndIOp::create(b, lows,
+                            constants({63, 63, 63, 63, 15, 15, 15, 15, 63, 63,
+                                       63, 63, 0, 0, 0, 0})),
+      arith::AndIOp::create(
+          b,
+          arith::ShRUIOp::create(
+              b, lows,
+              constants({4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4})),
+          constants({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15})));
+  Value topBits = arith::AndIOp::create(
       b,
       arith::ShRUIOp::create(
-          b, low, constants({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4})),
-      constants(
-          {63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15}));
-  Value topBits = arith::ShLIOp::create(
-      b,
-      arith::AndIOp::create(
-          b, arith::ShRUIOp::create(b, top, splatI32(16, 6)),
-          constants({0, 0, 0, 0, 3, 3, 3, 3, 0, 0, 0, 0, 3, 3, 3, 3})),
-      splatI32(16, 4));
-  Value values = arith::SIToFPOp::create(
-      b, vec(16, f32()), arith::OrIOp::create(b, lowBits, topBits));
+          b, tops, constants({2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2})),
+      constants({0, 0, 0, 0, 48, 48, 48, 48, 0, 0, 0, 0, 48, 48, 48, 48}));
+  return arith::OrIOp::create(b, lowBits, topBits);
+}
+
+Value ForwardEmitter::kQuantScalesMins(Value bytes, Value block) {
+  // kQuantScalesMinsBytes in 16 lanes [A g < 4 | A g >= 4 | B g < 4 | B g >=
+  // 4], times [d x 8 | dmin x 8].
+  Value values = arith::UIToFPOp::create(
+      b, vec(16, f32()),
+      arith::ExtUIOp::create(b, vec(16, i32()),
+                             kQuantScalesMinsBytes(bytes, block)));
   VectorType v8 = vec(8, f32());
   Value d = vector::BroadcastOp::create(b, v8, loadF16(bytes, block));
   Value dmin =

@@ -221,7 +221,7 @@ Value spreadBytes(ForwardEmitter &e, Value lanes, ArrayRef<int64_t> index) {
 ///   .. 95] in its low nibbles and [128h + 32 .. 63 | 128h + 96 .. 127] in
 ///   its high ones (ggml's layout), so the token's quants are shuffled to
 ///   match; the 6-bit scales and mins decoded from their 12 bytes in
-///   integers (kvrt::scaleMinK4). An element is d sc q - dmin m: the mins
+///   integers (ForwardEmitter::kQuantScalesMinsBytes). An element is d sc q - dmin m: the mins
 ///   enter once per block as dmin dx sum_g m_g (sum of the token's quants
 ///   over group g), pmaddwd of the mins with the token's sums of 32.
 /// - Q6_K: a 64-byte load of ql holds elements 128h + 0 .. 63 in its low
@@ -246,9 +246,6 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
   Value sumsRow = e.mul(blocks, e.cIndex(32));
   auto bytesAt = [&](VectorType type, Value at) -> Value {
     return vector::LoadOp::create(e.b, type, bytes, ValueRange{at});
-  };
-  auto byteConstants = [&](ArrayRef<int8_t> values) -> Value {
-    return arith::ConstantOp::create(e.b, DenseElementsAttr::get(v16b, values));
   };
   auto sequence = [](int64_t from, int64_t count) {
     SmallVector<int64_t> order;
@@ -299,34 +296,8 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
           Value low = splatBytes(e, v64b, 0x0F), four = splatBytes(e, v64b, 4);
           for (int64_t r = 0; r < rows; ++r) {
             Value at = e.add(rowAt[r], blockAt);
-            // kvrt::scaleMinK4 of the 12 bytes s: [sc 0 .. 7 | m 0 .. 7],
-            // sc_g = s[g] & 63 (g < 4), s[g + 4] & 15 | (s[g - 4] >> 6) << 4;
-            // m_g = s[g + 4] & 63, s[g + 4] >> 4 | (s[g] >> 6) << 4.
-            Value s = bytesAt(v16b, e.add(at, e.cIndex(4)));
-            Value lows = vector::ShuffleOp::create(
-                e.b, s, s,
-                ArrayRef<int64_t>{0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9,
-                                  10, 11});
-            Value tops = vector::ShuffleOp::create(
-                e.b, s, s,
-                ArrayRef<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6,
-                                  7});
-            Value lowBits = arith::OrIOp::create(
-                e.b,
-                arith::AndIOp::create(
-                    e.b, lows,
-                    byteConstants({63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63,
-                                   63, 0, 0, 0, 0})),
-                arith::AndIOp::create(
-                    e.b,
-                    arith::ShRUIOp::create(e.b, lows, splatBytes(e, v16b, 4)),
-                    byteConstants(
-                        {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15})));
-            Value topBits = arith::AndIOp::create(
-                e.b, arith::ShRUIOp::create(e.b, tops, splatBytes(e, v16b, 2)),
-                byteConstants(
-                    {0, 0, 0, 0, 48, 48, 48, 48, 0, 0, 0, 0, 48, 48, 48, 48}));
-            Value scalesMins = arith::OrIOp::create(e.b, lowBits, topBits);
+            // [sc 0 .. 7 | m 0 .. 7] (kvrt::scaleMinK4) as bytes.
+            Value scalesMins = e.kQuantScalesMinsBytes(bytes, at);
             Value scaleLanes = broadcastLanes(e, scalesMins);
             Value sum = e.splatI32(16, 0);
             for (int64_t h = 0; h < 2; ++h) {
@@ -437,11 +408,9 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
         return next;
       });
   SmallVector<Value> sums;
-  for (int64_t r = 0; r < rows; ++r) {
-    Value total =
-        vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, accs[r]);
-    sums.push_back(total);
-  }
+  for (Value acc : accs)
+    sums.push_back(
+        vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, acc));
   return sums;
 }
 
@@ -1190,8 +1159,6 @@ void cpu::emitQuantizeRows(ForwardEmitter &e, Value a,
           storeSum(arith::AddIOp::create(e.b, sixteens[2 * run],
                                          sixteens[2 * run + 1]),
                    16 + run);
-        for (int64_t slot = 24; slot < 32; ++slot)
-          storeSum(e.cI32(0), slot);
       });
     });
     return;

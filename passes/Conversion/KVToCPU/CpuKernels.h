@@ -180,7 +180,8 @@ Value weightRowBytes(ForwardEmitter &e, kvrt_weight_format format, Value k);
 /// above), whose decode tiles then scale a block's integer sums once
 /// (emitKQuantDecodeTile). With 256, `sums` [n][blocks256 * 32] i16: per
 /// 256-element block the sums of its quants over its 16 runs of 16, then
-/// over its 8 runs of 32, then 8 zeros.
+/// over its 8 runs of 32 (the last 8 slots unused: a block's sums fill one
+/// 64-byte line).
 struct Int8Activations {
   Value quants, bias, scales, blockBias, pairs, sums;
   int64_t scaleBlock = 32;
