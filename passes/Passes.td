@@ -44,8 +44,10 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
     error on a host without it), `amx` is int8 with a
     Q8_0 or Q4_K prefill's products on AMX int8 tiles (the same results; an error
     on a host without AMX or whose Linux refuses this process the tile
-    state), `auto` (the default) is amx where the host has AMX, else int8
-    where it has VNNI.
+    state), `avx2` is int8's decode steps by AVX2's instructions
+    (vpmaddubsw and vpmaddwd on 256-bit halves: any x86-64-v3) with a
+    prefill widened as f32's, `auto` (the default) is amx where the host has
+    AMX, else int8 where it has VNNI, else avx2.
 
     Before:
     ```mlir
@@ -77,8 +79,9 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
            "How quantised weights are multiplied: f32 (widened exactly), "
            "int8 (integer dot products, activations quantised per block; "
            "Q8_0, Q4_K and Q6_K; needs AVX-512 VNNI), amx (int8, a Q8_0 "
-           "prefill on AMX tiles; needs AMX) or auto (amx where the host "
-           "has AMX, else int8 where it has VNNI)">
+           "prefill on AMX tiles; needs AMX), avx2 (int8's decode steps by "
+           "AVX2's instructions, a prefill widened) or auto (amx where the "
+           "host has AMX, else int8 where it has VNNI, else avx2)">
   ];
   let statistics = [
     Statistic<"numForwards", "forwards", "Number of model forwards emitted">

@@ -54,31 +54,33 @@ import shutil
 if shutil.which("redis-server") and shutil.which("redis-cli"):
     config.available_features.add("redis-server")
 
-# AVX-512 VNNI on the host: `REQUIRES: avx512vnni` for tests of the integer
-# dot products of quantised weights (convert-kv-to-cpu's quant-dot=int8),
-# which the pass refuses on a host without them.
+# The host's CPU flags, for the features below.
 try:
     with open("/proc/cpuinfo") as cpuinfo:
-        if "avx512_vnni" in cpuinfo.read().split():
-            config.available_features.add("avx512vnni")
+        cpu_flags = set(cpuinfo.read().split())
 except OSError:
-    pass
+    cpu_flags = set()
+
+# `REQUIRES: avx512vnni` for tests of the integer dot products of quantised
+# weights (convert-kv-to-cpu's quant-dot=int8), `REQUIRES: avx2` for
+# quant-dot=avx2 (the decode tiles of a host without VNNI): the pass refuses
+# either on a host without it.
+for flag, feature in (("avx512_vnni", "avx512vnni"), ("avx2", "avx2")):
+    if flag in cpu_flags:
+        config.available_features.add(feature)
 
 # AMX int8 tiles the host grants: `REQUIRES: amx` for quant-dot=amx, which the
 # pass refuses unless the CPU has them and Linux grants a process the tile
 # state (arch_prctl ARCH_REQ_XCOMP_PERM; asked here as the pass asks).
-try:
-    import ctypes
-    with open("/proc/cpuinfo") as cpuinfo:
-        flags = cpuinfo.read().split()
-    if ("amx_tile" in flags and "amx_int8" in flags
-            and "avx512_vnni" in flags):
+if {"amx_tile", "amx_int8", "avx512_vnni"} <= cpu_flags:
+    try:
+        import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA (x86-64).
         if libc.syscall(158, 0x1023, 18) == 0:
             config.available_features.add("amx")
-except (OSError, AttributeError):
-    pass
+    except (OSError, AttributeError):
+        pass
 
 tool_dirs = [config.kvir_tools_dir, config.llvm_tools_dir]
 tools = [ToolSubst("kv-opt", unresolved="fatal"), ToolSubst("kv-run", unresolved="ignore"),

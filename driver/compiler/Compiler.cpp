@@ -1022,7 +1022,7 @@ std::string kvir::compiler::quantDotFor(StringRef cpu, StringRef requested) {
   std::unique_ptr<llvm::MCSubtargetInfo> info(
       target->createMCSubtargetInfo(triple, cpu, ""));
   if (!info || !info->checkFeatures("+avx512vnni,+avx512bw"))
-    return "f32";
+    return info && info->checkFeatures("+avx2") ? "avx2" : "f32";
   // auto takes AMX tiles where this host has them (CpuTarget): not in an
   // object for a CPU without.
   if (!info->checkFeatures("+amx-tile,+amx-int8") && mlir::kv::hostHasAmx())

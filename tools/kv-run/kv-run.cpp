@@ -570,14 +570,15 @@ void declareOptions(OptionParser &parser, Options &options) {
               "--text or --text-file (each piece as the vocabulary spells it, "
               "then the text it decodes to) instead of running it",
               options.printTokens);
-  parser.text("quant-dot", "auto|f32|int8|amx",
+  parser.text("quant-dot", "auto|f32|int8|amx|avx2",
               "how the generated CPU code multiplies quantised weights: f32 "
               "widens them exactly (the oracle's weights), int8 takes integer "
               "dot products on Q8_0, Q4_K and Q6_K blocks "
               "against activations quantised per "
               "block (AVX-512 VNNI; docs/cpu-backend.md), amx the same with "
-              "a Q8_0 or Q4_K prefill on AMX tiles, auto (default) amx where "
-              "the host has AMX, else int8 where it has VNNI",
+              "a Q8_0 or Q4_K prefill on AMX tiles, avx2 int8's decode steps "
+              "by AVX2's instructions (a prefill widens), auto (default) amx "
+              "where the host has AMX, else int8 where it has VNNI, else avx2",
               options.quantDot);
 }
 
@@ -612,9 +613,10 @@ int main(int argc, char **argv) {
   if (!positionals.empty())
     options.program = positionals[0];
   if (options.quantDot != "auto" && options.quantDot != "f32" &&
-      options.quantDot != "int8" && options.quantDot != "amx")
+      options.quantDot != "int8" && options.quantDot != "amx" &&
+      options.quantDot != "avx2")
     return fail("unknown --quant-dot '" + options.quantDot +
-                "' (available: auto, f32, int8, amx)");
+                "' (available: auto, f32, int8, amx, avx2)");
   if (!applyThreads(options.run.runner.threads, problem) ||
       !checkRunOptions(options.run, problem) ||
       !checkCacheOptions(options.cache, problem))

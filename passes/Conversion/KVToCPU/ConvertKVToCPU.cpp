@@ -42,7 +42,7 @@ struct ConvertKVToCPUPass
     std::optional<QuantDot> dot = parseQuantDot(quantDot);
     if (!dot) {
       getOperation().emitError() << "convert-kv-to-cpu: quant-dot must be "
-                                    "auto, f32, int8 or amx, not '"
+                                    "auto, f32, int8, amx or avx2, not '"
                                  << quantDot << "'";
       return signalPassFailure();
     }
@@ -50,6 +50,11 @@ struct ConvertKVToCPUPass
       getOperation().emitError()
           << "convert-kv-to-cpu: quant-dot=int8 needs AVX-512 VNNI "
              "(avx512vnni, avx512bw), which this host lacks";
+      return signalPassFailure();
+    }
+    if (*dot == QuantDot::Avx2 && !hostHasAvx2()) {
+      getOperation().emitError() << "convert-kv-to-cpu: quant-dot=avx2 needs "
+                                    "AVX2, which this host lacks";
       return signalPassFailure();
     }
     if (*dot == QuantDot::Amx && !hostHasAmx()) {

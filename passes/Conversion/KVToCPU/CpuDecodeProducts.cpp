@@ -32,12 +32,17 @@ namespace {
 /// elements (Q8_0), per 256 (the K-quants), or both (a mix of them).
 struct InputNeeds {
   bool act = false, actK = false;
+  /// The instructions of the kernels that read them (one target's: all the
+  /// same).
+  Int8Isa isa = Int8Isa::Vnni512;
 };
 InputNeeds needsOf(ArrayRef<DecodeKernel> kernels) {
   InputNeeds needs;
   for (const DecodeKernel &kernel : kernels)
-    if (kernel.int8)
+    if (kernel.int8) {
       (int8ScaleBlock(kernel.format) == 256 ? needs.actK : needs.act) = true;
+      needs.isa = kernel.isa;
+    }
   return needs;
 }
 
@@ -80,7 +85,7 @@ DecodeInput prepareInput(ForwardEmitter &e, Value a, InputNeeds needs) {
   in.k = memref::DimOp::create(e.b, a, e.cIndex(1));
   auto quantise = [&](Int8Activations &act, int64_t scaleBlock) {
     act = allocInt8Activations(e, in.n, in.n, in.k, scaleBlock);
-    emitQuantizeRows(e, a, act, e.cIndex(0), in.n);
+    emitQuantizeRows(e, a, act, e.cIndex(0), in.n, needs.isa);
   };
   if (needs.act)
     quantise(in.act, 32);
@@ -123,7 +128,8 @@ SmallVector<Value> tileSums(ForwardEmitter &e, const DecodeKernel &kernel,
                             const DecodeTile &tile, Value t) {
   if (kernel.int8)
     return int8DecodeSums(e, kernel.format, bytes,
-                          in.activationsFor(kernel.format), in.k, t, tile.rows);
+                          in.activationsFor(kernel.format), in.k, t, tile.rows,
+                          kernel.isa);
   return emitQuantDots(e, kernel.format, in.a, bytes, tile.rows, t, in.k);
 }
 

@@ -5,7 +5,9 @@
 // Q8_0 weights) or of 256 (for the K-quants), the weights' quants multiplied
 // by AVX-512 VNNI (vpdpbusd; a K-quant decode step by vpmaddubsw and
 // vpdpwssd), or a Q8_0 or Q4_K prefill's by AMX tiles (tdpbssd, tdpbsud),
-// and scaled per block (docs/cpu-backend.md, "Quantised weights").
+// or, on a host without VNNI (Int8Isa::Avx2), a decode step's by AVX2's
+// vpmaddubsw and vpmaddwd on the 256-bit halves of the same values, and
+// scaled per block (docs/cpu-backend.md, "Quantised weights").
 //
 //===----------------------------------------------------------------------===//
 
@@ -47,6 +49,9 @@ constexpr int64_t kInt8PanelRows = 6, kInt8TilePanels = 1;
 /// panels, tdpbssd; scales block-major), and groups pipelined 231-255;
 /// groups of 4 the same; 2 panels x 1 block 215-228.
 constexpr int64_t kAmxRows = 16, kAmxTilePanels = 2;
+/// The weight rows of an AVX2 decode tile (every format): each row's
+/// accumulator takes two of the 16 ymm registers.
+constexpr int64_t kAvx2TileOutputs = 2;
 constexpr int64_t kAmxBlocks = 1, kAmxGroupBlocks = 8;
 
 /// The x86 intrinsic `name` of `operands`, of type `type` (LLVM 22 forms
@@ -57,13 +62,6 @@ Value x86(ForwardEmitter &e, Type type, StringRef name, ValueRange operands) {
       .getResult(0);
 }
 
-/// vpdpbusd (AVX-512 VNNI): lane j of `acc` plus the sum over r < 4 of
-/// u[4j + r] (unsigned) * s[4j + r] (signed), exactly (no saturation).
-Value dotBytes(ForwardEmitter &e, Value acc, Value u, Value s) {
-  return x86(e, e.vec(16, e.i32()), "llvm.x86.avx512.vpdpbusd.512",
-             {acc, u, s});
-}
-
 /// `lo` (vector<8xT>) and `hi` side by side.
 Value concat(ForwardEmitter &e, Value lo, Value hi) {
   int64_t lanes = cast<VectorType>(lo.getType()).getNumElements();
@@ -71,6 +69,75 @@ Value concat(ForwardEmitter &e, Value lo, Value hi) {
   for (int64_t i = 0; i < 2 * lanes; ++i)
     order.push_back(i);
   return vector::ShuffleOp::create(e.b, lo, hi, order);
+}
+
+/// `op` on the 256-bit halves of `operands` (512-bit vectors), its results
+/// side by side: AVX2's instructions on the values the VNNI kernels hold in
+/// one register (LLVM keeps the halves in two registers throughout).
+Value byHalves(ForwardEmitter &e, ValueRange operands,
+               function_ref<Value(ValueRange)> op) {
+  SmallVector<Value> results;
+  for (int64_t h = 0; h < 2; ++h) {
+    SmallVector<Value> halves;
+    for (Value v : operands) {
+      int64_t lanes = cast<VectorType>(v.getType()).getNumElements() / 2;
+      halves.push_back(vector::ExtractStridedSliceOp::create(
+          e.b, v, ArrayRef<int64_t>{h * lanes}, ArrayRef<int64_t>{lanes},
+          ArrayRef<int64_t>{1}));
+    }
+    results.push_back(op(halves));
+  }
+  return concat(e, results[0], results[1]);
+}
+
+/// AVX2's vpmaddwd of two vector<16xi16>: lane j a[2j] b[2j] + a[2j + 1]
+/// b[2j + 1], i32.
+Value maddWords256(ForwardEmitter &e, Value a, Value b) {
+  return x86(e, e.vec(8, e.i32()), "llvm.x86.avx2.pmadd.wd", {a, b});
+}
+
+/// AVX2's vpmaddubsw of two vector<32xi8>: lane j u[2j] s[2j] + u[2j + 1]
+/// s[2j + 1], unsigned by signed, as i16 (saturating).
+Value maddBytes256(ForwardEmitter &e, Value u, Value s) {
+  return x86(e, e.vec(16, e.b.getI16Type()), "llvm.x86.avx2.pmadd.ub.sw",
+             {u, s});
+}
+
+/// vector<16xi16> of ones, for vpmaddwd's pairwise sums.
+Value oneWords256(ForwardEmitter &e) {
+  return arith::ConstantOp::create(
+      e.b, DenseElementsAttr::get(e.vec(16, e.b.getI16Type()),
+                                  e.b.getI16IntegerAttr(1)));
+}
+
+/// vpdpbusd: lane j of `acc` plus the sum over r < 4 of u[4j + r]
+/// (unsigned) * s[4j + r] (signed). VNNI: exactly. AVX2 (vpmaddubsw, then
+/// vpmaddwd by ones): exactly where no two neighbours' products pass the
+/// i16 range (|u s| + |u' s'| <= 32767), as for the activations' sums by
+/// 128 (emitQuantizeRows); the Q8_0 tile takes dotSignedBytes.
+Value dotBytes(ForwardEmitter &e, Value acc, Value u, Value s, Int8Isa isa) {
+  if (isa == Int8Isa::Vnni512)
+    return x86(e, e.vec(16, e.i32()), "llvm.x86.avx512.vpdpbusd.512",
+               {acc, u, s});
+  return arith::AddIOp::create(
+      e.b, acc, byHalves(e, {u, s}, [&](ValueRange h) {
+        return maddWords256(e, maddBytes256(e, h[0], h[1]), oneWords256(e));
+      }));
+}
+
+/// AVX2: lane j of `acc` plus the sum over r < 4 of w[4j + r] x[4j + r],
+/// both signed, exactly: vpmaddubsw of |w| (as unsigned, 128 for -128) and
+/// x with w's sign (vpsignb), whose pairs stay within 2 x 128 x 127, then
+/// vpmaddwd by ones (llama.cpp's AVX2 Q8_0 dot).
+Value dotSignedBytes(ForwardEmitter &e, Value acc, Value w, Value x) {
+  return arith::AddIOp::create(
+      e.b, acc, byHalves(e, {w, x}, [&](ValueRange h) {
+        Value magnitude = math::AbsIOp::create(e.b, h[0]);
+        Value signedX =
+            x86(e, e.vec(32, e.byte()), "llvm.x86.avx2.psign.b", {h[1], h[0]});
+        return maddWords256(e, maddBytes256(e, magnitude, signedX),
+                            oneWords256(e));
+      }));
 }
 
 /// `value` in every byte of a vector of `type`.
@@ -104,7 +171,8 @@ Value pairScales(ForwardEmitter &e, Value a, Value b) {
 /// scales into the accumulator.
 SmallVector<Value> emitQ8_0DecodeTile(ForwardEmitter &e, Value bytes,
                                       const Int8Activations &act, Value k,
-                                      Value t, ArrayRef<Value> rowAt) {
+                                      Value t, ArrayRef<Value> rowAt,
+                                      Int8Isa isa) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
              v32b = e.vec(32, e.byte()), v64b = e.vec(64, e.byte());
@@ -118,7 +186,13 @@ SmallVector<Value> emitQ8_0DecodeTile(ForwardEmitter &e, Value bytes,
         e.b, v64b, act.quants,
         ValueRange{e.add(e.mul(t, quantsRow), e.mul(p, e.cIndex(64)))});
     Value lanes = e.add(e.mul(t, laneRow), e.mul(p, e.cIndex(16)));
-    Value bias = vector::LoadOp::create(e.b, v16i, act.bias, ValueRange{lanes});
+    // VNNI: the weights enter vpdpbusd biased (w + 128), the dot started at
+    // the token's -128 sum q; AVX2 takes them signed (dotSignedBytes).
+    Value bias =
+        isa == Int8Isa::Vnni512
+            ? vector::LoadOp::create(e.b, v16i, act.bias, ValueRange{lanes})
+                  .getResult()
+            : Value();
     Value d = vector::LoadOp::create(e.b, v16f, act.scales, ValueRange{lanes});
     SmallVector<Value> next;
     for (auto [row, acc] : llvm::zip_equal(rowAt, accs)) {
@@ -130,10 +204,14 @@ SmallVector<Value> emitQ8_0DecodeTile(ForwardEmitter &e, Value bytes,
                                         ValueRange{e.add(at1, e.cIndex(2))})
                      .getResult()
                : zeroBlock;
-      Value weights = arith::XOrIOp::create(e.b, concat(e, q0, q1), flip);
       Value d1 = full ? e.loadF16(bytes, at1) : e.cF32(0.0f);
       Value scales = pairScales(e, e.loadF16(bytes, at0), d1);
-      Value dot = dotBytes(e, bias, weights, quants);
+      Value dot =
+          isa == Int8Isa::Vnni512
+              ? dotBytes(e, bias,
+                         arith::XOrIOp::create(e.b, concat(e, q0, q1), flip),
+                         quants, isa)
+              : dotSignedBytes(e, e.splatI32(16, 0), concat(e, q0, q1), quants);
       Value scale = arith::MulFOp::create(e.b, d, scales);
       Value wide = arith::SIToFPOp::create(e.b, v16f, dot);
       next.push_back(vector::FMAOp::create(e.b, wide, scale, acc));
@@ -158,19 +236,26 @@ SmallVector<Value> emitQ8_0DecodeTile(ForwardEmitter &e, Value bytes,
   return sums;
 }
 
-/// vpmaddubsw (AVX-512 BW): lane j the sum u[2j] s[2j] + u[2j + 1] s[2j + 1]
-/// of unsigned by signed bytes, as i16 (saturating: the callers' stay far
-/// below it).
-Value maddBytes(ForwardEmitter &e, Value u, Value s) {
-  return x86(e, e.vec(32, e.b.getI16Type()), "llvm.x86.avx512.pmaddubs.w.512",
-             {u, s});
+/// vpmaddubsw (AVX-512 BW, or AVX2 on each half): lane j the sum u[2j]
+/// s[2j] + u[2j + 1] s[2j + 1] of unsigned by signed bytes, as i16
+/// (saturating: the callers' stay far below it).
+Value maddBytes(ForwardEmitter &e, Value u, Value s, Int8Isa isa) {
+  if (isa == Int8Isa::Vnni512)
+    return x86(e, e.vec(32, e.b.getI16Type()), "llvm.x86.avx512.pmaddubs.w.512",
+               {u, s});
+  return byHalves(e, {u, s},
+                  [&](ValueRange h) { return maddBytes256(e, h[0], h[1]); });
 }
 
-/// vpdpwssd (AVX-512 VNNI): lane j of `acc` plus a[2j] b[2j] + a[2j + 1]
-/// b[2j + 1] (signed words), exactly.
-Value dotWords(ForwardEmitter &e, Value acc, Value a, Value b) {
-  return x86(e, e.vec(16, e.i32()), "llvm.x86.avx512.vpdpwssd.512",
-             {acc, a, b});
+/// vpdpwssd (AVX-512 VNNI; AVX2: vpmaddwd and an add on each half): lane j
+/// of `acc` plus a[2j] b[2j] + a[2j + 1] b[2j + 1] (signed words), exactly.
+Value dotWords(ForwardEmitter &e, Value acc, Value a, Value b, Int8Isa isa) {
+  if (isa == Int8Isa::Vnni512)
+    return x86(e, e.vec(16, e.i32()), "llvm.x86.avx512.vpdpwssd.512",
+               {acc, a, b});
+  return arith::AddIOp::create(e.b, acc, byHalves(e, {a, b}, [&](ValueRange h) {
+                                 return maddWords256(e, h[0], h[1]);
+                               }));
 }
 
 /// pmaddwd of `a` and `b` (vector<8xi16> or <16xi16>): lane j a[2j] b[2j] +
@@ -195,17 +280,22 @@ Value broadcastLanes(ForwardEmitter &e, Value bytes) {
 /// vector<32xi16>: lane j byte `index[j / (32 / index.size())]`,
 /// zero-extended (a byte per run of lanes), by one in-lane byte shuffle
 /// (vpshufb: no table register to copy, as a two-source byte permute has).
-Value spreadBytes(ForwardEmitter &e, Value lanes, ArrayRef<int64_t> index) {
+Value spreadBytes(ForwardEmitter &e, Value lanes, ArrayRef<int64_t> index,
+                  Int8Isa isa) {
   int64_t run = 32 / index.size();
   SmallVector<int8_t> control;
   for (int64_t word = 0; word < 32; ++word)
     control.append({int8_t(index[word / run]), int8_t(-128)});
   Value mask = arith::ConstantOp::create(
       e.b, DenseElementsAttr::get(e.vec(64, e.byte()), ArrayRef(control)));
-  return vector::BitCastOp::create(e.b, e.vec(32, e.b.getI16Type()),
-                                   x86(e, e.vec(64, e.byte()),
-                                       "llvm.x86.avx512.pshuf.b.512",
-                                       {lanes, mask}));
+  Value spread = isa == Int8Isa::Vnni512
+                     ? x86(e, e.vec(64, e.byte()),
+                           "llvm.x86.avx512.pshuf.b.512", {lanes, mask})
+                     : byHalves(e, {lanes, mask}, [&](ValueRange h) {
+                         return x86(e, e.vec(32, e.byte()),
+                                    "llvm.x86.avx2.pshuf.b", {h[0], h[1]});
+                       });
+  return vector::BitCastOp::create(e.b, e.vec(32, e.b.getI16Type()), spread);
 }
 
 /// One register tile of a decode step of Q4_K or Q6_K weights: token t
@@ -221,9 +311,10 @@ Value spreadBytes(ForwardEmitter &e, Value lanes, ArrayRef<int64_t> index) {
 ///   .. 95] in its low nibbles and [128h + 32 .. 63 | 128h + 96 .. 127] in
 ///   its high ones (ggml's layout), so the token's quants are shuffled to
 ///   match; the 6-bit scales and mins decoded from their 12 bytes in
-///   integers (ForwardEmitter::kQuantScalesMinsBytes). An element is d sc q - dmin m: the mins
-///   enter once per block as dmin dx sum_g m_g (sum of the token's quants
-///   over group g), pmaddwd of the mins with the token's sums of 32.
+///   integers (ForwardEmitter::kQuantScalesMinsBytes). An element is d sc q -
+///   dmin m: the mins enter once per block as dmin dx sum_g m_g (sum of the
+///   token's quants over group g), pmaddwd of the mins with the token's sums
+///   of 32.
 /// - Q6_K: a 64-byte load of ql holds elements 128h + 0 .. 63 in its low
 ///   nibbles and 128h + 64 .. 127 in its high ones, the top two bits from qh
 ///   (a word shift and a mask each); q is unsigned (0 .. 63, an element d sc
@@ -232,7 +323,8 @@ Value spreadBytes(ForwardEmitter &e, Value lanes, ArrayRef<int64_t> index) {
 SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
                                         kvrt_weight_format format, Value bytes,
                                         const Int8Activations &act, Value k,
-                                        Value t, ArrayRef<Value> rowAt) {
+                                        Value t, ArrayRef<Value> rowAt,
+                                        Int8Isa isa) {
   assert(act.scaleBlock == 256 && "K-quant tiles take Q8_K activations");
   bool q4k = format == KVRT_WEIGHT_Q4_K;
   Type i16 = e.b.getI16Type();
@@ -305,11 +397,12 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
               Value lo = arith::AndIOp::create(e.b, q, low);
               Value hi = arith::ShRUIOp::create(e.b, q, four);
               // Groups 4h, 4h + 2 (low nibbles) and 4h + 1, 4h + 3.
-              sum = dotWords(e, sum, maddBytes(e, lo, lowX[h]),
-                             spreadBytes(e, scaleLanes, {4 * h, 4 * h + 2}));
-              sum =
-                  dotWords(e, sum, maddBytes(e, hi, highX[h]),
-                           spreadBytes(e, scaleLanes, {4 * h + 1, 4 * h + 3}));
+              sum = dotWords(
+                  e, sum, maddBytes(e, lo, lowX[h], isa),
+                  spreadBytes(e, scaleLanes, {4 * h, 4 * h + 2}, isa), isa);
+              sum = dotWords(
+                  e, sum, maddBytes(e, hi, highX[h], isa),
+                  spreadBytes(e, scaleLanes, {4 * h + 1, 4 * h + 3}, isa), isa);
             }
             Value mins = vector::BitCastOp::create(
                 e.b, e.vec(8, i16),
@@ -387,9 +480,10 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
                 order.push_back(g + lane / 8);
               Value groupScales =
                   vector::ShuffleOp::create(e.b, scaleWords, scaleWords, order);
-              sum = dotWords(e, sum,
-                             maddBytes(e, half ? qHigh : qLow, x[2 * h + half]),
-                             groupScales);
+              sum = dotWords(
+                  e, sum,
+                  maddBytes(e, half ? qHigh : qLow, x[2 * h + half], isa),
+                  groupScales, isa);
             }
           }
           // Less 32 sum_g sc_g (sum of the token's quants over group g).
@@ -791,8 +885,8 @@ void emitInt8PanelTiles(ForwardEmitter &e, kvrt_weight_format format,
               Value x = vector::BitCastOp::create(
                   e.b, v64b, vector::BroadcastOp::create(e.b, v16i, word));
               for (int64_t p = 0; p < panels; ++p)
-                iaccs[r * panels + p] =
-                    dotBytes(e, iaccs[r * panels + p], w[p], x);
+                iaccs[r * panels + p] = dotBytes(e, iaccs[r * panels + p], w[p],
+                                                 x, Int8Isa::Vnni512);
             }
           }
           SmallVector<Value> next;
@@ -1049,7 +1143,9 @@ void emitAmxPanelTiles(ForwardEmitter &e, kvrt_weight_format format,
 /// (emitKQuantDecodeTile), Q4_K tiles of 5, 6 and 7 rows were within the
 /// machine's noise of each other (Zen 4, 1 thread: medians 42.3, 41.9,
 /// 40.8 ms a step of four alternated runs each), 8 rows slower (47-50).
-int64_t cpu::int8TileOutputs(kvrt_weight_format format) {
+int64_t cpu::int8TileOutputs(kvrt_weight_format format, Int8Isa isa) {
+  if (isa == Int8Isa::Avx2)
+    return kAvx2TileOutputs;
   switch (format) {
   case KVRT_WEIGHT_Q8_0:
     return 12;
@@ -1067,7 +1163,8 @@ int64_t cpu::int8TileOutputs(kvrt_weight_format format) {
 /// max |x| is over the 256-element block (llama.cpp's Q8_K, its scale f32
 /// too), and the block's sums of 16 and 32 quants are stored beside.
 void cpu::emitQuantizeRows(ForwardEmitter &e, Value a,
-                           const Int8Activations &act, Value lo, Value hi) {
+                           const Int8Activations &act, Value lo, Value hi,
+                           Int8Isa isa) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1), c32 = e.cIndex(32);
   Value k = memref::DimOp::create(e.b, a, c1);
   Value blocks = e.divu(k, c32);
@@ -1106,7 +1203,7 @@ void cpu::emitQuantizeRows(ForwardEmitter &e, Value a,
     vector::StoreOp::create(e.b, quants, act.quants, ValueRange{at});
     Value ones = arith::ConstantOp::create(
         e.b, DenseElementsAttr::get(v64b, e.b.getI8IntegerAttr(-128)));
-    Value sums = dotBytes(e, e.splatI32(16, 0), ones, quants);
+    Value sums = dotBytes(e, e.splatI32(16, 0), ones, quants, isa);
     Value bias = arith::SubIOp::create(e.b, e.splatI32(16, 0), sums);
     Value lanes = e.add(e.mul(t, laneRow), e.mul(p, e.cIndex(16)));
     vector::StoreOp::create(e.b, bias, act.bias, ValueRange{lanes});
@@ -1242,10 +1339,11 @@ void cpu::freeInt8Activations(ForwardEmitter &e, const Int8Activations &act) {
 SmallVector<Value> cpu::int8DecodeSums(ForwardEmitter &e,
                                        kvrt_weight_format format, Value bytes,
                                        const Int8Activations &act, Value k,
-                                       Value t, ArrayRef<Value> rows) {
+                                       Value t, ArrayRef<Value> rows,
+                                       Int8Isa isa) {
   if (format == KVRT_WEIGHT_Q8_0)
-    return emitQ8_0DecodeTile(e, bytes, act, k, t, rows);
-  return emitKQuantDecodeTile(e, format, bytes, act, k, t, rows);
+    return emitQ8_0DecodeTile(e, bytes, act, k, t, rows, isa);
+  return emitKQuantDecodeTile(e, format, bytes, act, k, t, rows, isa);
 }
 
 /// Q8_0, Q4_K and Q6_K: decode and prefill alike (the others widen).
@@ -1269,7 +1367,7 @@ bool cpu::hasInt8Dot(kvrt_weight_format format) {
 /// The arguments are emitQuantMatmul's; its pack and widen buffers are not
 /// used (the activations' and the panels' buffers are allocated per call).
 void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
-                         bool accumulate, bool amx) {
+                         bool accumulate, Int8Isa isa, bool amx) {
   assert(hasInt8Dot(format) && "a format without an integer dot product");
   std::string base = quantMatmulName(format, accumulate);
   func::FuncOp fn = beginQuantMatmul(e, base);
@@ -1281,7 +1379,7 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
   Value m = memref::DimOp::create(e.b, c, c1);
   Value small = e.cmp(arith::CmpIPredicate::ult, n, e.cIndex(kPackedMinRows));
   // Everything on the quantised activations: a decode step and a prefill.
-  auto int8 = [&] {
+  auto int8 = [&](bool decodeOnly) {
     // AMX's A tiles read whole groups of kAmxRows tokens: the quants' rows
     // rounded up (the padding zeroed before the tiles).
     bool amxTiles =
@@ -1309,9 +1407,10 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
           emitQuantizeRows(
               e, v[0],
               Int8Activations::fromBuffers(e, v.drop_front(1), k, scaleBlock),
-              lo, hi);
+              lo, hi, isa);
         });
-    Value groups = decodeTileCount(e, DecodeKernel{format, true}, m);
+    DecodeKernel kernel{format, /*int8=*/true, isa};
+    Value groups = decodeTileCount(e, kernel, m);
     SmallVector<Value> captures{bytes,      offset, act.quants, act.bias,
                                 act.scales, c,      a,          act.blockBias};
     // The activations as a task receives them, and k (from a's shape); the
@@ -1337,8 +1436,8 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                     (scaleBlock == 256 ? in.actK : in.act) = act;
                     in.a = v[6];
                     in.n = memref::DimOp::create(e.b, v[6], e.cIndex(0));
-                    emitDecodeTiles(e, DecodeKernel{format, /*int8=*/true}, in,
-                                    v[0], v[1], v[5], lo, hi, accumulate);
+                    emitDecodeTiles(e, kernel, in, v[0], v[1], v[5], lo, hi,
+                                    accumulate);
                   });
     };
     auto prefill = [&] {
@@ -1508,9 +1607,23 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
       if (kQuant)
         memref::DeallocOp::create(e.b, sums);
     };
-    e.ifElse(small, decode, prefill);
+    if (decodeOnly)
+      decode();
+    else
+      e.ifElse(small, decode, prefill);
     freeInt8Activations(e, act);
   };
-  int8();
+  if (isa == Int8Isa::Avx2) {
+    // AVX2 has no vpdpbusd for the prefill's panels: integer dots for a
+    // decode step, the weights widened for a prefill.
+    e.ifElse(
+        small, [&] { int8(/*decodeOnly=*/true); },
+        [&] {
+          emitWidenedProduct(e, format, base, a, bytes, offset, c,
+                             fn.getArgument(4), fn.getArgument(5), accumulate);
+        });
+  } else {
+    int8(/*decodeOnly=*/false);
+  }
   e.finishFunction();
 }

@@ -60,16 +60,29 @@ int64_t panelWidth(int64_t vectorBits);
 void emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
                      bool accumulate);
 std::string quantMatmulName(kvrt_weight_format format, bool accumulate);
+/// The instructions of the integer-dot kernels: AVX-512 VNNI on 512-bit
+/// vectors (vpdpbusd, vpdpwssd), or AVX2's vpmaddubsw and vpmaddwd on the
+/// 256-bit halves of the same values (a decode step only: with Avx2 a
+/// prefill widens, emitInt8Matmul).
+enum class Int8Isa { Vnni512, Avx2 };
 /// CpuInt8Matmul.cpp: the same function (name, arguments, result) by integer
 /// dot products on the weights' blocks, the activations quantised per block
 /// of 32 to int8 (llama.cpp's Q8_0 activations): AVX-512 VNNI (vpdpbusd).
 /// Only for formats where hasInt8Dot holds: Q8_0, Q4_K and Q6_K, decode and
 /// prefill (a prefill repacks the weights into panels per call). With `amx`
 /// (the host has it: hostHasAmx), a Q8_0 or Q4_K prefill multiplies on AMX
-/// tiles where the running process is granted them, VNNI where not.
+/// tiles where the running process is granted them, VNNI where not. With
+/// Int8Isa::Avx2 the decode step's tiles take AVX2's instructions and a
+/// prefill widens the weights (emitQuantMatmul's prefill).
 void emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
-                    bool accumulate, bool amx = false);
+                    bool accumulate, Int8Isa isa, bool amx = false);
 bool hasInt8Dot(kvrt_weight_format format);
+/// CpuQuantMatmul.cpp: the prefill half of emitQuantMatmul (the weights
+/// widened to f32 into `widen`, then the packed f32 kernel), inside the
+/// function `base` of emitQuantMatmul's arguments.
+void emitWidenedProduct(ForwardEmitter &e, kvrt_weight_format format,
+                        StringRef base, Value a, Value bytes, Value offset,
+                        Value c, Value packed, Value widen, bool accumulate);
 /// CpuMath.cpp: rope_table, rope_rows, rope_row, rope_apply, swiglu,
 /// add_bias (configs with qkv_bias only).
 void emitRopeTable(ForwardEmitter &e);
@@ -208,15 +221,16 @@ void freeInt8Activations(ForwardEmitter &e, const Int8Activations &act);
 /// block by block as llama.cpp's Q8_0 (scaleBlock 32) or Q8_K (256)
 /// activations.
 void emitQuantizeRows(ForwardEmitter &e, Value a, const Int8Activations &act,
-                      Value lo, Value hi);
+                      Value lo, Value hi, Int8Isa isa);
 /// CpuInt8Matmul.cpp: the weight rows of a decode tile by integer dots
-/// (Q8_0 12, Q4_K 6, Q6_K 4), and the sums of token t's quantised
-/// activations (a scale per int8ScaleBlock(format)) with each of the rows
-/// that start at the byte offsets `rows` of `bytes`.
-int64_t int8TileOutputs(kvrt_weight_format format);
+/// (VNNI: Q8_0 12, Q4_K 6, Q6_K 4; AVX2, 16 registers: fewer), and the sums
+/// of token t's quantised activations (a scale per int8ScaleBlock(format))
+/// with each of the rows that start at the byte offsets `rows` of `bytes`.
+int64_t int8TileOutputs(kvrt_weight_format format, Int8Isa isa);
 SmallVector<Value> int8DecodeSums(ForwardEmitter &e, kvrt_weight_format format,
                                   Value bytes, const Int8Activations &act,
-                                  Value k, Value t, ArrayRef<Value> rows);
+                                  Value k, Value t, ArrayRef<Value> rows,
+                                  Int8Isa isa);
 /// CpuQuantMatmul.cpp: the weight rows of a decode tile widened to f32 (F16
 /// 8, or 4 where the L1 has fewer than 12 ways; others 4), and the sums of row
 /// t of `a` ([n][k]) with each of the rows that start at the byte offsets
@@ -231,9 +245,11 @@ SmallVector<Value> emitQuantDots(ForwardEmitter &e, kvrt_weight_format format,
 struct DecodeKernel {
   kvrt_weight_format format;
   bool int8;
+  /// The instructions of its integer dots.
+  Int8Isa isa = Int8Isa::Vnni512;
   /// The weight rows of one of its tiles.
   int64_t tileRows() const {
-    return int8 ? int8TileOutputs(format) : decodeTileRows(format);
+    return int8 ? int8TileOutputs(format, isa) : decodeTileRows(format);
   }
 };
 

@@ -284,10 +284,10 @@ void cpu::prefetchTileRows(ForwardEmitter &e, Value bytes, ArrayRef<Value> rows,
 /// The prefill half of emitQuantMatmul: the weights widened to f32, as many
 /// rows at a time as `widen` holds (in parallel), then multiplied by the f32
 /// packed kernel (matmul_nt) into those columns of c.
-static void emitWidenedProduct(ForwardEmitter &e, kvrt_weight_format format,
-                               StringRef base, Value a, Value bytes,
-                               Value offset, Value c, Value packed, Value widen,
-                               bool accumulate) {
+void cpu::emitWidenedProduct(ForwardEmitter &e, kvrt_weight_format format,
+                             StringRef base, Value a, Value bytes, Value offset,
+                             Value c, Value packed, Value widen,
+                             bool accumulate) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   auto rowBytesOf = [&](Value k) { return weightRowBytes(e, format, k); };
   Value n = memref::DimOp::create(e.b, a, c0);

@@ -49,8 +49,13 @@ class CpuTarget final : public ForwardTarget {
 public:
   CpuTarget(int64_t vectorBits, QuantDot quantDot)
       : vectorBits(vectorBits ? vectorBits : hostVectorBits()),
-        int8Dot(quantDot == QuantDot::Int8 || quantDot == QuantDot::Amx ||
-                (quantDot == QuantDot::Auto && hostHasInt8Dot())),
+        int8Dot(
+            quantDot != QuantDot::F32 &&
+            (quantDot != QuantDot::Auto || hostHasInt8Dot() || hostHasAvx2())),
+        int8Isa(quantDot == QuantDot::Avx2 ||
+                        (quantDot == QuantDot::Auto && !hostHasInt8Dot())
+                    ? Int8Isa::Avx2
+                    : Int8Isa::Vnni512),
         amx(quantDot == QuantDot::Amx ||
             (quantDot == QuantDot::Auto && hostHasAmx())) {}
 
@@ -255,6 +260,8 @@ private:
   int64_t vectorBits;
   /// Whether formats with an integer dot product (hasInt8Dot) use it.
   bool int8Dot;
+  /// The instructions of those products (AVX2: decode steps only).
+  Int8Isa int8Isa;
   /// Whether their prefill takes AMX tiles where emitInt8Matmul has them.
   bool amx;
   SmallVector<Value> temporaries;
@@ -264,7 +271,7 @@ private:
 
   /// How a decode step of this target multiplies weights of `format`.
   DecodeKernel decodeKernel(kvrt_weight_format format) const {
-    return DecodeKernel{format, int8Dot && hasInt8Dot(format)};
+    return DecodeKernel{format, int8Dot && hasInt8Dot(format), int8Isa};
   }
 
   /// Whether n (index) rows are a decode step's: the matmul kernels' own
@@ -338,7 +345,7 @@ void CpuTarget::emitKernels(ForwardEmitter &e) {
       continue;
     for (bool accumulate : {false, true}) {
       if (int8Dot && hasInt8Dot(format))
-        emitInt8Matmul(e, format, accumulate, amx);
+        emitInt8Matmul(e, format, accumulate, int8Isa, amx);
       else
         emitQuantMatmul(e, format, accumulate);
     }
@@ -407,10 +414,14 @@ std::optional<QuantDot> mlir::kv::parseQuantDot(llvm::StringRef name) {
     return QuantDot::Int8;
   if (name == "amx")
     return QuantDot::Amx;
+  if (name == "avx2")
+    return QuantDot::Avx2;
   return std::nullopt;
 }
 
 bool mlir::kv::hostHasInt8Dot() { return hostHas({"avx512vnni", "avx512bw"}); }
+
+bool mlir::kv::hostHasAvx2() { return hostHas({"avx2"}); }
 
 bool mlir::kv::hostHasAmx() {
 #if defined(__linux__) && defined(__x86_64__)

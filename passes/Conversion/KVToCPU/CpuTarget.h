@@ -26,13 +26,17 @@ namespace mlir::kv {
 /// - Amx: Int8, with a prefill's Q8_0 and Q4_K products on AMX tiles
 ///   (tdpbssd, tdpbsud) instead of VNNI; the same integers, so the same
 ///   floats (Q6_K and decode steps stay on VNNI);
+/// - Avx2: Int8's decode steps by AVX2's instructions (vpmaddubsw,
+///   vpmaddwd: any x86-64-v3), a prefill widened as F32's;
 /// - Auto: Amx where the host has AMX (hostHasAmx; measured faster, see
-///   docs/cpu-backend.md), else Int8 where it has AVX-512 VNNI, else F32.
-enum class QuantDot { Auto, F32, Int8, Amx };
-/// "auto", "f32", "int8", "amx" (the option's values), or nullopt.
+///   docs/cpu-backend.md), else Int8 where it has AVX-512 VNNI, else Avx2.
+enum class QuantDot { Auto, F32, Int8, Amx, Avx2 };
+/// "auto", "f32", "int8", "amx", "avx2" (the option's values), or nullopt.
 std::optional<QuantDot> parseQuantDot(llvm::StringRef name);
 /// Whether this host runs the integer dot products (AVX-512 VNNI).
 bool hostHasInt8Dot();
+/// Whether this host runs quant-dot=avx2's decode tiles (AVX2).
+bool hostHasAvx2();
 /// Whether this host runs AMX int8 tiles: the CPU has them (amx-tile,
 /// amx-int8) beside VNNI, and Linux granted this process the tile data
 /// state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once; without it the first

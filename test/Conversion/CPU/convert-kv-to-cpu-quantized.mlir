@@ -2,7 +2,7 @@
 // RUN: kv-opt %s --kv-lower-to-cpu="vector-bits=512 quant-dot=f32" --split-input-file | FileCheck %s --check-prefix=LOWERED
 // RUN: kv-opt %s --convert-kv-to-cpu="vector-bits=512 quant-dot=int8" --split-input-file | FileCheck %s --check-prefix=INT8
 // RUN: not kv-opt %s --convert-kv-to-cpu=quant-dot=fast --split-input-file 2>&1 | FileCheck %s --check-prefix=BADDOT
-// BADDOT: error: convert-kv-to-cpu: quant-dot must be auto, f32, int8 or amx, not 'fast'
+// BADDOT: error: convert-kv-to-cpu: quant-dot must be auto, f32, int8, amx or avx2, not 'fast'
 
 // A forward built for the weights of a Q4_K_M file (kv.weight_formats: Q4_K,
 // Q6_K for attn_v and ffn_down of layers 2 and 3, the classifier Q8_0):

@@ -342,12 +342,15 @@ TEST(QuantForwardTest, DecodeStepsAreThePrefillsRows) {
   // round an activation to the next quant (one step: the block's largest /
   // 127). Measured: within 6e-7 for all three (with a scale per 32
   // activations for the K-quants too, Q4_K_M steps 2 and 3 were at 1.3e-2,
-  // 0.8% of the largest logit). So within 2% of the largest logit and the
-  // same top-1: a weight taken from the wrong rows or tensor moves the logits
-  // by their own size.
+  // 0.8% of the largest logit). With avx2 the prefill widens (exact) and
+  // only the steps quantise their activations: 1.3e-2 to 1.7e-2 measured.
+  // So within 2% of the largest logit and the same top-1: a weight taken
+  // from the wrong rows or tensor moves the logits by their own size.
   std::vector<std::string> quantDots = {"f32"};
   if (mlir::kv::hostHasInt8Dot())
     quantDots.push_back("int8");
+  if (mlir::kv::hostHasAvx2())
+    quantDots.push_back("avx2");
   ModelPtr f32 = syntheticModel(dim256Config(/*shared=*/false), 23);
   kvrt_model_config c;
   ASSERT_EQ(kvrt_model_get_config(f32.get(), &c), KVRT_OK);
@@ -567,6 +570,35 @@ TEST(QuantForwardTest, Int8DotOfK_QuantWithinTheBound) {
     for (size_t n : {1, 3, 4, 13, 64})
       EXPECT_GT(checkLayer0Bound(model.get(), n), 1e-5) << n;
     expectSameForAnyThreadCount(model.get(), {13, 64});
+  }
+}
+
+TEST(QuantForwardTest, Avx2DecodeTilesWithinTheBound) {
+  // quant-dot=avx2 (a host without VNNI): the decode steps' integer dots by
+  // AVX2's vpmaddubsw and vpmaddwd on the 256-bit halves of the VNNI tiles'
+  // values (Q8_0 signed by vpsignb), the same quantised activations, so the
+  // same bound (1 and 3 tokens); a prefill (9 and 64 tokens) widens the
+  // weights, within the f32 path's 1e-5. Shapes as the two tests above
+  // (part tiles, an odd last Q8_0 block, a part classifier tile).
+  if (!mlir::kv::hostHasAvx2())
+    GTEST_SKIP() << "this host has no AVX2";
+  ModelPtr q8f32 = syntheticModel(makeConfig(96, 224, 2, 4, 2, 509, 256), 31);
+  ModelPtr kf32 = syntheticModel(makeConfig(768, 512, 2, 32, 1, 509, 256), 32);
+  struct Case {
+    const char *name;
+    const kvrt_model *f32;
+    kvrt_gguf_type type;
+  };
+  for (const Case &t : {Case{"q8_0", q8f32.get(), KVRT_GGUF_Q8_0},
+                        Case{"q4_k", kf32.get(), KVRT_GGUF_Q4_K},
+                        Case{"q6_k", kf32.get(), KVRT_GGUF_Q6_K}}) {
+    SCOPED_TRACE(t.name);
+    ModelPtr model = quantised(t.f32, std::string("avx2-") + t.name, t.type);
+    for (size_t n : {1, 3})
+      EXPECT_GT(checkLayer0Bound(model.get(), n, "avx2"), 1e-5) << n;
+    for (size_t n : {9, 64})
+      EXPECT_LE(checkLayer0Bound(model.get(), n, "avx2"), 1e-5) << n;
+    expectSameForAnyThreadCount(model.get(), {1, 3}, "avx2");
   }
 }
 
