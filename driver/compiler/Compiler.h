@@ -125,7 +125,7 @@ struct LowerOptions {
   /// chosen for (512, 256; 0: the host's).
   int64_t cpuVectorBits = 0;
   /// CPU only: how quantised weights are multiplied (kv-lower-to-cpu's
-  /// quant-dot: auto, f32, int8, amx).
+  /// quant-dot: auto, f32, int8, amx, avx2).
   std::string cpuQuantDot = "auto";
 };
 
