@@ -55,9 +55,10 @@ struct LowerToCPUPipelineOptions
       llvm::cl::desc("How quantised weights are multiplied: f32 (widened "
                      "exactly), int8 (integer dot products on Q8_0, Q4_K "
                      "and Q6_K; needs AVX-512 VNNI), amx (int8, a Q8_0 "
-                     "prefill on AMX tiles; needs AMX) or auto "
-                     "(amx where the host has AMX, else int8 where it has "
-                     "VNNI)"),
+                     "prefill on AMX tiles; needs AMX), avx2 (int8's decode "
+                     "steps by AVX2's instructions, a prefill widened) or "
+                     "auto (amx where the host has AMX, else int8 where it "
+                     "has VNNI, else avx2)"),
       llvm::cl::init("auto")};
 };
 
