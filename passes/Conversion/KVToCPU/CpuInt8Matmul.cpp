@@ -298,7 +298,31 @@ Value spreadBytes(ForwardEmitter &e, Value lanes, ArrayRef<int64_t> index,
   return vector::BitCastOp::create(e.b, e.vec(32, e.b.getI16Type()), spread);
 }
 
-/// One register tile of a decode step of Q4_K or Q6_K weights: token t
+/// Bits of `v` (vector<64xi8>) moved by `first` places in its first 32
+/// bytes and by `second` in its last 32 (left where positive, right where
+/// negative; both one way), then masked by `keep`: 16-bit shifts, so a bit
+/// crossing into the byte above or below is one `keep` masks off (left by
+/// at most the lowest kept bit's place, right by at most 7 less the highest
+/// kept bit's).
+Value moveBits(ForwardEmitter &e, Value v, int64_t first, int64_t second,
+               uint8_t keep) {
+  assert((first >= 0 && second >= 0) || (first <= 0 && second <= 0));
+  bool left = first > 0 || second > 0;
+  VectorType v32w = e.vec(32, e.b.getI16Type()), v64b = e.vec(64, e.byte());
+  SmallVector<int16_t> counts(32, std::abs(first));
+  std::fill(counts.begin() + 16, counts.end(), std::abs(second));
+  Value words = vector::BitCastOp::create(e.b, v32w, v);
+  Value amounts = arith::ConstantOp::create(
+      e.b, DenseElementsAttr::get(v32w, ArrayRef<int16_t>(counts)));
+  Value shifted = left
+                      ? arith::ShLIOp::create(e.b, words, amounts).getResult()
+                      : arith::ShRUIOp::create(e.b, words, amounts).getResult();
+  return arith::AndIOp::create(e.b,
+                               vector::BitCastOp::create(e.b, v64b, shifted),
+                               splatBytes(e, v64b, keep));
+}
+
+/// One register tile of a decode step of Q4_K, Q5_K or Q6_K weights: token t
 /// (activations with a scale per 256, llama.cpp's Q8_K) against the weight
 /// rows starting at byte `rowAt`, over the whole row; returns the sums. As
 /// llama.cpp's ggml_vec_dot_q4_K_q8_K: per 256-element block and row, the
@@ -315,6 +339,9 @@ Value spreadBytes(ForwardEmitter &e, Value lanes, ArrayRef<int64_t> index,
 ///   dmin m: the mins enter once per block as dmin dx sum_g m_g (sum of the
 ///   token's quants over group g), pmaddwd of the mins with the token's sums
 ///   of 32.
+/// - Q5_K: Q4_K's scales, mins and nibbles (qs at byte 48, not 16), and a
+///   fifth bit per element from qh (bytes 16 .. 47: element 32g + l takes bit
+///   g of qh[l]) moved to bit 4 (moveBits), q unsigned 0 .. 31.
 /// - Q6_K: a 64-byte load of ql holds elements 128h + 0 .. 63 in its low
 ///   nibbles and 128h + 64 .. 127 in its high ones, the top two bits from qh
 ///   (a word shift and a mask each); q is unsigned (0 .. 63, an element d sc
@@ -326,12 +353,15 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
                                         Value t, ArrayRef<Value> rowAt,
                                         Int8Isa isa) {
   assert(act.scaleBlock == 256 && "K-quant tiles take Q8_K activations");
-  bool q4k = format == KVRT_WEIGHT_Q4_K;
+  // Q4_K and Q5_K: nibbles, scales and mins; Q6_K otherwise.
+  bool q5k = format == KVRT_WEIGHT_Q5_K;
+  bool nibbles = format == KVRT_WEIGHT_Q4_K || q5k;
   Type i16 = e.b.getI16Type();
   VectorType v16f = e.vec(16, e.f32()), v4f = e.vec(4, e.f32()),
              v16b = e.vec(16, e.byte()), v32b = e.vec(32, e.byte()),
-             v64b = e.vec(64, e.byte()), v32w = e.vec(32, i16);
-  int64_t blockBytes = q4k ? 144 : 210;
+             v64b = e.vec(64, e.byte());
+  int64_t blockBytes = format == KVRT_WEIGHT_Q4_K ? 144 : q5k ? 176 : 210;
+  int64_t qsAt = q5k ? 48 : 16;
   Value blocks = e.divu(k, e.cIndex(256));
   Value quantsRow = e.mul(act.pairs, e.cIndex(64));
   Value laneRow = e.mul(act.pairs, e.cIndex(16));
@@ -363,7 +393,7 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
                           {e.add(e.mul(t, laneRow), e.mul(b, e.cIndex(64)))});
         Value sumsAt = e.add(e.mul(t, sumsRow), e.mul(b, e.cIndex(32)));
         SmallVector<Value> next(carried);
-        if (q4k) {
+        if (nibbles) {
           // The token's quants as the nibbles of a 64-byte load hold them.
           SmallVector<Value> lowX, highX;
           SmallVector<int64_t> lowOrder = sequence(0, 32),
@@ -392,10 +422,24 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
             Value scalesMins = e.kQuantScalesMinsBytes(bytes, at);
             Value scaleLanes = broadcastLanes(e, scalesMins);
             Value sum = e.splatI32(16, 0);
+            Value qh2;
+            if (q5k) {
+              Value qh = bytesAt(v32b, e.add(at, e.cIndex(16)));
+              qh2 = concat(e, qh, qh);
+            }
             for (int64_t h = 0; h < 2; ++h) {
-              Value q = bytesAt(v64b, e.add(at, e.cIndex(16 + 64 * h)));
+              Value q = bytesAt(v64b, e.add(at, e.cIndex(qsAt + 64 * h)));
               Value lo = arith::AndIOp::create(e.b, q, low);
               Value hi = arith::ShRUIOp::create(e.b, q, four);
+              if (q5k) {
+                // Groups 4h, 4h + 2 (lo) and 4h + 1, 4h + 3 (hi): bit g of
+                // qh[l] (g in the first 32 bytes, g + 2 in the last) to bit 4.
+                auto fifth = [&](int64_t g) {
+                  return moveBits(e, qh2, 4 - g, 2 - g, 0x10);
+                };
+                lo = arith::OrIOp::create(e.b, lo, fifth(4 * h));
+                hi = arith::OrIOp::create(e.b, hi, fifth(4 * h + 1));
+              }
               // Groups 4h, 4h + 2 (low nibbles) and 4h + 1, 4h + 3.
               sum = dotWords(
                   e, sum, maddBytes(e, lo, lowX[h], isa),
@@ -440,20 +484,6 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
         Value sums16 = vector::LoadOp::create(e.b, e.vec(16, i16), act.sums,
                                               ValueRange{sumsAt});
         Value low = splatBytes(e, v64b, 0x0F), four = splatBytes(e, v64b, 4);
-        Value high = splatBytes(e, v64b, 0x30);
-        auto wordShift = [&](Value v, int64_t first, int64_t second,
-                             bool left) -> Value {
-          SmallVector<int16_t> counts(32, first);
-          std::fill(counts.begin() + 16, counts.end(), second);
-          Value words = vector::BitCastOp::create(e.b, v32w, v);
-          Value amounts = arith::ConstantOp::create(
-              e.b, DenseElementsAttr::get(v32w, ArrayRef<int16_t>(counts)));
-          Value shifted =
-              left ? arith::ShLIOp::create(e.b, words, amounts).getResult()
-                   : arith::ShRUIOp::create(e.b, words, amounts).getResult();
-          return arith::AndIOp::create(
-              e.b, vector::BitCastOp::create(e.b, v64b, shifted), high);
-        };
         for (int64_t r = 0; r < rows; ++r) {
           Value at = e.add(rowAt[r], blockAt);
           Value scales = bytesAt(v16b, e.add(at, e.cIndex(192)));
@@ -468,10 +498,10 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
             // 64 .. 95 bits 4-5, 96 .. 127 bits 6-7, into bits 4-5.
             Value qLow =
                 arith::OrIOp::create(e.b, arith::AndIOp::create(e.b, ql, low),
-                                     wordShift(qh2, 4, 2, /*left=*/true));
+                                     moveBits(e, qh2, 4, 2, 0x30));
             Value qHigh =
                 arith::OrIOp::create(e.b, arith::ShRUIOp::create(e.b, ql, four),
-                                     wordShift(qh2, 0, 2, /*left=*/false));
+                                     moveBits(e, qh2, 0, -2, 0x30));
             for (int64_t half = 0; half < 2; ++half) {
               // Groups 8h + 4 half .. + 3, 8 lanes (16 elements) each.
               int64_t g = 8 * h + 4 * half;
@@ -1143,6 +1173,9 @@ void emitAmxPanelTiles(ForwardEmitter &e, kvrt_weight_format format,
 /// (emitKQuantDecodeTile), Q4_K tiles of 5, 6 and 7 rows were within the
 /// machine's noise of each other (Zen 4, 1 thread: medians 42.3, 41.9,
 /// 40.8 ms a step of four alternated runs each), 8 rows slower (47-50).
+/// Q5_K (the Q5_K_M step, Q6_K at 4; Zen 4, 1 thread, medians of four
+/// alternated runs): 6 rows 49.4 against 53.3 with 4, 48.7 against 64.7
+/// with 8.
 int64_t cpu::int8TileOutputs(kvrt_weight_format format, Int8Isa isa) {
   if (isa == Int8Isa::Avx2)
     return kAvx2TileOutputs;
@@ -1150,6 +1183,7 @@ int64_t cpu::int8TileOutputs(kvrt_weight_format format, Int8Isa isa) {
   case KVRT_WEIGHT_Q8_0:
     return 12;
   case KVRT_WEIGHT_Q4_K:
+  case KVRT_WEIGHT_Q5_K:
     return 6;
   default:
     return 4;
@@ -1283,7 +1317,7 @@ void cpu::emitQuantizeRows(ForwardEmitter &e, Value a,
 }
 
 int64_t cpu::int8ScaleBlock(kvrt_weight_format format) {
-  return format == KVRT_WEIGHT_Q4_K || format == KVRT_WEIGHT_Q6_K ? 256 : 32;
+  return format == KVRT_WEIGHT_Q8_0 ? 32 : 256;
 }
 
 SmallVector<Value> Int8Activations::buffers() const {
@@ -1346,8 +1380,14 @@ SmallVector<Value> cpu::int8DecodeSums(ForwardEmitter &e,
   return emitKQuantDecodeTile(e, format, bytes, act, k, t, rows, isa);
 }
 
-/// Q8_0, Q4_K and Q6_K: decode and prefill alike (the others widen).
+/// Q8_0, Q4_K, Q5_K and Q6_K (the others widen).
 bool cpu::hasInt8Dot(kvrt_weight_format format) {
+  return format == KVRT_WEIGHT_Q8_0 || format == KVRT_WEIGHT_Q4_K ||
+         format == KVRT_WEIGHT_Q5_K || format == KVRT_WEIGHT_Q6_K;
+}
+
+/// Q8_0, Q4_K and Q6_K (a Q5_K prefill widens).
+bool cpu::hasInt8Panels(kvrt_weight_format format) {
   return format == KVRT_WEIGHT_Q8_0 || format == KVRT_WEIGHT_Q4_K ||
          format == KVRT_WEIGHT_Q6_K;
 }
@@ -1613,9 +1653,9 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
       e.ifElse(small, decode, prefill);
     freeInt8Activations(e, act);
   };
-  if (isa == Int8Isa::Avx2) {
-    // AVX2 has no vpdpbusd for the prefill's panels: integer dots for a
-    // decode step, the weights widened for a prefill.
+  if (isa == Int8Isa::Avx2 || !hasInt8Panels(format)) {
+    // AVX2 has no vpdpbusd for the prefill's panels, Q5_K no panels:
+    // integer dots for a decode step, the weights widened for a prefill.
     e.ifElse(
         small, [&] { int8(/*decodeOnly=*/true); },
         [&] {

@@ -75,3 +75,26 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q4_k
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_products_q4_k_q4_k_q8_0_task(
 // CHECK-DAG:     llvm.call_intrinsic "llvm.x86.avx512.vpdpwssd.512"
 // CHECK-DAG:     llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+
+// -----
+
+// Q5_K (Q5_K_M's matrices beside Q6_K): a decode step's tiles are Q4_K's,
+// each element's fifth bit moved from qh to bit 4 by word shifts; Q5_K has no
+// panels, so its prefill widens the weights (a _widen_task, no _pack_task).
+!m = !kv.model<dim = 256, hidden = 512, layers = 1, heads = 2, kv_heads = 1, vocab = 32>
+module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q5_k;wk:q5_k;wv:q6_k;wo:q5_k;w1:q5_k;w2:q6_k;w3:q5_k;wcls:q6_k"]]} {
+}
+
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q5_k(
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q5_k_quantize_task(
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q5_k_dot_task(
+// CHECK:         arith.shli {{.*}} : vector<32xi16>
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.pmaddubs.w.512"
+// CHECK:         arith.shrui {{.*}} : vector<32xi16>
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpwssd.512"
+// CHECK-NOT:     _matmul_q5_k_pack_task(
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q5_k_widen_task(
+// CHECK-NOT:     llvm.call_intrinsic
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q5_k_acc(
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_gated_q5_k_task(
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.pmaddubs.w.512"
