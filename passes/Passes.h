@@ -53,8 +53,9 @@ struct LowerToCPUPipelineOptions
   PassOptions::Option<std::string> quantDot{
       *this, "quant-dot",
       llvm::cl::desc("How quantised weights are multiplied: f32 (widened "
-                     "exactly), int8 (integer dot products on Q8_0, Q4_K "
-                     "and Q6_K; needs AVX-512 VNNI), amx (int8, a Q8_0 "
+                     "exactly), int8 (integer dot products on Q8_0, Q4_0, "
+                     "Q4_K and Q6_K, Q5_K in decode steps; needs AVX-512 "
+                     "VNNI), amx (int8, a Q8_0 "
                      "prefill on AMX tiles; needs AMX), avx2 (int8's decode "
                      "steps by AVX2's instructions, a prefill widened) or "
                      "auto (amx where the host has AMX, else int8 where it "

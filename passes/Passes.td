@@ -38,9 +38,10 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
     (AVX-512), 256 (AVX2), or 0 for the host's; any choice is correct on
     any host, only its speed differs. `quant-dot` chooses how quantised
     weights are multiplied: `f32` widens their blocks to f32 exactly (the
-    oracle's weights), `int8` multiplies Q8_0, Q4_K and Q6_K blocks by
-    integer dot products against activations quantised per block of 32
-    (Q8_0) or of 256 (the K-quants, as llama.cpp's Q8_K; AVX-512 VNNI; an
+    oracle's weights), `int8` multiplies Q8_0, Q4_0, Q4_K and Q6_K blocks
+    (Q5_K's in decode steps) by integer dot products against activations
+    quantised per block of 32 (Q8_0, Q4_0) or of 256 (the K-quants, as
+    llama.cpp's Q8_K; AVX-512 VNNI; an
     error on a host without it), `amx` is int8 with a
     Q8_0 or Q4_K prefill's products on AMX int8 tiles (the same results; an error
     on a host without AMX or whose Linux refuses this process the tile
@@ -78,7 +79,8 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
     Option<"quantDot", "quant-dot", "std::string", /*default=*/"\"auto\"",
            "How quantised weights are multiplied: f32 (widened exactly), "
            "int8 (integer dot products, activations quantised per block; "
-           "Q8_0, Q4_K and Q6_K; needs AVX-512 VNNI), amx (int8, a Q8_0 "
+           "Q8_0, Q4_0, Q4_K and Q6_K, Q5_K in decode steps; needs AVX-512 "
+           "VNNI), amx (int8, a Q8_0 "
            "prefill on AMX tiles; needs AMX), avx2 (int8's decode steps by "
            "AVX2's instructions, a prefill widened) or auto (amx where the "
            "host has AMX, else int8 where it has VNNI, else avx2)">

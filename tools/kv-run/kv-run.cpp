@@ -573,7 +573,8 @@ void declareOptions(OptionParser &parser, Options &options) {
   parser.text("quant-dot", "auto|f32|int8|amx|avx2",
               "how the generated CPU code multiplies quantised weights: f32 "
               "widens them exactly (the oracle's weights), int8 takes integer "
-              "dot products on Q8_0, Q4_K and Q6_K blocks "
+              "dot products on Q8_0, Q4_0, Q4_K and Q6_K blocks (Q5_K's "
+              "in decode steps) "
               "against activations quantised per "
               "block (AVX-512 VNNI; docs/cpu-backend.md), amx the same with "
               "a Q8_0 or Q4_K prefill on AMX tiles, avx2 int8's decode steps "

@@ -161,57 +161,109 @@ Value pairScales(ForwardEmitter &e, Value a, Value b) {
                 vector::BroadcastOp::create(e.b, v8, b));
 }
 
-/// One register tile of a decode step of Q8_0 weights: token t (a row of
-/// the quantised activations, a scale per 32) against weight rows starting
-/// at byte `rowAt` (one per output), over the whole row; returns the sums.
-/// Per pair of blocks p and output: the 64 quants biased by +128 (xor 0x80)
-/// as vpdpbusd's unsigned bytes, the dot started at the token's bias, so the
-/// integer lanes hold sum w q exactly (an odd last block pairs with zeros),
-/// converted to f32 and FMA'd with [d0 x 8 | d1 x 8] times the token's
-/// scales into the accumulator.
-SmallVector<Value> emitQ8_0DecodeTile(ForwardEmitter &e, Value bytes,
-                                      const Int8Activations &act, Value k,
-                                      Value t, ArrayRef<Value> rowAt,
-                                      Int8Isa isa) {
+/// The f16 scales of a whole pair of 32-element blocks, at bytes 0 and
+/// `second` of `bytes` from `at`, as f32 [d0 x 8 | d1 x 8]: one load of the
+/// pair's first `span` bytes (a power of two holding both), one word
+/// permute (vpermw) and one conversion, where two scalar loads, conversions
+/// and broadcasts took eight instructions.
+Value pairScalesAt(ForwardEmitter &e, Value bytes, Value at, int64_t span,
+                   int64_t second) {
+  Type i16 = e.b.getI16Type();
+  Value words = vector::BitCastOp::create(
+      e.b, e.vec(span / 2, i16),
+      vector::LoadOp::create(e.b, e.vec(span, e.byte()), bytes,
+                             ValueRange{at}));
+  SmallVector<int64_t> order(8, 0);
+  order.append(8, second / 2);
+  Value both = vector::ShuffleOp::create(e.b, words, words, order);
+  Value halves =
+      vector::BitCastOp::create(e.b, e.vec(16, e.b.getF16Type()), both);
+  return arith::ExtFOp::create(e.b, e.vec(16, e.f32()), halves);
+}
+
+/// One register tile of a decode step of Q8_0 or Q4_0 weights: token t (a
+/// row of the quantised activations, a scale per 32) against weight rows
+/// starting at byte `rowAt` (one per output), over the whole row; returns
+/// the sums. Per pair of blocks p and output: Q8_0's 64 quants biased by
+/// +128 (xor 0x80) as vpdpbusd's unsigned bytes, the dot started at the
+/// token's bias (-128 sum q); Q4_0's 64 nibbles as they are (q in 0 .. 15,
+/// an element d (q - 8)), the dot started at the bias / 16 (-8 sum q). So
+/// the integer lanes hold sum w q exactly (an odd last block pairs with
+/// zeros), converted to f32 and FMA'd with [d0 x 8 | d1 x 8] times the
+/// token's scales into the accumulator. Q4_0's block holds elements 0 .. 15
+/// in the low nibbles of its 16 bytes and 16 .. 31 in the high ones: the
+/// 16 bytes loaded into two 128-bit lanes, the second lane's words shifted
+/// right by 4 (vpsrlvw), masked.
+SmallVector<Value> emitBlock32DecodeTile(ForwardEmitter &e,
+                                         kvrt_weight_format format, Value bytes,
+                                         const Int8Activations &act, Value k,
+                                         Value t, ArrayRef<Value> rowAt,
+                                         Int8Isa isa) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  bool q4 = format == KVRT_WEIGHT_Q4_0;
+  int64_t blockBytes = q4 ? 18 : 34;
   VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
-             v32b = e.vec(32, e.byte()), v64b = e.vec(64, e.byte());
+             v16b = e.vec(16, e.byte()), v32b = e.vec(32, e.byte()),
+             v64b = e.vec(64, e.byte()), v32w = e.vec(32, e.b.getI16Type());
   Value flip = splatBytes(e, v64b, -128), zeroBlock = splatBytes(e, v32b, 0);
   Value quantsRow = e.mul(act.pairs, e.cIndex(64));
   Value laneRow = e.mul(act.pairs, e.cIndex(16));
+  // Q4_0: a pair's 32 bytes [b0, b0, b1, b1] to its 64 quants.
+  auto nibbles = [&](Value q0, Value q1) -> Value {
+    SmallVector<int16_t> counts;
+    for (int64_t lane = 0; lane < 32; ++lane)
+      counts.push_back(lane % 16 < 8 ? 0 : 4);
+    Value words = vector::BitCastOp::create(
+        e.b, v32w, concat(e, concat(e, q0, q0), concat(e, q1, q1)));
+    Value shifted = arith::ShRUIOp::create(
+        e.b, words,
+        arith::ConstantOp::create(
+            e.b, DenseElementsAttr::get(v32w, ArrayRef<int16_t>(counts))));
+    return arith::AndIOp::create(e.b,
+                                 vector::BitCastOp::create(e.b, v64b, shifted),
+                                 splatBytes(e, v64b, 0x0F));
+  };
   auto multiply = [&](Value p, bool full, ValueRange accs) {
-    Value block0 = e.mul(p, e.cIndex(2 * 34));
-    prefetchTileRows(e, bytes, rowAt, block0, 2 * 34);
+    Value block0 = e.mul(p, e.cIndex(2 * blockBytes));
+    prefetchTileRows(e, bytes, rowAt, block0, 2 * blockBytes);
     Value quants = vector::LoadOp::create(
         e.b, v64b, act.quants,
         ValueRange{e.add(e.mul(t, quantsRow), e.mul(p, e.cIndex(64)))});
     Value lanes = e.add(e.mul(t, laneRow), e.mul(p, e.cIndex(16)));
-    // VNNI: the weights enter vpdpbusd biased (w + 128), the dot started at
-    // the token's -128 sum q; AVX2 takes them signed (dotSignedBytes).
-    Value bias =
-        isa == Int8Isa::Vnni512
-            ? vector::LoadOp::create(e.b, v16i, act.bias, ValueRange{lanes})
-                  .getResult()
-            : Value();
+    // Q8_0 by VNNI: the weights enter vpdpbusd biased (w + 128), the dot
+    // started at the token's -128 sum q; AVX2 takes them signed
+    // (dotSignedBytes). Q4_0: unsigned as they are, started at -8 sum q.
+    Value bias;
+    if (q4 || isa == Int8Isa::Vnni512)
+      bias = vector::LoadOp::create(e.b, v16i, act.bias, ValueRange{lanes});
+    if (q4)
+      bias = arith::ShRSIOp::create(e.b, bias, e.splatI32(16, 4));
     Value d = vector::LoadOp::create(e.b, v16f, act.scales, ValueRange{lanes});
     SmallVector<Value> next;
     for (auto [row, acc] : llvm::zip_equal(rowAt, accs)) {
-      Value at0 = e.add(row, block0), at1 = e.add(at0, e.cIndex(34));
-      Value q0 = vector::LoadOp::create(e.b, v32b, bytes,
+      Value at0 = e.add(row, block0), at1 = e.add(at0, e.cIndex(blockBytes));
+      VectorType loaded = q4 ? v16b : v32b;
+      Value q0 = vector::LoadOp::create(e.b, loaded, bytes,
                                         ValueRange{e.add(at0, e.cIndex(2))});
       Value q1 =
-          full ? vector::LoadOp::create(e.b, v32b, bytes,
+          full ? vector::LoadOp::create(e.b, loaded, bytes,
                                         ValueRange{e.add(at1, e.cIndex(2))})
                      .getResult()
+          : q4 ? splatBytes(e, v16b, 0)
                : zeroBlock;
-      Value d1 = full ? e.loadF16(bytes, at1) : e.cF32(0.0f);
-      Value scales = pairScales(e, e.loadF16(bytes, at0), d1);
-      Value dot =
-          isa == Int8Isa::Vnni512
-              ? dotBytes(e, bias,
-                         arith::XOrIOp::create(e.b, concat(e, q0, q1), flip),
-                         quants, isa)
-              : dotSignedBytes(e, e.splatI32(16, 0), concat(e, q0, q1), quants);
+      Value scales =
+          full ? pairScalesAt(e, bytes, at0, q4 ? 32 : 64, blockBytes)
+               : pairScales(e, e.loadF16(bytes, at0),
+                            full ? e.loadF16(bytes, at1) : e.cF32(0.0f));
+      Value dot;
+      if (q4)
+        dot = dotBytes(e, bias, nibbles(q0, q1), quants, isa);
+      else if (isa == Int8Isa::Vnni512)
+        dot = dotBytes(e, bias,
+                       arith::XOrIOp::create(e.b, concat(e, q0, q1), flip),
+                       quants, isa);
+      else
+        dot = dotSignedBytes(e, e.splatI32(16, 0), concat(e, q0, q1), quants);
       Value scale = arith::MulFOp::create(e.b, d, scales);
       Value wide = arith::SIToFPOp::create(e.b, v16f, dot);
       next.push_back(vector::FMAOp::create(e.b, wide, scale, acc));
@@ -573,19 +625,24 @@ void storePanelQuants(ForwardEmitter &e, Value q, Value quants,
   }
 }
 
-/// Repacks panels lo .. hi-1 of Q8_0 weights (m rows of k) for the
+/// Repacks panels lo .. hi-1 of Q8_0 or Q4_0 weights (m rows of k) for the
 /// prefill's tiles: panel p, block b holds at ((p * blocks + b) * 8 + i) * 64
 /// the bytes 4i .. 4i + 3 of the block's quants of the panel's 16 outputs
 /// side by side, biased by +128 (xor 0x80), so one 64-byte load gives
 /// vpdpbusd four weights of each of 16 outputs; the outputs' scales at
-/// (p * blocks + b) * 16. Outputs past m: zero quants and scales.
-void emitInt8PackPanels(ForwardEmitter &e, Value bytes, Value offset, Value k,
-                        Value m, Value quants, Value scales, Value lo, Value hi,
+/// (p * blocks + b) * 16. Outputs past m: zero quants and scales. Q4_0's
+/// nibbles become the Q8_0 quants q - 8 (elements 0 .. 15 the low nibbles,
+/// 16 .. 31 the high), so the tiles are Q8_0's.
+void emitInt8PackPanels(ForwardEmitter &e, kvrt_weight_format format,
+                        Value bytes, Value offset, Value k, Value m,
+                        Value quants, Value scales, Value lo, Value hi,
                         bool biased = true) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
+  bool q4 = format == KVRT_WEIGHT_Q4_0;
+  int64_t blockBytes = q4 ? 18 : 34;
   Value blocks = e.divu(k, e.cIndex(32));
-  Value rowBytes = e.mul(blocks, e.cIndex(34));
-  VectorType v32b = e.vec(32, e.byte());
+  Value rowBytes = e.mul(blocks, e.cIndex(blockBytes));
+  VectorType v16b = e.vec(16, e.byte()), v32b = e.vec(32, e.byte());
   Value flip = arith::ConstantOp::create(
       e.b, DenseElementsAttr::get(v32b, e.b.getI8IntegerAttr(-128)));
   Value zeros = arith::ConstantOp::create(
@@ -594,9 +651,23 @@ void emitInt8PackPanels(ForwardEmitter &e, Value bytes, Value offset, Value k,
       e, offset, m, rowBytes, lo, hi,
       [&](Value p, Value o, Value inside, Value rowAt) {
         e.forLoop(c0, blocks, c1, [&](Value b) {
-          Value at = e.add(rowAt, e.mul(b, e.cIndex(34)));
-          Value q = vector::LoadOp::create(e.b, v32b, bytes,
-                                           ValueRange{e.add(at, e.cIndex(2))});
+          Value at = e.add(rowAt, e.mul(b, e.cIndex(blockBytes)));
+          Value q;
+          if (q4) {
+            Value packed = vector::LoadOp::create(
+                e.b, v16b, bytes, ValueRange{e.add(at, e.cIndex(2))});
+            q = arith::SubIOp::create(
+                e.b,
+                concat(e,
+                       arith::AndIOp::create(e.b, packed,
+                                             splatBytes(e, v16b, 0x0F)),
+                       arith::ShRUIOp::create(e.b, packed,
+                                              splatBytes(e, v16b, 4))),
+                splatBytes(e, v32b, 8));
+          } else {
+            q = vector::LoadOp::create(e.b, v32b, bytes,
+                                       ValueRange{e.add(at, e.cIndex(2))});
+          }
           if (biased)
             q = arith::XOrIOp::create(e.b, q, flip);
           q = e.select(inside, q, zeros);
@@ -1175,12 +1246,14 @@ void emitAmxPanelTiles(ForwardEmitter &e, kvrt_weight_format format,
 /// 40.8 ms a step of four alternated runs each), 8 rows slower (47-50).
 /// Q5_K (the Q5_K_M step, Q6_K at 4; Zen 4, 1 thread, medians of four
 /// alternated runs): 6 rows 49.4 against 53.3 with 4, 48.7 against 64.7
-/// with 8.
+/// with 8. Q4_0 (its classifier Q6_K; medians of four alternated runs
+/// each): 12 rows 44.1 against 49.0 with 8, 44.2 against 68.5 with 16.
 int64_t cpu::int8TileOutputs(kvrt_weight_format format, Int8Isa isa) {
   if (isa == Int8Isa::Avx2)
     return kAvx2TileOutputs;
   switch (format) {
   case KVRT_WEIGHT_Q8_0:
+  case KVRT_WEIGHT_Q4_0:
     return 12;
   case KVRT_WEIGHT_Q4_K:
   case KVRT_WEIGHT_Q5_K:
@@ -1317,7 +1390,7 @@ void cpu::emitQuantizeRows(ForwardEmitter &e, Value a,
 }
 
 int64_t cpu::int8ScaleBlock(kvrt_weight_format format) {
-  return format == KVRT_WEIGHT_Q8_0 ? 32 : 256;
+  return format == KVRT_WEIGHT_Q8_0 || format == KVRT_WEIGHT_Q4_0 ? 32 : 256;
 }
 
 SmallVector<Value> Int8Activations::buffers() const {
@@ -1375,24 +1448,26 @@ SmallVector<Value> cpu::int8DecodeSums(ForwardEmitter &e,
                                        const Int8Activations &act, Value k,
                                        Value t, ArrayRef<Value> rows,
                                        Int8Isa isa) {
-  if (format == KVRT_WEIGHT_Q8_0)
-    return emitQ8_0DecodeTile(e, bytes, act, k, t, rows, isa);
+  if (int8ScaleBlock(format) == 32)
+    return emitBlock32DecodeTile(e, format, bytes, act, k, t, rows, isa);
   return emitKQuantDecodeTile(e, format, bytes, act, k, t, rows, isa);
 }
 
-/// Q8_0, Q4_K, Q5_K and Q6_K (the others widen).
+/// Q8_0, Q4_0, Q4_K, Q5_K and Q6_K (the others widen).
 bool cpu::hasInt8Dot(kvrt_weight_format format) {
-  return format == KVRT_WEIGHT_Q8_0 || format == KVRT_WEIGHT_Q4_K ||
-         format == KVRT_WEIGHT_Q5_K || format == KVRT_WEIGHT_Q6_K;
-}
-
-/// Q8_0, Q4_K and Q6_K (a Q5_K prefill widens).
-bool cpu::hasInt8Panels(kvrt_weight_format format) {
-  return format == KVRT_WEIGHT_Q8_0 || format == KVRT_WEIGHT_Q4_K ||
+  return format == KVRT_WEIGHT_Q8_0 || format == KVRT_WEIGHT_Q4_0 ||
+         format == KVRT_WEIGHT_Q4_K || format == KVRT_WEIGHT_Q5_K ||
          format == KVRT_WEIGHT_Q6_K;
 }
 
-/// c[t][o] (+)= sum_i a[t][i] * b[o][i] for Q8_0, Q4_K or Q6_K weights b,
+/// Q8_0, Q4_0 (as Q8_0's), Q4_K and Q6_K (a Q5_K prefill widens).
+bool cpu::hasInt8Panels(kvrt_weight_format format) {
+  return format == KVRT_WEIGHT_Q8_0 || format == KVRT_WEIGHT_Q4_0 ||
+         format == KVRT_WEIGHT_Q4_K || format == KVRT_WEIGHT_Q6_K;
+}
+
+/// c[t][o] (+)= sum_i a[t][i] * b[o][i] for Q8_0, Q4_0, Q4_K, Q5_K or Q6_K
+/// weights b,
 /// by integer dot products: the rows of a quantised per block of 32
 /// (emitQuantizeRows, parallel over rows), then, for fewer than
 /// kPackedMinRows rows (decode), tiles of one token x int8TileOutputs rows
@@ -1484,7 +1559,7 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
       // The weights repacked into panels of 16 outputs (their scales
       // beside), then register tiles over them; Q4_K and Q6_K take sums of
       // the tokens' quants too (emitKQuantTokenSums).
-      bool kQuant = format != KVRT_WEIGHT_Q8_0;
+      bool kQuant = int8ScaleBlock(format) == 256;
       Value blocks = e.divu(k, e.cIndex(32));
       Value panels = e.divu(e.add(m, e.cIndex(15)), e.cIndex(16));
       Value panelBlocks = e.mul(panels, blocks);
@@ -1507,8 +1582,8 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                         emitKQuantPackPanels(e, format, v[0], v[1], k, m, v[2],
                                              v[3], lo, hi, forVnni);
                       else
-                        emitInt8PackPanels(e, v[0], v[1], k, m, v[2], v[3], lo,
-                                           hi, forVnni);
+                        emitInt8PackPanels(e, format, v[0], v[1], k, m, v[2],
+                                           v[3], lo, hi, forVnni);
                     });
       };
       if (!amxTiles)

@@ -68,7 +68,7 @@ enum class Int8Isa { Vnni512, Avx2 };
 /// CpuInt8Matmul.cpp: the same function (name, arguments, result) by integer
 /// dot products on the weights' blocks, the activations quantised per block
 /// of 32 to int8 (llama.cpp's Q8_0 activations): AVX-512 VNNI (vpdpbusd).
-/// Only for formats where hasInt8Dot holds: Q8_0, Q4_K, Q5_K and Q6_K; a
+/// Only for formats where hasInt8Dot holds: Q8_0, Q4_0, Q4_K, Q5_K and Q6_K; a
 /// prefill repacks the weights into panels per call where hasInt8Panels
 /// holds, and widens them (emitQuantMatmul's prefill) where not. With `amx`
 /// (the host has it: hostHasAmx), a Q8_0 or Q4_K prefill multiplies on AMX
@@ -209,7 +209,7 @@ struct Int8Activations {
 };
 
 /// CpuInt8Matmul.cpp: elements per activation scale for `format`'s integer
-/// dots: 32 for Q8_0, 256 for the K-quants (Q4_K, Q5_K, Q6_K).
+/// dots: 32 for Q8_0 and Q4_0, 256 for the K-quants (Q4_K, Q5_K, Q6_K).
 int64_t int8ScaleBlock(kvrt_weight_format format);
 /// CpuInt8Matmul.cpp: buffers (memref.alloc) for the quantised activations
 /// of n rows of k (index) elements, the quants of `quantRows` rows (n, or
@@ -225,9 +225,10 @@ void freeInt8Activations(ForwardEmitter &e, const Int8Activations &act);
 void emitQuantizeRows(ForwardEmitter &e, Value a, const Int8Activations &act,
                       Value lo, Value hi, Int8Isa isa);
 /// CpuInt8Matmul.cpp: the weight rows of a decode tile by integer dots
-/// (VNNI: Q8_0 12, Q4_K and Q5_K 6, Q6_K 4; AVX2, 16 registers: 2), and the
-/// sums of token t's quantised activations (a scale per int8ScaleBlock(format))
-/// with each of the rows that start at the byte offsets `rows` of `bytes`.
+/// (VNNI: Q8_0 and Q4_0 12, Q4_K and Q5_K 6, Q6_K 4; AVX2, 16 registers: 2),
+/// and the sums of token t's quantised activations (a scale per
+/// int8ScaleBlock(format)) with each of the rows that start at the byte offsets
+/// `rows` of `bytes`.
 int64_t int8TileOutputs(kvrt_weight_format format, Int8Isa isa);
 SmallVector<Value> int8DecodeSums(ForwardEmitter &e, kvrt_weight_format format,
                                   Value bytes, const Int8Activations &act,

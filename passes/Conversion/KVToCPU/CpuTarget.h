@@ -21,8 +21,8 @@ namespace mlir::kv {
 /// `quant-dot`; docs/cpu-backend.md, "Integer dot products"):
 /// - F32: every format widened to f32 (exact: the oracle's weights);
 /// - Int8: integer dot products where the format has them, the activations
-///   quantised per block to int8: Q8_0, Q4_K and Q6_K; other formats
-///   widen;
+///   quantised per block to int8: Q8_0, Q4_0, Q4_K and Q6_K, Q5_K in
+///   decode steps (its prefill widens); other formats widen;
 /// - Amx: Int8, with a prefill's Q8_0 and Q4_K products on AMX tiles
 ///   (tdpbssd, tdpbsud) instead of VNNI; the same integers, so the same
 ///   floats (Q6_K and decode steps stay on VNNI);

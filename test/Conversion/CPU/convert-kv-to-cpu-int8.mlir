@@ -98,3 +98,27 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q5_k
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q5_k_acc(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_gated_q5_k_task(
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512.pmaddubs.w.512"
+
+// -----
+
+// Q4_0: a decode step's tiles take the nibbles unsigned (a pair of blocks'
+// 16-byte halves into four 128-bit lanes, the high nibbles' lanes shifted by
+// 4), the dot started at the token's bias / 16; each pair's two f16 scales
+// from one load and one shuffle. A prefill packs Q8_0's panels (q - 8) and
+// takes Q8_0's tiles.
+!m = !kv.model<dim = 256, hidden = 512, layers = 1, heads = 2, kv_heads = 1, vocab = 32>
+module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q4_0;wk:q4_0;wv:q4_0;wo:q4_0;w1:q4_0;w2:q4_0;w3:q4_0;wcls:q6_k"]]} {
+}
+
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_0(
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_0_quantize_task(
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_0_dot_task(
+// CHECK:         arith.shrsi {{.*}} : vector<16xi32>
+// CHECK:         arith.shrui {{.*}} : vector<32xi16>
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_0_pack_task(
+// CHECK:         arith.shrui {{.*}} : vector<16xi8>
+// CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_0_tile_task(
+// CHECK-COUNT-8: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK-NOT:     _widen_task
+// CHECK:       func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_0_acc(

@@ -222,14 +222,14 @@ TEST(QuantForwardTest, AccuracyFollowsTheFormatsPrecision) {
     got[t.name] = accuracy(model.get(), f32.get(), tokens);
     printAccuracy("synthetic dim 256", t.name, got[t.name]);
   }
-  // The integer dot products (Q8_0, Q4_K and Q6_K matrices) add the
+  // The integer dot products (Q8_0, Q4_0, Q4_K and Q6_K matrices) add the
   // activations' quantisation: printed beside the f32 path's figure
   // (docs/models.md), and less than half the weights' own error again.
   if (mlir::kv::hostHasInt8Dot()) {
     for (const Type &t : kTypes) {
       std::string name = t.name;
       if (name != "q8_0" && name != "q6_k" && name != "q4_k" &&
-          name != "q4_k_m" && name != "q5_k_m")
+          name != "q4_k_m" && name != "q5_k_m" && name != "q4_0")
         continue;
       ModelPtr model = quantised(f32.get(), "acc-" + name, t.type);
       Accuracy a = accuracy(model.get(), f32.get(), tokens, "int8");
@@ -356,7 +356,7 @@ TEST(QuantForwardTest, DecodeStepsAreThePrefillsRows) {
   ASSERT_EQ(kvrt_model_get_config(f32.get(), &c), KVRT_OK);
   for (const Type &t :
        {Type{"q4_k_m", KVRT_GGUF_Q4_K_M}, Type{"q5_k_m", KVRT_GGUF_Q5_K_M},
-        Type{"q8_0", KVRT_GGUF_Q8_0}}) {
+        Type{"q8_0", KVRT_GGUF_Q8_0}, Type{"q4_0", KVRT_GGUF_Q4_0}}) {
     ModelPtr model =
         quantised(f32.get(), std::string("steps-") + t.name, t.type);
     PoolPtr pool = poolFor(model.get(), 256);
@@ -455,7 +455,8 @@ double checkLayer0Bound(const kvrt_model *model, size_t n,
     // A scale per 32 activations for Q8_0, per 256 for the K-quants
     // (llama.cpp's Q8_0 and Q8_K).
     kvrt_weight_format format = w.wv.slices[0].format;
-    int64_t block = format == KVRT_WEIGHT_Q8_0 ? 32 : 256;
+    int64_t block =
+        format == KVRT_WEIGHT_Q8_0 || format == KVRT_WEIGHT_Q4_0 ? 32 : 256;
     std::vector<double> steps;
     for (int64_t b = 0; b < c.dim / block; ++b) {
       double amax = 0;
@@ -505,6 +506,18 @@ void expectSameForAnyThreadCount(const kvrt_model *model,
   }
 }
 
+/// `f32` quantised to `type` (named "int8-NAME"), its layers' V in that
+/// format: the matrix checkLayer0Bound holds to the bound.
+ModelPtr quantisedForBound(const kvrt_model *f32, const char *name,
+                           kvrt_gguf_type type) {
+  ModelPtr model = quantised(f32, std::string("int8-") + name, type);
+  EXPECT_NE(kvir::modelWeightFormats(model.get())
+                .spec()
+                .find(std::string("wv:") + name),
+            std::string::npos);
+  return model;
+}
+
 TEST(QuantForwardTest, Int8DotWithinTheActivationQuantisationBound) {
   // quant-dot=int8 multiplies Q8_0 blocks by activations quantised per
   // block of 32: x ~ d q with d = max |x| / 127, |x - d q| <= d / 2. Layer
@@ -516,35 +529,39 @@ TEST(QuantForwardTest, Int8DotWithinTheActivationQuantisationBound) {
   // 1e-5 (f32 against the oracle's f64 sums). dim 96 and hidden 224 are 3
   // and 7 blocks (a pair of blocks with no second), 509 outputs of the
   // classifier not a whole tile; 1 and 3 tokens take the decode tiles, 9
-  // and 64 the prefill ones (a part tile at the end).
+  // and 64 the prefill ones (a part tile at the end). Q4_0 the same (an
+  // element d (q - 8): its decode tiles take the nibbles unsigned, its
+  // prefill Q8_0's panels of q - 8).
   if (!mlir::kv::hostHasInt8Dot())
     GTEST_SKIP() << "this host has no AVX-512 VNNI (the integer dot path)";
   kvrt_model_config c = makeConfig(96, 224, 2, 4, 2, 509, 256);
   ModelPtr f32 = syntheticModel(c, 31);
-  ModelPtr model = quantised(f32.get(), "int8-q8_0", KVRT_GGUF_Q8_0);
-  ASSERT_NE(kvir::modelWeightFormats(model.get()).spec().find("wv:q8_0"),
-            std::string::npos);
-  for (size_t n : {1, 3, 9, 64}) {
-    SCOPED_TRACE(n);
-    // The integer path ran (the f32 path is within 1e-5).
-    EXPECT_GT(checkLayer0Bound(model.get(), n), 1e-5);
+  for (auto [name, type] :
+       {std::pair{"q8_0", KVRT_GGUF_Q8_0}, std::pair{"q4_0", KVRT_GGUF_Q4_0}}) {
+    SCOPED_TRACE(name);
+    ModelPtr model = quantisedForBound(f32.get(), name, type);
+    for (size_t n : {1, 3, 9, 64}) {
+      SCOPED_TRACE(n);
+      // The integer path ran (the f32 path is within 1e-5).
+      EXPECT_GT(checkLayer0Bound(model.get(), n), 1e-5);
+    }
+    PoolPtr pool = poolFor(model.get(), 64);
+    ViewPtr empty = emptyView(pool.get());
+    // Every position's logits, with the decode tiles (1 token) and a
+    // prefill: reported (docs/models.md states them), no bound follows
+    // through the layers' nonlinearities.
+    for (size_t n : {1, 64}) {
+      std::vector<int32_t> tokens = randomTokens(n, c.vocab_size, 500 + n);
+      Prefilled q = cpuPrefill(model.get(), empty.get(), tokens, 0, "int8");
+      Prefilled r = refPrefill(model.get(), empty.get(), tokens, 0);
+      std::printf("int8 dot, %s, %zu tokens: max |logit diff| %.3e\n", name, n,
+                  maxDiff(q.logits, r.logits));
+    }
+    // Each output is one tile's, whichever thread computes it: bit-identical
+    // for any thread count (decode tiles, prefill tiles, the quantising and
+    // packing passes).
+    expectSameForAnyThreadCount(model.get(), {1, 64});
   }
-  PoolPtr pool = poolFor(model.get(), 64);
-  ViewPtr empty = emptyView(pool.get());
-  // Every position's logits, with the decode tiles (1 token) and a
-  // prefill: reported (docs/models.md states them), no bound follows
-  // through the layers' nonlinearities.
-  for (size_t n : {1, 64}) {
-    std::vector<int32_t> tokens = randomTokens(n, c.vocab_size, 500 + n);
-    Prefilled q = cpuPrefill(model.get(), empty.get(), tokens, 0, "int8");
-    Prefilled r = refPrefill(model.get(), empty.get(), tokens, 0);
-    std::printf("int8 dot, %zu tokens: max |logit diff| %.3e\n", n,
-                maxDiff(q.logits, r.logits));
-  }
-  // Each output is one tile's, whichever thread computes it: bit-identical
-  // for any thread count (decode tiles, prefill tiles, the quantising and
-  // packing passes).
-  expectSameForAnyThreadCount(model.get(), {1, 64});
 }
 
 TEST(QuantForwardTest, Int8DotOfK_QuantWithinTheBound) {
@@ -563,11 +580,7 @@ TEST(QuantForwardTest, Int8DotOfK_QuantWithinTheBound) {
        {std::pair{"q4_k", KVRT_GGUF_Q4_K}, std::pair{"q5_k", KVRT_GGUF_Q5_K},
         std::pair{"q6_k", KVRT_GGUF_Q6_K}}) {
     SCOPED_TRACE(name);
-    ModelPtr model = quantised(f32.get(), std::string("int8-") + name, type);
-    ASSERT_NE(kvir::modelWeightFormats(model.get())
-                  .spec()
-                  .find(std::string("wv:") + name),
-              std::string::npos);
+    ModelPtr model = quantisedForBound(f32.get(), name, type);
     bool panels = type != KVRT_GGUF_Q5_K;
     for (size_t n : {1, 3, 4, 13, 64}) {
       double difference = checkLayer0Bound(model.get(), n);
@@ -597,6 +610,7 @@ TEST(QuantForwardTest, Avx2DecodeTilesWithinTheBound) {
     kvrt_gguf_type type;
   };
   for (const Case &t : {Case{"q8_0", q8f32.get(), KVRT_GGUF_Q8_0},
+                        Case{"q4_0", q8f32.get(), KVRT_GGUF_Q4_0},
                         Case{"q4_k", kf32.get(), KVRT_GGUF_Q4_K},
                         Case{"q5_k", kf32.get(), KVRT_GGUF_Q5_K},
                         Case{"q6_k", kf32.get(), KVRT_GGUF_Q6_K}}) {
