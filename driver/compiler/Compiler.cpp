@@ -1009,18 +1009,24 @@ kvir::compiler::emitObject(ModuleOp lowered,
   return success();
 }
 
-std::string kvir::compiler::quantDotFor(StringRef cpu, StringRef requested) {
-  if (requested != "auto" || cpu == "native")
-    return requested.str();
+/// The subtarget of LLVM CPU `cpu` on this host's triple (null where LLVM
+/// has no target for it).
+static std::unique_ptr<llvm::MCSubtargetInfo> subtargetOf(StringRef cpu) {
   initializeNativeTarget();
   llvm::Triple triple(llvm::sys::getDefaultTargetTriple());
   std::string lookupError;
   const llvm::Target *target =
       llvm::TargetRegistry::lookupTarget(triple, lookupError);
   if (!target)
-    return "f32";
-  std::unique_ptr<llvm::MCSubtargetInfo> info(
+    return nullptr;
+  return std::unique_ptr<llvm::MCSubtargetInfo>(
       target->createMCSubtargetInfo(triple, cpu, ""));
+}
+
+std::string kvir::compiler::quantDotFor(StringRef cpu, StringRef requested) {
+  if (requested != "auto" || cpu == "native")
+    return requested.str();
+  std::unique_ptr<llvm::MCSubtargetInfo> info = subtargetOf(cpu);
   if (!info || !info->checkFeatures("+avx512vnni,+avx512bw"))
     return info && info->checkFeatures("+avx2") ? "avx2" : "f32";
   // auto takes AMX tiles where this host has them (CpuTarget): not in an
@@ -1028,4 +1034,26 @@ std::string kvir::compiler::quantDotFor(StringRef cpu, StringRef requested) {
   if (!info->checkFeatures("+amx-tile,+amx-int8") && mlir::kv::hostHasAmx())
     return "int8";
   return "auto";
+}
+
+std::string kvir::compiler::quantDotLacks(StringRef cpu, StringRef quantDot) {
+  if (cpu == "native")
+    return "";
+  struct Need {
+    StringRef quantDot, features, names;
+  };
+  const Need needs[] = {{"int8", "+avx512vnni,+avx512bw", "AVX-512 VNNI"},
+                        {"amx", "+avx512vnni,+avx512bw,+amx-tile,+amx-int8",
+                         "AVX-512 VNNI and AMX"},
+                        {"avx2", "+avx2", "AVX2"}};
+  for (const Need &need : needs) {
+    if (need.quantDot != quantDot)
+      continue;
+    std::unique_ptr<llvm::MCSubtargetInfo> info = subtargetOf(cpu);
+    if (!info || !info->checkFeatures(need.features))
+      return ("quant-dot " + quantDot + " needs " + need.names +
+              ", which CPU '" + cpu + "' lacks")
+          .str();
+  }
+  return "";
 }

@@ -238,6 +238,10 @@ mlir::LogicalResult emitObject(mlir::ModuleOp lowered,
 /// AMX tiles and the CPU has none; so that an object for another CPU never
 /// holds instructions that CPU lacks.
 std::string quantDotFor(llvm::StringRef cpu, llvm::StringRef requested);
+/// Why code for `cpu` (an LLVM CPU name; "native" is never refused here, the
+/// pass checks the host) cannot take quant-dot `quantDot` (int8, amx, avx2:
+/// instructions that CPU lacks), or "" where it can.
+std::string quantDotLacks(llvm::StringRef cpu, llvm::StringRef quantDot);
 
 } // namespace kvir::compiler
 

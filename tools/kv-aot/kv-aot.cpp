@@ -94,6 +94,16 @@ cl::opt<std::string>
                  "x86-64-v3, any x86-64 with AVX2, for --target gpu, whose "
                  "host code runs on the GPU machine)"),
         cl::value_desc("name"), cl::cat(category));
+cl::opt<std::string> quantDot(
+    "quant-dot",
+    cl::desc("how the CPU code multiplies quantised weights, as kv-run's "
+             "--quant-dot: f32 (widened exactly), int8 (integer dot products, "
+             "AVX-512 VNNI), amx (int8 with AMX tiles in a prefill), avx2 "
+             "(int8's decode steps by AVX2's instructions) or auto (default: "
+             "the best the --cpu has: int8 with VNNI, else avx2 with AVX2, "
+             "else f32); an error where the --cpu lacks the instructions"),
+    cl::value_desc("auto|f32|int8|amx|avx2"), cl::init("auto"),
+    cl::cat(category));
 cl::opt<bool> link("link",
                    cl::desc("link NAME.o into libNAME.so (default: on where "
                             "a linker was found at configure time)"),
@@ -231,8 +241,14 @@ int main(int argc, char **argv) {
   options.target =
       gpu ? kvir::compiler::Target::Gpu : kvir::compiler::Target::Cpu;
   // The int8 dot path only where the CPU the object is for has it.
-  options.cpuQuantDot =
-      kvir::compiler::quantDotFor(hostCpu, options.cpuQuantDot);
+  if (quantDot != "auto" && quantDot != "f32" && quantDot != "int8" &&
+      quantDot != "amx" && quantDot != "avx2")
+    return fail("unknown --quant-dot '" + quantDot +
+                "' (available: auto, f32, int8, amx, avx2)");
+  if (std::string lacks = kvir::compiler::quantDotLacks(hostCpu, quantDot);
+      !lacks.empty())
+    return fail("--" + lacks);
+  options.cpuQuantDot = kvir::compiler::quantDotFor(hostCpu, quantDot);
   options.exportModel = exportModel;
   options.exportFormats = formats;
   options.chip = chip;
