@@ -1036,7 +1036,11 @@ std::string kvir::compiler::quantDotFor(StringRef cpu, StringRef requested) {
   return "auto";
 }
 
-std::string kvir::compiler::quantDotLacks(StringRef cpu, StringRef quantDot) {
+std::string kvir::compiler::quantDotRefusal(StringRef cpu, StringRef quantDot) {
+  if (!mlir::kv::parseQuantDot(quantDot))
+    return ("quant-dot '" + quantDot +
+            "' is unknown (available: auto, f32, int8, amx, avx2)")
+        .str();
   if (cpu == "native")
     return "";
   struct Need {

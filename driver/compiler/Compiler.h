@@ -239,9 +239,10 @@ mlir::LogicalResult emitObject(mlir::ModuleOp lowered,
 /// holds instructions that CPU lacks.
 std::string quantDotFor(llvm::StringRef cpu, llvm::StringRef requested);
 /// Why code for `cpu` (an LLVM CPU name; "native" is never refused here, the
-/// pass checks the host) cannot take quant-dot `quantDot` (int8, amx, avx2:
-/// instructions that CPU lacks), or "" where it can.
-std::string quantDotLacks(llvm::StringRef cpu, llvm::StringRef quantDot);
+/// pass checks the host) cannot take quant-dot `quantDot` (a name the pass
+/// does not know, or int8, amx, avx2 on a CPU that lacks their
+/// instructions), or "" where it can.
+std::string quantDotRefusal(llvm::StringRef cpu, llvm::StringRef quantDot);
 
 } // namespace kvir::compiler
 

@@ -241,13 +241,9 @@ int main(int argc, char **argv) {
   options.target =
       gpu ? kvir::compiler::Target::Gpu : kvir::compiler::Target::Cpu;
   // The int8 dot path only where the CPU the object is for has it.
-  if (quantDot != "auto" && quantDot != "f32" && quantDot != "int8" &&
-      quantDot != "amx" && quantDot != "avx2")
-    return fail("unknown --quant-dot '" + quantDot +
-                "' (available: auto, f32, int8, amx, avx2)");
-  if (std::string lacks = kvir::compiler::quantDotLacks(hostCpu, quantDot);
-      !lacks.empty())
-    return fail("--" + lacks);
+  if (std::string refusal = kvir::compiler::quantDotRefusal(hostCpu, quantDot);
+      !refusal.empty())
+    return fail("--" + refusal);
   options.cpuQuantDot = kvir::compiler::quantDotFor(hostCpu, quantDot);
   options.exportModel = exportModel;
   options.exportFormats = formats;

@@ -251,10 +251,10 @@ SmallVector<Value> emitBlock32DecodeTile(ForwardEmitter &e,
                      .getResult()
           : q4 ? splatBytes(e, v16b, 0)
                : zeroBlock;
-      Value scales =
-          full ? pairScalesAt(e, bytes, at0, q4 ? 32 : 64, blockBytes)
-               : pairScales(e, e.loadF16(bytes, at0),
-                            full ? e.loadF16(bytes, at1) : e.cF32(0.0f));
+      // An odd last block: its scale beside a zero.
+      Value scales = full
+                         ? pairScalesAt(e, bytes, at0, q4 ? 32 : 64, blockBytes)
+                         : pairScales(e, e.loadF16(bytes, at0), e.cF32(0.0f));
       Value dot;
       if (q4)
         dot = dotBytes(e, bias, nibbles(q0, q1), quants, isa);
