@@ -374,15 +374,34 @@ Value moveBits(ForwardEmitter &e, Value v, int64_t first, int64_t second,
                                splatBytes(e, v64b, keep));
 }
 
+/// VNNI: `sum` plus the products of two runs of groups scaled per group:
+/// vpdpbusd of `u0` by `s0` and of `u1` by `s1` (unsigned by signed bytes)
+/// from zero, the two results' i32 lanes packed to words (vpackssdw: 128-bit
+/// lane k holds lanes 4k .. 4k + 3 of the first, then of the second), times
+/// `scales` (vector<32xi16>, each word its group's scale) by vpdpwssd. Exact
+/// while no lane of the dots passes the i16 range: 4 x 63 x 128 = 32256 for
+/// Q6_K's quants (0 .. 63) by Q8_K's (-128 .. 127). Two products per 128
+/// bytes, where vpmaddubsw and vpdpwssd took two each.
+Value packedGroupDots(ForwardEmitter &e, Value sum, Value u0, Value s0,
+                      Value u1, Value s1, Value scales) {
+  Value zero = e.splatI32(16, 0);
+  Value packed =
+      x86(e, e.vec(32, e.b.getI16Type()), "llvm.x86.avx512.packssdw.512",
+          {dotBytes(e, zero, u0, s0, Int8Isa::Vnni512),
+           dotBytes(e, zero, u1, s1, Int8Isa::Vnni512)});
+  return dotWords(e, sum, packed, scales, Int8Isa::Vnni512);
+}
+
 /// One register tile of a decode step of Q4_K, Q5_K or Q6_K weights: token t
 /// (activations with a scale per 256, llama.cpp's Q8_K) against the weight
 /// rows starting at byte `rowAt`, over the whole row; returns the sums. As
 /// llama.cpp's ggml_vec_dot_q4_K_q8_K: per 256-element block and row, the
-/// quants times the token's by vpmaddubsw (pairs of products as i16), times
-/// the groups' integer scales and summed by vpdpwssd, so that the block's
-/// sum is exact in i32; converted to f32 and FMA'd with d x (the token's
-/// scale) once per block. The token's 4 vectors of a block's quants are
-/// loaded once for all rows.
+/// quants times the token's, times the groups' integer scales and summed,
+/// so that the block's sum is exact in i32; converted to f32 and FMA'd with
+/// d x (the token's scale) once per block. VNNI: two runs of quants by
+/// vpdpbusd, packed to words, scaled by one vpdpwssd (packedGroupDots);
+/// AVX2: vpmaddubsw (pairs of products as i16), scaled by vpmaddwd. The
+/// token's 4 vectors of a block's quants are loaded once for all rows.
 /// - Q4_K: a 64-byte load of qs holds elements [128h + 0 .. 31 | 128h + 64
 ///   .. 95] in its low nibbles and [128h + 32 .. 63 | 128h + 96 .. 127] in
 ///   its high ones (ggml's layout), so the token's quants are shuffled to
@@ -492,7 +511,18 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
                 lo = arith::OrIOp::create(e.b, lo, fifth(4 * h));
                 hi = arith::OrIOp::create(e.b, hi, fifth(4 * h + 1));
               }
-              // Groups 4h, 4h + 2 (low nibbles) and 4h + 1, 4h + 3.
+              // Groups 4h, 4h + 2 (low nibbles) and 4h + 1, 4h + 3: packed,
+              // 128-bit lanes 0-1 take 4h then 4h + 1, lanes 2-3 4h + 2
+              // then 4h + 3.
+              if (isa == Int8Isa::Vnni512) {
+                int64_t g = 4 * h;
+                sum = packedGroupDots(e, sum, lo, lowX[h], hi, highX[h],
+                                      spreadBytes(e, scaleLanes,
+                                                  {g, g + 1, g, g + 1, g + 2,
+                                                   g + 3, g + 2, g + 3},
+                                                  isa));
+                continue;
+              }
               sum = dotWords(
                   e, sum, maddBytes(e, lo, lowX[h], isa),
                   spreadBytes(e, scaleLanes, {4 * h, 4 * h + 2}, isa), isa);
@@ -554,6 +584,17 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
             Value qHigh =
                 arith::OrIOp::create(e.b, arith::ShRUIOp::create(e.b, ql, four),
                                      moveBits(e, qh2, 0, -2, 0x30));
+            if (isa == Int8Isa::Vnni512) {
+              // Packed, 128-bit lane k takes group 8h + k (qLow's) then
+              // 8h + 4 + k (qHigh's).
+              SmallVector<int64_t> order;
+              for (int64_t word = 0; word < 32; ++word)
+                order.push_back(8 * h + word / 8 + (word % 8 < 4 ? 0 : 4));
+              sum = packedGroupDots(e, sum, qLow, x[2 * h], qHigh, x[2 * h + 1],
+                                    vector::ShuffleOp::create(
+                                        e.b, scaleWords, scaleWords, order));
+              continue;
+            }
             for (int64_t half = 0; half < 2; ++half) {
               // Groups 8h + 4 half .. + 3, 8 lanes (16 elements) each.
               int64_t g = 8 * h + 4 * half;

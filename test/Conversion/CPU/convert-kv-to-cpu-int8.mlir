@@ -8,7 +8,8 @@
 // multiplies with vpdpbusd; decode tiles over the weights as they are,
 // prefill tiles over panels repacked per call. Q4_K (w1 here) and Q6_K (the
 // classifier) the same, but the activations quantised per block of 256, a
-// decode tile multiplying by vpmaddubsw and vpdpwssd, and their prefill
+// decode tile multiplying by vpdpbusd, packing to words (vpackssdw) for
+// vpdpwssd to scale the groups, and their prefill
 // taking the tokens' sums of quants from one more pre-pass; nothing widens to
 // f32.
 !m = !kv.model<dim = 256, hidden = 512, layers = 2, heads = 2, kv_heads = 1, vocab = 32>
@@ -31,7 +32,8 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q8_0
 // CHECK:         call @kvrt_parallel_for(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_quantize_task(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_dot_task(
-// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.pmaddubs.w.512"
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.packssdw.512"
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpwssd.512"
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_pack_task(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_sums_task(
@@ -42,7 +44,8 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q8_0
 // CHECK:         call @kvrt_parallel_for(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k_quantize_task(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k_dot_task(
-// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.pmaddubs.w.512"
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.packssdw.512"
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpwssd.512"
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q6_k_pack_task(
 // CHECK-NOT:     llvm.call_intrinsic
@@ -89,7 +92,8 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q5_k
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q5_k_quantize_task(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q5_k_dot_task(
 // CHECK:         arith.shli {{.*}} : vector<32xi16>
-// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.pmaddubs.w.512"
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.packssdw.512"
 // CHECK:         arith.shrui {{.*}} : vector<32xi16>
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpwssd.512"
 // CHECK-NOT:     _matmul_q5_k_pack_task(
@@ -97,7 +101,8 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q5_k
 // CHECK-NOT:     llvm.call_intrinsic
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q5_k_acc(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_gated_q5_k_task(
-// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.pmaddubs.w.512"
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.packssdw.512"
 
 // -----
 
