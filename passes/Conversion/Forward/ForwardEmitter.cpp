@@ -15,6 +15,7 @@
 #include "llvm/ADT/bit.h"
 
 #include <cmath>
+#include <numeric>
 
 using namespace mlir;
 using namespace mlir::kv;
@@ -557,22 +558,45 @@ std::pair<Value, Value> ForwardEmitter::groupScale(kvrt_weight_format format,
   llvm_unreachable("groupScale of a format without blocks");
 }
 
-Value ForwardEmitter::kQuantScalesMinsBytes(Value bytes, Value block) {
+Value ForwardEmitter::kQuantScalesMinsBytes(Value bytes,
+                                            ArrayRef<Value> blocks) {
   // From the 12 bytes s of the scales (and 4 bytes after them, unused):
   // sc_g = s[g] & 63 (g < 4), s[g + 4] & 15 | (s[g - 4] >> 6) << 4 (g >= 4);
   // m_g = s[g + 4] & 63 (g < 4), s[g + 4] >> 4 | (s[g] >> 6) << 4 (g >= 4).
-  VectorType v16b = vec(16, byte());
-  Value s =
-      vector::LoadOp::create(b, v16b, bytes, ValueRange{add(block, cIndex(4))});
+  int64_t n = blocks.size();
+  VectorType lanes = vec(16 * n, byte());
+  Value s;
+  for (Value block : blocks) {
+    Value one = vector::LoadOp::create(b, vec(16, byte()), bytes,
+                                       ValueRange{add(block, cIndex(4))});
+    if (!s) {
+      s = one;
+      continue;
+    }
+    SmallVector<int64_t> order(cast<VectorType>(s.getType()).getNumElements() +
+                               16);
+    std::iota(order.begin(), order.end(), 0);
+    s = vector::ShuffleOp::create(b, s, one, order);
+  }
+  // A 16-byte pattern in every block's lane.
+  auto perLane = [&](ArrayRef<int64_t> order) {
+    SmallVector<int64_t> all;
+    for (int64_t lane = 0; lane < n; ++lane)
+      for (int64_t i : order)
+        all.push_back(16 * lane + i);
+    return all;
+  };
   auto constants = [&](ArrayRef<int8_t> values) -> Value {
-    return arith::ConstantOp::create(b, DenseElementsAttr::get(v16b, values));
+    SmallVector<int8_t> all;
+    for (int64_t lane = 0; lane < n; ++lane)
+      all.append(values.begin(), values.end());
+    return arith::ConstantOp::create(
+        b, DenseElementsAttr::get(lanes, ArrayRef<int8_t>(all)));
   };
   Value lows = vector::ShuffleOp::create(
-      b, s, s,
-      ArrayRef<int64_t>{0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11});
+      b, s, s, perLane({0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11}));
   Value tops = vector::ShuffleOp::create(
-      b, s, s,
-      ArrayRef<int64_t>{0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7});
+      b, s, s, perLane({0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7}));
   Value lowBits = arith::OrIOp::create(
       b,
       arith::AndIOp::create(b, lows,

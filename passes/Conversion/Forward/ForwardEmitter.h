@@ -268,7 +268,12 @@ public:
   /// The integers kQuantScalesMins scales: a vector<16 x i8> of the 6-bit
   /// scales sc0 .. sc7 then the mins m0 .. m7 (kvrt::scaleMinK4), decoded
   /// from the block's 12 scale bytes by byte shuffles, shifts and masks.
-  Value kQuantScalesMinsBytes(Value bytes, Value block);
+  /// With several blocks, a vector<16 n x i8> of theirs side by side (the
+  /// same instructions decode each 128-bit lane).
+  Value kQuantScalesMinsBytes(Value bytes, ArrayRef<Value> blocks);
+  Value kQuantScalesMinsBytes(Value bytes, Value block) {
+    return kQuantScalesMinsBytes(bytes, ArrayRef<Value>{block});
+  }
   /// q of element `l` (index) of group `g` of the block, offset as the
   /// format says (Q4_0 q - 8, Q6_K q - 32), as f32 (exact); with `lanes`
   /// > 1, of elements l .. l + lanes - 1 as a vector<lanes x f32> (their

@@ -319,16 +319,7 @@ Value maddWords(ForwardEmitter &e, Value a, Value b) {
              {a, b});
 }
 
-/// `bytes` (vector<16xi8>) in each 128-bit lane of a vector<64xi8>, for
-/// spreadBytes.
-Value broadcastLanes(ForwardEmitter &e, Value bytes) {
-  SmallVector<int64_t> order;
-  for (int64_t i = 0; i < 64; ++i)
-    order.push_back(i % 16);
-  return vector::ShuffleOp::create(e.b, bytes, bytes, order);
-}
-
-/// The bytes of `lanes` (broadcastLanes of a vector<16xi8>) as a
+/// The bytes of `lanes` (a vector<16xi8> in each 128-bit lane) as a
 /// vector<32xi16>: lane j byte `index[j / (32 / index.size())]`,
 /// zero-extended (a byte per run of lanes), by one in-lane byte shuffle
 /// (vpshufb: no table register to copy, as a two-source byte permute has).
@@ -428,9 +419,8 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
   bool q5k = format == KVRT_WEIGHT_Q5_K;
   bool nibbles = format == KVRT_WEIGHT_Q4_K || q5k;
   Type i16 = e.b.getI16Type();
-  VectorType v16f = e.vec(16, e.f32()), v4f = e.vec(4, e.f32()),
-             v16b = e.vec(16, e.byte()), v32b = e.vec(32, e.byte()),
-             v64b = e.vec(64, e.byte());
+  VectorType v16f = e.vec(16, e.f32()), v16b = e.vec(16, e.byte()),
+             v32b = e.vec(32, e.byte()), v64b = e.vec(64, e.byte());
   int64_t blockBytes = format == KVRT_WEIGHT_Q4_K ? 144 : q5k ? 176 : 210;
   int64_t qsAt = q5k ? 48 : 16;
   Value blocks = e.divu(k, e.cIndex(256));
@@ -487,11 +477,43 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
               vector::LoadOp::create(e.b, e.vec(8, i16), act.sums,
                                      ValueRange{e.add(sumsAt, e.cIndex(16))});
           Value low = splatBytes(e, v64b, 0x0F), four = splatBytes(e, v64b, 4);
+          // Two rows' scales and mins decoded at once, a row per 128-bit
+          // lane ([sc 0 .. 7 | m 0 .. 7], kvrt::scaleMinK4, as bytes), and
+          // their mins' terms (sum_g m_g x the token's sum over group g,
+          // i32) in one vpmaddwd.
+          SmallVector<Value> pairScales, pairMins;
+          for (int64_t r = 0; r < rows; r += 2) {
+            SmallVector<Value> blockAts{e.add(rowAt[r], blockAt)};
+            if (r + 1 < rows)
+              blockAts.push_back(e.add(rowAt[r + 1], blockAt));
+            int64_t n = blockAts.size();
+            Value scalesMins = e.kQuantScalesMinsBytes(bytes, blockAts);
+            SmallVector<int64_t> minOrder;
+            SmallVector<Value> sums;
+            for (int64_t lane = 0; lane < n; ++lane) {
+              for (int64_t i = 8; i < 16; ++i)
+                minOrder.append({16 * lane + i, 16 * n});
+              sums.push_back(sums32);
+            }
+            Value mins = vector::BitCastOp::create(
+                e.b, e.vec(8 * n, i16),
+                vector::ShuffleOp::create(
+                    e.b, scalesMins, splatBytes(e, e.vec(16 * n, e.byte()), 0),
+                    minOrder));
+            pairScales.push_back(scalesMins);
+            pairMins.push_back(arith::SIToFPOp::create(
+                e.b, e.vec(4 * n, e.f32()),
+                maddWords(e, mins,
+                          n == 1 ? sums32 : concat(e, sums32, sums32))));
+          }
           for (int64_t r = 0; r < rows; ++r) {
             Value at = e.add(rowAt[r], blockAt);
-            // [sc 0 .. 7 | m 0 .. 7] (kvrt::scaleMinK4) as bytes.
-            Value scalesMins = e.kQuantScalesMinsBytes(bytes, at);
-            Value scaleLanes = broadcastLanes(e, scalesMins);
+            int64_t lane = r % 2;
+            SmallVector<int64_t> laneOrder;
+            for (int64_t i = 0; i < 64; ++i)
+              laneOrder.push_back(16 * lane + i % 16);
+            Value scaleLanes = vector::ShuffleOp::create(
+                e.b, pairScales[r / 2], pairScales[r / 2], laneOrder);
             Value sum = e.splatI32(16, 0);
             Value qh2;
             if (q5k) {
@@ -530,13 +552,6 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
                   e, sum, maddBytes(e, hi, highX[h], isa),
                   spreadBytes(e, scaleLanes, {4 * h + 1, 4 * h + 3}, isa), isa);
             }
-            Value mins = vector::BitCastOp::create(
-                e.b, e.vec(8, i16),
-                vector::ShuffleOp::create(
-                    e.b, scalesMins, splatBytes(e, v16b, 0),
-                    ArrayRef<int64_t>{8, 16, 9, 16, 10, 16, 11, 16, 12, 16, 13,
-                                      16, 14, 16, 15, 16}));
-            Value minSums = maddWords(e, mins, sums32);
             // [d, dmin] x dx, both halves in one load and conversion.
             Value halves =
                 vector::BitCastOp::create(e.b, e.vec(2, e.b.getF16Type()),
@@ -547,13 +562,17 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
             Value d = vector::ExtractOp::create(e.b, both, int64_t(0));
             Value negativeDmin =
                 vector::ExtractOp::create(e.b, both, int64_t(1));
-            // The mins' 4 lanes widened with zeros (free: an xmm
-            // instruction clears the rest of its register).
+            // The row's mins' 4 lanes widened with zeros (free for the
+            // first row of a pair: an xmm instruction clears the rest of its
+            // register).
+            Value rowMins = pairMins[r / 2];
+            int64_t zeroAt =
+                cast<VectorType>(rowMins.getType()).getNumElements();
+            SmallVector<int64_t> minOrder(16, zeroAt);
+            for (int64_t i = 0; i < 4; ++i)
+              minOrder[i] = 4 * lane + i;
             Value minTerms = vector::ShuffleOp::create(
-                e.b, arith::SIToFPOp::create(e.b, v4f, minSums),
-                e.splatF32(4, 0.0f),
-                ArrayRef<int64_t>{0, 1, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
-                                  4});
+                e.b, rowMins, e.splatF32(zeroAt, 0.0f), minOrder);
             next[r] = vector::FMAOp::create(
                 e.b, minTerms,
                 vector::BroadcastOp::create(e.b, v16f, negativeDmin),
