@@ -444,7 +444,9 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
       e.cIndex(0), blocks, e.cIndex(1), inits,
       [&](Value b, ValueRange carried) {
         Value blockAt = e.mul(b, e.cIndex(blockBytes));
-        prefetchTileRows(e, bytes, rowAt, blockAt, blockBytes);
+        prefetchTileRows(
+            e, bytes, rowAt, blockAt, blockBytes,
+            llvm::alignTo(kKQuantTilePrefetchBlocks * blockBytes, 64));
         Value xAt = e.add(e.mul(t, quantsRow), e.mul(b, e.cIndex(256)));
         SmallVector<Value> x;
         for (int64_t i = 0; i < 4; ++i)

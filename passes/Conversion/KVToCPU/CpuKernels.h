@@ -150,8 +150,21 @@ constexpr int64_t kChunkRows = 96;
 /// for Q8_0 (65-68 on one thread); for F16 it did better in one set
 /// (103-126) and the same as 512 in another (four alternated runs each,
 /// one-thread medians 136.8 / 137.5), so every format keeps 512. 2 and 4 KiB
-/// as 1 KiB; none at all 121-148 for F16.
+/// as 1 KiB; none at all 121-148 for F16. The K-quants' integer tiles take
+/// kKQuantTilePrefetchBlocks instead.
 constexpr int64_t kDecodeTilePrefetchBytes = 512;
+/// How many of its 256-element blocks ahead a row of a K-quant integer decode
+/// tile (emitKQuantDecodeTile) prefetches, the distance rounded up to whole
+/// lines: one. These tiles spend the most instructions a byte, so 512 bytes
+/// (3.5 Q4_K blocks) reached too far: on the Zen 4 machine, kv-run --greedy
+/// 96 after 64 tokens, TinyLlama-shape files, one thread, alternated runs,
+/// medians: Q4_K_M with Q4_K / Q6_K blocks prefetched 512 / 512 bytes ahead
+/// 35.6 ms a step, 216 / 210 30.7, 192 / 256 (one block) 29.9; Q4_K alone
+/// 144 31.6, 216 30.7, 288 33.7, 360 34.7, 512 34.3, 1 KiB 34.8, none 35.4;
+/// Q5_K_M 512 / 512 38.5, 176 / 210 33.4. On two threads Q4_K 144-512 all
+/// took 21.4-21.7 ms. (Q8_0's and Q4_0's tiles: 256 bytes did worse, 768
+/// no better; they keep 512.)
+constexpr int64_t kKQuantTilePrefetchBlocks = 1;
 /// Weight row `r` of decode tile `tile` of `tiles`: tile + r * tiles. A
 /// tile's rows are `tiles` rows apart, so that row r of every tile, in tile
 /// order, is one sequential stream through the weight, and a task of
@@ -165,9 +178,10 @@ constexpr int64_t kDecodeTilePrefetchBytes = 512;
 Value decodeTileRow(ForwardEmitter &e, Value tile, Value tiles, int64_t r);
 /// CpuQuantMatmul.cpp: prefetches the lines of the `stepBytes` bytes from
 /// byte `at` of each of a decode tile's rows (their byte offsets,
-/// decodeTileRow's) kDecodeTilePrefetchBytes ahead in the row's stream.
+/// decodeTileRow's) `aheadBytes` ahead in the row's stream.
 void prefetchTileRows(ForwardEmitter &e, Value bytes, ArrayRef<Value> rows,
-                      Value at, int64_t stepBytes);
+                      Value at, int64_t stepBytes,
+                      int64_t aheadBytes = kDecodeTilePrefetchBytes);
 /// CpuQuantMatmul.cpp: begins `base`, a matmul of weights in a format other
 /// than f32, with the arguments every such kernel takes: (a, bytes, byte
 /// offset of b, c, pack buffer, widen buffer).

@@ -272,8 +272,8 @@ Value cpu::decodeTileRow(ForwardEmitter &e, Value tile, Value tiles,
 }
 
 void cpu::prefetchTileRows(ForwardEmitter &e, Value bytes, ArrayRef<Value> rows,
-                           Value at, int64_t stepBytes) {
-  Value ahead = e.add(at, e.cIndex(kDecodeTilePrefetchBytes));
+                           Value at, int64_t stepBytes, int64_t aheadBytes) {
+  Value ahead = e.add(at, e.cIndex(aheadBytes));
   for (Value row : rows)
     for (int64_t line = 0; line < stepBytes; line += 64)
       memref::PrefetchOp::create(
