@@ -3,8 +3,9 @@
 // The matmuls of quantised weights by integer dot products, as llama.cpp
 // computes them: the activations quantised to int8 per block of 32 (for
 // Q8_0 weights) or of 256 (for the K-quants), the weights' quants multiplied
-// by AVX-512 VNNI (vpdpbusd; a K-quant decode step by vpmaddubsw and
-// vpdpwssd), or a Q8_0 or Q4_K prefill's by AMX tiles (tdpbssd, tdpbsud),
+// by AVX-512 VNNI (vpdpbusd; a K-quant decode step's packed to words for
+// vpdpwssd by the groups' scales), or a Q8_0 or Q4_K prefill's by AMX tiles
+// (tdpbssd, tdpbsud),
 // or, on a host without VNNI (Int8Isa::Avx2), a decode step's by AVX2's
 // vpmaddubsw and vpmaddwd on the 256-bit halves of the same values, and
 // scaled per block (docs/cpu-backend.md, "Quantised weights").
