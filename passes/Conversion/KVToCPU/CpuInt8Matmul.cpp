@@ -492,12 +492,9 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
             int64_t n = blockAts.size();
             Value scalesMins = e.kQuantScalesMinsBytes(bytes, blockAts);
             SmallVector<int64_t> minOrder;
-            SmallVector<Value> sums;
-            for (int64_t lane = 0; lane < n; ++lane) {
+            for (int64_t lane = 0; lane < n; ++lane)
               for (int64_t i = 8; i < 16; ++i)
                 minOrder.append({16 * lane + i, 16 * n});
-              sums.push_back(sums32);
-            }
             Value mins = vector::BitCastOp::create(
                 e.b, e.vec(8 * n, i16),
                 vector::ShuffleOp::create(
