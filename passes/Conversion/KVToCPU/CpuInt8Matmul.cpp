@@ -485,6 +485,7 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
           // their mins' terms (sum_g m_g x the token's sum over group g,
           // i32) in one vpmaddwd.
           SmallVector<Value> pairScales, pairMins;
+          Value pairSums = concat(e, sums32, sums32);
           for (int64_t r = 0; r < rows; r += 2) {
             SmallVector<Value> blockAts{e.add(rowAt[r], blockAt)};
             if (r + 1 < rows)
@@ -503,8 +504,7 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
             pairScales.push_back(scalesMins);
             pairMins.push_back(arith::SIToFPOp::create(
                 e.b, e.vec(4 * n, e.f32()),
-                maddWords(e, mins,
-                          n == 1 ? sums32 : concat(e, sums32, sums32))));
+                maddWords(e, mins, n == 1 ? sums32 : pairSums)));
           }
           for (int64_t r = 0; r < rows; ++r) {
             Value at = e.add(rowAt[r], blockAt);
