@@ -9,6 +9,11 @@
 # summary, and a last line ALL GPU CHECKS PASSED (exit 0) or SOME GPU CHECKS
 # FAILED (exit 1). A target missed is reported, not a failed check.
 #
+# KVIR_GPU_STEP_TIMEOUT=S: each step's limit in seconds (default 300; the
+# attention benchmark gets twice it). KVIR_GPU_KEEP=DIR: every run's report
+# and dump is kept in DIR (default: a temporary folder, removed at the end).
+# A run that fails prints its report (stdout) after the FAIL line.
+#
 # KVIR_GPU_CHECK_STUB=1: against the checking stub driver (the bundle's
 # lib/libkvir-stub-cuda.so unless KVIR_CUDA_DRIVER names one), which runs no
 # kernel: every run, launch and copy must succeed and the stub must refuse
@@ -19,7 +24,14 @@ model=${2:-$bundle/../../models-local/stories260K.bin}
 run="$bundle/bin/kv-aot-run"
 programs="$bundle/programs"
 expect="$bundle/expect"
-out=$(mktemp -d)
+limit=${KVIR_GPU_STEP_TIMEOUT:-300}
+keep=${KVIR_GPU_KEEP:-}
+if [ -n "$keep" ]; then
+  mkdir -p "$keep" || exit 1
+  out=$keep
+else
+  out=$(mktemp -d)
+fi
 stub=${KVIR_GPU_CHECK_STUB:-0}
 if [ "$stub" = 1 ]; then
   export KVIR_CUDA_DRIVER="${KVIR_CUDA_DRIVER:-$bundle/lib/libkvir-stub-cuda.so}"
@@ -38,7 +50,7 @@ step() {
   what=$1
   shift
   echo "== $what"
-  if timeout 300 "$@"; then pass "$what"; else fail "$what (exit $?)"; fi
+  if timeout "$limit" "$@"; then pass "$what"; else fail "$what (exit $?)"; fi
 }
 
 # The float32 values of a dump (4 bytes each).
@@ -68,10 +80,11 @@ check() {
   name=$1 entry=$2
   shift 2
   echo "== $name @$entry on the GPU vs the CPU backend"
-  if ! timeout 300 "$run" "$programs/lib$name.so" --entry "$entry" \
+  if ! timeout "$limit" "$run" "$programs/lib$name.so" --entry "$entry" \
       --backend cuda --synthesize-inputs --greedy 8 \
       --dump-logits "$out/$name-$entry.f32" "$@" > "$out/$name-$entry.txt"; then
     fail "$name @$entry: the run (exit $?)"
+    sed 's/^/      | /' "$out/$name-$entry.txt"
     return
   fi
   runs=$((runs + 1))
@@ -154,7 +167,7 @@ if [ $status -eq 2 ]; then pass "no driver: exit 2"; else fail "no driver: exit 
 # H200's 4.8 TB/s) and 16 shifted runs against one (target <= 1.1x); the edit
 # and compose against a full prefill of the same final context (no target).
 echo "== benchmarks"
-if timeout 600 "$run" bench-attention "$programs/libchecks-synthetic-bench.so" \
+if timeout $((2 * limit)) "$run" bench-attention "$programs/libchecks-synthetic-bench.so" \
     --entry attend --synthetic synthetic-bench --context 16384 --runs 16 \
     --iters 5 > "$out/bench.txt"; then
   pass "bench-attention ran"
@@ -169,13 +182,14 @@ else
   fail "bench-attention (exit $?)"
 fi
 for entry in edit compose; do
-  if timeout 300 "$run" "$programs/libchecks-synthetic-bench.so" \
+  if timeout "$limit" "$run" "$programs/libchecks-synthetic-bench.so" \
       --entry "$entry" --backend cuda --synthetic synthetic-bench \
       --synthesize-inputs --compare-full-prefill > "$out/bench-$entry.txt"; then
     pass "synthetic-bench @$entry against a full prefill ran"
     recordFigure "synthetic-bench @$entry" "$out/bench-$entry.txt"
   else
     fail "synthetic-bench @$entry against a full prefill (exit $?)"
+    sed 's/^/      | /' "$out/bench-$entry.txt"
   fi
 done
 
@@ -195,6 +209,6 @@ else
   echo "checks: $runs entries ran; $passed passed, $failed failed"
   echo "targets: $met met, $missed not met"
 fi
-rm -rf "$out"
+[ -n "$keep" ] || rm -rf "$out"
 if [ $failed -eq 0 ]; then echo "ALL GPU CHECKS PASSED"; else echo "SOME GPU CHECKS FAILED"; fi
 [ $failed -eq 0 ]
