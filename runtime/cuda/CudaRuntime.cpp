@@ -110,9 +110,22 @@ struct State {
   std::atomic<bool> exiting{false};
   std::mutex kernelMutex;
   std::map<CUfunction, std::string> kernelNames;
-  /// The last launch (kernel, grid, block): a fault of a kernel is reported
-  /// by the next synchronisation, which names it.
-  std::string lastLaunch;
+  /// The last launch (kernel, grid, block, dynamic shared memory): a fault
+  /// of a kernel is reported by the next synchronisation, which names it.
+  /// Described only then: a launch costs a copy of these numbers.
+  struct Launch {
+    CUfunction function = nullptr;
+    intptr_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
+    int32_t smem = 0;
+  } lastLaunch;
+  /// Streams the generated host code destroyed, kept for its next
+  /// mgpuStreamCreate: each layer of a prefill and each attention call
+  /// creates one, and the driver's create and destroy cost more than the
+  /// launches of a decode step's attention. A stream is reused only after
+  /// the code that destroyed it synchronised it (gpu-async-region), and work
+  /// still queued on one would only order the next user after it.
+  std::mutex streamMutex;
+  std::vector<CUstream> freeStreams;
 };
 
 /// Never destroyed (see the file comment).
@@ -393,6 +406,16 @@ kvrt_status kvrt_cuda_copy(void *dst, const void *src, size_t bytes) {
   return KVRT_OK;
 }
 
+/// "kernel NAME, grid XxYxZ, block XxYxZ, N bytes of dynamic shared
+/// memory" (the caller holds kernelMutex).
+static std::string describeLaunch(const State &s, const State::Launch &l) {
+  auto it = s.kernelNames.find(l.function);
+  return kvrt::str("kernel ", it == s.kernelNames.end() ? "?" : it->second,
+                   ", grid ", l.grid[0], "x", l.grid[1], "x", l.grid[2],
+                   ", block ", l.block[0], "x", l.block[1], "x", l.block[2],
+                   ", ", l.smem, " bytes of dynamic shared memory");
+}
+
 /// `what` failed with `result` after the launch recorded last: names it,
 /// since a kernel's fault is reported by the next synchronisation.
 static bool checkAfterLaunch(CUresult result, const char *what) {
@@ -402,7 +425,8 @@ static bool checkAfterLaunch(CUresult result, const char *what) {
   std::string last;
   {
     std::lock_guard<std::mutex> lock(s.kernelMutex);
-    last = s.lastLaunch;
+    if (s.lastLaunch.function)
+      last = describeLaunch(s, s.lastLaunch);
   }
   record(kvrt::str(what, " failed: ", describe(result),
                    last.empty() ? "" : " (the last launch: ", last,
@@ -484,32 +508,52 @@ void mgpuLaunchKernel(void *function, intptr_t gridX, intptr_t gridY,
   if (!d || !function)
     return;
   State &s = state();
-  std::string launch;
+  State::Launch launch{static_cast<CUfunction>(function),
+                       {gridX, gridY, gridZ},
+                       {blockX, blockY, blockZ},
+                       smem};
   {
     std::lock_guard<std::mutex> lock(s.kernelMutex);
-    auto it = s.kernelNames.find(function);
-    launch = kvrt::str("kernel ", it == s.kernelNames.end() ? "?" : it->second,
-                       ", grid ", gridX, "x", gridY, "x", gridZ, ", block ",
-                       blockX, "x", blockY, "x", blockZ, ", ", smem,
-                       " bytes of dynamic shared memory");
     s.lastLaunch = launch;
   }
-  check(d->cuLaunchKernel(function, gridX, gridY, gridZ, blockX, blockY, blockZ,
-                          smem, stream, params, extra),
-        kvrt::str("cuLaunchKernel (", launch, ")").c_str());
+  CUresult result =
+      d->cuLaunchKernel(function, gridX, gridY, gridZ, blockX, blockY, blockZ,
+                        smem, stream, params, extra);
+  if (result != kSuccess) {
+    std::string what;
+    {
+      std::lock_guard<std::mutex> lock(s.kernelMutex);
+      what = describeLaunch(s, launch);
+    }
+    check(result, kvrt::str("cuLaunchKernel (", what, ")").c_str());
+  }
 }
 
 void *mgpuStreamCreate(void) {
   const Driver *d = driver();
   CUstream stream = nullptr;
-  if (d)
-    check(d->cuStreamCreate(&stream, 0), "cuStreamCreate");
+  if (!d)
+    return nullptr;
+  State &s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.streamMutex);
+    if (!s.freeStreams.empty()) {
+      stream = s.freeStreams.back();
+      s.freeStreams.pop_back();
+      return stream;
+    }
+  }
+  check(d->cuStreamCreate(&stream, 0), "cuStreamCreate");
   return stream;
 }
 
+/// Keeps the stream for the next mgpuStreamCreate (State::freeStreams).
 void mgpuStreamDestroy(void *stream) {
-  if (const Driver *d = driver(); d && stream)
-    check(d->cuStreamDestroy(stream), "cuStreamDestroy");
+  if (const Driver *d = driver(); d && stream) {
+    State &s = state();
+    std::lock_guard<std::mutex> lock(s.streamMutex);
+    s.freeStreams.push_back(static_cast<CUstream>(stream));
+  }
 }
 
 void mgpuStreamSynchronize(void *stream) {
