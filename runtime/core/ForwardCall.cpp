@@ -55,8 +55,13 @@ std::vector<int64_t> kvir::attentionTiles(const RunTable &table,
     total += runTokens(r);
     longest = std::max(longest, runTokens(r));
   }
-  int64_t target =
-      std::max<int64_t>(1, 4096 / std::max<int64_t>(1, queries * heads));
+  // About 512 blocks (4 per SM of an H200, one wave of attn_tile_one):
+  // enough keys in flight for the memory system, few enough tiles that each
+  // block's fixed work (the query's rotation) and attn_merge's pass over the
+  // tiles stay small next to the keys.
+  constexpr int64_t kTargetBlocks = 512;
+  int64_t target = std::max<int64_t>(
+      1, kTargetBlocks / std::max<int64_t>(1, queries * heads));
   int64_t tile = std::max<int64_t>(32, (total + target - 1) / target);
   auto count = [&](int64_t t) {
     int64_t c = 0;

@@ -74,6 +74,25 @@ int64_t attnQueries(int64_t headSize) {
   return std::clamp<int64_t>(16 / elementsPerLane(headSize), 1, 8);
 }
 
+/// Keys an attn_tile warp of `queries` queries loads before it uses any of
+/// them: a decode step is bound by memory latency, and each warp needs
+/// several loads in flight. As many as keep 2 x epl x B floats of K and V in
+/// a lane's registers: 64 for one query (decode: a lane holds nothing else),
+/// else 32 and at most 4 (with 8 queries of 64 elements, 8 keys took 206
+/// registers a thread).
+int64_t attnBatch(int64_t headSize, int64_t queries) {
+  int64_t epl = elementsPerLane(headSize);
+  if (queries == 1)
+    return std::clamp<int64_t>(32 / epl, 1, 8);
+  return std::clamp<int64_t>(16 / epl, 1, 4);
+}
+
+/// Tiles an attn_merge warp loads before it uses any of them: a tile's
+/// accumulator slice is epl floats, at most 8 tiles.
+int64_t mergeBatch(int64_t headSize) {
+  return std::clamp<int64_t>(32 / elementsPerLane(headSize), 1, 8);
+}
+
 class GpuTarget final : public ForwardTarget {
 public:
   StringRef name() const override { return "GPU"; }
@@ -160,13 +179,30 @@ public:
     Value cQ = e.cIndex(attnQueries(e.headSize));
     Value groups = e.divu(e.add(n, e.sub(cQ, c1)), cQ);
     Value gz = e.minu(n, e.cIndex(kMaxGridYZ));
-    launch(e, kernels.attnTile,
-           {ntiles, heads, e.minu(groups, e.cIndex(kMaxGridYZ))},
-           {block, c1, c1},
-           {q.memref, q.offset, pos, kv.kv, kv.pages, kv.runs, kv.tiles, ntiles,
-            layer, kv.pageTokens, kv.part, n});
-    launch(e, kernels.attnMerge, {heads, gz, c1}, {block, c1, c1},
-           {kv.part, ntiles, out.memref, out.offset, n});
+    SmallVector<Value> operands{q.memref, q.offset,      pos,      kv.kv,
+                                kv.pages, kv.runs,       kv.tiles, ntiles,
+                                layer,    kv.pageTokens, kv.part,  n};
+    // One query (a decode step): the kernel of one query per block, whose
+    // lanes have the registers for more keys in flight. Each branch
+    // launches attn_merge too: gpu-async-region gives each branch one
+    // stream, and a merge after the scf.if would wait for the host.
+    auto merge = [&] {
+      launch(e, kernels.attnMerge, {heads, gz, c1}, {block, c1, c1},
+             {kv.part, ntiles, out.memref, out.offset, n});
+    };
+    e.ifElse(
+        e.cmp(arith::CmpIPredicate::eq, n, c1),
+        [&] {
+          launch(e, kernels.attnTileOne, {ntiles, heads, c1}, {block, c1, c1},
+                 operands);
+          merge();
+        },
+        [&] {
+          launch(e, kernels.attnTile,
+                 {ntiles, heads, e.minu(groups, e.cIndex(kMaxGridYZ))},
+                 {block, c1, c1}, operands);
+          merge();
+        });
   }
 
   void addBias(ForwardEmitter &e, BufferRef c, WeightRef bias, Value n,
@@ -208,8 +244,8 @@ private:
   /// The kernels and device helpers of the forward being built (emitKernels
   /// runs once per forward, before its stages).
   struct Kernels {
-    gpu::GPUFuncOp rmsnorm, swiglu, addBias, storeKV, attnTile, attnMerge,
-        materialize;
+    gpu::GPUFuncOp rmsnorm, swiglu, addBias, storeKV, attnTile, attnTileOne,
+        attnMerge, materialize;
     /// The matmul of each weight format the forward reads.
     std::array<gpu::GPUFuncOp, KVRT_WEIGHT_FORMAT_COUNT> matmul;
     func::FuncOp ropeCosSin, rotate, warpSum;
@@ -290,6 +326,93 @@ private:
     return e.select(any, weight, e.cF32(0.0f));
   }
 
+  /// One batched step of an online softmax with state (m, l, acc) over
+  /// candidates u: scores s_u (-inf: the candidate weighs nothing), masses
+  /// c_u (empty: 1 each) and vectors v_u. With m' = max(m, s_u ...):
+  /// l' = l e^(m - m') + sum_u c_u e^(s_u - m'),
+  /// acc' = acc e^(m - m') + sum_u e^(s_u - m') v_u (no NaN when all are
+  /// -inf: ForwardEmitter::softmaxRescale shifts by 0 then).
+  static SmallVector<Value> softmaxBatch(ForwardEmitter &e, Value m, Value l,
+                                         Value acc, ArrayRef<Value> scores,
+                                         ArrayRef<Value> masses,
+                                         ArrayRef<Value> vectors) {
+    Value best = scores.front();
+    for (Value s : scores.drop_front())
+      best = arith::MaxNumFOp::create(e.b, best, s);
+    auto [newMax, shift, corr] = e.softmaxRescale(m, best);
+    VectorType vt = cast<VectorType>(acc.getType());
+    Value sum = arith::MulFOp::create(e.b, l, corr);
+    Value out = arith::MulFOp::create(
+        e.b, acc, vector::BroadcastOp::create(e.b, vt, corr));
+    for (size_t u = 0; u < scores.size(); ++u) {
+      Value p = math::ExpOp::create(
+          e.b, arith::SubFOp::create(e.b, scores[u], shift));
+      sum = masses.empty()
+                ? arith::AddFOp::create(e.b, sum, p).getResult()
+                : math::FmaOp::create(e.b, p, masses[u], sum).getResult();
+      out = vector::FMAOp::create(e.b, vector::BroadcastOp::create(e.b, vt, p),
+                                  vectors[u], out);
+    }
+    return {newMax, sum, out};
+  }
+
+  /// The shared buffers and thread roles of a block of kAttnWarps warps
+  /// whose lanes hold `epl` elements of a head each.
+  struct WarpMerge {
+    Value wm, wl, wacc;
+    Value tid, warp, lane, active, el;
+  };
+
+  /// The four warps' online-softmax states (m, l, a lane's slice of acc)
+  /// merged through shared memory under their global max (every weight 0
+  /// when no warp saw anything); `element(x, acc, l)` is called for each
+  /// element x of the head (threads stride over them) with the merged
+  /// accumulator and sum, which every thread has. Block-uniform: each call
+  /// starts with a barrier, so the buffers may be reused by the next.
+  /// Returns the merged max and sum.
+  static std::pair<Value, Value>
+  mergeWarps(ForwardEmitter &e, const WarpMerge &w, Value m, Value l, Value acc,
+             function_ref<void(Value, Value, Value)> element) {
+    Value c0 = e.cIndex(0), c1 = e.cIndex(1), cWarps = e.cIndex(kAttnWarps),
+          cHS = e.cIndex(e.headSize);
+    gpu::BarrierOp::create(e.b);
+    e.ifThen(e.cmp(arith::CmpIPredicate::eq, w.lane, c0), [&] {
+      e.store(m, w.wm, {w.warp});
+      e.store(l, w.wl, {w.warp});
+    });
+    e.ifThen(w.active, [&] {
+      vector::StoreOp::create(e.b, acc, w.wacc,
+                              ValueRange{e.add(e.mul(w.warp, cHS), w.el)});
+    });
+    gpu::BarrierOp::create(e.b);
+    Value ninf = e.cF32Bits(0xFF800000u), zf = e.cF32(0.0f);
+    Value mall = e.forLoop(c0, cWarps, c1, {ninf},
+                           [&](Value k, ValueRange mm) -> SmallVector<Value> {
+                             Value mw = e.load(w.wm, {k});
+                             return {arith::MaxNumFOp::create(e.b, mm[0], mw)};
+                           })[0];
+    Value any =
+        arith::CmpFOp::create(e.b, arith::CmpFPredicate::OGT, mall, ninf);
+    Value lall = e.forLoop(c0, cWarps, c1, {zf},
+                           [&](Value k, ValueRange ll) -> SmallVector<Value> {
+                             Value fw =
+                                 mergeWeight(e, e.load(w.wm, {k}), mall, any);
+                             Value lw = e.load(w.wl, {k});
+                             return {math::FmaOp::create(e.b, fw, lw, ll[0])};
+                           })[0];
+    e.forLoop(w.tid, cHS, e.cIndex(kAttnBlock), [&](Value x) {
+      Value sum =
+          e.forLoop(c0, cWarps, c1, {zf},
+                    [&](Value k, ValueRange aa) -> SmallVector<Value> {
+                      Value fw = mergeWeight(e, e.load(w.wm, {k}), mall, any);
+                      Value av = e.load(w.wacc, {e.add(e.mul(k, cHS), x)});
+                      return {math::FmaOp::create(e.b, fw, av, aa[0])};
+                    })[0];
+      element(x, sum, lall);
+    });
+    return {mall, lall};
+  }
+
   void emitRopeCosSin(ForwardEmitter &e);
   void emitRotate(ForwardEmitter &e);
   void emitWarpSum(ForwardEmitter &e);
@@ -298,7 +421,8 @@ private:
   void emitSwiglu(ForwardEmitter &e);
   void emitAddBias(ForwardEmitter &e);
   void emitStoreKV(ForwardEmitter &e);
-  void emitAttnTile(ForwardEmitter &e);
+  gpu::GPUFuncOp emitAttnTile(ForwardEmitter &e, StringRef kernelName,
+                              int64_t nq);
   void emitAttnMerge(ForwardEmitter &e);
   void emitMaterialize(ForwardEmitter &e);
 };
@@ -321,7 +445,14 @@ void GpuTarget::emitKernels(ForwardEmitter &e) {
   if (e.config.qkv_bias)
     emitAddBias(e);
   emitStoreKV(e);
-  emitAttnTile(e);
+  kernels.attnTile = emitAttnTile(e, "attn_tile", attnQueries(e.headSize));
+  kernels.attnTileOne = emitAttnTile(e, "attn_tile_one", 1);
+  // Four blocks of attn_tile_one per SM (ptxas keeps it within 128
+  // registers a thread): a decode step's tiles are about 4 per SM
+  // (kvir::attentionTiles).
+  kernels.attnTileOne->setAttr(
+      "nvvm.maxntid", e.b.getDenseI32ArrayAttr({int32_t(kAttnBlock), 1, 1}));
+  kernels.attnTileOne->setAttr("nvvm.minctasm", e.b.getI32IntegerAttr(4));
   emitAttnMerge(e);
   emitMaterialize(e);
   e.b.setInsertionPointToEnd(e.module.getBody());
@@ -602,35 +733,38 @@ void GpuTarget::emitStoreKV(ForwardEmitter &e) {
 /// `tiles`). Each query is rotated once to m - Δ of the run ((R(m)q)·(R(Δ)k)
 /// = (R(m-Δ)q)·k; keys are never rewritten) into shared memory; the keys
 /// that count are a prefix of the run (visibleKeys). Four warps take every
-/// fourth key, each lane holding ceil(head_size / 32) elements of the head
-/// (one coalesced load per key and warp, shared by the group's queries),
-/// with an online softmax per warp and query; per query, the warps merge in
-/// shared memory and the tile's (max, sum, accumulator[head_size]) goes to
-/// `part` for attn_merge. A query's arithmetic does not depend on its
-/// group: a key past its causal limit is skipped (a warp-uniform branch).
-void GpuTarget::emitAttnTile(ForwardEmitter &e) {
+/// fourth batch of B keys (attnBatch), each lane holding ceil(head_size /
+/// 32) elements of the head (one coalesced load per key and warp, the
+/// batch's loads issued together and shared by the group's queries), with
+/// an online softmax per warp and query, a batch at a time; per query, the
+/// warps merge in shared memory and the tile's (max, sum,
+/// accumulator[head_size]) goes to `part` for attn_merge. A query's
+/// arithmetic does not depend on its group: a key past its causal limit
+/// weighs nothing, and a batch past it is skipped (a warp-uniform branch).
+gpu::GPUFuncOp GpuTarget::emitAttnTile(ForwardEmitter &e, StringRef kernelName,
+                                       int64_t nq) {
   Type f = e.buffer(e.f32()), ix = e.index();
   int64_t epl = elementsPerLane(e.headSize);
   int64_t lanes = e.headSize / epl;
-  const int64_t nq = attnQueries(e.headSize);
+  const int64_t nb = attnBatch(e.headSize, nq);
   MemRefType qType = workgroupBuffer(e, nq * e.headSize, e.f32());
   MemRefType warpType = workgroupBuffer(e, kAttnWarps, e.f32());
   MemRefType accType = workgroupBuffer(e, kAttnWarps * e.headSize, e.f32());
-  kernels.attnTile = beginKernel(e, "attn_tile",
-                                 {f, ix, e.i64(), e.buffer(e.kvElement()),
-                                  e.buffer(e.i32()), e.table(KVRT_RUN_WIDTH),
-                                  e.table(KVRT_TILE_WIDTH), ix, ix, ix, f, ix},
-                                 {qType, warpType, warpType, accType});
-  ArrayRef<BlockArgument> arg = kernels.attnTile.getArguments();
+  gpu::GPUFuncOp kernel = beginKernel(
+      e, kernelName,
+      {f, ix, e.i64(), e.buffer(e.kvElement()), e.buffer(e.i32()),
+       e.table(KVRT_RUN_WIDTH), e.table(KVRT_TILE_WIDTH), ix, ix, ix, f, ix},
+      {qType, warpType, warpType, accType});
+  ArrayRef<BlockArgument> arg = kernel.getArguments();
   Value q = arg[0], qoff = arg[1], pos = arg[2], kv = arg[3], pages = arg[4],
         runs = arg[5], tiles = arg[6], ntiles = arg[7], layer = arg[8],
         pt = arg[9], part = arg[10], n = arg[11];
-  ArrayRef<BlockArgument> shared = kernels.attnTile.getWorkgroupAttributions();
+  ArrayRef<BlockArgument> shared = kernel.getWorkgroupAttributions();
   Value qs = shared[0], wm = shared[1], wl = shared[2], wacc = shared[3];
   Value c0 = e.cIndex(0), c1 = e.cIndex(1), c2 = e.cIndex(2),
-        cWarp = e.cIndex(kWarp), cWarps = e.cIndex(kAttnWarps),
-        cBlock = e.cIndex(kAttnBlock), cHS = e.cIndex(e.headSize),
-        cHS2 = e.cIndex(e.headSize + 2), cQ = e.cIndex(nq);
+        cWarp = e.cIndex(kWarp), cBlock = e.cIndex(kAttnBlock),
+        cHS = e.cIndex(e.headSize), cHS2 = e.cIndex(e.headSize + 2),
+        cQ = e.cIndex(nq);
   Value scale = e.scoreScale();
   Value ninf = e.cF32Bits(0xFF800000u), zf = e.cF32(0.0f);
   VectorType vEPL = e.vec(epl, e.f32());
@@ -706,52 +840,72 @@ void GpuTarget::emitAttnTile(ForwardEmitter &e) {
           [&]() -> SmallVector<Value> { return {zv}; })[0]);
       inits.append({ninf, zf, zv});
     }
+    // Warp w takes the batches of keys starting at kbeg + B w, B (w + 4),
+    // ...: a batch's K and V are loaded before any is used. A key past the
+    // tile's last is loaded clamped to it and weighs nothing.
+    Value cB = e.cIndex(nb), cStride = e.cIndex(kAttnWarps * nb);
+    Value kLast = e.sub(kmax, c1);
+    // Where this lane's slice of key j (clamped to the last) starts; V is
+    // strides.kv further.
+    auto keyAddress = [&](Value j) {
+      Value slot = e.add(slotBegin, e.minu(j, kLast));
+      Value page = e.pageId(pages, pageOffset, e.divu(slot, pt));
+      return e.add(e.add(e.headBase(strides, page, layer, g),
+                         e.mul(e.remu(slot, pt), cHS)),
+                   el);
+    };
     SmallVector<Value> res = e.forLoop(
-        e.add(kbeg, warp), kmax, cWarps, inits,
-        [&](Value j, ValueRange it) -> SmallVector<Value> {
-          Value slot = e.add(slotBegin, j);
-          Value page = e.pageId(pages, pageOffset, e.divu(slot, pt));
-          Value ka = e.add(e.add(e.headBase(strides, page, layer, g),
-                                 e.mul(e.remu(slot, pt), cHS)),
-                           el);
-          Value va = e.add(ka, strides.kv);
+        e.add(kbeg, e.mul(warp, cB)), kmax, cStride, inits,
+        [&](Value j0, ValueRange it) -> SmallVector<Value> {
+          SmallVector<Value> keys, kAddr, vAddr;
+          for (int64_t u = 0; u < nb; ++u) {
+            Value j = e.add(j0, e.cIndex(u));
+            Value ka = keyAddress(j);
+            keys.push_back(j);
+            kAddr.push_back(ka);
+            vAddr.push_back(e.add(ka, strides.kv));
+          }
+          SmallVector<Type> kvTypes(2 * nb, vEPL);
           SmallVector<Value> kvv = e.ifThenElse(
-              active, {vEPL, vEPL},
+              active, kvTypes,
               [&]() -> SmallVector<Value> {
                 VectorType stored = vEPL.clone(e.kvElement());
-                return {e.fromKV(vector::LoadOp::create(e.b, stored, kv,
-                                                        ValueRange{ka})),
-                        e.fromKV(vector::LoadOp::create(e.b, stored, kv,
-                                                        ValueRange{va}))};
+                SmallVector<Value> loaded;
+                for (int64_t u = 0; u < nb; ++u)
+                  for (Value at : {kAddr[u], vAddr[u]})
+                    loaded.push_back(e.fromKV(vector::LoadOp::create(
+                        e.b, stored, kv, ValueRange{at})));
+                return loaded;
               },
               [&]() -> SmallVector<Value> {
-                return {zv, zv};
+                return SmallVector<Value>(2 * nb, zv);
               });
+          SmallVector<Value> values;
+          for (int64_t u = 0; u < nb; ++u)
+            values.push_back(kvv[2 * u + 1]);
           SmallVector<Value> next;
           for (int64_t i = 0; i < nq; ++i) {
             Value mr = it[3 * i], lr = it[3 * i + 1], ar = it[3 * i + 2];
-            Value sees = e.cmp(arith::CmpIPredicate::ult, j, kends[i]);
+            // A warp-uniform branch: a query whose keys end before the
+            // batch (one that does not exist included) skips it.
+            Value sees = e.cmp(arith::CmpIPredicate::ult, j0, kends[i]);
             next.append(e.ifThenElse(
                 sees, {e.f32(), e.f32(), vEPL},
                 [&]() -> SmallVector<Value> {
-                  Value pr = arith::MulFOp::create(e.b, qvs[i], kvv[0]);
-                  Value lsum = vector::ReductionOp::create(
-                      e.b, vector::CombiningKind::ADD, pr);
-                  Value dot = func::CallOp::create(e.b, kernels.warpSum,
-                                                   ValueRange{lsum})
-                                  .getResult(0);
-                  Value sc = arith::MulFOp::create(e.b, dot, scale);
-                  auto [mn, shift, corr] = e.softmaxRescale(mr, sc);
-                  Value ds = arith::SubFOp::create(e.b, sc, shift);
-                  Value p = math::ExpOp::create(e.b, ds);
-                  Value l1 = arith::MulFOp::create(e.b, lr, corr);
-                  Value l2 = arith::AddFOp::create(e.b, l1, p);
-                  Value a1 = arith::MulFOp::create(
-                      e.b, ar, vector::BroadcastOp::create(e.b, vEPL, corr));
-                  Value a2 = vector::FMAOp::create(
-                      e.b, vector::BroadcastOp::create(e.b, vEPL, p), kvv[1],
-                      a1);
-                  return {mn, l2, a2};
+                  SmallVector<Value> scores;
+                  for (int64_t u = 0; u < nb; ++u) {
+                    Value pr = arith::MulFOp::create(e.b, qvs[i], kvv[2 * u]);
+                    Value lsum = vector::ReductionOp::create(
+                        e.b, vector::CombiningKind::ADD, pr);
+                    Value dot = func::CallOp::create(e.b, kernels.warpSum,
+                                                     ValueRange{lsum})
+                                    .getResult(0);
+                    Value sc = arith::MulFOp::create(e.b, dot, scale);
+                    Value in =
+                        e.cmp(arith::CmpIPredicate::ult, keys[u], kends[i]);
+                    scores.push_back(e.select(in, sc, ninf));
+                  }
+                  return softmaxBatch(e, mr, lr, ar, scores, {}, values);
                 },
                 [&]() -> SmallVector<Value> {
                   return {mr, lr, ar};
@@ -759,108 +913,92 @@ void GpuTarget::emitAttnTile(ForwardEmitter &e) {
           }
           return next;
         });
+    WarpMerge merge{wm, wl, wacc, tid, warp, lane, active, el};
     for (int64_t i = 0; i < nq; ++i) {
       e.ifThen(valid[i], [&] {
-        gpu::BarrierOp::create(e.b);
-        e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, c0), [&] {
-          e.store(res[3 * i], wm, {warp});
-          e.store(res[3 * i + 1], wl, {warp});
-        });
-        e.ifThen(active, [&] {
-          vector::StoreOp::create(e.b, res[3 * i + 2], wacc,
-                                  ValueRange{e.add(e.mul(warp, cHS), el)});
-        });
-        gpu::BarrierOp::create(e.b);
-        // The four warps merged under their global max (every weight 0
-        // when no warp saw a key).
-        Value mall =
-            e.forLoop(c0, cWarps, c1, {ninf},
-                      [&](Value w, ValueRange mm) -> SmallVector<Value> {
-                        Value mw = e.load(wm, {w});
-                        return {arith::MaxNumFOp::create(e.b, mm[0], mw)};
-                      })[0];
-        Value any =
-            arith::CmpFOp::create(e.b, arith::CmpFPredicate::OGT, mall, ninf);
         Value th = e.add(e.mul(ts[i], e.cIndex(e.heads)), h);
         Value pbase = e.mul(e.add(e.mul(th, ntiles), tile), cHS2);
         Value pacc = e.add(pbase, c2);
-        e.forLoop(tid, cHS, cBlock, [&](Value x) {
-          Value acc =
-              e.forLoop(c0, cWarps, c1, {zf},
-                        [&](Value w, ValueRange aa) -> SmallVector<Value> {
-                          Value fw = mergeWeight(e, e.load(wm, {w}), mall, any);
-                          Value av = e.load(wacc, {e.add(e.mul(w, cHS), x)});
-                          return {math::FmaOp::create(e.b, fw, av, aa[0])};
-                        })[0];
-          e.store(acc, part, {e.add(pacc, x)});
-        });
+        std::pair<Value, Value> merged =
+            mergeWarps(e, merge, res[3 * i], res[3 * i + 1], res[3 * i + 2],
+                       [&](Value x, Value acc, Value) {
+                         e.store(acc, part, {e.add(pacc, x)});
+                       });
         e.ifThen(e.cmp(arith::CmpIPredicate::eq, tid, c0), [&] {
-          Value lall =
-              e.forLoop(c0, cWarps, c1, {zf},
-                        [&](Value w, ValueRange ll) -> SmallVector<Value> {
-                          Value fw = mergeWeight(e, e.load(wm, {w}), mall, any);
-                          Value lw = e.load(wl, {w});
-                          return {math::FmaOp::create(e.b, fw, lw, ll[0])};
-                        })[0];
-          e.store(mall, part, {pbase});
-          e.store(lall, part, {e.add(pbase, c1)});
+          e.store(merged.first, part, {pbase});
+          e.store(merged.second, part, {e.add(pbase, c1)});
         });
       });
     }
   });
   finishKernel(e);
+  return kernel;
 }
 
 /// The tiles of head h (grid x), queries t = y, y + Y, ... < n (grid y, of
-/// Y <= 65535 blocks) merged exactly (flash decoding: global max, rescaled
-/// sums); a head that saw no key gets zeros.
+/// Y <= 65535 blocks) merged (flash decoding): warp w takes the batches of
+/// tiles starting at B w, B (w + 4), ..., each tile's (max, sum,
+/// accumulator) folded into an online softmax as a batch of attn_tile's
+/// keys is, and the four warps merged under their global max; a head that
+/// saw no key gets zeros.
 void GpuTarget::emitAttnMerge(ForwardEmitter &e) {
   Type f = e.buffer(e.f32()), ix = e.index();
-  kernels.attnMerge = beginKernel(e, "attn_merge", {f, ix, f, ix, ix});
+  int64_t epl = elementsPerLane(e.headSize);
+  int64_t lanes = e.headSize / epl;
+  const int64_t nb = mergeBatch(e.headSize);
+  MemRefType warpType = workgroupBuffer(e, kAttnWarps, e.f32());
+  MemRefType accType = workgroupBuffer(e, kAttnWarps * e.headSize, e.f32());
+  kernels.attnMerge = beginKernel(e, "attn_merge", {f, ix, f, ix, ix},
+                                  {warpType, warpType, accType});
   ArrayRef<BlockArgument> arg = kernels.attnMerge.getArguments();
   Value part = arg[0], ntiles = arg[1], out = arg[2], ooff = arg[3], n = arg[4];
-  Value c0 = e.cIndex(0), c1 = e.cIndex(1), c2 = e.cIndex(2),
-        cBlock = e.cIndex(kAttnBlock), cHS = e.cIndex(e.headSize),
-        cHS2 = e.cIndex(e.headSize + 2);
+  ArrayRef<BlockArgument> shared = kernels.attnMerge.getWorkgroupAttributions();
+  Value c1 = e.cIndex(1), c2 = e.cIndex(2), cWarp = e.cIndex(kWarp),
+        cHS = e.cIndex(e.headSize), cHS2 = e.cIndex(e.headSize + 2),
+        cB = e.cIndex(nb);
   Value ninf = e.cF32Bits(0xFF800000u), zf = e.cF32(0.0f);
+  VectorType vEPL = e.vec(epl, e.f32());
+  Value zv = e.splatF32(epl, 0.0f);
   Value h = blockId(e, gpu::Dimension::x);
   Value tid = threadId(e);
+  Value warp = e.divu(tid, cWarp);
+  Value lane = e.remu(tid, cWarp);
+  Value active = e.cmp(arith::CmpIPredicate::ult, lane, e.cIndex(lanes));
+  Value el = e.mul(lane, e.cIndex(epl));
+  WarpMerge merge{shared[0], shared[1], shared[2], tid, warp, lane, active, el};
+  Value tLast = e.sub(ntiles, c1);
   Value y = blockId(e, gpu::Dimension::y);
   Value gridY = gpu::GridDimOp::create(e.b, gpu::Dimension::y);
   e.forLoop(y, n, gridY, [&](Value t) {
     Value th = e.add(e.mul(t, e.cIndex(e.heads)), h);
     Value base = e.mul(e.mul(th, ntiles), cHS2);
-    auto tileAt = [&](Value tileIndex) {
-      return e.add(base, e.mul(tileIndex, cHS2));
-    };
-    Value mall = e.forLoop(c0, ntiles, c1, {ninf},
-                           [&](Value tk, ValueRange mm) -> SmallVector<Value> {
-                             Value mk = e.load(part, {tileAt(tk)});
-                             return {arith::MaxNumFOp::create(e.b, mm[0], mk)};
-                           })[0];
-    Value any =
-        arith::CmpFOp::create(e.b, arith::CmpFPredicate::OGT, mall, ninf);
-    Value lall = e.forLoop(c0, ntiles, c1, {zf},
-                           [&](Value tk, ValueRange ll) -> SmallVector<Value> {
-                             Value pi = tileAt(tk);
-                             Value mk = e.load(part, {pi});
-                             Value lk = e.load(part, {e.add(pi, c1)});
-                             Value fk = mergeWeight(e, mk, mall, any);
-                             return {math::FmaOp::create(e.b, fk, lk, ll[0])};
-                           })[0];
-    Value inv = e.softmaxNormalizer(lall);
+    SmallVector<Value> res = e.forLoop(
+        e.mul(warp, cB), ntiles, e.cIndex(kAttnWarps * nb), {ninf, zf, zv},
+        [&](Value k0, ValueRange it) -> SmallVector<Value> {
+          SmallVector<Value> scores, masses, accs;
+          for (int64_t u = 0; u < nb; ++u) {
+            Value k = e.add(k0, e.cIndex(u));
+            Value pi = e.add(base, e.mul(e.minu(k, tLast), cHS2));
+            Value mk = e.load(part, {pi});
+            Value in = e.cmp(arith::CmpIPredicate::ult, k, ntiles);
+            scores.push_back(e.select(in, mk, ninf));
+            masses.push_back(e.load(part, {e.add(pi, c1)}));
+            accs.push_back(e.ifThenElse(
+                active, {vEPL},
+                [&]() -> SmallVector<Value> {
+                  return {vector::LoadOp::create(
+                      e.b, vEPL, part, ValueRange{e.add(e.add(pi, c2), el)})};
+                },
+                [&]() -> SmallVector<Value> { return {zv}; })[0]);
+          }
+          return softmaxBatch(e, it[0], it[1], it[2], scores, masses, accs);
+        });
     Value orow = e.add(e.add(ooff, e.mul(t, e.cIndex(e.dim))), e.mul(h, cHS));
-    e.forLoop(tid, cHS, cBlock, [&](Value i) {
-      Value acc =
-          e.forLoop(c0, ntiles, c1, {zf},
-                    [&](Value tk, ValueRange aa) -> SmallVector<Value> {
-                      Value pi = tileAt(tk);
-                      Value fk = mergeWeight(e, e.load(part, {pi}), mall, any);
-                      Value av = e.load(part, {e.add(e.add(pi, c2), i)});
-                      return {math::FmaOp::create(e.b, fk, av, aa[0])};
-                    })[0];
-      e.store(arith::MulFOp::create(e.b, acc, inv), out, {e.add(orow, i)});
-    });
+    mergeWarps(
+        e, merge, res[0], res[1], res[2], [&](Value x, Value acc, Value l) {
+          Value inv = e.softmaxNormalizer(l);
+          e.store(arith::MulFOp::create(e.b, acc, inv), out, {e.add(orow, x)});
+        });
   });
   finishKernel(e);
 }

@@ -39,8 +39,9 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:           call @rotate(
 // Each group of 8 queries of the block (groups z, z + gridDim.z, ... <
 // ceil(n / 8)) rotated once into shared memory (8 heads of 8); one element
-// per lane; online softmax per warp and query (new max, rescale factor),
-// then the warps merged query by query.
+// per lane; each warp loads a batch of 4 keys (K and V) before it uses any;
+// online softmax per warp, query and batch (the batch's best score, new max,
+// rescale factor, each key's weight), then the warps merged query by query.
 // CHECK:         gpu.func @attn_tile({{.*}}, %[[AN:.+]]: index) workgroup(%[[QS:.+]] : memref<64xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{.*}} : memref<4xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{.*}} : memref<4xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{.*}} : memref<32xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK:           %[[DELTA:.+]] = memref.load %{{.*}}[%{{.*}}, %c4{{.*}}] : memref<?x8xi64>
 // CHECK:           %[[BZ:.+]] = gpu.block_id  z
@@ -54,23 +55,47 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:           memref.store %{{.*}}, %[[QS]][%{{.*}}]
 // CHECK:           gpu.barrier
 // CHECK:           vector.load %[[QS]][%{{.*}}] : memref<64xf32, #gpu.address_space<workgroup>>, vector<1xf32>
-// CHECK:           vector.load %{{.*}}[%{{.*}}] : memref<?xf32>, vector<1xf32>
-// CHECK:           call @warp_sum(
-// Online softmax per key: the new max, the shift scores take (0 while the
-// max is -inf), the rescale factor and the key's weight.
-// CHECK:           %[[MNEW:.+]] = arith.maxnumf %{{.*}}, %{{.*}} : f32
-// CHECK:           %[[UNSEEN:.+]] = arith.cmpf oeq, %[[MNEW]], %{{.*}} : f32
-// CHECK:           %[[SHIFT:.+]] = arith.select %[[UNSEEN]], %{{.*}}, %[[MNEW]] : f32
-// CHECK:           %[[DM:.+]] = arith.subf %{{.*}}, %[[SHIFT]] : f32
-// CHECK:           math.exp %[[DM]] : f32
-// CHECK:           %[[DS:.+]] = arith.subf %{{.*}}, %[[SHIFT]] : f32
-// CHECK:           math.exp %[[DS]] : f32
-// CHECK:           vector.fma %{{.*}} : vector<1xf32>
+// CHECK:           scf.for %{{.*}} step %c16
+// CHECK-COUNT-8:     vector.load %{{.*}}[%{{.*}}] : memref<?xf32>, vector<1xf32>
+// CHECK-NOT:         vector.load
+// CHECK-COUNT-4:     call @warp_sum(
+// CHECK:             %[[B1:.+]] = arith.maxnumf %{{.*}}, %{{.*}} : f32
+// CHECK:             %[[B2:.+]] = arith.maxnumf %[[B1]], %{{.*}} : f32
+// CHECK:             %[[BEST:.+]] = arith.maxnumf %[[B2]], %{{.*}} : f32
+// CHECK:             %[[MNEW:.+]] = arith.maxnumf %{{.*}}, %[[BEST]] : f32
+// CHECK:             %[[UNSEEN:.+]] = arith.cmpf oeq, %[[MNEW]], %{{.*}} : f32
+// CHECK:             %[[SHIFT:.+]] = arith.select %[[UNSEEN]], %{{.*}}, %[[MNEW]] : f32
+// CHECK:             %[[DM:.+]] = arith.subf %{{.*}}, %[[SHIFT]] : f32
+// CHECK:             math.exp %[[DM]] : f32
+// CHECK:             arith.subf %{{.*}}, %[[SHIFT]] : f32
+// CHECK-NEXT:        math.exp
+// CHECK:             vector.fma %{{.*}} : vector<1xf32>
+// CHECK:             arith.subf %{{.*}}, %[[SHIFT]] : f32
+// CHECK-NEXT:        math.exp
+// CHECK:             vector.fma %{{.*}} : vector<1xf32>
+// CHECK:             arith.subf %{{.*}}, %[[SHIFT]] : f32
+// CHECK-NEXT:        math.exp
+// CHECK:             vector.fma %{{.*}} : vector<1xf32>
+// CHECK:             arith.subf %{{.*}}, %[[SHIFT]] : f32
+// CHECK-NEXT:        math.exp
+// CHECK:             vector.fma %{{.*}} : vector<1xf32>
 // CHECK:           gpu.barrier
-// CHECK:         gpu.func @attn_merge({{.*}}, %[[MN:.+]]: index) kernel
+// One query (a decode step): batches of 8 keys, at most 128 registers a
+// thread (four blocks per SM).
+// CHECK:         gpu.func @attn_tile_one({{.*}}) workgroup(%{{.*}} : memref<8xf32, #gpu.address_space<workgroup>> {{.*}}) kernel attributes {nvvm.maxntid = array<i32: 128, 1, 1>, nvvm.minctasm = 4 : i32}
+// CHECK:           scf.for %{{.*}} step %c32
+// CHECK-COUNT-16:    vector.load %{{.*}}[%{{.*}}] : memref<?xf32>, vector<1xf32>
+// CHECK-NOT:         vector.load
+// CHECK-COUNT-8:     call @warp_sum(
+// The merge: each warp folds batches of 8 tiles, the warps merged in shared
+// memory, then the division by the sum.
+// CHECK:         gpu.func @attn_merge({{.*}}, %[[MN:.+]]: index) workgroup({{.*}}) kernel
 // CHECK:           %[[BY:.+]] = gpu.block_id  y
 // CHECK:           %[[GY:.+]] = gpu.grid_dim  y
 // CHECK:           scf.for %{{.*}} = %[[BY]] to %[[MN]] step %[[GY]]
+// CHECK:             scf.for %{{.*}} step %c32
+// CHECK-COUNT-8:       math.exp
+// CHECK:           gpu.barrier
 // CHECK:           arith.divf
 // Materialize: K rotated by the run's offset (column 4), V copied.
 // CHECK:         gpu.func @materialize(
@@ -107,9 +132,15 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // HOST:            %[[N7:.+]] = arith.addi %[[N]], %c7 : index
 // HOST:            %[[NG:.+]] = arith.divui %[[N7]], %c8 : index
 // HOST:            %[[QZ:.+]] = arith.minui %[[N]], %c65535 : index
-// HOST:            %[[GZ:.+]] = arith.minui %[[NG]], %c65535 : index
-// HOST:            gpu.launch_func @[[P]]_kernels::@attn_tile blocks in (%[[TILES]], %c8, %[[GZ]]) threads in (%c128, %c1, %c1) {{.*}}, %[[N]] : index)
-// HOST:            gpu.launch_func @[[P]]_kernels::@attn_merge blocks in (%c8, %[[QZ]], %c1) threads in (%c128, %c1, %c1) {{.*}}, %[[N]] : index)
+// HOST:            %[[ONE:.+]] = arith.cmpi eq, %[[N]], %c1 : index
+// HOST:            scf.if %[[ONE]] {
+// HOST:              gpu.launch_func @[[P]]_kernels::@attn_tile_one blocks in (%[[TILES]], %c8, %c1) threads in (%c128, %c1, %c1) {{.*}}, %[[N]] : index)
+// HOST:              gpu.launch_func @[[P]]_kernels::@attn_merge blocks in (%c8, %[[QZ]], %c1) threads in (%c128, %c1, %c1) {{.*}}, %[[N]] : index)
+// HOST:            } else {
+// HOST:              %[[GZ:.+]] = arith.minui %[[NG]], %c65535 : index
+// HOST:              gpu.launch_func @[[P]]_kernels::@attn_tile blocks in (%[[TILES]], %c8, %[[GZ]]) threads in (%c128, %c1, %c1) {{.*}}, %[[N]] : index)
+// HOST:              gpu.launch_func @[[P]]_kernels::@attn_merge blocks in (%c8, %[[QZ]], %c1) threads in (%c128, %c1, %c1) {{.*}}, %[[N]] : index)
+// HOST:            }
 // HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c8, %[[GY]], %c1) threads in (%c256, %c1, %c1) {{.*}}, %c1_i32 : i32)
 // HOST:            gpu.launch_func @[[P]]_kernels::@rmsnorm
 // HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c22, %[[GY]], %c1)
@@ -121,6 +152,8 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // HOST:            gpu.launch_func @[[P]]_kernels::@matmul blocks in (%c64, %{{.*}}, %c1)
 // HOST:        func.func private @[[P]]_attention_impl(
 // HOST:          %[[ATILES:.+]] = memref.dim %{{.*}}, %c0 : memref<?x4xi64>
+// HOST:          gpu.launch_func @[[P]]_kernels::@attn_tile_one blocks in (%[[ATILES]], %c8, %c1) threads in (%c128, %c1, %c1)
+// HOST:          gpu.launch_func @[[P]]_kernels::@attn_merge
 // HOST:          gpu.launch_func @[[P]]_kernels::@attn_tile blocks in (%[[ATILES]], %c8, %{{.*}}) threads in (%c128, %c1, %c1)
 // HOST:          gpu.launch_func @[[P]]_kernels::@attn_merge
 // Materialize: one block per run, layer and KV head; 64 token lanes of the 4
