@@ -843,6 +843,13 @@ gpu::GPUFuncOp GpuTarget::emitAttnTile(ForwardEmitter &e, StringRef kernelName,
     // Warp w takes the batches of keys starting at kbeg + B w, B (w + 4),
     // ...: a batch's K and V are loaded before any is used. A key past the
     // tile's last is loaded clamped to it and weighs nothing.
+    // A lane's slice starts at a multiple of epl elements from the arena's
+    // start (every page stride is a multiple of head_size, and the driver
+    // aligns allocations to 256 bytes): one vector load per slice, not epl
+    // scalar ones (ld.global.v4 for 4 f32).
+    int64_t elementBytes = e.kvElement().getIntOrFloatBitWidth() / 8;
+    int64_t sliceAlign = std::min<int64_t>(
+        16, elementBytes * (epl & -epl)); // the largest power of 2 dividing
     Value cB = e.cIndex(nb), cStride = e.cIndex(kAttnWarps * nb);
     Value kLast = e.sub(kmax, c1);
     // Where this lane's slice of key j (clamped to the last) starts; V is
@@ -874,7 +881,8 @@ gpu::GPUFuncOp GpuTarget::emitAttnTile(ForwardEmitter &e, StringRef kernelName,
                 for (int64_t u = 0; u < nb; ++u)
                   for (Value at : {kAddr[u], vAddr[u]})
                     loaded.push_back(e.fromKV(vector::LoadOp::create(
-                        e.b, stored, kv, ValueRange{at})));
+                        e.b, stored, kv, ValueRange{at}, /*nontemporal=*/false,
+                        llvm::MaybeAlign(sliceAlign))));
                 return loaded;
               },
               [&]() -> SmallVector<Value> {

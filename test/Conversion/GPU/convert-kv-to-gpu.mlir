@@ -56,7 +56,7 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // CHECK:           gpu.barrier
 // CHECK:           vector.load %[[QS]][%{{.*}}] : memref<64xf32, #gpu.address_space<workgroup>>, vector<1xf32>
 // CHECK:           scf.for %{{.*}} step %c16
-// CHECK-COUNT-8:     vector.load %{{.*}}[%{{.*}}] : memref<?xf32>, vector<1xf32>
+// CHECK-COUNT-8:     vector.load %{{.*}}[%{{.*}}] {alignment = 4 : i64} : memref<?xf32>, vector<1xf32>
 // CHECK-NOT:         vector.load
 // CHECK-COUNT-4:     call @warp_sum(
 // CHECK:             %[[B1:.+]] = arith.maxnumf %{{.*}}, %{{.*}} : f32
@@ -84,7 +84,7 @@ module attributes {kv.export_forwards = [!kv.model<dim = 64, hidden = 172, layer
 // thread (four blocks per SM).
 // CHECK:         gpu.func @attn_tile_one({{.*}}) workgroup(%{{.*}} : memref<8xf32, #gpu.address_space<workgroup>> {{.*}}) kernel attributes {nvvm.maxntid = array<i32: 128, 1, 1>, nvvm.minctasm = 4 : i32}
 // CHECK:           scf.for %{{.*}} step %c32
-// CHECK-COUNT-16:    vector.load %{{.*}}[%{{.*}}] : memref<?xf32>, vector<1xf32>
+// CHECK-COUNT-16:    vector.load %{{.*}}[%{{.*}}] {alignment = 4 : i64} : memref<?xf32>, vector<1xf32>
 // CHECK-NOT:         vector.load
 // CHECK-COUNT-8:     call @warp_sum(
 // The merge: each warp folds batches of 8 tiles, the warps merged in shared
@@ -172,7 +172,8 @@ module attributes {kv.export_forwards = [!kv.model<dim = 1024, hidden = 2816, la
 
 // CHECK-LABEL: module attributes {gpu.container_module}
 // CHECK:       gpu.func @attn_tile({{.*}}) workgroup(%{{.*}} : memref<512xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, {{.*}}, %{{.*}} : memref<512xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
-// CHECK:         vector.load %{{.*}} : memref<?xf32>, vector<4xf32>
+// A lane's slice of a key in one aligned vector load (ld.global.v4).
+// CHECK:         vector.load %{{.*}}[%{{.*}}] {alignment = 16 : i64} : memref<?xf32>, vector<4xf32>
 // HOST:        func.func private @kv_fwd_{{[0-9a-f]+}}_prefill_impl(
 // HOST:          @store_kv blocks in (%{{.*}}, %c8, %c1) threads in (%c64, %c1, %c1)
 
@@ -243,7 +244,7 @@ module attributes {kv.export_forwards = [[!kv.model<dim = 32, hidden = 64, layer
 // CHECK:         %[[K:.*]] = arith.truncf %{{.*}} : f32 to f16
 // CHECK-NEXT:    memref.store %[[K]], %[[KV]][%{{.*}}] : memref<?xf16>
 // CHECK:       gpu.func @attn_tile(%{{.*}}: memref<?xf32>, %{{.*}}: index, %{{.*}}: i64, %[[KVA:.*]]: memref<?xf16>,
-// CHECK:         %[[L:.*]] = vector.load %[[KVA]][%{{.*}}] : memref<?xf16>, vector<1xf16>
+// CHECK:         %[[L:.*]] = vector.load %[[KVA]][%{{.*}}] {alignment = 2 : i64} : memref<?xf16>, vector<1xf16>
 // CHECK-NEXT:    arith.extf %[[L]] : vector<1xf16> to vector<1xf32>
 // CHECK:       gpu.func @materialize(%[[KVM:.*]]: memref<?xf16>,
 // CHECK:         %[[S:.*]] = memref.load %[[KVM]][%{{.*}}] : memref<?xf16>
