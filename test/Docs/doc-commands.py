@@ -128,6 +128,7 @@ NOT_RUN = {
     "build/bin/kv-bench-stories --strategy 'cot_slice, first_k = 2' --strategy '!cot_slice'": "the fidelity suite on two strategies (seconds; test/Integration/CPU covers --strategy)",
     "cmake -G Ninja -S . -B build && ninja -C build kv-gpu-bundle": BUILDS,
     "sh build/gpu-bundle/run-on-gpu.sh build/gpu-bundle models-local/stories260K.bin": "runs on a machine with an NVIDIA GPU",
+    "sh build/gpu-bundle/profile-on-gpu.sh build/gpu-bundle gpu-profile": "runs on a machine with an NVIDIA GPU (stub-profile-on-gpu.test runs it against the stub driver)",
     "build/bin/kv-bench-kernels --benchmark_filter='Decode|ReadBandwidth' --benchmark_repetitions=3": BENCH,
     "cmake -G Ninja -S . -B build && ninja -C build KVCpuTests kv-opt": BUILDS,
     "build/bin/KVCpuTests": SUITE,
