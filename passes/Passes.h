@@ -61,6 +61,12 @@ struct LowerToCPUPipelineOptions
                      "auto (amx where the host has AMX, else int8 where it "
                      "has VNNI, else avx2)"),
       llvm::cl::init("auto")};
+  PassOptions::Option<bool> checkHost{
+      *this, "check-host",
+      llvm::cl::desc("Refuse a quant-dot whose instructions this host lacks "
+                     "(code that runs here); false where the caller checked "
+                     "the CPU the code is for (kv-aot --cpu)"),
+      llvm::cl::init(true)};
 };
 
 /// Builds kv-lower-to-cpu: the CPU forward of every model the program uses

@@ -48,7 +48,9 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
     state), `avx2` is int8's decode steps by AVX2's instructions
     (vpmaddubsw and vpmaddwd on 256-bit halves: any x86-64-v3) with a
     prefill widened as f32's, `auto` (the default) is amx where the host has
-    AMX, else int8 where it has VNNI, else avx2.
+    AMX, else int8 where it has VNNI, else avx2. `check-host=false` drops the
+    host checks, for code built for another CPU whose features the caller
+    checked (kv-aot --cpu: a cross-build for an AMX machine on one without).
 
     Before:
     ```mlir
@@ -83,7 +85,11 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
            "VNNI), amx (int8, a Q8_0 "
            "prefill on AMX tiles; needs AMX), avx2 (int8's decode steps by "
            "AVX2's instructions, a prefill widened) or auto (amx where the "
-           "host has AMX, else int8 where it has VNNI, else avx2)">
+           "host has AMX, else int8 where it has VNNI, else avx2)">,
+    Option<"checkHost", "check-host", "bool", /*default=*/"true",
+           "Refuse a quant-dot whose instructions this host lacks (code "
+           "that runs here); false where the caller checked the CPU the "
+           "code is for (kv-aot --cpu)">
   ];
   let statistics = [
     Statistic<"numForwards", "forwards", "Number of model forwards emitted">

@@ -375,6 +375,7 @@ LogicalResult buildLowering(PassManager &pm, const LowerOptions &options,
     kv::LowerToCPUPipelineOptions cpu;
     cpu.vectorBits = options.cpuVectorBits;
     cpu.quantDot = options.cpuQuantDot;
+    cpu.checkHost = options.cpuCheckHost;
     kv::buildLowerToCPUPipeline(pm, cpu);
     return success();
   }

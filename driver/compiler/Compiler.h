@@ -127,6 +127,10 @@ struct LowerOptions {
   /// CPU only: how quantised weights are multiplied (kv-lower-to-cpu's
   /// quant-dot: auto, f32, int8, amx, avx2).
   std::string cpuQuantDot = "auto";
+  /// CPU only: whether kv-lower-to-cpu refuses a quant-dot this host lacks
+  /// (check-host); false for code built for another CPU whose features the
+  /// caller checked (quantDotRefusal).
+  bool cpuCheckHost = true;
 };
 
 /// A lowered copy of `module` (kv-lower-to-cpu or kv-lower-to-nvvm), and the

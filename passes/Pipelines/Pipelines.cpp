@@ -38,6 +38,7 @@ void mlir::kv::buildLowerToCPUPipeline(
   ConvertKVToCPUPassOptions cpu;
   cpu.vectorBits = options.vectorBits;
   cpu.quantDot = options.quantDot;
+  cpu.checkHost = options.checkHost;
   pm.addPass(createConvertKVToCPUPass(cpu));
   pm.addPass(createConvertKVToRuntimePass());
   pm.addPass(createCanonicalizerPass());

@@ -177,6 +177,8 @@ int main(int argc, char **argv) {
   DialectRegistry registry;
   kvir::compiler::registerDialects(registry);
   MLIRContext context(registry);
+  // A diagnostic names its location; the whole module after it is noise.
+  context.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
   OwningOpRef<ModuleOp> planned =
@@ -245,6 +247,9 @@ int main(int argc, char **argv) {
       !refusal.empty())
     return fail("--" + refusal);
   options.cpuQuantDot = kvir::compiler::quantDotFor(hostCpu, quantDot);
+  // Checked above for the CPU named: the object may be for a machine with
+  // instructions this one lacks (AMX, VNNI).
+  options.cpuCheckHost = hostCpu == "native";
   options.exportModel = exportModel;
   options.exportFormats = formats;
   options.chip = chip;

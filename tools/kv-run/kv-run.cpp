@@ -414,6 +414,8 @@ llvm::Error runProgram(const Options &options) {
   mlir::DialectRegistry registry;
   compiler::registerDialects(registry);
   mlir::MLIRContext context(registry);
+  // A diagnostic names its location; the whole module after it is noise.
+  context.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
   mlir::SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
   // Failures below were reported as diagnostics.

@@ -46,18 +46,18 @@ struct ConvertKVToCPUPass
                                  << quantDot << "'";
       return signalPassFailure();
     }
-    if (*dot == QuantDot::Int8 && !hostHasInt8Dot()) {
+    if (*dot == QuantDot::Int8 && checkHost && !hostHasInt8Dot()) {
       getOperation().emitError()
           << "convert-kv-to-cpu: quant-dot=int8 needs AVX-512 VNNI "
              "(avx512vnni, avx512bw), which this host lacks";
       return signalPassFailure();
     }
-    if (*dot == QuantDot::Avx2 && !hostHasAvx2()) {
+    if (*dot == QuantDot::Avx2 && checkHost && !hostHasAvx2()) {
       getOperation().emitError() << "convert-kv-to-cpu: quant-dot=avx2 needs "
                                     "AVX2, which this host lacks";
       return signalPassFailure();
     }
-    if (*dot == QuantDot::Amx && !hostHasAmx()) {
+    if (*dot == QuantDot::Amx && checkHost && !hostHasAmx()) {
       getOperation().emitError()
           << "convert-kv-to-cpu: quant-dot=amx needs AMX int8 tiles "
              "(amx-tile, amx-int8, with AVX-512 VNNI) granted to this process "
