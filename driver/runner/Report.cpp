@@ -2,6 +2,7 @@
 
 #include "driver/runner/Report.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdarg>
@@ -381,6 +382,69 @@ void printAttributionText(std::FILE *os, const Report &r) {
 
 } // namespace
 
+/// A row of --profile: the runtime calls of one op at one location (the
+/// sites an op expands to share its location), in the order they first ran.
+struct ProfileRow {
+  std::string site, call;
+  int64_t calls = 0;
+  double seconds = 0;
+};
+
+/// --profile's rows, longest first ("(no site)" for calls not tied to an
+/// op, "?" for a site the manifest lacks).
+static std::vector<ProfileRow> profileRows(const Report &r) {
+  std::vector<ProfileRow> rows;
+  for (const exec::SiteTime &t : r.siteTimes) {
+    std::string site = t.site == KVRT_EXEC_NO_SITE ? "(no site)"
+                       : t.site >= 0 && size_t(t.site) < r.sites.size()
+                           ? r.sites[size_t(t.site)]
+                           : "?";
+    auto same = [&](const ProfileRow &row) {
+      return row.site == site && row.call == t.op;
+    };
+    auto it = std::find_if(rows.begin(), rows.end(), same);
+    if (it == rows.end())
+      it = rows.insert(rows.end(), ProfileRow{site, t.op, 0, 0});
+    it->calls += t.calls;
+    it->seconds += t.seconds;
+  }
+  // Longest first; equal times keep the order they first ran in.
+  std::vector<size_t> order(rows.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return rows[a].seconds != rows[b].seconds
+               ? rows[a].seconds > rows[b].seconds
+               : a < b;
+  });
+  std::vector<ProfileRow> sorted;
+  for (size_t i : order)
+    sorted.push_back(rows[i]);
+  return sorted;
+}
+
+static void printProfileText(std::FILE *os, const Report &r) {
+  if (!r.profiled)
+    return;
+  std::vector<ProfileRow> rows = profileRows(r);
+  double total = 0;
+  int64_t calls = 0;
+  for (const ProfileRow &row : rows) {
+    total += row.seconds;
+    calls += row.calls;
+  }
+  std::fprintf(os,
+               "profile: %lld runtime calls, %.3f ms (wall time by op and "
+               "location, longest first)\n",
+               (long long)calls, total * 1e3);
+  std::fprintf(os, "  %10s %7s %6s  %-20s %s\n", "ms", "share", "calls", "call",
+               "site");
+  for (const ProfileRow &row : rows)
+    std::fprintf(os, "  %10.3f %6.1f%% %6lld  %-20s %s\n", row.seconds * 1e3,
+                 100 * ratio(row.seconds, total), (long long)row.calls,
+                 row.call.c_str(), row.site.c_str());
+}
+
 void kvir::run::printText(const Report &r) {
   std::FILE *os = stdout;
   std::fprintf(os, "program: %s (entry @%s, planned by kv-optimize)\n",
@@ -455,6 +519,7 @@ void kvir::run::printText(const Report &r) {
     std::fprintf(os, "  store counters: %s\n",
                  exec::describeStoreStats(r.storeStats).c_str());
   }
+  printProfileText(os, r);
   if (!r.compared) {
     if (!r.compareNote.empty())
       std::fprintf(os, "compare: %s\n", r.compareNote.c_str());
@@ -689,6 +754,18 @@ void kvir::run::printJson(const Report &r) {
     j.field("new_norm", a.newNorm);
     work("work", a.work);
     j.endObject();
+  }
+  if (r.profiled) {
+    j.beginArray("profile");
+    for (const ProfileRow &row : profileRows(r)) {
+      j.beginObject();
+      j.field("site", row.site);
+      j.field("call", row.call);
+      j.field("calls", row.calls);
+      j.field("wall_ms", row.seconds * 1e3);
+      j.endObject();
+    }
+    j.endArray();
   }
   j.endObject();
   j.finish();

@@ -61,6 +61,10 @@ struct Report {
   int32_t storePolicy = KVRT_EXEC_STORE_FALLBACK;
   std::vector<exec::BlockEvent> blockEvents;
   kvrt_block_store_stats storeStats{};
+  // --profile: each site's runtime calls, and the program's site texts.
+  bool profiled = false;
+  std::vector<exec::SiteTime> siteTimes;
+  std::vector<std::string> sites;
 };
 
 /// Records the block store of a run in `report`: `store` (may be null: then

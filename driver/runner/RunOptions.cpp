@@ -118,6 +118,10 @@ void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
                  "generate N tokens from the prompt and time the decode steps",
                  q.greedy, &q.greedyGiven);
   parser.flag("json", "print the report as JSON", q.json);
+  parser.flag("profile",
+              "also print the wall time of the program's runtime calls by "
+              "site (its op's location) and call, longest first",
+              q.profile);
   parser.text("dump-logits", "FILE",
               "write the answer's logits (the first returned logits with "
               "rows; the first returned tensor when there are none; without a "

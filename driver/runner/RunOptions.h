@@ -74,8 +74,8 @@ struct RequestOptions {
   bool synthesize = false;
   int64_t sampleLength = 16;
   uint64_t seed = 1;
-  /// `--compare-full-prefill`, `--greedy N`, `--json`.
-  bool compareFull = false, json = false;
+  /// `--compare-full-prefill`, `--greedy N`, `--json`, `--profile`.
+  bool compareFull = false, json = false, profile = false;
   int64_t greedy = -1;
   bool greedyGiven = false;
   /// `--dump-logits FILE`.

@@ -185,6 +185,11 @@ bool Runner::complete(Report &report, const Entry &entry,
                       entry.forward, model(), pool(), measure, error))
     return false;
   addBlockStore(report, store.get(), storeBinding.policy, outcome);
+  if (request.profile) {
+    report.profiled = true;
+    report.siteTimes = outcome.siteTimes;
+    report.sites = entry.manifest->sites;
+  }
   return true;
 }
 

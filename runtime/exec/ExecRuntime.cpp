@@ -105,6 +105,19 @@ struct kvrt_exec_context {
 
   kvrt_exec_work &work() { return planDepth > 0 ? plan : setup; }
 
+  /// The calls and wall time of each site's runtime calls, in the order the
+  /// sites first ran (kvrt_exec_get_site_time).
+  std::vector<kvrt_exec_site_time> siteTimes;
+  void addSiteTime(int32_t at, const char *op, double seconds) {
+    for (kvrt_exec_site_time &t : siteTimes)
+      if (t.site == at && std::strcmp(t.op, op) == 0) {
+        ++t.calls;
+        t.seconds += seconds;
+        return;
+      }
+    siteTimes.push_back({at, op, 1, seconds});
+  }
+
   /// Whether `n` tokens from `position` on stay within the context limit;
   /// records the failure at `at` otherwise.
   bool withinLimit(int32_t at, const char *what, int64_t position, int64_t n) {
@@ -150,17 +163,22 @@ namespace {
 /// Times a call into the context's current work.
 class Timer {
 public:
-  explicit Timer(kvrt_exec_context *ctx)
-      : ctx(ctx), start(std::chrono::steady_clock::now()) {}
+  Timer(kvrt_exec_context *ctx, int32_t site, const char *op)
+      : ctx(ctx), site(site), op(op), start(std::chrono::steady_clock::now()) {}
   ~Timer() {
-    if (ctx)
-      ctx->work().seconds += std::chrono::duration<double>(
-                                 std::chrono::steady_clock::now() - start)
-                                 .count();
+    if (!ctx)
+      return;
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    ctx->work().seconds += seconds;
+    ctx->addSiteTime(site, op, seconds);
   }
 
 private:
   kvrt_exec_context *ctx;
+  int32_t site;
+  const char *op;
   std::chrono::steady_clock::time_point start;
 };
 
@@ -241,11 +259,12 @@ kvrt_view *combine(kvrt_exec_context *ctx, int32_t site,
 
 /// Runs `body` and turns an exception into an error of the context.
 template <typename T, typename Body>
-T guarded(kvrt_exec_context *ctx, int32_t site, T neutral, Body &&body) {
+T guarded(kvrt_exec_context *ctx, int32_t site, const char *op, T neutral,
+          Body &&body) {
   if (!live(ctx))
     return neutral;
   try {
-    Timer timer(ctx);
+    Timer timer(ctx, site, op);
     return body();
   } catch (const std::bad_alloc &) {
     ctx->fail(site, KVRT_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -310,7 +329,7 @@ prefillSegments(kvrt_exec_context *ctx, int32_t site, const char *key,
   if (result)
     *result = nullptr;
   return guarded<kvrt_exec_logits *>(
-      ctx, site, nullptr, [&]() -> kvrt_exec_logits * {
+      ctx, site, "prefill", nullptr, [&]() -> kvrt_exec_logits * {
         if (!checkModel(ctx, site, model, "prefill"))
           return nullptr;
         if (!checkView(ctx, site, tokens, "prefill tokens") ||
@@ -469,6 +488,17 @@ int64_t kvrt_exec_context_tokens(const kvrt_exec_context *ctx) {
   return ctx ? ctx->contextTokens : 0;
 }
 
+int64_t kvrt_exec_num_site_times(const kvrt_exec_context *ctx) {
+  return ctx ? int64_t(ctx->siteTimes.size()) : 0;
+}
+
+void kvrt_exec_get_site_time(const kvrt_exec_context *ctx, int64_t index,
+                             kvrt_exec_site_time *out) {
+  if (!ctx || !out || index < 0 || index >= int64_t(ctx->siteTimes.size()))
+    return;
+  *out = ctx->siteTimes[size_t(index)];
+}
+
 int64_t kvrt_exec_num_repairs(const kvrt_exec_context *ctx) {
   return ctx ? int64_t(ctx->repairs.size()) : 0;
 }
@@ -541,15 +571,16 @@ void kvrt_exec_call_leave(kvrt_exec_context *ctx) {
 }
 
 kvrt_view *kvrt_exec_empty(kvrt_exec_context *ctx, int32_t site) {
-  return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
-    kvrt_view *view = nullptr;
-    if (kvrt_status s = kvrt_view_create(ctx->pool, &view)) {
-      ctx->failRuntime(site, s, "cannot create a view");
-      return nullptr;
-    }
-    ctx->blocks.insert(view);
-    return ctx->own(view);
-  });
+  return guarded<kvrt_view *>(
+      ctx, site, "empty", nullptr, [&]() -> kvrt_view * {
+        kvrt_view *view = nullptr;
+        if (kvrt_status s = kvrt_view_create(ctx->pool, &view)) {
+          ctx->failRuntime(site, s, "cannot create a view");
+          return nullptr;
+        }
+        ctx->blocks.insert(view);
+        return ctx->own(view);
+      });
 }
 
 kvrt_exec_logits *
@@ -579,43 +610,47 @@ kvrt_exec_prefill_chain(kvrt_exec_context *ctx, int32_t site, const char *key,
 
 kvrt_view *kvrt_exec_slice(kvrt_exec_context *ctx, int32_t site,
                            const kvrt_view *view, int64_t begin, int64_t end) {
-  return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
-    if (!checkView(ctx, site, view, "slice"))
-      return nullptr;
-    kvrt_view *out = nullptr;
-    if (kvrt_status s = kvrt_view_slice(view, begin, end, &out)) {
-      ctx->failRuntime(site, s, str("slice [", begin, ", ", end, ") failed"));
-      return nullptr;
-    }
-    if (begin == 0 && ctx->blocks.count(view))
-      ctx->blocks.insert(out);
-    return ctx->own(out);
-  });
+  return guarded<kvrt_view *>(
+      ctx, site, "slice", nullptr, [&]() -> kvrt_view * {
+        if (!checkView(ctx, site, view, "slice"))
+          return nullptr;
+        kvrt_view *out = nullptr;
+        if (kvrt_status s = kvrt_view_slice(view, begin, end, &out)) {
+          ctx->failRuntime(site, s,
+                           str("slice [", begin, ", ", end, ") failed"));
+          return nullptr;
+        }
+        if (begin == 0 && ctx->blocks.count(view))
+          ctx->blocks.insert(out);
+        return ctx->own(out);
+      });
 }
 
 kvrt_view *kvrt_exec_concat(kvrt_exec_context *ctx, int32_t site,
                             kvrt_view *const *views, int64_t n) {
   if (n <= 0)
     return kvrt_exec_empty(ctx, site);
-  return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
-    if (!checkView(ctx, site, views, "concat"))
-      return nullptr;
-    return combine(ctx, site, views, nullptr, n);
-  });
+  return guarded<kvrt_view *>(ctx, site, "concat", nullptr,
+                              [&]() -> kvrt_view * {
+                                if (!checkView(ctx, site, views, "concat"))
+                                  return nullptr;
+                                return combine(ctx, site, views, nullptr, n);
+                              });
 }
 
 kvrt_view *kvrt_exec_rope_shift(kvrt_exec_context *ctx, int32_t site,
                                 const kvrt_view *view, int64_t delta) {
-  return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
-    if (!checkView(ctx, site, view, "rope shift"))
-      return nullptr;
-    kvrt_view *out = nullptr;
-    if (kvrt_status s = kvrt_view_shift(view, delta, &out)) {
-      ctx->failRuntime(site, s, str("rope shift by ", delta, " failed"));
-      return nullptr;
-    }
-    return ctx->own(out);
-  });
+  return guarded<kvrt_view *>(
+      ctx, site, "rope_shift", nullptr, [&]() -> kvrt_view * {
+        if (!checkView(ctx, site, view, "rope shift"))
+          return nullptr;
+        kvrt_view *out = nullptr;
+        if (kvrt_status s = kvrt_view_shift(view, delta, &out)) {
+          ctx->failRuntime(site, s, str("rope shift by ", delta, " failed"));
+          return nullptr;
+        }
+        return ctx->own(out);
+      });
 }
 
 void kvrt_exec_segment_bounds(kvrt_exec_context *ctx, int32_t site,
@@ -623,7 +658,7 @@ void kvrt_exec_segment_bounds(kvrt_exec_context *ctx, int32_t site,
                               int64_t *bounds) {
   if (bounds)
     bounds[0] = bounds[1] = 0;
-  guarded<int>(ctx, site, 0, [&]() -> int {
+  guarded<int>(ctx, site, "segment_bounds", 0, [&]() -> int {
     if (!checkView(ctx, site, view, "segment bounds") ||
         !checkView(ctx, site, label, "segment bounds") ||
         !checkView(ctx, site, bounds, "segment bounds"))
@@ -637,7 +672,7 @@ void kvrt_exec_segment_bounds(kvrt_exec_context *ctx, int32_t site,
 kvrt_exec_tokens *kvrt_exec_view_tokens(kvrt_exec_context *ctx, int32_t site,
                                         const kvrt_view *view, int64_t expect) {
   return guarded<kvrt_exec_tokens *>(
-      ctx, site, nullptr, [&]() -> kvrt_exec_tokens * {
+      ctx, site, "view_tokens", nullptr, [&]() -> kvrt_exec_tokens * {
         if (!checkView(ctx, site, view, "tokens"))
           return nullptr;
         std::vector<int32_t> ids;
@@ -671,84 +706,87 @@ kvrt_view *kvrt_exec_selective_recompute(
     kvrt_exec_context *ctx, int32_t site, const char *key,
     kvrt_prefill_fn forward, const kvrt_model *model, const kvrt_view *view,
     int64_t begin, int64_t end, int32_t mode, double amount) {
-  return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
-    if (model != ctx->model) {
-      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
-                "selective recompute: the model is not the one the program "
-                "runs on");
-      return nullptr;
-    }
-    if (!checkView(ctx, site, view, "selective recompute"))
-      return nullptr;
-    if (mode != KVRT_EXEC_REPAIR_FRACTION &&
-        mode != KVRT_EXEC_REPAIR_DEVIATION) {
-      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
-                str("selective recompute: unknown mode ", mode));
-      return nullptr;
-    }
-    kvir::RepairBudget budget;
-    budget.selection = mode == KVRT_EXEC_REPAIR_FRACTION
-                           ? kvir::RepairSelection::Fraction
-                           : kvir::RepairSelection::Deviation;
-    budget.amount = amount;
-    kvir::SelectiveRecomputeStats stats;
-    kvrt_view *out = nullptr;
-    kvir::Forward fwd{key, /*prefill=*/forward};
-    if (kvrt_status s =
-            kvir::selectiveRecompute(*ctx->backend, fwd, ctx->model, view,
-                                     begin, end, budget, &out, &stats)) {
-      ctx->failRuntime(
-          site, s,
-          str("selective recompute of [", begin, ", ", end, ") failed"));
-      return nullptr;
-    }
-    kvir::ModelCost cost = kvir::costOnPool(ctx->config, ctx->pool);
-    kvrt_exec_work &work = ctx->work();
-    for (const kvir::SelectiveRecomputeStats::Call &call : stats.calls) {
-      if (call.scan) {
-        work.scan_tokens += call.tokens;
-        work.flops += cost.partialRangeFlops(
-            call.contextTokens, call.contextTokens + call.tokens, call.layers);
-        continue;
-      }
-      ++work.prefill_calls;
-      work.prefill_tokens += call.tokens;
-      work.logits_rows += 1;
-      work.flops += cost.prefillFlops(call.contextTokens, call.tokens, 1);
-      work.kv_bytes_written += cost.kvBytes(call.tokens);
-    }
-    kvrt_exec_repair record{};
-    record.mode = mode;
-    record.amount = amount;
-    record.candidates = stats.candidates;
-    record.scanned = int64_t(stats.relativeDeviation.size());
-    record.chosen = int64_t(stats.chosen.size());
-    record.max_relative_deviation = stats.maxRelativeDeviation;
-    record.mean_relative_deviation = stats.meanRelativeDeviation;
-    ctx->repairs.push_back(record);
-    return ctx->own(out);
-  });
+  return guarded<kvrt_view *>(
+      ctx, site, "selective_recompute", nullptr, [&]() -> kvrt_view * {
+        if (model != ctx->model) {
+          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                    "selective recompute: the model is not the one the program "
+                    "runs on");
+          return nullptr;
+        }
+        if (!checkView(ctx, site, view, "selective recompute"))
+          return nullptr;
+        if (mode != KVRT_EXEC_REPAIR_FRACTION &&
+            mode != KVRT_EXEC_REPAIR_DEVIATION) {
+          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                    str("selective recompute: unknown mode ", mode));
+          return nullptr;
+        }
+        kvir::RepairBudget budget;
+        budget.selection = mode == KVRT_EXEC_REPAIR_FRACTION
+                               ? kvir::RepairSelection::Fraction
+                               : kvir::RepairSelection::Deviation;
+        budget.amount = amount;
+        kvir::SelectiveRecomputeStats stats;
+        kvrt_view *out = nullptr;
+        kvir::Forward fwd{key, /*prefill=*/forward};
+        if (kvrt_status s =
+                kvir::selectiveRecompute(*ctx->backend, fwd, ctx->model, view,
+                                         begin, end, budget, &out, &stats)) {
+          ctx->failRuntime(
+              site, s,
+              str("selective recompute of [", begin, ", ", end, ") failed"));
+          return nullptr;
+        }
+        kvir::ModelCost cost = kvir::costOnPool(ctx->config, ctx->pool);
+        kvrt_exec_work &work = ctx->work();
+        for (const kvir::SelectiveRecomputeStats::Call &call : stats.calls) {
+          if (call.scan) {
+            work.scan_tokens += call.tokens;
+            work.flops += cost.partialRangeFlops(
+                call.contextTokens, call.contextTokens + call.tokens,
+                call.layers);
+            continue;
+          }
+          ++work.prefill_calls;
+          work.prefill_tokens += call.tokens;
+          work.logits_rows += 1;
+          work.flops += cost.prefillFlops(call.contextTokens, call.tokens, 1);
+          work.kv_bytes_written += cost.kvBytes(call.tokens);
+        }
+        kvrt_exec_repair record{};
+        record.mode = mode;
+        record.amount = amount;
+        record.candidates = stats.candidates;
+        record.scanned = int64_t(stats.relativeDeviation.size());
+        record.chosen = int64_t(stats.chosen.size());
+        record.max_relative_deviation = stats.maxRelativeDeviation;
+        record.mean_relative_deviation = stats.meanRelativeDeviation;
+        ctx->repairs.push_back(record);
+        return ctx->own(out);
+      });
 }
 
 kvrt_view *kvrt_exec_materialize(kvrt_exec_context *ctx, int32_t site,
                                  const char *key, kvrt_materialize_fn forward,
                                  const kvrt_model *model,
                                  const kvrt_view *view) {
-  return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
-    if (!checkModel(ctx, site, model, "materialize"))
-      return nullptr;
-    if (!checkView(ctx, site, view, "materialize"))
-      return nullptr;
-    kvir::Forward fwd{key, /*prefill=*/nullptr, /*attention=*/nullptr,
-                      /*materialize=*/forward};
-    kvrt_view *out = nullptr;
-    if (kvrt_status s =
-            ctx->backend->materialize(fwd, ctx->model, view, &out)) {
-      ctx->failRuntime(site, s, "materialize failed");
-      return nullptr;
-    }
-    return ctx->own(out);
-  });
+  return guarded<kvrt_view *>(
+      ctx, site, "materialize", nullptr, [&]() -> kvrt_view * {
+        if (!checkModel(ctx, site, model, "materialize"))
+          return nullptr;
+        if (!checkView(ctx, site, view, "materialize"))
+          return nullptr;
+        kvir::Forward fwd{key, /*prefill=*/nullptr, /*attention=*/nullptr,
+                          /*materialize=*/forward};
+        kvrt_view *out = nullptr;
+        if (kvrt_status s =
+                ctx->backend->materialize(fwd, ctx->model, view, &out)) {
+          ctx->failRuntime(site, s, "materialize failed");
+          return nullptr;
+        }
+        return ctx->own(out);
+      });
 }
 
 kvrt_exec_tensor *
@@ -758,7 +796,7 @@ kvrt_exec_attention(kvrt_exec_context *ctx, int32_t site, const char *key,
                     const int64_t *offsets, int64_t n_views, int64_t layer,
                     int64_t position, int64_t expect_rows) {
   return guarded<kvrt_exec_tensor *>(
-      ctx, site, nullptr, [&]() -> kvrt_exec_tensor * {
+      ctx, site, "attention", nullptr, [&]() -> kvrt_exec_tensor * {
         if (!checkModel(ctx, site, model, "attention"))
           return nullptr;
         if (!checkView(ctx, site, query, "attention query") ||
@@ -809,7 +847,7 @@ kvrt_exec_tokens *kvrt_exec_tokens_constant(kvrt_exec_context *ctx,
                                             int32_t site, const int32_t *data,
                                             int64_t n) {
   return guarded<kvrt_exec_tokens *>(
-      ctx, site, nullptr, [&]() -> kvrt_exec_tokens * {
+      ctx, site, "tokens_constant", nullptr, [&]() -> kvrt_exec_tokens * {
         if (n < 0 || (n > 0 && !data)) {
           ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
                     str("tokens: ", n, " ids at a NULL address"));
@@ -890,7 +928,8 @@ kvrt_exec_tensor *kvrt_exec_tensor_create(kvrt_exec_context *ctx,
                                           const float *data, int64_t d0,
                                           int64_t d1, int64_t d2) {
   return guarded<kvrt_exec_tensor *>(
-      ctx, KVRT_EXEC_NO_SITE, nullptr, [&]() -> kvrt_exec_tensor * {
+      ctx, KVRT_EXEC_NO_SITE, "tensor_create", nullptr,
+      [&]() -> kvrt_exec_tensor * {
         if (d0 < 0 || d1 < 0 || d2 < 0 || (d0 * d1 * d2 > 0 && !data)) {
           ctx->fail(KVRT_EXEC_NO_SITE, KVRT_ERR_INVALID_ARGUMENT,
                     str("tensor: ", d0, " x ", d1, " x ", d2,
@@ -1043,112 +1082,113 @@ kvrt_view *kvrt_exec_load_block(kvrt_exec_context *ctx, int32_t site,
                                 const kvrt_exec_tokens *tokens,
                                 int32_t has_position, int64_t position,
                                 const char *label) {
-  return guarded<kvrt_view *>(ctx, site, nullptr, [&]() -> kvrt_view * {
-    if (!checkModel(ctx, site, model, "load_block"))
-      return nullptr;
-    if (!checkView(ctx, site, tokens, "load_block tokens"))
-      return nullptr;
-    const std::vector<int32_t> &ids = tokens->ids;
-    int64_t n = int64_t(ids.size());
-    int64_t base = has_position ? position : 0;
-    if (base < 0 || base > KVRT_MAX_POSITION - n) {
-      ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
-                str("load_block: base position ", base, " of ", n,
-                    " tokens is outside [0, 2^53)"));
-      return nullptr;
-    }
-    // Fetched or prefilled, the block occupies these positions.
-    if (!ctx->withinLimit(site, "load_block", base, n))
-      return nullptr;
-    kvrt_view *empty = nullptr;
-    if (kvrt_status s = kvrt_view_create(ctx->pool, &empty)) {
-      ctx->failRuntime(site, s, "cannot create a view");
-      return nullptr;
-    }
-    ctx->own(empty);
-    ctx->blocks.insert(empty);
-    if (n == 0)
-      return empty;
-
-    bool storeDown = false;
-    if (ctx->blockStore) {
-      kvrt_view *loaded = nullptr;
-      kvrt_block_result result;
-      kvrt_status s =
-          kvrt_block_store_load(ctx->blockStore, ctx->model, ctx->pool, base,
-                                ids.data(), n, label, &loaded, &result);
-      if (s == KVRT_OK && loaded) {
-        recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_LOAD, KVRT_EXEC_BLOCK_HIT,
-                         &result, n, base);
-        ctx->own(loaded);
-        ctx->blocks.insert(loaded);
-        return loaded;
-      }
-      if (s == KVRT_OK) {
-        recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_LOAD, KVRT_EXEC_BLOCK_MISS,
-                         &result, n, base);
-      } else if (s == KVRT_ERR_UNAVAILABLE) {
-        std::string message = kvrt_last_error();
-        kvrt_exec_block_event &e =
-            recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_LOAD,
-                             KVRT_EXEC_BLOCK_FAULT, &result, n, base, message);
-        if (ctx->storePolicy == KVRT_EXEC_STORE_FAIL) {
-          ctx->fail(site, s,
-                    str("load_block: the block store failed (", message,
-                        "); the policy is to fail"));
+  return guarded<kvrt_view *>(
+      ctx, site, "load_block", nullptr, [&]() -> kvrt_view * {
+        if (!checkModel(ctx, site, model, "load_block"))
+          return nullptr;
+        if (!checkView(ctx, site, tokens, "load_block tokens"))
+          return nullptr;
+        const std::vector<int32_t> &ids = tokens->ids;
+        int64_t n = int64_t(ids.size());
+        int64_t base = has_position ? position : 0;
+        if (base < 0 || base > KVRT_MAX_POSITION - n) {
+          ctx->fail(site, KVRT_ERR_INVALID_ARGUMENT,
+                    str("load_block: base position ", base, " of ", n,
+                        " tokens is outside [0, 2^53)"));
           return nullptr;
         }
-        e.fell_back = 1;
-        // A store that cannot be reached is not asked again for this
-        // block's store: that would only wait for the timeout twice.
-        storeDown = result.fault == KVRT_BLOCK_UNREACHABLE ||
-                    result.fault == KVRT_BLOCK_TIMEOUT;
-      } else {
-        ctx->failRuntime(site, s, "load_block: cannot map the block");
-        return nullptr;
-      }
-    } else {
-      recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_LOAD,
-                       KVRT_EXEC_BLOCK_NO_STORE, nullptr, n, base);
-    }
+        // Fetched or prefilled, the block occupies these positions.
+        if (!ctx->withinLimit(site, "load_block", base, n))
+          return nullptr;
+        kvrt_view *empty = nullptr;
+        if (kvrt_status s = kvrt_view_create(ctx->pool, &empty)) {
+          ctx->failRuntime(site, s, "cannot create a view");
+          return nullptr;
+        }
+        ctx->own(empty);
+        ctx->blocks.insert(empty);
+        if (n == 0)
+          return empty;
 
-    // Not fetched: prefill it here.
-    kvir::Forward fwd{key, /*prefill=*/forward};
-    std::vector<float> logits;
-    kvrt_view *out = nullptr;
-    if (kvrt_status s = ctx->backend->prefill(
-            fwd, ctx->model, empty, ids.data(), n, base, label,
-            kvir::LogitRows::last(), &logits, &out)) {
-      ctx->failRuntime(site, s,
-                       str("load_block: prefill of ", n, " tokens at position ",
-                           base, " failed"));
-      return nullptr;
-    }
-    ctx->own(out);
-    ctx->blocks.insert(out);
-    kvrt_exec_work &work = ctx->work();
-    ++work.prefill_calls;
-    work.prefill_tokens += n;
-    work.logits_rows += 1;
-    kvir::ModelCost cost = kvir::costOnPool(ctx->config, ctx->pool);
-    work.flops += cost.prefillFlops(0, n, 1);
-    work.kv_bytes_written += cost.kvBytes(n);
+        bool storeDown = false;
+        if (ctx->blockStore) {
+          kvrt_view *loaded = nullptr;
+          kvrt_block_result result;
+          kvrt_status s = kvrt_block_store_load(ctx->blockStore, ctx->model,
+                                                ctx->pool, base, ids.data(), n,
+                                                label, &loaded, &result);
+          if (s == KVRT_OK && loaded) {
+            recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_LOAD,
+                             KVRT_EXEC_BLOCK_HIT, &result, n, base);
+            ctx->own(loaded);
+            ctx->blocks.insert(loaded);
+            return loaded;
+          }
+          if (s == KVRT_OK) {
+            recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_LOAD,
+                             KVRT_EXEC_BLOCK_MISS, &result, n, base);
+          } else if (s == KVRT_ERR_UNAVAILABLE) {
+            std::string message = kvrt_last_error();
+            kvrt_exec_block_event &e = recordBlockEvent(
+                ctx, site, KVRT_EXEC_BLOCK_LOAD, KVRT_EXEC_BLOCK_FAULT, &result,
+                n, base, message);
+            if (ctx->storePolicy == KVRT_EXEC_STORE_FAIL) {
+              ctx->fail(site, s,
+                        str("load_block: the block store failed (", message,
+                            "); the policy is to fail"));
+              return nullptr;
+            }
+            e.fell_back = 1;
+            // A store that cannot be reached is not asked again for this
+            // block's store: that would only wait for the timeout twice.
+            storeDown = result.fault == KVRT_BLOCK_UNREACHABLE ||
+                        result.fault == KVRT_BLOCK_TIMEOUT;
+          } else {
+            ctx->failRuntime(site, s, "load_block: cannot map the block");
+            return nullptr;
+          }
+        } else {
+          recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_LOAD,
+                           KVRT_EXEC_BLOCK_NO_STORE, nullptr, n, base);
+        }
 
-    if (ctx->blockStore) {
-      if (storeDown)
-        recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_STORE,
-                         KVRT_EXEC_BLOCK_SKIPPED, nullptr, n, base)
-            .fell_back = 1;
-      else if (!saveBlock(ctx, site, "load_block", out, n, base))
-        return nullptr;
-    }
-    return out;
-  });
+        // Not fetched: prefill it here.
+        kvir::Forward fwd{key, /*prefill=*/forward};
+        std::vector<float> logits;
+        kvrt_view *out = nullptr;
+        if (kvrt_status s = ctx->backend->prefill(
+                fwd, ctx->model, empty, ids.data(), n, base, label,
+                kvir::LogitRows::last(), &logits, &out)) {
+          ctx->failRuntime(site, s,
+                           str("load_block: prefill of ", n,
+                               " tokens at position ", base, " failed"));
+          return nullptr;
+        }
+        ctx->own(out);
+        ctx->blocks.insert(out);
+        kvrt_exec_work &work = ctx->work();
+        ++work.prefill_calls;
+        work.prefill_tokens += n;
+        work.logits_rows += 1;
+        kvir::ModelCost cost = kvir::costOnPool(ctx->config, ctx->pool);
+        work.flops += cost.prefillFlops(0, n, 1);
+        work.kv_bytes_written += cost.kvBytes(n);
+
+        if (ctx->blockStore) {
+          if (storeDown)
+            recordBlockEvent(ctx, site, KVRT_EXEC_BLOCK_STORE,
+                             KVRT_EXEC_BLOCK_SKIPPED, nullptr, n, base)
+                .fell_back = 1;
+          else if (!saveBlock(ctx, site, "load_block", out, n, base))
+            return nullptr;
+        }
+        return out;
+      });
 }
 
 void kvrt_exec_store_block(kvrt_exec_context *ctx, int32_t site,
                            const kvrt_model *model, const kvrt_view *view) {
-  guarded<int>(ctx, site, 0, [&]() -> int {
+  guarded<int>(ctx, site, "store_block", 0, [&]() -> int {
     if (!checkModel(ctx, site, model, "store_block"))
       return 0;
     if (!checkView(ctx, site, view, "store_block"))

@@ -72,6 +72,16 @@ typedef struct kvrt_exec_work {
   double seconds;
 } kvrt_exec_work;
 
+/// The runtime calls of one site of the program: `op` names the call
+/// ("prefill", "attention", "materialize", ...; a static string), `calls`
+/// how many ran and `seconds` their wall time.
+typedef struct kvrt_exec_site_time {
+  int32_t site;
+  const char *op;
+  int64_t calls;
+  double seconds;
+} kvrt_exec_site_time;
+
 /// The site of an error not tied to an op.
 #define KVRT_EXEC_NO_SITE (-1)
 
@@ -128,6 +138,12 @@ int64_t kvrt_exec_context_tokens(const kvrt_exec_context *ctx);
 
 /// Selective recomputes executed: their number, and the record of each (a
 /// zeroed record for an index out of range).
+/// The sites whose runtime calls ran, in the order they first ran, with
+/// their calls and wall time (a runner's --profile).
+int64_t kvrt_exec_num_site_times(const kvrt_exec_context *ctx);
+void kvrt_exec_get_site_time(const kvrt_exec_context *ctx, int64_t index,
+                             kvrt_exec_site_time *out);
+
 int64_t kvrt_exec_num_repairs(const kvrt_exec_context *ctx);
 void kvrt_exec_get_repair(const kvrt_exec_context *ctx, int64_t index,
                           kvrt_exec_repair *out);

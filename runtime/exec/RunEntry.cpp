@@ -114,6 +114,12 @@ RunOutcome kvir::exec::runEntry(EntryFn entry, const EntryManifest &manifest,
   outcome.repairs.resize(kvrt_exec_num_repairs(ctx.get()));
   for (size_t i = 0; i < outcome.repairs.size(); ++i)
     kvrt_exec_get_repair(ctx.get(), int64_t(i), &outcome.repairs[i]);
+  outcome.siteTimes.resize(kvrt_exec_num_site_times(ctx.get()));
+  for (size_t i = 0; i < outcome.siteTimes.size(); ++i) {
+    kvrt_exec_site_time t{};
+    kvrt_exec_get_site_time(ctx.get(), int64_t(i), &t);
+    outcome.siteTimes[i] = {t.site, t.op ? t.op : "", t.calls, t.seconds};
+  }
   outcome.blockEvents.resize(kvrt_exec_num_block_events(ctx.get()));
   for (size_t i = 0; i < outcome.blockEvents.size(); ++i) {
     BlockEvent &e = outcome.blockEvents[i];

@@ -35,6 +35,14 @@ struct BlockEvent {
   std::string key, message;
 };
 
+/// The runtime calls of one site (kvrt_exec_site_time with its op copied).
+struct SiteTime {
+  int32_t site = KVRT_EXEC_NO_SITE;
+  std::string op;
+  int64_t calls = 0;
+  double seconds = 0;
+};
+
 /// What one run of an entry did.
 struct RunOutcome {
   std::vector<Value> results;
@@ -43,6 +51,9 @@ struct RunOutcome {
   std::vector<kvrt_exec_repair> repairs;
   /// What kv.load_block and kv.store_block did with the block store.
   std::vector<BlockEvent> blockEvents;
+  /// Each site's runtime calls and their wall time, in the order the sites
+  /// first ran.
+  std::vector<SiteTime> siteTimes;
   bool failed = false;
   kvrt_status status = KVRT_OK;
   std::string message;

@@ -114,6 +114,42 @@ TEST_F(ExecRuntimeTest, PrefillMatchesTheBackend) {
   EXPECT_FALSE(kvrt_exec_failed(ctx.get()));
 }
 
+/// Each site's runtime calls are counted and timed (a runner's --profile):
+/// the empty view and the prefills' token lists at site 0 (one row per call
+/// and site), two prefills at site 1 (the fixture's), in the order they
+/// first ran, with the calls' time the context's work.
+TEST_F(ExecRuntimeTest, SiteTimesCountEachSitesCalls) {
+  kvrt_view *empty = kvrt_exec_empty(ctx.get(), 0);
+  kvrt_view *a = prefill(empty, ids(4), "a");
+  ASSERT_NE(a, nullptr) << kvrt_exec_error_message(ctx.get());
+  ASSERT_NE(prefill(a, ids(3, 9), "b"), nullptr);
+  std::vector<kvrt_exec_site_time> times(
+      size_t(kvrt_exec_num_site_times(ctx.get())));
+  ASSERT_EQ(times.size(), 3u);
+  double total = 0;
+  for (size_t i = 0; i < times.size(); ++i) {
+    kvrt_exec_get_site_time(ctx.get(), int64_t(i), &times[i]);
+    total += times[i].seconds;
+  }
+  EXPECT_EQ(times[0].site, 0);
+  EXPECT_STREQ(times[0].op, "empty");
+  EXPECT_EQ(times[0].calls, 1);
+  EXPECT_EQ(times[1].site, 0);
+  EXPECT_STREQ(times[1].op, "tokens_constant");
+  EXPECT_EQ(times[1].calls, 2);
+  EXPECT_EQ(times[2].site, 1);
+  EXPECT_STREQ(times[2].op, "prefill");
+  EXPECT_EQ(times[2].calls, 2);
+  EXPECT_GT(times[2].seconds, 0);
+  kvrt_exec_work setup;
+  kvrt_exec_get_work(ctx.get(), 0, &setup);
+  EXPECT_NEAR(total, setup.seconds, 1e-9);
+  // Out of range: the record is left as it was.
+  kvrt_exec_site_time untouched{7, "x", 3, 1.0};
+  kvrt_exec_get_site_time(ctx.get(), 3, &untouched);
+  EXPECT_EQ(untouched.site, 7);
+}
+
 /// A prefill asked for no logits (KVRT_EXEC_LOGITS_NONE: the program never
 /// reads them) returns 0 rows and counts neither rows nor the classifier's
 /// FLOPs, and its view holds the same K/V as one asked for the last row: the
