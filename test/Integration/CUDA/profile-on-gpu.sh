@@ -1,6 +1,8 @@
 #!/bin/sh
 # The GPU figures beyond run-on-gpu.sh's, in one call (docs/gpu-backend.md):
-# decode attention at 4K, 16K and 64K keys, and, where Nsight Compute is,
+# decode attention at 4K, 16K and 64K keys, the runtime calls of
+# synthetic-bench @edit and @compose by location (--profile) next to a full
+# prefill, and, where Nsight Compute is,
 # each kernel's time for a decode attention and for a prefill, and ncu's
 # sections for attn_tile_one. Usage:
 #   profile-on-gpu.sh BUNDLE_DIR [OUT_DIR]
@@ -24,6 +26,16 @@ for context in ${KVIR_PROFILE_CONTEXTS:-4096 16384 65536}; do
   if ! timeout 120 "$run" bench-attention "$lib" $bench --context "$context" \
       --runs 16 --iters 10 | grep -v '^device:\|^model:'; then
     echo "FAIL  bench-attention at $context keys"
+    status=1
+  fi
+done
+
+for entry in edit compose; do
+  echo "== synthetic-bench @$entry: runtime calls (--profile) and a full prefill"
+  if ! timeout 120 "$run" "$lib" --entry "$entry" --backend cuda \
+      --synthetic synthetic-bench --synthesize-inputs --profile \
+      --compare-full-prefill --greedy 0 | sed -n '/^work:/,/^fidelity/p'; then
+    echo "FAIL  synthetic-bench @$entry --profile"
     status=1
   fi
 done
