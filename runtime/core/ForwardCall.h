@@ -41,9 +41,9 @@ struct RunTable {
 };
 
 /// Attention tiles for the GPU forward (TILES rows: run, key_begin, key_end):
-/// each run cut into tiles of at most some number of keys, so that about a
-/// thousand blocks run for `queries` query tokens while the partials stay
-/// under 256 MiB.
+/// each run cut into tiles of at most some number of keys, so that about 512
+/// blocks run for `queries` query tokens while the partials stay under 256
+/// MiB.
 std::vector<int64_t> attentionTiles(const RunTable &table, int64_t queries,
                                     int64_t heads, int64_t headSize);
 

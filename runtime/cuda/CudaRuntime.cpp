@@ -76,7 +76,6 @@ struct Driver {
                              unsigned, unsigned, unsigned, CUstream, void **,
                              void **);
   CUresult (*cuStreamCreate)(CUstream *, unsigned);
-  CUresult (*cuStreamDestroy)(CUstream);
   CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuEventCreate)(CUevent *, unsigned);
@@ -119,11 +118,11 @@ struct State {
     int32_t smem = 0;
   } lastLaunch;
   /// Streams the generated host code destroyed, kept for its next
-  /// mgpuStreamCreate: each layer of a prefill and each attention call
-  /// creates one, and the driver's create and destroy cost more than the
-  /// launches of a decode step's attention. A stream is reused only after
-  /// the code that destroyed it synchronised it (gpu-async-region), and work
-  /// still queued on one would only order the next user after it.
+  /// mgpuStreamCreate (never given back to the driver): each layer of a
+  /// prefill and each attention call creates one, so the driver creates a
+  /// handful per process. A stream is reused only after the code that
+  /// destroyed it synchronised it (gpu-async-region), and work still queued
+  /// on one would only order the next user after it.
   std::mutex streamMutex;
   std::vector<CUstream> freeStreams;
 };
@@ -184,7 +183,6 @@ bool resolve(void *library, Driver &d, std::string &missing) {
   get(d.cuModuleGetFunction, "cuModuleGetFunction");
   get(d.cuLaunchKernel, "cuLaunchKernel");
   get(d.cuStreamCreate, "cuStreamCreate");
-  get(d.cuStreamDestroy, "cuStreamDestroy_v2");
   get(d.cuStreamSynchronize, "cuStreamSynchronize");
   get(d.cuStreamWaitEvent, "cuStreamWaitEvent");
   get(d.cuEventCreate, "cuEventCreate");

@@ -357,11 +357,27 @@ private:
   }
 
   /// The shared buffers and thread roles of a block of kAttnWarps warps
-  /// whose lanes hold `epl` elements of a head each.
+  /// whose lanes hold `epl` elements of a head each: `active` lanes hold
+  /// some (those past head_size / epl hold nothing: zeros in the dot
+  /// products), from element `el`.
   struct WarpMerge {
     Value wm, wl, wacc;
     Value tid, warp, lane, active, el;
   };
+
+  /// The thread roles of this block over shared buffers wm, wl, wacc.
+  static WarpMerge warpRoles(ForwardEmitter &e, Value wm, Value wl,
+                             Value wacc) {
+    int64_t epl = elementsPerLane(e.headSize);
+    Value cWarp = e.cIndex(kWarp);
+    Value tid = threadId(e);
+    Value warp = e.divu(tid, cWarp);
+    Value lane = e.remu(tid, cWarp);
+    Value active =
+        e.cmp(arith::CmpIPredicate::ult, lane, e.cIndex(e.headSize / epl));
+    Value el = e.mul(lane, e.cIndex(epl));
+    return {wm, wl, wacc, tid, warp, lane, active, el};
+  }
 
   /// The four warps' online-softmax states (m, l, a lane's slice of acc)
   /// merged through shared memory under their global max (every weight 0
@@ -745,7 +761,6 @@ gpu::GPUFuncOp GpuTarget::emitAttnTile(ForwardEmitter &e, StringRef kernelName,
                                        int64_t nq) {
   Type f = e.buffer(e.f32()), ix = e.index();
   int64_t epl = elementsPerLane(e.headSize);
-  int64_t lanes = e.headSize / epl;
   const int64_t nb = attnBatch(e.headSize, nq);
   MemRefType qType = workgroupBuffer(e, nq * e.headSize, e.f32());
   MemRefType warpType = workgroupBuffer(e, kAttnWarps, e.f32());
@@ -762,18 +777,17 @@ gpu::GPUFuncOp GpuTarget::emitAttnTile(ForwardEmitter &e, StringRef kernelName,
   ArrayRef<BlockArgument> shared = kernel.getWorkgroupAttributions();
   Value qs = shared[0], wm = shared[1], wl = shared[2], wacc = shared[3];
   Value c0 = e.cIndex(0), c1 = e.cIndex(1), c2 = e.cIndex(2),
-        cWarp = e.cIndex(kWarp), cBlock = e.cIndex(kAttnBlock),
-        cHS = e.cIndex(e.headSize), cHS2 = e.cIndex(e.headSize + 2),
-        cQ = e.cIndex(nq);
+        cBlock = e.cIndex(kAttnBlock), cHS = e.cIndex(e.headSize),
+        cHS2 = e.cIndex(e.headSize + 2), cQ = e.cIndex(nq);
   Value scale = e.scoreScale();
   Value ninf = e.cF32Bits(0xFF800000u), zf = e.cF32(0.0f);
   VectorType vEPL = e.vec(epl, e.f32());
   Value zv = e.splatF32(epl, 0.0f);
   Value tile = blockId(e, gpu::Dimension::x);
   Value h = blockId(e, gpu::Dimension::y);
-  Value tid = threadId(e);
-  Value warp = e.divu(tid, cWarp);
-  Value lane = e.remu(tid, cWarp);
+  WarpMerge merge = warpRoles(e, wm, wl, wacc);
+  Value tid = merge.tid, warp = merge.warp, active = merge.active,
+        el = merge.el;
   Value r = e.toIndex(e.load(tiles, {tile, c0}));
   Value keyBegin = e.load(tiles, {tile, c1});
   Value keyEnd = e.load(tiles, {tile, c2});
@@ -783,9 +797,6 @@ gpu::GPUFuncOp GpuTarget::emitAttnTile(ForwardEmitter &e, StringRef kernelName,
   Value slotBegin = e.toIndex(run.slotBegin);
   PageStrides strides = e.pageStrides(pt);
   Value g = e.divu(h, e.cIndex(e.group));
-  // Lanes past head_size / epl hold nothing: zeros in the dot products.
-  Value active = e.cmp(arith::CmpIPredicate::ult, lane, e.cIndex(lanes));
-  Value el = e.mul(lane, e.cIndex(epl));
   // The shared buffers are reused without a barrier of their own: qs is
   // read only before the first merge's barriers, and each merge writes wm,
   // wl, wacc only after a barrier that follows the previous merge's reads.
@@ -840,16 +851,16 @@ gpu::GPUFuncOp GpuTarget::emitAttnTile(ForwardEmitter &e, StringRef kernelName,
           [&]() -> SmallVector<Value> { return {zv}; })[0]);
       inits.append({ninf, zf, zv});
     }
-    // Warp w takes the batches of keys starting at kbeg + B w, B (w + 4),
-    // ...: a batch's K and V are loaded before any is used. A key past the
-    // tile's last is loaded clamped to it and weighs nothing.
     // A lane's slice starts at a multiple of epl elements from the arena's
     // start (every page stride is a multiple of head_size, and the driver
     // aligns allocations to 256 bytes): one vector load per slice, not epl
-    // scalar ones (ld.global.v4 for 4 f32).
+    // scalar ones (ld.global.v4 for 4 f32). epl & -epl: the largest power
+    // of 2 dividing epl.
     int64_t elementBytes = e.kvElement().getIntOrFloatBitWidth() / 8;
-    int64_t sliceAlign = std::min<int64_t>(
-        16, elementBytes * (epl & -epl)); // the largest power of 2 dividing
+    int64_t sliceAlign = std::min<int64_t>(16, elementBytes * (epl & -epl));
+    // Warp w takes the batches of keys starting at kbeg + B w, B (w + 4),
+    // ...: a batch's K and V are loaded before any is used. A key past the
+    // tile's last is loaded clamped to it and weighs nothing.
     Value cB = e.cIndex(nb), cStride = e.cIndex(kAttnWarps * nb);
     Value kLast = e.sub(kmax, c1);
     // Where this lane's slice of key j (clamped to the last) starts; V is
@@ -921,7 +932,6 @@ gpu::GPUFuncOp GpuTarget::emitAttnTile(ForwardEmitter &e, StringRef kernelName,
           }
           return next;
         });
-    WarpMerge merge{wm, wl, wacc, tid, warp, lane, active, el};
     for (int64_t i = 0; i < nq; ++i) {
       e.ifThen(valid[i], [&] {
         Value th = e.add(e.mul(ts[i], e.cIndex(e.heads)), h);
@@ -952,7 +962,6 @@ gpu::GPUFuncOp GpuTarget::emitAttnTile(ForwardEmitter &e, StringRef kernelName,
 void GpuTarget::emitAttnMerge(ForwardEmitter &e) {
   Type f = e.buffer(e.f32()), ix = e.index();
   int64_t epl = elementsPerLane(e.headSize);
-  int64_t lanes = e.headSize / epl;
   const int64_t nb = mergeBatch(e.headSize);
   MemRefType warpType = workgroupBuffer(e, kAttnWarps, e.f32());
   MemRefType accType = workgroupBuffer(e, kAttnWarps * e.headSize, e.f32());
@@ -961,19 +970,13 @@ void GpuTarget::emitAttnMerge(ForwardEmitter &e) {
   ArrayRef<BlockArgument> arg = kernels.attnMerge.getArguments();
   Value part = arg[0], ntiles = arg[1], out = arg[2], ooff = arg[3], n = arg[4];
   ArrayRef<BlockArgument> shared = kernels.attnMerge.getWorkgroupAttributions();
-  Value c1 = e.cIndex(1), c2 = e.cIndex(2), cWarp = e.cIndex(kWarp),
-        cHS = e.cIndex(e.headSize), cHS2 = e.cIndex(e.headSize + 2),
-        cB = e.cIndex(nb);
+  Value c1 = e.cIndex(1), c2 = e.cIndex(2), cHS = e.cIndex(e.headSize),
+        cHS2 = e.cIndex(e.headSize + 2), cB = e.cIndex(nb);
   Value ninf = e.cF32Bits(0xFF800000u), zf = e.cF32(0.0f);
   VectorType vEPL = e.vec(epl, e.f32());
   Value zv = e.splatF32(epl, 0.0f);
   Value h = blockId(e, gpu::Dimension::x);
-  Value tid = threadId(e);
-  Value warp = e.divu(tid, cWarp);
-  Value lane = e.remu(tid, cWarp);
-  Value active = e.cmp(arith::CmpIPredicate::ult, lane, e.cIndex(lanes));
-  Value el = e.mul(lane, e.cIndex(epl));
-  WarpMerge merge{shared[0], shared[1], shared[2], tid, warp, lane, active, el};
+  WarpMerge merge = warpRoles(e, shared[0], shared[1], shared[2]);
   Value tLast = e.sub(ntiles, c1);
   Value y = blockId(e, gpu::Dimension::y);
   Value gridY = gpu::GridDimOp::create(e.b, gpu::Dimension::y);
@@ -981,8 +984,8 @@ void GpuTarget::emitAttnMerge(ForwardEmitter &e) {
     Value th = e.add(e.mul(t, e.cIndex(e.heads)), h);
     Value base = e.mul(e.mul(th, ntiles), cHS2);
     SmallVector<Value> res = e.forLoop(
-        e.mul(warp, cB), ntiles, e.cIndex(kAttnWarps * nb), {ninf, zf, zv},
-        [&](Value k0, ValueRange it) -> SmallVector<Value> {
+        e.mul(merge.warp, cB), ntiles, e.cIndex(kAttnWarps * nb),
+        {ninf, zf, zv}, [&](Value k0, ValueRange it) -> SmallVector<Value> {
           SmallVector<Value> scores, masses, accs;
           for (int64_t u = 0; u < nb; ++u) {
             Value k = e.add(k0, e.cIndex(u));
@@ -992,10 +995,11 @@ void GpuTarget::emitAttnMerge(ForwardEmitter &e) {
             scores.push_back(e.select(in, mk, ninf));
             masses.push_back(e.load(part, {e.add(pi, c1)}));
             accs.push_back(e.ifThenElse(
-                active, {vEPL},
+                merge.active, {vEPL},
                 [&]() -> SmallVector<Value> {
                   return {vector::LoadOp::create(
-                      e.b, vEPL, part, ValueRange{e.add(e.add(pi, c2), el)})};
+                      e.b, vEPL, part,
+                      ValueRange{e.add(e.add(pi, c2), merge.el)})};
                 },
                 [&]() -> SmallVector<Value> { return {zv}; })[0]);
           }

@@ -158,6 +158,25 @@ TEST(CudaRuntimeDeathTest, EveryThreadGetsTheContext) {
   EXPECT_EXIT(run(), testing::ExitedWithCode(4), "status=ok");
 }
 
+/// A destroyed stream is kept for the next mgpuStreamCreate: the generated
+/// host code creates one per prefill layer and attention call.
+TEST(CudaRuntimeDeathTest, DestroyedStreamsAreReused) {
+  auto run = [] {
+    useStub();
+    void *first = mgpuStreamCreate();
+    mgpuStreamDestroy(first);
+    void *again = mgpuStreamCreate();
+    void *other = mgpuStreamCreate();
+    mgpuStreamSynchronize(again);
+    std::fprintf(stderr, "reused=%d distinct=%d error=%s\n", again == first,
+                 other && other != again,
+                 kvrt_cuda_last_error() ? kvrt_cuda_last_error() : "none");
+    std::exit(first && again == first && other && other != again ? 4 : 5);
+  };
+  EXPECT_EXIT(run(), testing::ExitedWithCode(4),
+              "reused=1 distinct=1 error=none");
+}
+
 TEST(CudaRuntimeDeathTest, ARefusedModuleCarriesTheJitLog) {
   auto run = [] {
     useStub();
