@@ -149,10 +149,22 @@ constexpr int64_t kChunkRows = 96;
 /// 45.9 / 41.3; Q4_K_M 54.0 / 51.3 and 30.4 / 27.7. 256 bytes was worse
 /// for Q8_0 (65-68 on one thread); for F16 it did better in one set
 /// (103-126) and the same as 512 in another (four alternated runs each,
-/// one-thread medians 136.8 / 137.5), so every format keeps 512. 2 and 4 KiB
+/// one-thread medians 136.8 / 137.5), so every format kept 512. 2 and 4 KiB
 /// as 1 KiB; none at all 121-148 for F16. The K-quants' integer tiles take
-/// kKQuantTilePrefetchBlocks instead.
+/// kKQuantTilePrefetchBlocks instead, F16 and BF16 rows
+/// kHalfDecodeTilePrefetchBytes.
 constexpr int64_t kDecodeTilePrefetchBytes = 512;
+/// The same distance for the rows of 16-bit floats (F16, BF16): 256 bytes.
+/// Measured on the Zen 4 machine on 2026-12-04, TinyLlama's F16 file,
+/// kv-run --greedy 32 after 64 tokens, ms a step, medians of alternated runs
+/// beside llama.cpp's own step on the same file (it reads one row at a time,
+/// no prefetch): one thread, 512 / 256 / llama.cpp 80.7 / 76.3 / 76.7 (six
+/// runs), 95.6 / 85.3 / - in a slower hour (128: 83.6, 192: 90.8); two
+/// threads 66.5 / 58.1 / 64.7 (six), 66.2 / 62.9 / 64.4 (five). A C model of
+/// the tile on the mapped file agreed: 4 spread rows read 27.2-29.9 GB/s
+/// with 256 bytes, 20.9-26.5 with 512 and 24.8-29.1 with none (four rounds).
+/// BF16 shares the loop and was not measured apart.
+constexpr int64_t kHalfDecodeTilePrefetchBytes = 256;
 /// How many of its 256-element blocks ahead a row of a K-quant integer decode
 /// tile (emitKQuantDecodeTile) prefetches, the distance rounded up to whole
 /// lines: one. These tiles spend the most instructions a byte, so 512 bytes

@@ -41,15 +41,17 @@ using RowPieceFn = function_ref<SmallVector<Value>(
 /// at a time (two pieces of 16, slots 0 and 1), then 16 (slot 0), then the
 /// rest one by one (`tail`). With `prefetch`, the rows are a decode tile's
 /// and each prefetches the bytes kDecodeTilePrefetchBytes ahead of the step
-/// it is at (prefetchTileRows). Returns the carried values.
+/// it is at (prefetchTileRows; f16 and bf16 rows
+/// kHalfDecodeTilePrefetchBytes). Returns the carried values.
 SmallVector<Value> foldRows(ForwardEmitter &e, kvrt_weight_format format,
                             Value bytes, ArrayRef<Value> rows, Value cols,
                             ValueRange inits, RowPieceFn piece, RowPieceFn tail,
                             bool prefetchRows = false) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
-  auto prefetch = [&](Value at, int64_t stepBytes) {
+  auto prefetch = [&](Value at, int64_t stepBytes,
+                      int64_t aheadBytes = kDecodeTilePrefetchBytes) {
     if (prefetchRows)
-      prefetchTileRows(e, bytes, rows, at, stepBytes);
+      prefetchTileRows(e, bytes, rows, at, stepBytes, aheadBytes);
   };
   if (!kvrt::isBlockFormat(format)) {
     bool f16 = format == KVRT_WEIGHT_F16;
@@ -72,14 +74,14 @@ SmallVector<Value> foldRows(ForwardEmitter &e, kvrt_weight_format format,
     };
     Value pairs = e.sub(cols, e.remu(cols, c32));
     Value whole = e.sub(cols, e.remu(cols, c16));
-    SmallVector<Value> carried =
-        e.forLoop(c0, pairs, c32, inits,
-                  [&](Value j, ValueRange accs) -> SmallVector<Value> {
-                    prefetch(e.mul(j, e.cIndex(2)), 64);
-                    SmallVector<Value> next = piece(j, widen(j), 0, accs);
-                    Value second = e.add(j, c16);
-                    return piece(second, widen(second), 1, next);
-                  });
+    SmallVector<Value> carried = e.forLoop(
+        c0, pairs, c32, inits,
+        [&](Value j, ValueRange accs) -> SmallVector<Value> {
+          prefetch(e.mul(j, e.cIndex(2)), 64, kHalfDecodeTilePrefetchBytes);
+          SmallVector<Value> next = piece(j, widen(j), 0, accs);
+          Value second = e.add(j, c16);
+          return piece(second, widen(second), 1, next);
+        });
     carried = e.forLoop(pairs, whole, c16, carried,
                         [&](Value j, ValueRange accs) -> SmallVector<Value> {
                           return piece(j, widen(j), 0, accs);
