@@ -155,15 +155,6 @@ inline double runFmaPeak(int64_t iterations) {
   return flops;
 }
 
-/// The FMA peak of one core as a benchmark: reports FLOP/s.
-inline void measureFmaPeak(benchmark::State &state) {
-  double flops = 0;
-  for (auto _ : state)
-    flops += runFmaPeak(int64_t(1) << 22);
-  state.counters["flops"] =
-      benchmark::Counter(flops, benchmark::Counter::kIsRate);
-}
-
 } // namespace kvir::bench
 
 #endif // KVIR_BENCH_BENCHSUPPORT_H
