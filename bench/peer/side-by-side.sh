@@ -34,9 +34,12 @@
 # The decode column "GB/s" is what a KVIR decode step reads (kv-run's
 # decode_bytes_per_token: the weights, one embedding row, the K/V its token
 # attends) over its time, and its share of the machine's read bandwidth on
-# as many threads, measured in the same run before the table
-# (kv-bench-kernels' BM_ReadBandwidth: a 256 MiB buffer on huge pages, best
-# of 5; issue 20's target is 0.8).
+# as many threads (kv-bench-kernels' BM_ReadBandwidth: a 256 MiB buffer on
+# huge pages, best of 5; issue 20's target is 0.8), measured right before
+# the row's runs and printed beside the share: on a machine shared with
+# other work the bandwidth moves within minutes (31-61 GB/s on two threads
+# in one afternoon), so a yardstick taken once for the whole table misstates
+# the later rows. The header line gives the figures taken before the table.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -106,19 +109,22 @@ json() { # FILE KEY: a number of kv-run's --json report
   python3 -c "import json, sys; print('%.1f' % json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"
 }
 
-# The read bandwidth of each thread count, in GB/s (best of 5).
+# The read bandwidth of T threads now, in GB/s (best of 5).
+readBandwidth() { # T
+  "$build/bin/kv-bench-kernels" \
+    --benchmark_filter="BM_ReadBandwidth/threads:$1/" \
+    --benchmark_repetitions=5 --benchmark_format=json 2>/dev/null |
+    python3 -c "import json, sys; print('%.2f' % (max(b['bytes_per_second'] for b in json.load(sys.stdin)['benchmarks'] if b.get('run_type') == 'iteration') * 1e-9))"
+}
 declare -A readGBs
 for t in $threads; do
-  readGBs[$t]=$("$build/bin/kv-bench-kernels" \
-    --benchmark_filter="BM_ReadBandwidth/threads:$t/" \
-    --benchmark_repetitions=5 --benchmark_format=json 2>/dev/null |
-    python3 -c "import json, sys; print('%.2f' % (max(b['bytes_per_second'] for b in json.load(sys.stdin)['benchmarks'] if b.get('run_type') == 'iteration') * 1e-9))")
+  readGBs[$t]=$(readBandwidth "$t")
 done
 
 echo "shape: $shape; prompt $prompt tokens, decode $decode tokens; $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "read bandwidth (GB/s): $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${readGBs[$t]}"; done)kv-run options: ${kvirArgs:-none}"
 echo
-echo "| file | MiB | threads | prefill ms KVIR / llama.cpp | ratio | decode ms/token KVIR / llama.cpp | ratio | KVIR decode GB/s (share of read bandwidth) | weights on 2 MiB pages | peak RSS MiB KVIR / llama.cpp | greedy ids agree |"
+echo "| file | MiB | threads | prefill ms KVIR / llama.cpp | ratio | decode ms/token KVIR / llama.cpp | ratio | KVIR decode GB/s (share of the read bandwidth measured before the row: GB/s) | weights on 2 MiB pages | peak RSS MiB KVIR / llama.cpp | greedy ids agree |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for type in $types; do
   # A kept file is named by the shape and its type: a reused one is the
@@ -131,6 +137,7 @@ for type in $types; do
   fi
   mib=$(($(stat -L -c %s "$file") / 1048576))
   for t in $threads; do
+    rowRead=$(readBandwidth "$t")
     kvRss=$(peak "$work/kvir.json" "$build/bin/kv-run" --model "$file" \
       --tokens-file "$work/prompt.txt" --greedy "$decode" --threads "$t" \
       --no-tokenizer --json $kvirArgs)
@@ -142,7 +149,7 @@ for type in $types; do
 import json, sys
 r = json.load(open(sys.argv[1]))
 gbs = r.get('decode_gb_per_s', 0)
-print('%.2f (%.2f)' % (gbs, gbs / float(sys.argv[2])))" "$work/kvir.json" "${readGBs[$t]}")
+print('%.2f (%.2f: %s)' % (gbs, gbs / float(sys.argv[2]), sys.argv[2]))" "$work/kvir.json" "$rowRead")
     kvHuge=$(python3 -c "
 import json, sys
 r = json.load(open(sys.argv[1]))
