@@ -36,10 +36,13 @@
 # attends) over its time, and its share of the machine's read bandwidth on
 # as many threads (kv-bench-kernels' BM_ReadBandwidth: a 256 MiB buffer on
 # huge pages, best of 5; issue 20's target is 0.8), measured right before
-# the row's runs and printed beside the share: on a machine shared with
-# other work the bandwidth moves within minutes (31-61 GB/s on two threads
-# in one afternoon), so a yardstick taken once for the whole table misstates
-# the later rows. The header line gives the figures taken before the table.
+# and right after the row's runs, the larger printed beside the share: on a
+# machine shared with other work the bandwidth moves within minutes (31-61
+# GB/s on two threads in one afternoon), so a yardstick taken once for the
+# whole table misstates the later rows, and one taken in a disturbed moment
+# understates the memory (a two-thread F16 step once read 48 GB/s against
+# 37 measured just before it). The header line gives the figures taken
+# before the table.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -124,7 +127,7 @@ done
 echo "shape: $shape; prompt $prompt tokens, decode $decode tokens; $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "read bandwidth (GB/s): $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${readGBs[$t]}"; done)kv-run options: ${kvirArgs:-none}"
 echo
-echo "| file | MiB | threads | prefill ms KVIR / llama.cpp | ratio | decode ms/token KVIR / llama.cpp | ratio | KVIR decode GB/s (share of the read bandwidth measured before the row: GB/s) | weights on 2 MiB pages | peak RSS MiB KVIR / llama.cpp | greedy ids agree |"
+echo "| file | MiB | threads | prefill ms KVIR / llama.cpp | ratio | decode ms/token KVIR / llama.cpp | ratio | KVIR decode GB/s (share of the read bandwidth measured around the row: GB/s) | weights on 2 MiB pages | peak RSS MiB KVIR / llama.cpp | greedy ids agree |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for type in $types; do
   # A kept file is named by the shape and its type: a reused one is the
@@ -137,12 +140,14 @@ for type in $types; do
   fi
   mib=$(($(stat -L -c %s "$file") / 1048576))
   for t in $threads; do
-    rowRead=$(readBandwidth "$t")
+    readBefore=$(readBandwidth "$t")
     kvRss=$(peak "$work/kvir.json" "$build/bin/kv-run" --model "$file" \
       --tokens-file "$work/prompt.txt" --greedy "$decode" --threads "$t" \
       --no-tokenizer --json $kvirArgs)
     llRss=$(peak "$work/llama.txt" "$work/llama-speed" "$file" \
       "$work/prompt.txt" "$decode" "$t")
+    rowRead=$(python3 -c "import sys; print(max(sys.argv[1:], key=float))" \
+      "$readBefore" "$(readBandwidth "$t")")
     kvPrefill=$(json "$work/kvir.json" prefill_ms)
     kvDecode=$(python3 -c "import json, sys; print('%.2f' % json.load(open(sys.argv[1])).get('decode_ms_per_token', 0))" "$work/kvir.json")
     kvRead=$(python3 -c "
