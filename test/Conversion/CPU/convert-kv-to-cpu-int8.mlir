@@ -23,7 +23,15 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q8_0
 // CHECK:         math.roundeven %{{.*}} : vector<32xf32>
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q8_0_dot_task(
-// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// The token's two scales of a pair, and per row the weights' two, multiplied
+// in two lanes, then spread to the pair's 16.
+// CHECK:         %[[DX:.*]] = vector.from_elements %{{.*}}, %{{.*}} : vector<2xf32>
+// CHECK:         %[[DW:.*]] = arith.extf %{{.*}} : vector<2xf16> to vector<2xf32>
+// CHECK:         %[[DOT:.*]] = llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK:         %[[S:.*]] = arith.mulf %[[DW]], %[[DX]] : vector<2xf32>
+// CHECK:         %[[SPREAD:.*]] = vector.shuffle %[[S]], %[[S]] [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]
+// CHECK:         %[[WIDE:.*]] = arith.sitofp %[[DOT]] : vector<16xi32> to vector<16xf32>
+// CHECK:         vector.fma %[[WIDE]], %[[SPREAD]], %{{.*}} : vector<16xf32>
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q8_0_pack_task(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q8_0_tile_task(
 // CHECK-COUNT-8: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
