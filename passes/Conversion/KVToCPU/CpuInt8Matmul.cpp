@@ -418,7 +418,8 @@ Value packedGroupDots(ForwardEmitter &e, Value sum, Value u0, Value s0,
 ///   integers (ForwardEmitter::kQuantScalesMinsBytes). An element is d sc q -
 ///   dmin m: the mins enter once per block as dmin dx sum_g m_g (sum of the
 ///   token's quants over group g), pmaddwd of the mins with the token's sums
-///   of 32.
+///   of 32, into an accumulator of their own per pair of rows (4 lanes a
+///   row), added to the row's sum at the end.
 /// - Q5_K: Q4_K's scales, mins and nibbles (qs at byte 48, not 16), and a
 ///   fifth bit per element from qh (bytes 16 .. 47: element 32g + l takes bit
 ///   g of qh[l]) moved to bit 4 (moveBits), q unsigned 0 .. 31.
@@ -458,6 +459,11 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
   // terms, in lanes 0-3).
   int64_t rows = rowAt.size();
   SmallVector<Value> inits(rows, e.splatF32(16, 0.0f));
+  // Q4_K and Q5_K: per pair of rows, the mins' terms of both (4 lanes a
+  // row), apart from the rows' accumulators (see below).
+  if (nibbles)
+    for (int64_t r = 0; r < rows; r += 2)
+      inits.push_back(e.splatF32(r + 1 < rows ? 8 : 4, 0.0f));
   SmallVector<Value> accs = e.forLoop(
       e.cIndex(0), blocks, e.cIndex(1), inits,
       [&](Value b, ValueRange carried) {
@@ -501,7 +507,7 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
           // lane ([sc 0 .. 7 | m 0 .. 7], kvrt::scaleMinK4, as bytes), and
           // their mins' terms (sum_g m_g x the token's sum over group g,
           // i32) in one vpmaddwd.
-          SmallVector<Value> pairScales, pairMins;
+          SmallVector<Value> pairScales, pairD;
           Value pairSums = concat(e, sums32, sums32);
           for (int64_t r = 0; r < rows; r += 2) {
             SmallVector<Value> blockAts{e.add(rowAt[r], blockAt)};
@@ -519,9 +525,33 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
                     e.b, scalesMins, splatBytes(e, e.vec(16 * n, e.byte()), 0),
                     minOrder));
             pairScales.push_back(scalesMins);
-            pairMins.push_back(arith::SIToFPOp::create(
+            Value minTerms = arith::SIToFPOp::create(
                 e.b, e.vec(4 * n, e.f32()),
-                maddWords(e, mins, n == 1 ? sums32 : pairSums)));
+                maddWords(e, mins, n == 1 ? sums32 : pairSums));
+            // [d, dmin] of the pair's rows (a 4-byte load each), converted
+            // and multiplied by [dx, -dx] at once; the mins' terms FMA'd
+            // with -dmin dx into the pair's own accumulator, 4 lanes a row,
+            // so that a row's 16-lane accumulator takes one FMA a block.
+            SmallVector<Value> halves;
+            for (Value at : blockAts)
+              halves.push_back(
+                  vector::BitCastOp::create(e.b, e.vec(2, e.b.getF16Type()),
+                                            bytesAt(e.vec(4, e.byte()), at)));
+            Value both = arith::MulFOp::create(
+                e.b,
+                arith::ExtFOp::create(e.b, e.vec(2 * n, e.f32()),
+                                      n == 1 ? halves[0]
+                                             : concat(e, halves[0], halves[1])),
+                n == 1 ? dxPair : concat(e, dxPair, dxPair));
+            pairD.push_back(both);
+            SmallVector<int64_t> dminOrder;
+            for (int64_t lane = 0; lane < n; ++lane)
+              dminOrder.append(4, 2 * lane + 1);
+            int64_t pair = r / 2;
+            next[rows + pair] = vector::FMAOp::create(
+                e.b, minTerms,
+                vector::ShuffleOp::create(e.b, both, both, dminOrder),
+                carried[rows + pair]);
           }
           for (int64_t r = 0; r < rows; ++r) {
             Value at = e.add(rowAt[r], blockAt);
@@ -569,33 +599,10 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
                   e, sum, maddBytes(e, hi, highX[h], isa),
                   spreadBytes(e, scaleLanes, {4 * h + 1, 4 * h + 3}, isa), isa);
             }
-            // [d, dmin] x dx, both halves in one load and conversion.
-            Value halves =
-                vector::BitCastOp::create(e.b, e.vec(2, e.b.getF16Type()),
-                                          bytesAt(e.vec(4, e.byte()), at));
-            Value both = arith::MulFOp::create(
-                e.b, arith::ExtFOp::create(e.b, e.vec(2, e.f32()), halves),
-                dxPair);
-            Value d = vector::ExtractOp::create(e.b, both, int64_t(0));
-            Value negativeDmin =
-                vector::ExtractOp::create(e.b, both, int64_t(1));
-            // The row's mins' 4 lanes widened with zeros (free for the
-            // first row of a pair: an xmm instruction clears the rest of its
-            // register).
-            Value rowMins = pairMins[r / 2];
-            int64_t zeroAt =
-                cast<VectorType>(rowMins.getType()).getNumElements();
-            SmallVector<int64_t> minOrder(16, zeroAt);
-            for (int64_t i = 0; i < 4; ++i)
-              minOrder[i] = 4 * lane + i;
-            Value minTerms = vector::ShuffleOp::create(
-                e.b, rowMins, e.splatF32(zeroAt, 0.0f), minOrder);
+            Value d = vector::ExtractOp::create(e.b, pairD[r / 2], 2 * lane);
             next[r] = vector::FMAOp::create(
-                e.b, minTerms,
-                vector::BroadcastOp::create(e.b, v16f, negativeDmin),
-                vector::FMAOp::create(
-                    e.b, arith::SIToFPOp::create(e.b, v16f, sum),
-                    vector::BroadcastOp::create(e.b, v16f, d), next[r]));
+                e.b, arith::SIToFPOp::create(e.b, v16f, sum),
+                vector::BroadcastOp::create(e.b, v16f, d), next[r]);
           }
           return next;
         }
@@ -661,9 +668,20 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
         return next;
       });
   SmallVector<Value> sums;
-  for (Value acc : accs)
-    sums.push_back(
-        vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, acc));
+  for (int64_t r = 0; r < rows; ++r) {
+    Value sum =
+        vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, accs[r]);
+    if (nibbles) {
+      // The row's 4 lanes of its pair's mins' terms.
+      Value mins = vector::ExtractStridedSliceOp::create(
+          e.b, accs[rows + r / 2], ArrayRef<int64_t>{4 * (r % 2)},
+          ArrayRef<int64_t>{4}, ArrayRef<int64_t>{1});
+      sum = arith::AddFOp::create(
+          e.b, sum,
+          vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, mins));
+    }
+    sums.push_back(sum);
+  }
   return sums;
 }
 

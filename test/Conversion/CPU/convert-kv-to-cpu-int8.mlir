@@ -40,9 +40,15 @@ module attributes {kv.export_forwards = [!m], kv.weight_formats = [[!m, "wq:q8_0
 // CHECK:         call @kvrt_parallel_for(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_quantize_task(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_dot_task(
+// A tile of 6 rows carries a 16-lane accumulator a row and, for the mins'
+// terms, an 8-lane one a pair of rows, added to the rows' sums at the end.
+// CHECK:         scf.for {{.*}} -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+// CHECK:         vector.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<8xf32>
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512.packssdw.512"
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpwssd.512"
+// CHECK:         vector.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<16xf32>
+// CHECK:         vector.extract_strided_slice %{{.*}} {offsets = [4], sizes = [4], strides = [1]} : vector<8xf32> to vector<4xf32>
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_pack_task(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_sums_task(
 // CHECK-LABEL: func.func private @{{kv_fwd_[0-9a-f]+}}_matmul_q4_k_tile_task(
