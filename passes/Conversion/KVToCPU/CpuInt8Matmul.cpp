@@ -455,8 +455,7 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
       order.push_back(from + i);
     return order;
   };
-  // Per row an f32 accumulator of the scaled block sums (and Q4_K's mins'
-  // terms, in lanes 0-3).
+  // Per row an f32 accumulator of the scaled block sums.
   int64_t rows = rowAt.size();
   SmallVector<Value> inits(rows, e.splatF32(16, 0.0f));
   // Q4_K and Q5_K: per pair of rows, the mins' terms of both (4 lanes a
