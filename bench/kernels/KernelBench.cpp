@@ -11,13 +11,16 @@
 //  - that attention over 1 unshifted run, 16 and 256 shifted runs, and the
 //    materialized alternative (the generated key rewrite, then 1 run);
 //  - the generated matmul alone vs OpenBLAS's cblas_sgemm (when built with
-//    libopenblas-dev; linked into this benchmark only) and the FMA peak.
+//    libopenblas-dev; linked into this benchmark only) and the FMA peak;
+//  - a hand-written copy of the Q8_0 decode tile (Q8TileModel.h) beside the
+//    plain read bandwidth: what the decode pattern can read here.
 // Every figure against the machine's limits in one run: `kv-bench --hw`.
 //
 //===----------------------------------------------------------------------===//
 
 #include "bench/kernels/HardwareReport.h"
 #include "bench/kernels/KernelFixtures.h"
+#include "bench/kernels/Q8TileModel.h"
 #include "driver/version/Version.h"
 
 #include <cstring>
@@ -178,6 +181,40 @@ void BM_ReadBandwidth(benchmark::State &state) {
                           int64_t(sizeof(uint64_t)));
 }
 BENCHMARK(BM_ReadBandwidth)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+/// A hand-written copy of the generated Q8_0 decode tile over 22 matrices of
+/// TinyLlama's gate shape (5632 x 2048, 262 MB) on huge pages, on `threads`
+/// threads of the runtime's pool (Q8TileModel.h): what the decode step's
+/// pattern reads a second here, beside BM_ReadBandwidth's plain stream. Run
+/// the two interleaved (docs/cpu-backend.md, "What the Q8_0 pattern reaches").
+void BM_Q8TileModel(benchmark::State &state) {
+  if (!Q8TileModel::supported()) {
+    state.SkipWithError("needs AVX-512 (F, BW, VL), VNNI and F16C");
+    return;
+  }
+  static Q8TileModel model(22);
+  if (!model.valid()) {
+    state.SkipWithError("could not allocate the weights");
+    return;
+  }
+  kvrt_set_num_threads(int(state.range(0)));
+  static bool matches = model.matchesScalar();
+  if (!matches) {
+    kvrt_set_num_threads(0);
+    state.SkipWithError("the tile's sums differ from a scalar Q8_0 dot");
+    return;
+  }
+  for (auto _ : state)
+    benchmark::DoNotOptimize(model.run());
+  kvrt_set_num_threads(0);
+  state.SetBytesProcessed(state.iterations() * model.bytesRead());
+}
+BENCHMARK(BM_Q8TileModel)
     ->ArgName("threads")
     ->Arg(1)
     ->Arg(2)

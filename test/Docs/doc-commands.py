@@ -130,6 +130,7 @@ NOT_RUN = {
     "sh build/gpu-bundle/run-on-gpu.sh build/gpu-bundle models-local/stories260K.bin": "runs on a machine with an NVIDIA GPU",
     "sh build/gpu-bundle/profile-on-gpu.sh build/gpu-bundle gpu-profile": "runs on a machine with an NVIDIA GPU (stub-profile-on-gpu.test runs it against the stub driver)",
     "build/bin/kv-bench-kernels --benchmark_filter='Decode|ReadBandwidth' --benchmark_repetitions=3": BENCH,
+    "build/bin/kv-bench-kernels --benchmark_filter='Q8TileModel|ReadBandwidth' --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true": BENCH,
     "cmake -G Ninja -S . -B build && ninja -C build KVCpuTests kv-opt": BUILDS,
     "build/bin/KVCpuTests": SUITE,
     "/usr/lib/llvm-22/bin/lit -sv build/test/Conversion/CPU": SUITE,
