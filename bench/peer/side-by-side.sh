@@ -6,7 +6,7 @@
 #
 #   bench/peer/side-by-side.sh [--peer DIR] [--build DIR] [--shape SPEC]
 #       [--prompt N] [--decode N] [--threads "1 2"] [--types "q4_k_m q8_0 f16"]
-#       [--files DIR] [--kvir-args "ARGS"]
+#       [--files DIR] [--kvir-args "ARGS"] [--rounds N]
 #
 # llama.cpp comes from npm as prebuilt binaries (fetch-llama.sh):
 # @node-llama-cpp/linux-x64@3.22.1 (libllama, libggml and the CPU backends)
@@ -29,7 +29,12 @@
 # (llama_decode of the prompt in one batch, then one token per step, its
 # default context: f16 K/V). Peak RSS is /usr/bin/time's, of the whole
 # process (KVIR's includes its JIT compile). --kvir-args adds options to
-# each kv-run (e.g. --no-mmap). Prints a markdown table.
+# each kv-run (e.g. --no-mmap). --rounds N (default 1) runs each row's two
+# engines N times, alternated (KVIR, llama.cpp, KVIR, ...), and prints the
+# medians of their times (peak RSS: the largest): on a machine whose
+# bandwidth moves within minutes (below), one run of each can catch the two
+# in different states, and alternated rounds share them. Prints a markdown
+# table.
 #
 # The decode column "GB/s" is what a KVIR decode step reads (kv-run's
 # decode_bytes_per_token: the weights, one embedding row, the K/V its token
@@ -56,6 +61,7 @@ threads="1 2"
 types="q4_k_m q8_0 f16"
 files=
 kvirArgs=
+rounds=1
 while [ $# -gt 0 ]; do
   case "$1" in
   --peer) peer=$(cd "$2" && pwd); shift 2 ;;
@@ -67,9 +73,13 @@ while [ $# -gt 0 ]; do
   --types) types=$2; shift 2 ;;
   --files) mkdir -p "$2" && files=$(cd "$2" && pwd); shift 2 ;;
   --kvir-args) kvirArgs=$2; shift 2 ;;
+  --rounds) rounds=$2; shift 2 ;;
   *) echo "side-by-side: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
+case "$rounds" in
+'' | *[!0-9]* | 0) echo "side-by-side: --rounds takes a positive count, not '$rounds'" >&2; exit 2 ;;
+esac
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 files=${files:-$work}
@@ -105,12 +115,6 @@ peak() { # FILE CMD...
   /usr/bin/time -f "%M" -o "$work/rss" "$@" >"$out" 2>"$out.log"
   echo $(($(cat "$work/rss") / 1024))
 }
-field() { # FILE KEY: a value of llama-speed's line
-  tr ' ' '\n' <"$1" | grep -A1 -x "$2" | tail -1
-}
-json() { # FILE KEY: a number of kv-run's --json report
-  python3 -c "import json, sys; print('%.1f' % json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"
-}
 
 # The read bandwidth of T threads now, in GB/s (best of 5).
 readBandwidth() { # T
@@ -125,7 +129,7 @@ for t in $threads; do
 done
 
 echo "shape: $shape; prompt $prompt tokens, decode $decode tokens; $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "read bandwidth (GB/s): $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${readGBs[$t]}"; done)kv-run options: ${kvirArgs:-none}"
+echo "read bandwidth (GB/s): $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${readGBs[$t]}"; done)kv-run options: ${kvirArgs:-none}$([ "$rounds" -gt 1 ] && echo "; $rounds alternated rounds a row, medians")"
 echo
 echo "| file | MiB | threads | prefill ms KVIR / llama.cpp | ratio | decode ms/token KVIR / llama.cpp | ratio | KVIR decode GB/s (share of the read bandwidth measured around the row: GB/s) | weights on 2 MiB pages | peak RSS MiB KVIR / llama.cpp | greedy ids agree |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
@@ -141,34 +145,43 @@ for type in $types; do
   mib=$(($(stat -L -c %s "$file") / 1048576))
   for t in $threads; do
     readBefore=$(readBandwidth "$t")
-    kvRss=$(peak "$work/kvir.json" "$build/bin/kv-run" --model "$file" \
-      --tokens-file "$work/prompt.txt" --greedy "$decode" --threads "$t" \
-      --no-tokenizer --json $kvirArgs)
-    llRss=$(peak "$work/llama.txt" "$work/llama-speed" "$file" \
-      "$work/prompt.txt" "$decode" "$t")
+    kvRss=0 llRss=0
+    for r in $(seq "$rounds"); do
+      rss=$(peak "$work/kvir.$r.json" "$build/bin/kv-run" --model "$file" \
+        --tokens-file "$work/prompt.txt" --greedy "$decode" --threads "$t" \
+        --no-tokenizer --json $kvirArgs)
+      kvRss=$((rss > kvRss ? rss : kvRss))
+      rss=$(peak "$work/llama.$r.txt" "$work/llama-speed" "$file" \
+        "$work/prompt.txt" "$decode" "$t")
+      llRss=$((rss > llRss ? rss : llRss))
+    done
     rowRead=$(python3 -c "import sys; print(max(sys.argv[1:], key=float))" \
       "$readBefore" "$(readBandwidth "$t")")
-    kvPrefill=$(json "$work/kvir.json" prefill_ms)
-    kvDecode=$(python3 -c "import json, sys; print('%.2f' % json.load(open(sys.argv[1])).get('decode_ms_per_token', 0))" "$work/kvir.json")
-    kvRead=$(python3 -c "
-import json, sys
-r = json.load(open(sys.argv[1]))
-gbs = r.get('decode_gb_per_s', 0)
-print('%.2f (%.2f: %s)' % (gbs, gbs / float(sys.argv[2]), sys.argv[2]))" "$work/kvir.json" "$rowRead")
-    kvHuge=$(python3 -c "
-import json, sys
-r = json.load(open(sys.argv[1]))
-print('%.0f%%' % (100 * r['weight_huge_page_bytes'] / r['weight_bytes']))" "$work/kvir.json")
-    llPrefill=$(field "$work/llama.txt" prefill_ms)
-    llDecode=$(field "$work/llama.txt" decode_ms_per_token)
-    agree=$(python3 -c "
-import json, sys
-a = json.load(open(sys.argv[1]))['greedy']
-b = [int(x) for x in open(sys.argv[2]).read().split('greedy')[1].split()]
+    # The medians of the rounds (one round: its figures), and the first
+    # round's greedy ids against llama.cpp's.
+    read -r kvPrefill kvDecode kvRead kvHuge llPrefill llDecode agree < <(python3 - "$work" "$rounds" "$rowRead" <<'PY'
+import json, statistics, sys
+work, rounds, read = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+kv = [json.load(open(f"{work}/kvir.{r}.json")) for r in range(1, rounds + 1)]
+ll = []
+for r in range(1, rounds + 1):
+    words = open(f"{work}/llama.{r}.txt").read().split()
+    ll.append({k: float(words[words.index(k) + 1]) for k in ("prefill_ms", "decode_ms_per_token")})
+med = lambda rows, key: statistics.median(row.get(key, 0) for row in rows)
+gbs = med(kv, "decode_gb_per_s")
+huge = 100 * kv[0]["weight_huge_page_bytes"] / kv[0]["weight_bytes"]
+a = kv[0]["greedy"]
+b = [int(x) for x in open(f"{work}/llama.1.txt").read().split("greedy")[1].split()]
 n = 0
 while n < min(len(a), len(b)) and a[n] == b[n]:
     n += 1
-print(f'{n}/{len(a)}')" "$work/kvir.json" "$work/llama.txt")
+print("%.1f %.2f %.2f(%.2f:%s) %.0f%% %s %s %d/%d" % (
+    med(kv, "prefill_ms"), med(kv, "decode_ms_per_token"), gbs, gbs / read,
+    sys.argv[3], huge, "%.3f" % med(ll, "prefill_ms"),
+    "%.3f" % med(ll, "decode_ms_per_token"), n, len(a)))
+PY
+    )
+    kvRead=$(echo "$kvRead" | sed 's/(/ (/; s/:/: /')
     ratio() { python3 -c "import sys; print('%.2fx' % (float(sys.argv[2]) / float(sys.argv[1])))" "$1" "$2"; }
     echo "| $type | $mib | $t | $kvPrefill / $llPrefill | $(ratio "$kvPrefill" "$llPrefill") | $kvDecode / $llDecode | $(ratio "$kvDecode" "$llDecode") | $kvRead | $kvHuge | $kvRss / $llRss | $agree |"
   done
