@@ -49,7 +49,9 @@ void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
               "processes, but decode reads them on 2 MiB pages even where "
               "the file's page cache holds 4 KiB ones (a file written or "
               "copied since it was last read from disk); the report's "
-              "'on 2 MiB pages' tells which a run got (docs/models.md)",
+              "'on 2 MiB pages' tells which a run got, and a note follows "
+              "where less than three quarters of 256 MiB or more are "
+              "(docs/models.md)",
               r.noMmap);
 
   parser.section("the entry and its arguments");

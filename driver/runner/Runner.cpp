@@ -3,6 +3,8 @@
 #include "driver/runner/Runner.h"
 
 #include "runtime/core/ForwardCall.h"
+#include "runtime/core/GGUF.h"
+#include "runtime/core/HugePages.h"
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/ModelCost.h"
@@ -51,6 +53,32 @@ std::unique_ptr<Runner> Runner::create(const RunnerOptions &options,
 }
 
 Runner::~Runner() = default;
+
+std::string run::hugePageNote(uint64_t weightBytes, uint64_t hugeBytes,
+                              bool mappedFile, bool hugePagesOff) {
+  constexpr uint64_t kLeast = uint64_t(256) << 20;
+  if (!mappedFile || hugePagesOff || weightBytes < kLeast ||
+      hugeBytes >= weightBytes / 4 * 3)
+    return "";
+  char share[32];
+  std::snprintf(share, sizeof(share), "%.0f%%",
+                100.0 * double(hugeBytes) / double(weightBytes));
+  return std::string(share) +
+         " of the weights are on 2 MiB pages: the page cache holds the "
+         "mapped file in smaller pieces (a file copied or written in small "
+         "writes, or partly dropped since it was read), and decode reads "
+         "them slower (up to 12% on one thread where measured); --no-mmap "
+         "reads them into huge pages of the process's own (docs/models.md, "
+         "\"Weights on 2 MiB pages\")";
+}
+
+std::string Runner::hugePageNote() const {
+  bool mapped = !options.noMmap && !options.model.empty() &&
+                kvrt::gguf::fileHasMagic(options.model.c_str());
+  return run::hugePageNote(kvrt::weightBytes(*model()),
+                           kvir::weightHugePageBytes(*model()), mapped,
+                           kvrt::transparentHugePagesOff());
+}
 
 std::string Runner::contextWarning(int64_t tokens) const {
   if (tokens <= modelConfig.seq_len)

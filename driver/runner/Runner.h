@@ -35,6 +35,16 @@
 
 namespace kvir::run {
 
+/// The note for a run whose model holds `weightBytes` of weights,
+/// `hugeBytes` of them on 2 MiB pages now, mapped from a GGUF file's page
+/// cache (`mappedFile`): where they are 256 MiB or more, less than three
+/// quarters of them lie on 2 MiB pages, and transparent huge pages are not
+/// off (`hugePagesOff`), it says so, why the page cache can hold a file that
+/// way, and that --no-mmap reads the weights into huge pages of the
+/// process's own (docs/models.md, "Weights on 2 MiB pages"); "" otherwise.
+std::string hugePageNote(uint64_t weightBytes, uint64_t hugeBytes,
+                         bool mappedFile, bool hugePagesOff);
+
 /// A program's entry as a runner calls it.
 struct Entry {
   /// Its `_kvrt_entry_<name>` wrapper and its signature.
@@ -103,6 +113,11 @@ public:
   /// The warning for a run whose context reached `tokens`, beyond the
   /// context the model was trained on ("" within it).
   std::string contextWarning(int64_t tokens) const;
+
+  /// The note for a model whose weights lie on 2 MiB pages too little now
+  /// (hugePageNote of this model: mapped from a GGUF file unless --no-mmap);
+  /// "" when none is due.
+  std::string hugePageNote() const;
 
   /// Creates the KV pool (--page-tokens, --pool-pages) for pages of
   /// `programDtype`, the program's (`fromProgram`), or of --kv-dtype, which

@@ -7,6 +7,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -98,4 +99,15 @@ uint64_t kvrt::hugePageBytes(
   endMapping();
   std::fclose(smaps);
   return total;
+}
+
+bool kvrt::transparentHugePagesOff() {
+  std::FILE *f =
+      std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+  if (!f)
+    return false;
+  char line[128] = {};
+  bool off = std::fgets(line, sizeof(line), f) && std::strstr(line, "[never]");
+  std::fclose(f);
+  return off;
 }

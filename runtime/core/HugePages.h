@@ -45,6 +45,12 @@ void *mapFileStreamed(int fd, size_t size);
 uint64_t
 hugePageBytes(const std::vector<std::pair<const void *, size_t>> &ranges);
 
+/// Whether transparent huge pages are off on this system
+/// (/sys/kernel/mm/transparent_hugepage/enabled selects "never"): no buffer
+/// or mapping of the process gets 2 MiB pages. False where the file cannot
+/// be read.
+bool transparentHugePagesOff();
+
 } // namespace kvrt
 
 #endif // KVIR_RUNTIME_CORE_HUGEPAGES_H

@@ -308,6 +308,8 @@ llvm::Error runTokens(const Options &options) {
   if (!r.prefillTokenList(*forward, run, error) ||
       !r.printTokenList(run, o.request.dumpLogits, o.request.json, error))
     return makeError(error);
+  if (std::string note = r.hugePageNote(); !note.empty())
+    llvm::WithColor::note(llvm::errs(), "kv-run") << note << "\n";
   return llvm::Error::success();
 }
 
