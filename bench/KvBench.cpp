@@ -1,5 +1,4 @@
-//===- KvBench.cpp - Edit and compose vs full prefill, side by side -*- C++
-//-*-===//
+//===- KvBench.cpp - Edit and compose vs full prefill, side by side -------===//
 //
 // Times what docs/design.md calls time to first token of the answer: the plan
 // kv-optimize derives for an edit (cot_slice, exact) or a compose, with

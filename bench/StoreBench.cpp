@@ -1,5 +1,4 @@
-//===- StoreBench.cpp - A block fetched from a store vs prefilled -*- C++
-//-*-===//
+//===- StoreBench.cpp - A block fetched from a store vs prefilled ---------===//
 //
 // Times a composed block fetched from the block store against prefilling it,
 // per block size, on stories260K and a synthetic model of dim 512. The

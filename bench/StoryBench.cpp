@@ -1,5 +1,4 @@
-//===- StoryBench.cpp - Edit strategies decided in text -----------*- C++
-//-*-===//
+//===- StoryBench.cpp - Edit strategies decided in text ---------*- C++ -*-===//
 //
 // kv-bench-stories: the decision-level fidelity suite (docs/fidelity.md). For
 // every story of bench/stories/edits.txt (a short context for stories260K

@@ -1,5 +1,4 @@
-//===- StorySuite.cpp - The story-edit fidelity suite -------------*- C++
-//-*-===//
+//===- StorySuite.cpp - The story-edit fidelity suite -----------*- C++ -*-===//
 
 #include "bench/StorySuite.h"
 #include "bench/BenchProgram.h"

@@ -1,5 +1,4 @@
-//===- StorySuite.h - The story-edit fidelity suite ---------------*- C++
-//-*-===//
+//===- StorySuite.h - The story-edit fidelity suite -------------*- C++ -*-===//
 //
 // The pieces of kv-bench-stories (docs/fidelity.md), apart from its command
 // line so that tests can reach them: the story file, the strategies, the kv

@@ -1,5 +1,4 @@
-//===- SanitizerDefaults.cpp - Options of the sanitizer runtimes -*- C++
-//-*-===//
+//===- SanitizerDefaults.cpp - Options of the sanitizer runtimes ----------===//
 //
 // Compiled into every executable of a KVIR_SANITIZE build (the runtimes look
 // these functions up in the executable). Environment variables still add to

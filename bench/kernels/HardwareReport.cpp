@@ -1,5 +1,4 @@
-//===- HardwareReport.cpp - Every CPU figure against the machine -*- C++
-//-*-===//
+//===- HardwareReport.cpp - CPU figures against the machine -----*- C++ -*-===//
 //
 // The first part of `kv-bench --hw` (docs/cpu-backend.md): this machine's
 // single-core FMA peak and read bandwidth and, as fractions of them, prefill

@@ -1,5 +1,4 @@
-//===- Q8TileModel.cpp - A hand-written Q8_0 decode tile ---------*- C++
-//-*-===//
+//===- Q8TileModel.cpp - A hand-written Q8_0 decode tile --------*- C++ -*-===//
 //
 // The yardstick of the Q8_0 decode step's memory side (issue 20's 0.8 share):
 // the generated tile (emitBlock32DecodeTile) written by hand with AVX-512

@@ -1,5 +1,4 @@
-//===- KVOpFolders.cpp - Folders and canonicalizations of kv ops -*- C++
-//-*-===//
+//===- KVOpFolders.cpp - Folders and canonicalizations of kv ops ----------===//
 
 #include "dialects/KV/KVOps.h"
 

@@ -1,5 +1,4 @@
-//===- Requests.h - kv-serve's request bodies, decoded and checked -*- C++
-//-*-===//
+//===- Requests.h - kv-serve's request bodies, checked ----------*- C++ -*-===//
 //
 // Every JSON body kv-serve accepts, as a plain struct, and one decoder per
 // endpoint that turns a body into it or into a RequestError naming the

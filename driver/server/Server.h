@@ -1,5 +1,4 @@
-//===- Server.h - kv-serve's HTTP/1.1 front -----------------------*- C++
-//-*-===//
+//===- Server.h - kv-serve's HTTP/1.1 front ---------------------*- C++ -*-===//
 //
 // The routes of kv-serve (docs/serve.md) over cpp-httplib: authentication
 // (Bearer API keys, one tenant per key; /health is open), request

@@ -1,5 +1,4 @@
-//===- DeriveCotSlices.cpp - Plan edits and composes into primitives -*- C++
-//-*-===//
+//===- DeriveCotSlices.cpp - Plan edits and composes into primitives ------===//
 //
 // Rewrites kv.edit, kv.compose and kv.logits into prefill, slice, rope_shift
 // and concat ops, following the dependency slice of each edit.

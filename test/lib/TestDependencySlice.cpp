@@ -1,5 +1,4 @@
-//===- TestDependencySlice.cpp - Test the dependency-slice analysis -*- C++
-//-*-===//
+//===- TestDependencySlice.cpp - Test the dependency-slice analysis -------===//
 //
 // Emits, as remarks, the plan and the cost the dependency-slice analysis
 // derives for every kv.edit and kv.compose, so lit tests can check them with

@@ -1,5 +1,4 @@
-//===- CudaResult.h - The CUresult codes the stub driver returns -*- C++
-//-*-===//
+//===- CudaResult.h - CUresult codes the stub driver returns ----*- C++ -*-===//
 //
 // The values are the driver API's (cuda.h, CUresult); the table gives the
 // names and texts cuGetErrorName and cuGetErrorString return for them.

@@ -1,5 +1,4 @@
-//===- StubImage.cpp - What the stub driver reads from a module image -*- C++
-//-*-===//
+//===- StubImage.cpp - What the stub driver reads from a module image -----===//
 //
 // PTX: the text up to its NUL; `.version`, `.target` and `.address_size`
 // checked as the driver's JIT checks them, every `.entry` with its

@@ -1,5 +1,4 @@
-//===- StubImage.h - What the stub driver reads from a module image -*- C++
-//-*-===//
+//===- StubImage.h - What the stub driver reads of an image -----*- C++ -*-===//
 //
 // The stub CUDA driver (StubDriver.cpp) runs no kernel, but it checks every
 // launch against what the module image says of the kernel: its parameters,

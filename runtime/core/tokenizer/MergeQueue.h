@@ -1,5 +1,4 @@
-//===- MergeQueue.h - Best-pair-first merging of adjacent symbols -*- C++
-//-*-===//
+//===- MergeQueue.h - Best-pair-first merging of symbols --------*- C++ -*-===//
 //
 // The merge loop both BPE kinds share: while some adjacent pair of symbols
 // has a merge, merge the best pair (the leftmost on a tie). Rescanning every

@@ -1,5 +1,4 @@
-//===- TokenizerImpl.h - The two tokenizers behind one interface -*- C++
-//-*-===//
+//===- TokenizerImpl.h - Two tokenizers behind one interface ----*- C++ -*-===//
 //
 // kvrt_tokenizer (KVTokenizer.h) holds a kvrt::tok::Tokenizer: the
 // vocabulary every kind has (pieces, types, special ids) and the steps every

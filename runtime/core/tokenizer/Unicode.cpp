@@ -1,5 +1,4 @@
-//===- Unicode.cpp - Unicode categories and UTF-8 for tokenizers -*- C++
-//-*-===//
+//===- Unicode.cpp - Unicode categories and UTF-8 for tokenizers ----------===//
 //
 // Lookups in the generated tables of UnicodeTables.inc, with a direct table
 // for ASCII (most text), and the UTF-8 codec the tokenizers share.

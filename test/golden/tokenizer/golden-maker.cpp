@@ -1,5 +1,4 @@
-//===- golden-maker.cpp - Token ids from llama.cpp, the reference -*- C++
-//-*-===//
+//===- golden-maker.cpp - Token ids from llama.cpp, the reference ---------===//
 //
 // Not part of the build: make-goldens.sh compiles it against llama.cpp's
 // prebuilt library (libllama, from the npm package @node-llama-cpp/linux-x64)

@@ -1,5 +1,4 @@
-//===- TokenizerBPETest.cpp - Tests of the byte-level BPE tokenizer -*- C++
-//-*-===//
+//===- TokenizerBPETest.cpp - Tests of the byte-level BPE tokenizer -------===//
 //
 // Byte-level BPE on vocabularies built in memory: the byte alphabet, merge
 // ranks, ignore_merges, every pre-tokenizer's rules (through the internal

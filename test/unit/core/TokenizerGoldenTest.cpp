@@ -1,5 +1,4 @@
-//===- TokenizerGoldenTest.cpp - Byte-level BPE against llama.cpp -*- C++
-//-*-===//
+//===- TokenizerGoldenTest.cpp - Byte-level BPE against llama.cpp ---------===//
 //
 // KVIR's token ids against llama.cpp's, the reference implementation:
 //   - on the small vocabularies of test/golden/tokenizer/ (one per

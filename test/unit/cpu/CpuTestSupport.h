@@ -1,5 +1,4 @@
-//===- CpuTestSupport.h - Models and oracle calls of the CPU tests -*- C++
-//-*-===//
+//===- CpuTestSupport.h - Models and oracle calls for CPU tests -*- C++ -*-===//
 //
 // What the CPU backend's tests share: the backend, the f32 tolerance, the
 // synthetic models they run, stories260K, and the oracle's prefill.

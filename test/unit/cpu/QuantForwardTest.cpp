@@ -1,5 +1,4 @@
-//===- QuantForwardTest.cpp - The forward on every weight format -*- C++
-//-*-===//
+//===- QuantForwardTest.cpp - The forward on every weight format ----------===//
 //
 // Models quantised by the GGUF writer (every format kv-convert writes, and
 // llama.cpp's _M mixes) and read back mapped, run by the generated CPU

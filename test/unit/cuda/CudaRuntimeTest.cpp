@@ -1,5 +1,4 @@
-//===- CudaRuntimeTest.cpp - The CUDA layer without a usable driver -*- C++
-//-*-===//
+//===- CudaRuntimeTest.cpp - The CUDA layer without a usable driver -------===//
 //
 // Each case runs in a child process (a death test), since the driver is opened
 // once per process: KVIR_CUDA_DRIVER selects what that process finds.

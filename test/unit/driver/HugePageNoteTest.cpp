@@ -1,5 +1,4 @@
-//===- HugePageNoteTest.cpp - When kv-run notes the weights' pages -*- C++
-//-*-===//
+//===- HugePageNoteTest.cpp - kv-run's note on 2 MiB pages ------*- C++ -*-===//
 //
 // run::hugePageNote decides when a token-list run says that its mapped
 // weights lie on 2 MiB pages too little (a page cache that holds the file in
