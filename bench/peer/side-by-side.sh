@@ -47,7 +47,8 @@
 # whole table misstates the later rows, and one taken in a disturbed moment
 # understates the memory (a two-thread F16 step once read 48 GB/s against
 # 37 measured just before it). The header line gives the figures taken
-# before the table.
+# before the table, and what the Q8_0 decode pattern written by hand reads
+# (kv-bench-kernels' BM_Q8TileModel: the share a decode step can reach).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -116,20 +117,33 @@ peak() { # FILE CMD...
   echo $(($(cat "$work/rss") / 1024))
 }
 
-# The read bandwidth of T threads now, in GB/s (best of 5).
-readBandwidth() { # T
+# A kv-bench-kernels benchmark's bytes a second on T threads now, in GB/s
+# (best of 5; "n/a" where it was skipped, as the tile model is without
+# AVX-512 VNNI).
+bestGBs() { # BENCHMARK T
   "$build/bin/kv-bench-kernels" \
-    --benchmark_filter="BM_ReadBandwidth/threads:$1/" \
+    --benchmark_filter="$1/threads:$2/" \
     --benchmark_repetitions=5 --benchmark_format=json 2>/dev/null |
-    python3 -c "import json, sys; print('%.2f' % (max(b['bytes_per_second'] for b in json.load(sys.stdin)['benchmarks'] if b.get('run_type') == 'iteration') * 1e-9))"
+    python3 -c "
+import json, sys
+rates = [b['bytes_per_second'] for b in json.load(sys.stdin)['benchmarks'] if b.get('run_type') == 'iteration' and 'bytes_per_second' in b]
+print('%.2f' % (max(rates) * 1e-9) if rates else 'n/a')"
 }
-declare -A readGBs
+# The read bandwidth of T threads now: the decode rows' yardstick.
+readBandwidth() { # T
+  bestGBs BM_ReadBandwidth "$1"
+}
+# Beside it, once before the table, what the Q8_0 decode pattern written by
+# hand reads (BM_Q8TileModel; docs/cpu-backend.md, "What the Q8_0 pattern
+# reaches"): how much of the plain read a decode step can take here.
+declare -A readGBs tileGBs
 for t in $threads; do
   readGBs[$t]=$(readBandwidth "$t")
+  tileGBs[$t]=$(bestGBs BM_Q8TileModel "$t")
 done
 
 echo "shape: $shape; prompt $prompt tokens, decode $decode tokens; $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "read bandwidth (GB/s): $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${readGBs[$t]}"; done)kv-run options: ${kvirArgs:-none}$([ "$rounds" -gt 1 ] && echo "; $rounds alternated rounds a row, medians")"
+echo "read bandwidth (GB/s): $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${readGBs[$t]}"; done)the Q8_0 decode pattern by hand: $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${tileGBs[$t]}"; done)kv-run options: ${kvirArgs:-none}$([ "$rounds" -gt 1 ] && echo "; $rounds alternated rounds a row, medians")"
 echo
 echo "| file | MiB | threads | prefill ms KVIR / llama.cpp | ratio | decode ms/token KVIR / llama.cpp | ratio | KVIR decode GB/s (share of the read bandwidth measured around the row: GB/s) | weights on 2 MiB pages | peak RSS MiB KVIR / llama.cpp | greedy ids agree |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
