@@ -56,8 +56,7 @@ Runner::~Runner() = default;
 
 std::string run::hugePageNote(uint64_t weightBytes, uint64_t hugeBytes,
                               bool mappedFile, bool hugePagesOff) {
-  constexpr uint64_t kLeast = uint64_t(256) << 20;
-  if (!mappedFile || hugePagesOff || weightBytes < kLeast ||
+  if (!mappedFile || hugePagesOff || weightBytes < kHugePageNoteLeastBytes ||
       hugeBytes >= weightBytes / 4 * 3)
     return "";
   char share[32];
@@ -75,8 +74,11 @@ std::string run::hugePageNote(uint64_t weightBytes, uint64_t hugeBytes,
 std::string Runner::hugePageNote() const {
   bool mapped = !options.noMmap && !options.model.empty() &&
                 kvrt::gguf::fileHasMagic(options.model.c_str());
-  return run::hugePageNote(kvrt::weightBytes(*model()),
-                           kvir::weightHugePageBytes(*model()), mapped,
+  uint64_t bytes = kvrt::weightBytes(*model());
+  // /proc/self/smaps is read only where a note can be due.
+  if (!mapped || bytes < kHugePageNoteLeastBytes)
+    return "";
+  return run::hugePageNote(bytes, kvir::weightHugePageBytes(*model()), mapped,
                            kvrt::transparentHugePagesOff());
 }
 

@@ -35,6 +35,10 @@
 
 namespace kvir::run {
 
+/// The least weight bytes hugePageNote notes: a smaller model's weights
+/// span few 2 MiB pages at all.
+constexpr uint64_t kHugePageNoteLeastBytes = uint64_t(256) << 20;
+
 /// The note for a run whose model holds `weightBytes` of weights,
 /// `hugeBytes` of them on 2 MiB pages now, mapped from a GGUF file's page
 /// cache (`mappedFile`): where they are 256 MiB or more, less than three
