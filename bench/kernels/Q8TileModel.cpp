@@ -15,6 +15,7 @@
 #include "bench/kernels/Q8TileModel.h"
 
 #include "runtime/core/HugePages.h"
+#include "runtime/core/KVElement.h"
 #include "runtime/core/KVParallel.h"
 
 #include <immintrin.h>
@@ -151,16 +152,6 @@ const Activations &token() {
   return act;
 }
 
-/// An f16 value's float (the weights' scales: normal numbers only).
-float halfToFloat(uint16_t h) {
-  uint32_t bits = (uint32_t(h & 0x8000) << 16) |
-                  ((uint32_t((h >> 10) & 0x1f) + 112) << 23) |
-                  (uint32_t(h & 0x3ff) << 13);
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 } // namespace
 
 void Q8TileModel::runInto(float *out) const {
@@ -205,8 +196,9 @@ bool Q8TileModel::matchesScalar() const {
       int64_t dot = 0;
       for (int64_t i = 0; i < 32; ++i)
         dot += int64_t(int8_t(block[2 + i])) * act.quants[32 * b + i];
-      expected += double(halfToFloat(uint16_t(block[0] | block[1] << 8))) *
-                  act.scales[8 * b] * double(dot);
+      expected +=
+          double(kvrt::halfToFloat(uint16_t(block[0] | block[1] << 8))) *
+          act.scales[8 * b] * double(dot);
     }
     if (std::abs(out[size_t(at)] - expected) > 1e-4 * (1 + std::abs(expected)))
       return false;
