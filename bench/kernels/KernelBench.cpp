@@ -13,7 +13,8 @@
 //  - the generated matmul alone vs OpenBLAS's cblas_sgemm (when built with
 //    libopenblas-dev; linked into this benchmark only) and the FMA peak;
 //  - a hand-written copy of the Q8_0 decode tile (Q8TileModel.h) beside the
-//    plain read bandwidth: what the decode pattern can read here.
+//    plain read bandwidth: what the decode pattern can read here; the same
+//    product over rows repacked 16 at a time, and what repacking costs.
 // Every figure against the machine's limits in one run: `kv-bench --hw`.
 //
 //===----------------------------------------------------------------------===//
@@ -22,8 +23,12 @@
 #include "bench/kernels/KernelFixtures.h"
 #include "bench/kernels/Q8TileModel.h"
 #include "driver/version/Version.h"
+#include "runtime/core/HugePages.h"
 
 #include <cstring>
+#include <map>
+#include <memory>
+#include <utility>
 
 namespace {
 
@@ -187,34 +192,108 @@ BENCHMARK(BM_ReadBandwidth)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-/// A hand-written copy of the generated Q8_0 decode tile over 22 matrices of
-/// TinyLlama's gate shape (5632 x 2048, 262 MB) on huge pages, on `threads`
-/// threads of the runtime's pool (Q8TileModel.h): what the decode step's
-/// pattern reads a second here, beside BM_ReadBandwidth's plain stream. Run
-/// the two interleaved (docs/cpu-backend.md, "What the Q8_0 pattern reaches").
-void BM_Q8TileModel(benchmark::State &state) {
+/// The Q8_0 product of `matrices` matrices of TinyLlama's gate shape (5632 x
+/// 2048, 12.3 MB each, on huge pages) in `layout` (Q8TileModel.h), on
+/// state.range(0) threads of the runtime's pool, after checking its sums
+/// against a scalar Q8_0 dot; bytes/s.
+void runQ8Model(benchmark::State &state, int64_t matrices, Q8Layout layout) {
   if (!Q8TileModel::supported()) {
     state.SkipWithError("needs AVX-512 (F, BW, VL), VNNI and F16C");
     return;
   }
-  static Q8TileModel model(22);
-  if (!model.valid()) {
+  static std::map<std::pair<int64_t, Q8Layout>, std::unique_ptr<Q8TileModel>>
+      models;
+  std::unique_ptr<Q8TileModel> &model = models[{matrices, layout}];
+  if (!model)
+    model = std::make_unique<Q8TileModel>(matrices, layout);
+  if (!model->valid()) {
     state.SkipWithError("could not allocate the weights");
     return;
   }
   kvrt_set_num_threads(int(state.range(0)));
-  static bool matches = model.matchesScalar();
-  if (!matches) {
+  if (!model->matchesScalar()) {
     kvrt_set_num_threads(0);
     state.SkipWithError("the tile's sums differ from a scalar Q8_0 dot");
     return;
   }
   for (auto _ : state)
-    benchmark::DoNotOptimize(model.run());
+    benchmark::DoNotOptimize(model->run());
   kvrt_set_num_threads(0);
-  state.SetBytesProcessed(state.iterations() * model.bytesRead());
+  state.SetBytesProcessed(state.iterations() * model->bytesRead());
+}
+
+/// A hand-written copy of the generated Q8_0 decode tile over 22 matrices
+/// (262 MB): what the decode step's pattern reads a second here, beside
+/// BM_ReadBandwidth's plain stream. Run the two interleaved
+/// (docs/cpu-backend.md, "What the Q8_0 pattern reaches").
+void BM_Q8TileModel(benchmark::State &state) {
+  runQ8Model(state, 22, Q8Layout::File);
+}
+/// The same product over the rows repacked 16 at a time (Q8Layout::Rows16):
+/// what a decode step could read a second in a layout other than the file's
+/// (docs/cpu-backend.md, "A layout for decode").
+void BM_Q8Rows16Model(benchmark::State &state) {
+  runQ8Model(state, 22, Q8Layout::Rows16);
+}
+/// Both over one matrix (12.3 MB, in the L3 after the first run): what the
+/// two patterns compute a second where memory does not hold them back.
+void BM_Q8TileModelCached(benchmark::State &state) {
+  runQ8Model(state, 1, Q8Layout::File);
+}
+void BM_Q8Rows16ModelCached(benchmark::State &state) {
+  runQ8Model(state, 1, Q8Layout::Rows16);
 }
 BENCHMARK(BM_Q8TileModel)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Q8Rows16Model)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Q8TileModelCached)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Q8Rows16ModelCached)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+/// What the repacking costs: the 262 MB of BM_Q8TileModel's rows repacked
+/// into Rows16 (Q8TileModel::repackRows16) on state.range(0) threads, bytes
+/// read a second (a load would pay it once per Q8_0 weight, and would fault
+/// in the destination besides: here it is written once before timing).
+void BM_Q8Repack(benchmark::State &state) {
+  static Q8TileModel file(22);
+  static void *packed = [] {
+    void *to = kvrt::allocateStreamed(size_t(file.bytesRead()));
+    if (to)
+      std::memset(to, 0, size_t(file.bytesRead()));
+    return to;
+  }();
+  if (!file.valid() || !packed) {
+    state.SkipWithError("could not allocate the weights");
+    return;
+  }
+  kvrt_set_num_threads(int(state.range(0)));
+  for (auto _ : state) {
+    Q8TileModel::repackRows16(file.bytes, static_cast<uint8_t *>(packed),
+                              file.matrices * file.rows);
+    benchmark::ClobberMemory();
+  }
+  kvrt_set_num_threads(0);
+  state.SetBytesProcessed(state.iterations() * file.bytesRead());
+}
+BENCHMARK(BM_Q8Repack)
     ->ArgName("threads")
     ->Arg(1)
     ->Arg(2)

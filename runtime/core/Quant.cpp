@@ -537,3 +537,35 @@ void kvrt::quantizeRow(kvrt_weight_format format, const float *src, void *dst,
     }
   }
 }
+
+int64_t kvrt::q8Rows16Bytes(int64_t rows, int64_t cols) {
+  int64_t groups = (rows + kQ8Rows16 - 1) / kQ8Rows16;
+  return groups * kQ8Rows16 * weightRowBytes(KVRT_WEIGHT_Q8_0, cols);
+}
+
+void kvrt::repackQ8Rows16(const void *src, int64_t rows, int64_t cols,
+                          void *dst, int64_t groupBegin, int64_t groupEnd) {
+  constexpr int64_t kBlockBytes = 34;
+  constexpr int64_t kGroupBlockBytes = kQ8Rows16 * kBlockBytes;
+  int64_t blocks = cols / 32;
+  int64_t rowBytes = blocks * kBlockBytes;
+  const auto *from = static_cast<const uint8_t *>(src);
+  auto *to = static_cast<uint8_t *>(dst) + groupBegin * kQ8Rows16 * rowBytes;
+  for (int64_t g = groupBegin; g < groupEnd; ++g)
+    for (int64_t b = 0; b < blocks; ++b, to += kGroupBlockBytes) {
+      for (int64_t r = 0; r < kQ8Rows16; ++r) {
+        int64_t row = g * kQ8Rows16 + r;
+        if (row >= rows) {
+          std::memset(to + 2 * r, 0, 2);
+          for (int64_t i = 0; i < 32; i += 4)
+            std::memset(to + 32 + 16 * i + 4 * r, 0x80, 4);
+          continue;
+        }
+        const uint8_t *block = from + row * rowBytes + b * kBlockBytes;
+        std::memcpy(to + 2 * r, block, 2);
+        for (int64_t i = 0; i < 32; i += 4)
+          for (int64_t j = 0; j < 4; ++j)
+            to[32 + 16 * i + 4 * r + j] = block[2 + i + j] ^ 0x80;
+      }
+    }
+}

@@ -3,7 +3,8 @@
 // Reading and writing rows of the weight formats (WeightFormat.h has their
 // layouts): the exact dequantisation every reader shares (the oracle, the
 // runtime's embedding lookup, the writers, the tests), the check of every
-// block's scales a loader makes, and the quantisers kv-convert writes with.
+// block's scales a loader makes, the quantisers kv-convert writes with, and
+// the repacking of Q8_0 rows for the CPU's decode steps (kQ8Rows16).
 //
 // Dequantisation is ggml's, operation for operation in f32 (no contraction
 // into fused multiply-adds): Q8_0 d * q; Q4_0 d * (q - 8); Q4_K and Q5_K
@@ -46,6 +47,16 @@ std::string checkWeightData(kvrt_weight_format format, const void *src,
 /// even.
 void quantizeRow(kvrt_weight_format format, const float *src, void *dst,
                  int64_t cols);
+
+/// Bytes of `rows` Q8_0 rows of `cols` elements (whole blocks) repacked for
+/// a decode step (WeightFormat.h, kQ8Rows16): as many as in the file's
+/// layout, the rows rounded up to whole groups.
+int64_t q8Rows16Bytes(int64_t rows, int64_t cols);
+/// Writes groups `groupBegin` .. `groupEnd` - 1 of the repacked `rows` rows
+/// of `cols` elements (whole blocks) at `src` (the file's layout) to `dst`
+/// (q8Rows16Bytes of them): callers split the groups between threads.
+void repackQ8Rows16(const void *src, int64_t rows, int64_t cols, void *dst,
+                    int64_t groupBegin, int64_t groupEnd);
 
 } // namespace kvrt
 

@@ -66,6 +66,16 @@ std::optional<kvrt_weight_format> formatOfGgmlType(uint32_t type);
 /// The name ggml gives a type id ("Q4_K"), "" past the known ones.
 const char *ggmlTypeName(uint32_t type);
 
+/// Q8_0 rows repacked for a decode step's integer dots (docs/cpu-backend.md,
+/// "A layout for decode"): rows in groups of kQ8Rows16, and per group and
+/// block of 32 the group's kQ8Rows16 f16 scales (32 bytes), then its quants
+/// 4 a row at a time (at 32 + 64 (i / 4) + 4 r + i % 4 for quant i of row
+/// r), stored + 128 (xor 0x80). One 64-byte load then holds 4 quants of each
+/// of 16 rows, so a dot against the token's 4 quants broadcast sums each row
+/// in its own lane. A group's blocks follow each other; a row past the last
+/// (the last group filled up) has zero scales and quants.
+constexpr int64_t kQ8Rows16 = 16;
+
 /// Bytes of a row of `cols` elements in `format`, or -1 when the row is not
 /// whole blocks.
 int64_t weightRowBytes(kvrt_weight_format format, int64_t cols);

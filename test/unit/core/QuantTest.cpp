@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace {
@@ -209,6 +210,41 @@ TEST(QuantTest, NonFiniteElementsAreFoundWherever) {
             << kvrt::weightFormatName(c.format) << ": " << problem;
       }
   }
+}
+
+/// The layout for decode (Quant.h, repackQ8Rows16) read back from its
+/// description: each row's scale and quants where it says, + 128, the rows
+/// past the last zero, and the groups written in two calls as in one.
+TEST(QuantTest, Q8Rows16HoldsEachRowWhereDocumented) {
+  std::mt19937 rng(7);
+  const int64_t rows = 37, cols = 96, blocks = cols / 32, rowBytes = 34 * 3;
+  std::vector<uint8_t> file;
+  for (int64_t i = 0; i < rows * blocks; ++i) {
+    std::vector<uint8_t> block = randomBlock(KVRT_WEIGHT_Q8_0, rng, {0});
+    file.insert(file.end(), block.begin(), block.end());
+  }
+  ASSERT_EQ(kvrt::q8Rows16Bytes(rows, cols), 48 * rowBytes);
+  std::vector<uint8_t> whole(size_t(kvrt::q8Rows16Bytes(rows, cols)), 0x55);
+  std::vector<uint8_t> split(whole);
+  kvrt::repackQ8Rows16(file.data(), rows, cols, whole.data(), 0, 3);
+  kvrt::repackQ8Rows16(file.data(), rows, cols, split.data(), 2, 3);
+  kvrt::repackQ8Rows16(file.data(), rows, cols, split.data(), 0, 2);
+  EXPECT_EQ(whole, split);
+  for (int64_t row = 0; row < 48; ++row)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t *group =
+          whole.data() + (row / 16) * 16 * rowBytes + b * 16 * 34;
+      int64_t r = row % 16;
+      const uint8_t *block =
+          row < rows ? file.data() + row * rowBytes + b * 34 : nullptr;
+      SCOPED_TRACE("row " + std::to_string(row) + " block " +
+                   std::to_string(b));
+      EXPECT_EQ(group[2 * r], block ? block[0] : 0);
+      EXPECT_EQ(group[2 * r + 1], block ? block[1] : 0);
+      for (int64_t i = 0; i < 32; ++i)
+        EXPECT_EQ(int(group[32 + 64 * (i / 4) + 4 * r + i % 4]),
+                  int(uint8_t((block ? block[2 + i] : 0) + 128)));
+    }
 }
 
 TEST(QuantTest, FormatsHaveOneSpelling) {
