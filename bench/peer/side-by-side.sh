@@ -47,8 +47,10 @@
 # whole table misstates the later rows, and one taken in a disturbed moment
 # understates the memory (a two-thread F16 step once read 48 GB/s against
 # 37 measured just before it). The header line gives the figures taken
-# before the table, and what the Q8_0 decode pattern written by hand reads
-# (kv-bench-kernels' BM_Q8TileModel: the share a decode step can reach).
+# before the table, and what the Q8_0 decode patterns written by hand read
+# (kv-bench-kernels' BM_Q8TileModel over the file's rows, BM_Q8Rows16Model
+# over the rows repacked for decode, which kv-run's Q8_0 steps read by
+# default: the share a decode step can reach).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -133,17 +135,19 @@ print('%.2f' % (max(rates) * 1e-9) if rates else 'n/a')"
 readBandwidth() { # T
   bestGBs BM_ReadBandwidth "$1"
 }
-# Beside it, once before the table, what the Q8_0 decode pattern written by
-# hand reads (BM_Q8TileModel; docs/cpu-backend.md, "What the Q8_0 pattern
-# reaches"): how much of the plain read a decode step can take here.
-declare -A readGBs tileGBs
+# Beside it, once before the table, what the Q8_0 decode patterns written
+# by hand read (BM_Q8TileModel, BM_Q8Rows16Model; docs/cpu-backend.md, "What
+# the Q8_0 pattern reaches", "A layout for decode"): how much of the plain
+# read a decode step can take here.
+declare -A readGBs tileGBs rowsGBs
 for t in $threads; do
   readGBs[$t]=$(readBandwidth "$t")
   tileGBs[$t]=$(bestGBs BM_Q8TileModel "$t")
+  rowsGBs[$t]=$(bestGBs BM_Q8Rows16Model "$t")
 done
 
 echo "shape: $shape; prompt $prompt tokens, decode $decode tokens; $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "read bandwidth (GB/s): $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${readGBs[$t]}"; done)the Q8_0 decode pattern by hand: $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${tileGBs[$t]}"; done)kv-run options: ${kvirArgs:-none}$([ "$rounds" -gt 1 ] && echo "; $rounds alternated rounds a row, medians")"
+echo "read bandwidth (GB/s): $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${readGBs[$t]}"; done)the Q8_0 decode pattern by hand, file rows: $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${tileGBs[$t]}"; done)repacked rows: $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${rowsGBs[$t]}"; done)kv-run options: ${kvirArgs:-none}$([ "$rounds" -gt 1 ] && echo "; $rounds alternated rounds a row, medians")"
 echo
 echo "| file | MiB | threads | prefill ms KVIR / llama.cpp | ratio | decode ms/token KVIR / llama.cpp | ratio | KVIR decode GB/s (share of the read bandwidth measured around the row: GB/s) | weights on 2 MiB pages | peak RSS MiB KVIR / llama.cpp | greedy ids agree |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"

@@ -791,10 +791,15 @@ void printTokenListText(const TokenListReport &r) {
   std::printf("weights: %llu bytes resident",
               (unsigned long long)r.weightBytes);
   if (r.packedWeightBytes)
-    std::printf(", %llu of them the f32 matrices packed for the matmul",
+    std::printf(", %llu of them packed by the runtime (f32 panels, Q8_0 rows "
+                "for decode)",
                 (unsigned long long)r.packedWeightBytes);
-  std::printf(", %llu on 2 MiB pages\n",
+  std::printf(", %llu on 2 MiB pages",
               (unsigned long long)r.weightHugePageBytes);
+  if (r.repackSeconds > 0)
+    std::printf("; Q8_0 rows repacked for decode in %.1f ms",
+                r.repackSeconds * 1e3);
+  std::printf("\n");
   std::printf("tokens: %zu (positions 0..%zu)\n", n, n - 1);
   if (r.fromText) {
     std::printf("text (%s): %s\n", r.bos ? "BOS first" : "no BOS",
@@ -840,6 +845,7 @@ void printTokenListJson(const TokenListReport &r) {
     j.field("tokenizer", r.tokenizer);
   j.field("weight_bytes", int64_t(r.weightBytes));
   j.field("packed_weight_bytes", int64_t(r.packedWeightBytes));
+  j.field("repack_ms", r.repackSeconds * 1e3);
   j.field("weight_huge_page_bytes", int64_t(r.weightHugePageBytes));
   j.numbers("tokens", r.tokens);
   if (r.fromText) {

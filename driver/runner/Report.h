@@ -154,9 +154,14 @@ struct TokenListReport {
   /// The prefill's time, and the decode steps' (generated - 1 of them).
   double prefillSeconds = 0, decodeSeconds = 0;
   /// Bytes of the model's weights in memory, as they are kept (mapped from
-  /// the file or owned), with the CPU backend's packed copy of the layers'
-  /// f32 matrices once a prefill made it (packedWeightBytes of them).
+  /// the file or owned), with the CPU backend's packed copies once a call
+  /// made them (packedWeightBytes of them: the layers' f32 matrices for the
+  /// matmul, the Q8_0 matrices for decode), less the file's rows those
+  /// replaced (Runner::residentWeightBytes).
   uint64_t weightBytes = 0, packedWeightBytes = 0;
+  /// How long the runner took to repack the Q8_0 matrices for decode
+  /// before the run (Runner::repackSeconds).
+  double repackSeconds = 0;
   /// Of weightBytes, those on 2 MiB pages at the end of the run
   /// (kvir::weightHugePageBytes).
   uint64_t weightHugePageBytes = 0;

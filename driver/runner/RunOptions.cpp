@@ -16,6 +16,11 @@ int64_t RequestOptions::greedyTokens() const {
   return greedyGiven ? greedy : (compareFull ? 16 : 0);
 }
 
+uint32_t kvir::run::RunnerOptions::loadFlags() const {
+  return (noMmap ? KVRT_LOAD_READ : KVRT_LOAD_MAP) |
+         (noRepack ? KVRT_LOAD_NO_REPACK : 0);
+}
+
 void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
   RunnerOptions &r = options.runner;
   RequestOptions &q = options.request;
@@ -53,6 +58,13 @@ void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
               "where less than three quarters of 256 MiB or more are "
               "(docs/models.md)",
               r.noMmap);
+  parser.flag("no-repack",
+              "keep Q8_0 matrices in the file's layout only: by default the "
+              "CPU's decode steps read a copy repacked 16 rows at a time "
+              "(made on the first forward call, as many bytes as those "
+              "matrices; faster decode where the machine has AVX-512 VNNI); "
+              "this saves the copy and its making (docs/cpu-backend.md)",
+              r.noRepack);
 
   parser.section("the entry and its arguments");
   parser.text("entry", "NAME", "function of the program to run (default main)",

@@ -118,6 +118,11 @@ public:
   /// context the model was trained on ("" within it).
   std::string contextWarning(int64_t tokens) const;
 
+  /// The bytes of weights the forward reads that the process holds: the
+  /// model's, the runtime's packed copies, less the file's rows those
+  /// replaced (kvir::releasedWeightBytes).
+  uint64_t residentWeightBytes() const;
+
   /// The note for a model whose weights lie on 2 MiB pages too little now
   /// (hugePageNote of this model: mapped from a GGUF file unless --no-mmap);
   /// "" when none is due.
@@ -202,6 +207,9 @@ private:
   exec::TokenizerRef tokenizerRef;
   std::string tokenizerFile;
   std::unique_ptr<ComputeBackend> computeBackend;
+  /// How long making the decode rows took at create (kvir::decodeRows; 0
+  /// where the backend is not the CPU or there were none to make).
+  double repackSeconds = 0;
   std::unique_ptr<kvrt_pool, void (*)(kvrt_pool *)> poolHandle{
       nullptr, kvrt_pool_release};
   kvrt_kv_dtype poolDtype = KVRT_KV_F32;

@@ -80,6 +80,7 @@ typedef struct kvrt_memref_i64 {
 
 typedef kvrt_memref_f32 kvrt_field_F32;
 typedef kvrt_memref_weight kvrt_field_WEIGHT;
+typedef kvrt_memref_weight kvrt_field_BYTES;
 typedef kvrt_memref_i64 kvrt_field_OFFSETS;
 typedef kvrt_memref_kv kvrt_field_KV;
 typedef kvrt_memref_i32 kvrt_field_I32;
@@ -159,6 +160,11 @@ inline kvrt_memref_f32 memrefF32(float *data, int64_t size) {
 /// The arena of `elements` K/V elements at `data`.
 inline kvrt_memref_kv memrefKV(void *data, int64_t elements) {
   return {data, data, 0, {elements}, {1}};
+}
+/// `bytes` bytes at `data` the forward only reads (a weight, decode_rows).
+inline kvrt_memref_weight memrefBytes(const void *data, int64_t bytes) {
+  void *p = const_cast<void *>(data);
+  return {p, p, 0, {bytes}, {1}};
 }
 inline kvrt_memref_i32 memrefI32(int32_t *data, int64_t size) {
   return {data, data, 0, {size}, {1}};

@@ -2,6 +2,7 @@
 
 #include "runtime/core/ForwardCall.h"
 #include "runtime/core/HugePages.h"
+#include "runtime/core/KVParallel.h"
 #include "runtime/core/Model.h"
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Quant.h"
@@ -11,6 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 using namespace kvir;
 
@@ -152,12 +156,6 @@ void WeightTable::fill(kvrt_prefill_args &args) {
 
 namespace {
 
-/// A descriptor of `bytes` bytes at `data`.
-kvrt_memref_weight memrefBytes(const void *data, int64_t bytes) {
-  void *p = const_cast<void *>(data);
-  return {p, p, 0, {bytes}, {1}};
-}
-
 /// Writes weight `i`'s offsets (one per slice, or the one of a global
 /// tensor repeated) into its row of `offsets`.
 void setRow(std::vector<int64_t> &offsets, size_t i, int64_t layers,
@@ -244,6 +242,27 @@ void packPanels(const float *b, int64_t m, int64_t k, int64_t width,
   }
 }
 
+/// Calls `fn(entry, m, k, slice)` for each slice of each matrix the forward
+/// multiplies ([m][k]), `entry` its row of weight_offsets (weight w, layer
+/// l: w * n_layers + l).
+template <typename Fn>
+void forEachForwardMatrix(const kvrt_model &model, Fn fn) {
+  const kvrt_model_config &c = model.config;
+  size_t w = 0;
+  for (const kvrt::TensorDecl &t : kvrt::kTensors) {
+    if (t.reader != kvrt::TensorReader::Forward)
+      continue;
+    size_t index = w++;
+    if (t.kind != kvrt::TensorKind::Matrix)
+      continue;
+    int64_t m = int64_t(kvrt::shapeValue(t.rows, c));
+    int64_t k = int64_t(kvrt::shapeValue(t.cols, c));
+    const kvrt_weight &weight = model.weights.*t.member;
+    for (int64_t l = 0; l < std::min<int64_t>(weight.n_slices, c.n_layers); ++l)
+      fn(index * size_t(c.n_layers) + size_t(l), m, k, weight.slices[l]);
+  }
+}
+
 std::shared_ptr<const PackedWeights> packModel(const kvrt_model &model,
                                                int64_t width) {
   const kvrt_model_config &c = model.config;
@@ -255,27 +274,15 @@ std::shared_ptr<const PackedWeights> packModel(const kvrt_model &model,
     int64_t m, k, at;
   };
   std::vector<Slice> slices;
-  size_t w = 0;
-  for (const kvrt::TensorDecl &t : kvrt::kTensors) {
-    if (t.reader != kvrt::TensorReader::Forward)
-      continue;
-    size_t index = w++;
-    if (t.kind != kvrt::TensorKind::Matrix)
-      continue;
-    int64_t m = int64_t(kvrt::shapeValue(t.rows, c));
-    int64_t k = int64_t(kvrt::shapeValue(t.cols, c));
-    const kvrt_weight &weight = model.weights.*t.member;
-    for (int64_t l = 0; l < std::min<int64_t>(weight.n_slices, c.n_layers);
-         ++l) {
-      const kvrt_weight_slice &slice = weight.slices[l];
-      if (slice.format != KVRT_WEIGHT_F32)
-        continue;
-      packed->offsets[index * size_t(c.n_layers) + size_t(l)] = packed->floats;
-      slices.push_back(
-          {static_cast<const float *>(slice.data), m, k, packed->floats});
-      packed->floats += (m + width - 1) / width * width * k;
-    }
-  }
+  forEachForwardMatrix(model, [&](size_t entry, int64_t m, int64_t k,
+                                  const kvrt_weight_slice &slice) {
+    if (slice.format != KVRT_WEIGHT_F32)
+      return;
+    packed->offsets[entry] = packed->floats;
+    slices.push_back(
+        {static_cast<const float *>(slice.data), m, k, packed->floats});
+    packed->floats += (m + width - 1) / width * width * k;
+  });
   if (packed->floats == 0)
     return packed;
   // Every decode step streams the panels whole: on 2 MiB pages where the
@@ -291,7 +298,81 @@ std::shared_ptr<const PackedWeights> packModel(const kvrt_model &model,
   return packed;
 }
 
+/// Whether this CPU runs the decode rows' tiles (CpuInt8Matmul.cpp's
+/// VNNI-512 integer dots).
+bool hostReadsDecodeRows() {
+  return __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vnni");
+}
+
+std::shared_ptr<const DecodeRows> repackModel(const kvrt_model &model) {
+  const kvrt_model_config &c = model.config;
+  auto rows = std::make_shared<DecodeRows>();
+  rows->offsets.assign(kForwardWeights * size_t(c.n_layers), -1);
+  struct Slice {
+    const void *data;
+    int64_t m, k, at, fileBytes;
+  };
+  std::vector<Slice> slices;
+  forEachForwardMatrix(model, [&](size_t entry, int64_t m, int64_t k,
+                                  const kvrt_weight_slice &slice) {
+    if (slice.format != KVRT_WEIGHT_Q8_0)
+      return;
+    rows->offsets[entry] = rows->bytes;
+    slices.push_back({slice.data, m, k, rows->bytes, slice.bytes});
+    // Each slice starts on a 64-byte line of its own.
+    rows->bytes += (kvrt::q8Rows16Bytes(m, k) + 63) / 64 * 64;
+  });
+  if (rows->bytes == 0)
+    return rows;
+  rows->data = {
+      static_cast<uint8_t *>(kvrt::allocateStreamed(size_t(rows->bytes))),
+      std::free};
+  // Without the memory for the copy the forward reads the file's rows.
+  if (!rows->data)
+    return std::make_shared<DecodeRows>();
+  for (const Slice &slice : slices) {
+    struct Item {
+      const Slice *slice;
+      uint8_t *to;
+    } item{&slice, rows->data.get() + slice.at};
+    kvrt_parallel_for((slice.m + kvrt::kQ8Rows16 - 1) / kvrt::kQ8Rows16,
+                      [](void *context, int64_t begin, int64_t end) {
+                        auto &i = *static_cast<Item *>(context);
+                        kvrt::repackQ8Rows16(i.slice->data, i.slice->m,
+                                             i.slice->k, i.to, begin, end);
+                      },
+                      &item);
+    // The forward reads the copy from now on: the pages of the slice in
+    // the file's mapping go back (whole pages inside it; its neighbours
+    // keep theirs). Never memory of the model's own.
+    auto begin = reinterpret_cast<uintptr_t>(slice.data);
+    uintptr_t end = begin + uintptr_t(slice.fileBytes);
+    auto mapped = reinterpret_cast<uintptr_t>(model.mappedBegin);
+    if (model.mappedBegin && begin >= mapped &&
+        end <= mapped + model.mappedBytes) {
+      uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+      uintptr_t first = (begin + page - 1) / page * page;
+      uintptr_t last = end / page * page;
+      if (last > first)
+        madvise(reinterpret_cast<void *>(first), last - first, MADV_DONTNEED);
+      rows->released.push_back(slice.data);
+      rows->releasedBytes += slice.fileBytes;
+    }
+  }
+  return rows;
+}
+
 } // namespace
+
+const DecodeRows *kvir::decodeRows(const kvrt_model &model) {
+  if (!model.repack || !hostReadsDecodeRows())
+    return nullptr;
+  std::call_once(model.decodeRowsOnce,
+                 [&] { model.decodeRows = repackModel(model); });
+  return model.decodeRows->data ? model.decodeRows.get() : nullptr;
+}
 
 const PackedWeights *kvir::packedWeights(const kvrt_model &model,
                                          int64_t width) {
@@ -301,20 +382,38 @@ const PackedWeights *kvir::packedWeights(const kvrt_model &model,
 }
 
 uint64_t kvir::packedWeightBytes(const kvrt_model &model) {
-  // Read only after packedWeights returned on this thread, or never.
-  return model.packed ? uint64_t(model.packed->floats) * sizeof(float) : 0;
+  // Read only after packedWeights and decodeRows returned on this thread,
+  // or never.
+  uint64_t bytes =
+      model.packed ? uint64_t(model.packed->floats) * sizeof(float) : 0;
+  if (model.decodeRows)
+    bytes += uint64_t(model.decodeRows->bytes);
+  return bytes;
+}
+
+uint64_t kvir::releasedWeightBytes(const kvrt_model &model) {
+  // Read only after decodeRows returned on this thread, or never.
+  return model.decodeRows ? uint64_t(model.decodeRows->releasedBytes) : 0;
 }
 
 uint64_t kvir::weightHugePageBytes(const kvrt_model &model) {
   std::vector<std::pair<const void *, size_t>> ranges;
+  const std::vector<const void *> none;
+  const std::vector<const void *> &released =
+      model.decodeRows ? model.decodeRows->released : none;
   for (const kvrt::TensorSpec &spec : kvrt::specsOf(model.config)) {
     const kvrt_weight &w = model.weights.*spec.decl->member;
     for (int64_t l = 0; l < w.n_slices; ++l)
-      ranges.push_back({w.slices[l].data, size_t(w.slices[l].bytes)});
+      if (std::find(released.begin(), released.end(), w.slices[l].data) ==
+          released.end())
+        ranges.push_back({w.slices[l].data, size_t(w.slices[l].bytes)});
   }
   if (model.packed && model.packed->data)
     ranges.push_back({model.packed->data.get(),
                       size_t(model.packed->floats) * sizeof(float)});
+  if (model.decodeRows && model.decodeRows->data)
+    ranges.push_back(
+        {model.decodeRows->data.get(), size_t(model.decodeRows->bytes)});
   return kvrt::hugePageBytes(ranges);
 }
 

@@ -145,12 +145,44 @@ struct PackedWeights {
 /// call).
 const PackedWeights *packedWeights(const kvrt_model &model, int64_t width);
 
-/// Bytes of the packed weights `model` holds (0 before packedWeights).
+/// The Q8_0 matrices the forward multiplies (every layer's wq .. w3 and the
+/// classifier, where Q8_0) repacked once for a decode step's integer dots
+/// (ForwardABI.def: decode_rows, decode_rows_offsets; kvrt::repackQ8Rows16,
+/// Quant.h; docs/cpu-backend.md, "A layout for decode").
+struct DecodeRows {
+  /// [weight][layer] byte offsets into `data` (the rows of weight_offsets),
+  /// -1 where a slice is not repacked.
+  std::vector<int64_t> offsets;
+  /// The repacked rows, 64-byte aligned, on 2 MiB pages where granted.
+  std::unique_ptr<uint8_t, void (*)(void *)> data{nullptr, nullptr};
+  int64_t bytes = 0;
+  /// The file slices they replace (their first bytes), whose pages a mapped
+  /// model gives back (MADV_DONTNEED: the page cache keeps them; a reader
+  /// of the file's rows, the oracle's, faults them in again), and the bytes
+  /// of those slices.
+  std::vector<const void *> released;
+  int64_t releasedBytes = 0;
+};
+
+/// The decode rows of `model`: repacked on the first call (once per model,
+/// on the runtime pool's threads; the other callers wait) and kept with the
+/// model for every program and call, or null where this CPU has no AVX-512
+/// VNNI (the forward's decode then reads no repacked rows), the model was
+/// loaded with KVRT_LOAD_NO_REPACK or it has no Q8_0 matrix.
+const DecodeRows *decodeRows(const kvrt_model &model);
+
+/// Bytes of the packed weights `model` holds (0 before packedWeights and
+/// decodeRows): the f32 panels and the decode rows.
 uint64_t packedWeightBytes(const kvrt_model &model);
 
-/// Of the bytes kvrt::weightBytes and packedWeightBytes count, those on huge
-/// pages now (kvrt::hugePageBytes): where the kernel granted 2 MiB pages to
-/// the file's mapping, the model's own copy and the packed panels.
+/// Bytes of the file's rows the decode rows replaced in the mapping of a
+/// mapped model (DecodeRows::releasedBytes; 0 before decodeRows).
+uint64_t releasedWeightBytes(const kvrt_model &model);
+
+/// Of the bytes kvrt::weightBytes and packedWeightBytes count, less
+/// releasedWeightBytes, those on huge pages now (kvrt::hugePageBytes): where
+/// the kernel granted 2 MiB pages to the file's mapping, the model's own
+/// copy, the packed panels and the decode rows.
 uint64_t weightHugePageBytes(const kvrt_model &model);
 
 /// Fails unless a view's pool `layout` is the shape of model `c` (layers,

@@ -1182,6 +1182,10 @@ std::string kvrt::gguf::readFile(const char *path, kvrt_model **model,
   if (error.empty())
     error =
         readAll(mapping.data, mapping.size, mapping.owner, model, tokenizer);
+  if (error.empty() && model && *model && !read) {
+    (*model)->mappedBegin = mapping.data;
+    (*model)->mappedBytes = mapping.size;
+  }
   if (!error.empty() && error.find(path) == std::string::npos)
     error = str("bad GGUF file '", path, "': ", error);
   return error;

@@ -24,6 +24,7 @@
 
 namespace kvir {
 struct PackedWeights;
+struct DecodeRows;
 } // namespace kvir
 
 namespace kvrt {
@@ -125,6 +126,18 @@ struct kvrt_model {
   /// for the CPU forward on first use.
   mutable std::once_flag packedOnce;
   mutable std::shared_ptr<const kvir::PackedWeights> packed;
+  /// kvir::decodeRows (ForwardCall.h): the Q8_0 matrices repacked for the
+  /// CPU forward's decode steps on first use, unless loaded with
+  /// KVRT_LOAD_NO_REPACK (`repack` false).
+  bool repack = true;
+  /// The mapping of the model's file its weights lie in (a GGUF file loaded
+  /// without KVRT_LOAD_READ; null otherwise): pages of it the runtime may
+  /// give back where it holds a copy the forward reads instead. A slice
+  /// outside it (one a caller pointed elsewhere) is never given back.
+  const void *mappedBegin = nullptr;
+  size_t mappedBytes = 0;
+  mutable std::once_flag decodeRowsOnce;
+  mutable std::shared_ptr<const kvir::DecodeRows> decodeRows;
 };
 
 #endif // KVIR_RUNTIME_CORE_MODEL_H

@@ -226,17 +226,21 @@ extern "C" kvrt_status kvrt_model_load_ex(const char *path, uint32_t flags,
   if (!path || !out)
     return nullArgument(__func__);
   *out = nullptr;
-  if (flags & ~uint32_t(KVRT_LOAD_READ))
-    return fail(KVRT_ERR_INVALID_ARGUMENT,
-                str("kvrt_model_load_ex: unknown flags 0x", std::hex,
-                    flags & ~uint32_t(KVRT_LOAD_READ)));
-  return guard([&] {
+  uint32_t known = KVRT_LOAD_READ | KVRT_LOAD_NO_REPACK;
+  if (flags & ~known)
+    return fail(
+        KVRT_ERR_INVALID_ARGUMENT,
+        str("kvrt_model_load_ex: unknown flags 0x", std::hex, flags & ~known));
+  kvrt_status status = guard([&] {
     if (!gguf::fileHasMagic(path))
       return loadModel(path, out);
     std::string error =
         gguf::readFile(path, out, nullptr, (flags & KVRT_LOAD_READ) != 0);
     return error.empty() ? KVRT_OK : fail(KVRT_ERR_BAD_MODEL, error);
   });
+  if (status == KVRT_OK)
+    (*out)->repack = (flags & KVRT_LOAD_NO_REPACK) == 0;
+  return status;
 }
 
 extern "C" kvrt_status kvrt_model_save(const kvrt_model *model,

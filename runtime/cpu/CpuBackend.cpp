@@ -264,6 +264,16 @@ private:
       args.packed = memrefF32(nullptr, 0);
       args.packed_offsets = memrefI64(nullptr, 0);
     }
+    // The Q8_0 matrices repacked once per model for decode steps, which
+    // read them (a prefill reads the file's rows).
+    if (const DecodeRows *rows = decodeRows(*m.model)) {
+      args.decode_rows = memrefBytes(rows->data.get(), rows->bytes);
+      args.decode_rows_offsets =
+          memrefI64(rows->offsets.data(), int64_t(rows->offsets.size()));
+    } else {
+      args.decode_rows = memrefBytes(nullptr, 0);
+      args.decode_rows_offsets = memrefI64(nullptr, 0);
+    }
     args.kv = arena(layout);
     args.pages = table.pagesRef();
     args.runs = table.rowsRef();

@@ -475,12 +475,10 @@ int benchAttention(Args &a) {
     return usageError(error);
   if (a.run.runner.synthetic == "default")
     a.run.runner.synthetic = "synthetic-bench";
-  ModelPtr model(
-      exec::loadModel(a.run.runner.model, a.run.runner.synthetic,
-                      a.run.runner.modelSeed,
-                      a.run.runner.noMmap ? KVRT_LOAD_READ : KVRT_LOAD_MAP,
-                      description, error),
-      kvrt_model_release);
+  ModelPtr model(exec::loadModel(a.run.runner.model, a.run.runner.synthetic,
+                                 a.run.runner.modelSeed,
+                                 a.run.runner.loadFlags(), description, error),
+                 kvrt_model_release);
   if (!model)
     return usageError(error);
   std::unique_ptr<cuda::CudaComputeBackend> gpu =

@@ -27,7 +27,7 @@ namespace {
 // The argument structs of runtime/core/ForwardABI.def
 //===----------------------------------------------------------------------===//
 
-enum class FieldKind { F32, WEIGHT, OFFSETS, KV, I32, RUNS, TILES, I64 };
+enum class FieldKind { F32, WEIGHT, BYTES, OFFSETS, KV, I32, RUNS, TILES, I64 };
 
 struct Field {
   const char *name;
@@ -121,6 +121,7 @@ constexpr size_t fieldBytes(FieldKind kind) {
   switch (kind) {
   case FieldKind::F32:
   case FieldKind::WEIGHT:
+  case FieldKind::BYTES:
   case FieldKind::OFFSETS:
   case FieldKind::KV:
   case FieldKind::I32:
@@ -153,6 +154,7 @@ Type fieldType(ForwardEmitter &e, const Field &field) {
   case FieldKind::F32:
     return e.buffer(e.f32());
   case FieldKind::WEIGHT:
+  case FieldKind::BYTES:
     return e.buffer(e.byte());
   case FieldKind::OFFSETS:
     return e.buffer(e.i64());
@@ -266,7 +268,9 @@ void emitPrefill(ForwardEmitter &e, ForwardTarget &target) {
                      arg(P_packed),
                      arg(P_packed_offsets),
                      entry,
-                     arg(P_panel_width)};
+                     arg(P_panel_width),
+                     arg(P_decode_rows),
+                     arg(P_decode_rows_offsets)};
   };
   auto format = [&](PrefillField f, int64_t layer) {
     return e.formats.at(kPrefillFields[f].tensor, layer);

@@ -49,6 +49,10 @@ struct WeightRef {
   /// read instead of packing. Null outside a prefill; nothing is loaded
   /// unless a target does.
   Value packed, packedOffsets, packedEntry, panelWidth;
+  /// The Q8_0 matrices repacked once per model for a decode step
+  /// (ForwardABI.def: decode_rows, decode_rows_offsets; this slice's entry
+  /// is packedEntry). Null outside a prefill.
+  Value decodeRows, decodeRowsOffsets;
 };
 
 /// One product of ForwardTarget::products: c ([n][m]) = a · weightᵀ.

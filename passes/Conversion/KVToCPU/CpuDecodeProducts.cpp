@@ -104,7 +104,9 @@ void releaseInput(ForwardEmitter &e, const DecodeInput &in, InputNeeds needs) {
 
 /// Decode tile `tile` of `tiles` of a weight of m rows at byte `offset`:
 /// its outputs (decodeTileRow's) and the byte offsets of their rows, an
-/// output past m reading the last row (and not stored).
+/// output past m reading the last row (and not stored). Over repacked rows:
+/// the outputs of its groups (group j is tile + j tiles) and the byte
+/// offsets of the groups, a group past the last reading the last.
 struct DecodeTile {
   SmallVector<Value> outputs, rows;
 };
@@ -113,6 +115,21 @@ DecodeTile decodeTile(ForwardEmitter &e, const DecodeKernel &kernel,
                       Value tiles) {
   DecodeTile result;
   Value rowBytes = weightRowBytes(e, kernel.format, in.k);
+  if (kernel.repacked) {
+    Value groupRows = e.cIndex(kvrt::kQ8Rows16);
+    Value lastGroup =
+        e.sub(e.divu(e.add(m, e.cIndex(kvrt::kQ8Rows16 - 1)), groupRows),
+              e.cIndex(1));
+    for (int64_t j = 0; j < kRepackedTileGroups; ++j) {
+      Value group = e.add(tile, e.mul(tiles, e.cIndex(j)));
+      result.rows.push_back(e.add(
+          offset, e.mul(e.minu(group, lastGroup), e.mul(groupRows, rowBytes))));
+      for (int64_t lane = 0; lane < kvrt::kQ8Rows16; ++lane)
+        result.outputs.push_back(
+            e.add(e.mul(group, groupRows), e.cIndex(lane)));
+    }
+    return result;
+  }
   Value last = e.sub(m, e.cIndex(1));
   for (int64_t r = 0; r < kernel.tileRows(); ++r) {
     Value output = decodeTileRow(e, tile, tiles, r);
@@ -126,6 +143,8 @@ DecodeTile decodeTile(ForwardEmitter &e, const DecodeKernel &kernel,
 SmallVector<Value> tileSums(ForwardEmitter &e, const DecodeKernel &kernel,
                             const DecodeInput &in, Value bytes,
                             const DecodeTile &tile, Value t) {
+  if (kernel.repacked)
+    return emitRepackedDecodeTile(e, bytes, in.act, in.k, t, tile.rows);
   if (kernel.int8)
     return int8DecodeSums(e, kernel.format, bytes,
                           in.activationsFor(kernel.format), in.k, t, tile.rows,
@@ -166,15 +185,20 @@ void cpu::emitDecodeTiles(ForwardEmitter &e, const DecodeKernel &kernel,
   });
 }
 
+std::string DecodeKernel::name() const {
+  return std::string(kvrt::weightFormatName(format)) +
+         (repacked ? "_rows16" : "");
+}
+
 std::string cpu::productsName(ArrayRef<DecodeKernel> kernels) {
   std::string name = "products";
   for (const DecodeKernel &kernel : kernels)
-    name += std::string("_") + kvrt::weightFormatName(kernel.format);
+    name += "_" + kernel.name();
   return name;
 }
 
 std::string cpu::gatedName(DecodeKernel kernel) {
-  return std::string("gated_") + kvrt::weightFormatName(kernel.format);
+  return "gated_" + kernel.name();
 }
 
 void cpu::emitDecodeProducts(ForwardEmitter &e, StringRef base,

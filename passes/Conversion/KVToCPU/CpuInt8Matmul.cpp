@@ -773,6 +773,42 @@ void emitInt8PackPanels(ForwardEmitter &e, kvrt_weight_format format,
       });
 }
 
+/// Panels lo .. hi-1 of Q8_0 weights for the prefill's tiles, as
+/// emitInt8PackPanels packs them (biased, for vpdpbusd), from the rows the
+/// runtime repacked for decode at byte `offset` of `bytes` (decode_rows,
+/// kvrt::repackQ8Rows16) instead of the file's: a panel of 16 outputs is a
+/// group of 16 rows there, its quants already in the panel's order (+ 128),
+/// so a block's 512 bytes are copied and its 16 f16 scales widened. The
+/// rows past m are the group's zero rows.
+void emitRepackedPackPanels(ForwardEmitter &e, Value bytes, Value offset,
+                            Value k, Value quants, Value scales, Value lo,
+                            Value hi) {
+  constexpr int64_t kGroupBlockBytes = kvrt::kQ8Rows16 * 34;
+  Value c1 = e.cIndex(1);
+  Value blocks = e.divu(k, e.cIndex(32));
+  VectorType v64b = e.vec(64, e.byte()), v32b = e.vec(32, e.byte());
+  e.forLoop(lo, hi, c1, [&](Value p) {
+    e.forLoop(e.cIndex(0), blocks, c1, [&](Value b) {
+      Value panelBlock = e.add(e.mul(p, blocks), b);
+      Value at = e.add(offset, e.mul(panelBlock, e.cIndex(kGroupBlockBytes)));
+      for (int64_t i = 0; i < 8; ++i) {
+        Value run = vector::LoadOp::create(
+            e.b, v64b, bytes, ValueRange{e.add(at, e.cIndex(32 + 64 * i))});
+        vector::StoreOp::create(
+            e.b, run, quants,
+            ValueRange{e.mul(e.add(e.mul(panelBlock, e.cIndex(8)), e.cIndex(i)),
+                             e.cIndex(64))});
+      }
+      Value halves = vector::BitCastOp::create(
+          e.b, e.vec(16, e.b.getF16Type()),
+          vector::LoadOp::create(e.b, v32b, bytes, ValueRange{at}).getResult());
+      vector::StoreOp::create(
+          e.b, arith::ExtFOp::create(e.b, e.vec(16, e.f32()), halves), scales,
+          ValueRange{e.mul(panelBlock, e.cIndex(16))});
+    });
+  });
+}
+
 /// Repacks panels lo .. hi-1 of Q4_K or Q6_K weights (m rows of k, k whole
 /// 256-element blocks) for the prefill's tiles, as emitInt8PackPanels does
 /// Q8_0's, per 32 elements b of the row (block b / 8, its 32-element run
@@ -1537,6 +1573,72 @@ void cpu::freeInt8Activations(ForwardEmitter &e, const Int8Activations &act) {
     memref::DeallocOp::create(e.b, buffer);
 }
 
+SmallVector<Value> cpu::emitRepackedDecodeTile(ForwardEmitter &e, Value bytes,
+                                               const Int8Activations &act,
+                                               Value k, Value t,
+                                               ArrayRef<Value> groupAt) {
+  constexpr int64_t kGroupBlockBytes = kvrt::kQ8Rows16 * 34;
+  VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
+             v64b = e.vec(64, e.byte()), v32b = e.vec(32, e.byte());
+  Value quantsRow = e.mul(act.pairs, e.cIndex(64));
+  Value scaleRow = e.mul(act.pairs, e.cIndex(16));
+  Value biasRow = e.mul(act.pairs, e.cIndex(2));
+  SmallVector<Value> inits(groupAt.size(), e.splatF32(16, 0.0f));
+  SmallVector<Value> accs = e.forLoop(
+      e.cIndex(0), e.divu(k, e.cIndex(32)), e.cIndex(1), inits,
+      [&](Value b, ValueRange accs) -> SmallVector<Value> {
+        // The token's block: its 8 runs of 4 quants, each in every lane;
+        // the dot started at its -128 sum q; its scale in every lane.
+        SmallVector<Value> x;
+        Value quantsAt = e.add(e.mul(t, quantsRow), e.mul(b, e.cIndex(32)));
+        for (int64_t run = 0; run < 8; ++run) {
+          Value four = vector::LoadOp::create(
+              e.b, e.vec(4, e.byte()), act.quants,
+              ValueRange{e.add(quantsAt, e.cIndex(4 * run))});
+          Value word = vector::ExtractOp::create(
+              e.b, vector::BitCastOp::create(e.b, e.vec(1, e.i32()), four),
+              ArrayRef<int64_t>{0});
+          x.push_back(vector::BitCastOp::create(
+              e.b, v64b, vector::BroadcastOp::create(e.b, v16i, word)));
+        }
+        Value bias = vector::BroadcastOp::create(
+            e.b, v16i, e.load(act.blockBias, {e.add(e.mul(t, biasRow), b)}));
+        Value d = vector::BroadcastOp::create(
+            e.b, v16f,
+            e.load(act.scales,
+                   {e.add(e.mul(t, scaleRow), e.mul(b, e.cIndex(8)))}));
+        SmallVector<Value> next;
+        for (auto [group, acc] : llvm::zip_equal(groupAt, accs)) {
+          Value at = e.add(group, e.mul(b, e.cIndex(kGroupBlockBytes)));
+          // Two chains of dots, so that they overlap.
+          Value chains[2] = {bias, e.splatI32(16, 0)};
+          for (int64_t run = 0; run < 8; ++run) {
+            Value w = vector::LoadOp::create(
+                e.b, v64b, bytes,
+                ValueRange{e.add(at, e.cIndex(32 + 64 * run))});
+            chains[run % 2] =
+                dotBytes(e, chains[run % 2], w, x[run], Int8Isa::Vnni512);
+          }
+          Value dot = arith::AddIOp::create(e.b, chains[0], chains[1]);
+          Value halves = vector::BitCastOp::create(
+              e.b, e.vec(16, e.b.getF16Type()),
+              vector::LoadOp::create(e.b, v32b, bytes, ValueRange{at})
+                  .getResult());
+          Value scales = arith::MulFOp::create(
+              e.b, arith::ExtFOp::create(e.b, v16f, halves), d);
+          next.push_back(vector::FMAOp::create(
+              e.b, arith::SIToFPOp::create(e.b, v16f, dot), scales, acc));
+        }
+        return next;
+      });
+  SmallVector<Value> sums;
+  for (Value acc : accs)
+    for (int64_t lane = 0; lane < kvrt::kQ8Rows16; ++lane)
+      sums.push_back(
+          vector::ExtractOp::create(e.b, acc, ArrayRef<int64_t>{lane}));
+  return sums;
+}
+
 SmallVector<Value> cpu::int8DecodeSums(ForwardEmitter &e,
                                        kvrt_weight_format format, Value bytes,
                                        const Int8Activations &act, Value k,
@@ -1576,9 +1678,14 @@ bool cpu::hasInt8Panels(kvrt_weight_format format) {
 /// The arguments are emitQuantMatmul's; its pack and widen buffers are not
 /// used (the activations' and the panels' buffers are allocated per call).
 void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
-                         bool accumulate, Int8Isa isa, bool amx) {
+                         bool accumulate, Int8Isa isa, bool amx,
+                         bool repacked) {
   assert(hasInt8Dot(format) && "a format without an integer dot product");
-  std::string base = quantMatmulName(format, accumulate);
+  assert((!repacked || readsDecodeRows(format, true, isa)) &&
+         "repacked rows are Q8_0's, for VNNI");
+  std::string base = int8MatmulName(format, accumulate, repacked);
+  // Repacked rows hold VNNI's biased quants: no AMX tiles over them.
+  amx = amx && !repacked;
   func::FuncOp fn = beginQuantMatmul(e, base);
   Value a = fn.getArgument(0), bytes = fn.getArgument(1),
         offset = fn.getArgument(2), c = fn.getArgument(3);
@@ -1618,7 +1725,7 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
               Int8Activations::fromBuffers(e, v.drop_front(1), k, scaleBlock),
               lo, hi, isa);
         });
-    DecodeKernel kernel{format, /*int8=*/true, isa};
+    DecodeKernel kernel{format, /*int8=*/true, isa, repacked};
     Value groups = decodeTileCount(e, kernel, m);
     SmallVector<Value> captures{bytes,      offset, act.quants, act.bias,
                                 act.scales, c,      a,          act.blockBias};
@@ -1672,7 +1779,10 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                     [&](ValueRange v, Value lo, Value hi) {
                       Value k = memref::DimOp::create(e.b, v[5], e.cIndex(1));
                       Value m = memref::DimOp::create(e.b, v[4], e.cIndex(1));
-                      if (kQuant)
+                      if (repacked)
+                        emitRepackedPackPanels(e, v[0], v[1], k, v[2], v[3], lo,
+                                               hi);
+                      else if (kQuant)
                         emitKQuantPackPanels(e, format, v[0], v[1], k, m, v[2],
                                              v[3], lo, hi, forVnni);
                       else

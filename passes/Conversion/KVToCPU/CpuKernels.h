@@ -16,6 +16,7 @@
 #define KVIR_PASSES_CONVERSION_KVTOCPU_CPUKERNELS_H
 
 #include "passes/Conversion/Forward/ForwardEmitter.h"
+#include "runtime/core/WeightFormat.h"
 
 namespace mlir::kv::cpu {
 
@@ -75,8 +76,15 @@ enum class Int8Isa { Vnni512, Avx2 };
 /// tiles where the running process is granted them, VNNI where not. With
 /// Int8Isa::Avx2 the decode step's tiles take AVX2's instructions and a
 /// prefill widens the weights (emitQuantMatmul's prefill).
+/// With `repacked` (Q8_0 by VNNI, readsDecodeRows), `bytes` and the offset
+/// are the rows the runtime repacked for decode (decode_rows): a decode
+/// step takes emitRepackedDecodeTile's tiles, a prefill copies its panels
+/// from them (no AMX); int8MatmulName names the kernel.
 void emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
-                    bool accumulate, Int8Isa isa, bool amx = false);
+                    bool accumulate, Int8Isa isa, bool amx = false,
+                    bool repacked = false);
+std::string int8MatmulName(kvrt_weight_format format, bool accumulate,
+                           bool repacked);
 bool hasInt8Dot(kvrt_weight_format format);
 bool hasInt8Panels(kvrt_weight_format format);
 /// CpuQuantMatmul.cpp: the prefill half of emitQuantMatmul (the weights
@@ -269,18 +277,50 @@ SmallVector<Value> emitQuantDots(ForwardEmitter &e, kvrt_weight_format format,
                                  Value a, Value bytes, ArrayRef<Value> rows,
                                  Value t, Value k);
 
+/// CpuInt8Matmul.cpp: a decode tile over Q8_0 rows repacked for decode
+/// (decode_rows; kvrt::repackQ8Rows16): token t (a row of the quantised
+/// activations, a scale per 32) against the groups of kvrt::kQ8Rows16 rows
+/// starting at the byte offsets `groupAt` of `bytes`. Per block and group,
+/// eight 64-byte loads, each 4 quants of all 16 rows, dotted (vpdpbusd, the
+/// weights stored + 128) against the token's 4 quants in every lane, the
+/// dot started at the token's -128 sum q: lane r holds row r's sum, scaled
+/// by the group's 16 f16 scales times the token's in one conversion, one
+/// multiply and one FMA for the 16 rows. Returns the sums of every group's
+/// rows in order (16 a group). AVX-512 VNNI only.
+SmallVector<Value> emitRepackedDecodeTile(ForwardEmitter &e, Value bytes,
+                                          const Int8Activations &act, Value k,
+                                          Value t, ArrayRef<Value> groupAt);
+/// The groups of kvrt::kQ8Rows16 rows a tile of emitRepackedDecodeTile
+/// reads: two, spread as decodeTileRow spreads rows (group j of tile t of
+/// `tiles` is t + j tiles).
+constexpr int64_t kRepackedTileGroups = 2;
+
 /// How a decode step multiplies weights of `format` (not f32): by integer
-/// dots on the quantised activations (`int8`) or widened to f32.
+/// dots on the quantised activations (`int8`) or widened to f32; with
+/// `repacked`, over the rows the runtime repacked for decode (decode_rows:
+/// Q8_0 by AVX-512 VNNI dots, readsDecodeRows) instead of the file's.
 struct DecodeKernel {
   kvrt_weight_format format;
   bool int8;
   /// The instructions of its integer dots.
   Int8Isa isa = Int8Isa::Vnni512;
+  bool repacked = false;
   /// The weight rows of one of its tiles.
   int64_t tileRows() const {
+    if (repacked)
+      return kRepackedTileGroups * kvrt::kQ8Rows16;
     return int8 ? int8TileOutputs(format, isa) : decodeTileRows(format);
   }
+  /// Its name in the names of the kernels that take it ("q8_0",
+  /// "q8_0_rows16").
+  std::string name() const;
 };
+
+/// Whether a decode kernel multiplying `format` by integer dots (`int8`)
+/// of `isa` can read the rows repacked for decode: Q8_0 by VNNI-512.
+inline bool readsDecodeRows(kvrt_weight_format format, bool int8, Int8Isa isa) {
+  return format == KVRT_WEIGHT_Q8_0 && int8 && isa == Int8Isa::Vnni512;
+}
 
 /// The input of a decode step's product as a kernel sees it: the rows of a
 /// ([n][k]), and their quantised activations where a kernel takes integer

@@ -251,6 +251,12 @@ std::string cpu::quantMatmulName(kvrt_weight_format format, bool accumulate) {
          (accumulate ? "_acc" : "");
 }
 
+std::string cpu::int8MatmulName(kvrt_weight_format format, bool accumulate,
+                                bool repacked) {
+  return std::string("matmul_") + kvrt::weightFormatName(format) +
+         (repacked ? "_rows16" : "") + (accumulate ? "_acc" : "");
+}
+
 /// Begins `base`, a matmul of weights in a format other than f32, with the
 /// arguments every such kernel takes: (a, bytes, byte offset of b, c, pack
 /// buffer, widen buffer).

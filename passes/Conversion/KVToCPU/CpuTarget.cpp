@@ -125,9 +125,30 @@ public:
           packPerCall);
       return;
     }
-    call(e, quantMatmulName(b.format, accumulate),
-         {rows(e, a, n, k), b.bytes, b.offset, rows(e, c, n, m), packBuffer(e),
-          functionBuffer(e, widenBuffers)});
+    auto fileRows = [&] {
+      call(e, quantMatmulName(b.format, accumulate),
+           {rows(e, a, n, k), b.bytes, b.offset, rows(e, c, n, m),
+            packBuffer(e), functionBuffer(e, widenBuffers)});
+    };
+    if (!mayReadDecodeRows(b))
+      return fileRows();
+    // The rows the runtime repacked, where it did: a decode step's tiles
+    // and a prefill's panels read them, and the file's pages are left
+    // alone. With AMX a prefill reads the file's rows (its AMX tiles take
+    // the quants unbiased).
+    Value offset = decodeRowsOffset(e, b);
+    Value repacked = repackedAt(e, offset);
+    if (amx)
+      repacked = arith::AndIOp::create(e.b, repacked, decodeRows(e, n));
+    e.ifElse(
+        repacked,
+        [&] {
+          call(e, int8MatmulName(b.format, accumulate, /*repacked=*/true),
+               {rows(e, a, n, k), b.decodeRows, e.toIndex(offset),
+                rows(e, c, n, m), packBuffer(e),
+                functionBuffer(e, widenBuffers)});
+        },
+        fileRows);
   }
 
   /// A decode step (fewer than kPackedMinRows rows) takes the products as
@@ -136,23 +157,57 @@ public:
   void products(ForwardEmitter &e, BufferRef a, ArrayRef<MatmulOutput> outputs,
                 Value n, int64_t k) override {
     SmallVector<DecodeKernel> kernels;
+    bool repackable = false;
     for (const MatmulOutput &out : outputs) {
       if (out.weight.format == KVRT_WEIGHT_F32)
         return ForwardTarget::products(e, a, outputs, n, k);
       kernels.push_back(decodeKernel(out.weight.format));
+      repackable |= mayReadDecodeRows(out.weight);
     }
     std::string base = productsName(kernels);
     emitOnce(e, base, [&] { emitDecodeProducts(e, base, kernels); });
+    auto fileRows = [&] {
+      e.ifElse(
+          decodeRows(e, n),
+          [&] {
+            SmallVector<Value> operands{rows(e, a, n, k)};
+            for (const MatmulOutput &out : outputs)
+              operands.append({out.weight.bytes, out.weight.offset,
+                               rows(e, out.c, n, out.m)});
+            call(e, base, operands);
+          },
+          [&] { ForwardTarget::products(e, a, outputs, n, k); });
+    };
+    if (!repackable)
+      return fileRows();
+    // A decode step reads the Q8_0 weights' repacked rows where the runtime
+    // repacked them all.
+    SmallVector<Value> offsets;
+    Value repacked = decodeRows(e, n);
+    for (auto [out, kernel] : llvm::zip_equal(outputs, kernels)) {
+      if (!mayReadDecodeRows(out.weight)) {
+        offsets.push_back(Value());
+        continue;
+      }
+      kernel = repackedKernel(out.weight.format);
+      offsets.push_back(decodeRowsOffset(e, out.weight));
+      repacked =
+          arith::AndIOp::create(e.b, repacked, repackedAt(e, offsets.back()));
+    }
+    std::string repackedBase = productsName(kernels);
+    emitOnce(e, repackedBase,
+             [&] { emitDecodeProducts(e, repackedBase, kernels); });
     e.ifElse(
-        decodeRows(e, n),
+        repacked,
         [&] {
           SmallVector<Value> operands{rows(e, a, n, k)};
-          for (const MatmulOutput &out : outputs)
-            operands.append({out.weight.bytes, out.weight.offset,
+          for (auto [out, offset] : llvm::zip_equal(outputs, offsets))
+            operands.append({offset ? out.weight.decodeRows : out.weight.bytes,
+                             offset ? e.toIndex(offset) : out.weight.offset,
                              rows(e, out.c, n, out.m)});
-          call(e, base, operands);
+          call(e, repackedBase, operands);
         },
-        [&] { ForwardTarget::products(e, a, outputs, n, k); });
+        fileRows);
   }
 
   /// A decode step's gated product as one kernel (emitDecodeGated) where
@@ -168,14 +223,35 @@ public:
     DecodeKernel kernel = decodeKernel(gate.format);
     std::string base = gatedName(kernel);
     emitOnce(e, base, [&] { emitDecodeGated(e, base, kernel); });
+    auto fileRows = [&] {
+      e.ifElse(
+          decodeRows(e, n),
+          [&] {
+            call(e, base,
+                 {rows(e, a, n, k), gate.bytes, gate.offset, up.bytes,
+                  up.offset, rows(e, h1, n, m)});
+          },
+          separate);
+    };
+    if (!mayReadDecodeRows(gate))
+      return fileRows();
+    // A decode step over the repacked rows of both, where the runtime
+    // repacked them.
+    DecodeKernel repacked = repackedKernel(gate.format);
+    std::string repackedBase = gatedName(repacked);
+    emitOnce(e, repackedBase,
+             [&] { emitDecodeGated(e, repackedBase, repacked); });
+    Value gateAt = decodeRowsOffset(e, gate), upAt = decodeRowsOffset(e, up);
+    Value both =
+        arith::AndIOp::create(e.b, repackedAt(e, gateAt), repackedAt(e, upAt));
     e.ifElse(
-        decodeRows(e, n),
+        arith::AndIOp::create(e.b, decodeRows(e, n), both),
         [&] {
-          call(e, base,
-               {rows(e, a, n, k), gate.bytes, gate.offset, up.bytes, up.offset,
-                rows(e, h1, n, m)});
+          call(e, repackedBase,
+               {rows(e, a, n, k), gate.decodeRows, e.toIndex(gateAt),
+                up.decodeRows, e.toIndex(upAt), rows(e, h1, n, m)});
         },
-        separate);
+        fileRows);
   }
 
   /// The RoPE tables of the whole call (rope_rows), so that no layer
@@ -273,6 +349,39 @@ private:
   DecodeKernel decodeKernel(kvrt_weight_format format) const {
     return DecodeKernel{format, int8Dot && hasInt8Dot(format), int8Isa};
   }
+  /// The same over the rows the runtime repacked for decode.
+  DecodeKernel repackedKernel(kvrt_weight_format format) const {
+    DecodeKernel kernel = decodeKernel(format);
+    kernel.repacked = true;
+    return kernel;
+  }
+
+  /// Whether a decode step of this target may read `w`'s rows repacked
+  /// (decode_rows): a forward's weight (not an attention entry's) whose
+  /// format and integer dots have such a kernel (readsDecodeRows).
+  bool mayReadDecodeRows(const WeightRef &w) const {
+    return w.decodeRows &&
+           readsDecodeRows(w.format, int8Dot && hasInt8Dot(w.format), int8Isa);
+  }
+
+  /// The byte offset (i64) of `w`'s slice in decode_rows, or -1 where the
+  /// runtime did not repack it (a table shorter than the entry: none).
+  static Value decodeRowsOffset(ForwardEmitter &e, const WeightRef &w) {
+    Value entries =
+        memref::DimOp::create(e.b, w.decodeRowsOffsets, e.cIndex(0));
+    return e
+        .ifThenElse(
+            e.cmp(arith::CmpIPredicate::ult, w.packedEntry, entries), {e.i64()},
+            [&]() -> SmallVector<Value> {
+              return {e.load(w.decodeRowsOffsets, {w.packedEntry})};
+            },
+            [&]() -> SmallVector<Value> { return {e.cI64(-1)}; })
+        .front();
+  }
+  /// Whether `offset` (decodeRowsOffset's) names repacked rows.
+  static Value repackedAt(ForwardEmitter &e, Value offset) {
+    return e.cmp(arith::CmpIPredicate::sge, offset, e.cI64(0));
+  }
 
   /// Whether n (index) rows are a decode step's: the matmul kernels' own
   /// test (fewer than kPackedMinRows).
@@ -344,10 +453,15 @@ void CpuTarget::emitKernels(ForwardEmitter &e) {
     if (format == KVRT_WEIGHT_F32)
       continue;
     for (bool accumulate : {false, true}) {
-      if (int8Dot && hasInt8Dot(format))
+      bool int8 = int8Dot && hasInt8Dot(format);
+      if (int8)
         emitInt8Matmul(e, format, accumulate, int8Isa, amx);
       else
         emitQuantMatmul(e, format, accumulate);
+      // Over the rows the runtime repacks for decode (decode_rows).
+      if (readsDecodeRows(format, int8, int8Isa))
+        emitInt8Matmul(e, format, accumulate, int8Isa, amx,
+                       /*repacked=*/true);
     }
   }
   emitRopeTable(e);

@@ -1120,7 +1120,7 @@ TEST(GGUFTest, ReadLoadKeepsTheMappedBytes) {
             KVRT_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(none, nullptr);
   EXPECT_EQ(std::string(kvrt_last_error()),
-            "kvrt_model_load_ex: unknown flags 0x6");
+            "kvrt_model_load_ex: unknown flags 0x4");
   std::string missing = scratch("no-such-file.gguf");
   EXPECT_EQ(kvrt_model_load_ex(missing.c_str(), KVRT_LOAD_READ, &none),
             KVRT_ERR_IO);
