@@ -3,7 +3,7 @@
 #ifndef KVIR_BENCH_KERNELS_Q8TILEMODEL_H
 #define KVIR_BENCH_KERNELS_Q8TILEMODEL_H
 
-#include "runtime/core/Quant.h"
+#include "runtime/core/WeightFormat.h"
 
 #include <cstdint>
 

@@ -622,6 +622,10 @@ int main(int argc, char **argv) {
       options.quantDot != "avx2")
     return fail("unknown --quant-dot '" + options.quantDot +
                 "' (available: auto, f32, int8, amx, avx2)");
+  // A forward that widens Q8_0 or takes AVX2's dots never reads the rows
+  // repacked for VNNI: none are made.
+  if (options.quantDot == "f32" || options.quantDot == "avx2")
+    options.run.runner.noRepack = true;
   if (!applyThreads(options.run.runner.threads, problem) ||
       !checkRunOptions(options.run, problem) ||
       !checkCacheOptions(options.cache, problem))
