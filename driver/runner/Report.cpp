@@ -791,13 +791,13 @@ void printTokenListText(const TokenListReport &r) {
   std::printf("weights: %llu bytes resident",
               (unsigned long long)r.weightBytes);
   if (r.packedWeightBytes)
-    std::printf(", %llu of them packed by the runtime (f32 panels, Q8_0 rows "
-                "for decode)",
+    std::printf(", %llu of them packed by the runtime (f32 panels, rows "
+                "repacked for decode)",
                 (unsigned long long)r.packedWeightBytes);
   std::printf(", %llu on 2 MiB pages",
               (unsigned long long)r.weightHugePageBytes);
   if (r.repackSeconds > 0)
-    std::printf("; Q8_0 rows repacked for decode in %.1f ms",
+    std::printf("; Q8_0 and Q4_K rows repacked for decode in %.1f ms",
                 r.repackSeconds * 1e3);
   std::printf("\n");
   std::printf("tokens: %zu (positions 0..%zu)\n", n, n - 1);

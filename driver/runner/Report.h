@@ -156,10 +156,10 @@ struct TokenListReport {
   /// Bytes of the model's weights in memory, as they are kept (mapped from
   /// the file or owned), with the CPU backend's packed copies once a call
   /// made them (packedWeightBytes of them: the layers' f32 matrices for the
-  /// matmul, the Q8_0 matrices for decode), less the file's rows those
+  /// matmul, the Q8_0 and Q4_K matrices for decode), less the file's rows those
   /// replaced (Runner::residentWeightBytes).
   uint64_t weightBytes = 0, packedWeightBytes = 0;
-  /// How long the runner took to repack the Q8_0 matrices for decode
+  /// How long the runner took to repack the Q8_0 and Q4_K matrices for decode
   /// before the run (Runner::repackSeconds).
   double repackSeconds = 0;
   /// Of weightBytes, those on 2 MiB pages at the end of the run

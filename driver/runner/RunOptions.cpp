@@ -59,12 +59,12 @@ void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
               "(docs/models.md)",
               r.noMmap);
   parser.flag("no-repack",
-              "keep Q8_0 matrices in the file's layout only: by default, "
-              "where the backend is the CPU and the machine has AVX-512 "
-              "VNNI, they are repacked 16 rows at a time before the first "
-              "call (as many bytes as those matrices, in place of the "
-              "file's pages) and decode steps and prefills read that copy, "
-              "for faster decode; this saves the copy and its making "
+              "keep Q8_0 and Q4_K matrices in the file's layout only: by "
+              "default, where the backend is the CPU and the machine has "
+              "AVX-512 VNNI, they are repacked 16 rows at a time before the "
+              "first call (about as many bytes as those matrices, in place "
+              "of the file's pages) and decode steps and prefills read that "
+              "copy, for faster decode; this saves the copy and its making "
               "(docs/cpu-backend.md)",
               r.noRepack);
 

@@ -55,7 +55,7 @@ struct RunnerOptions {
   int64_t threads = 0;
   /// `--no-mmap`: a GGUF file's weights read into memory (KVRT_LOAD_READ).
   bool noMmap = false;
-  /// `--no-repack`: no copy of the Q8_0 matrices repacked for decode
+  /// `--no-repack`: no copy of the matrices repacked for decode
   /// (KVRT_LOAD_NO_REPACK).
   bool noRepack = false;
   /// The kvrt_model_load_ex flags these options ask for.

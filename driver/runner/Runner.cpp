@@ -45,7 +45,7 @@ std::unique_ptr<Runner> Runner::create(const RunnerOptions &options,
       exec::createBackend(options.backend, runner->model(), error);
   if (!runner->computeBackend)
     return nullptr;
-  // The CPU forward's decode steps read the Q8_0 matrices repacked
+  // The CPU forward's decode steps read the Q8_0 and Q4_K matrices repacked
   // (kvir::decodeRows): made here, and timed apart from the first call's.
   if (options.backend == "cpu") {
     auto start = std::chrono::steady_clock::now();

@@ -313,16 +313,18 @@ std::shared_ptr<const DecodeRows> repackModel(const kvrt_model &model) {
   struct Slice {
     const void *data;
     int64_t m, k, at, fileBytes;
+    kvrt_weight_format format;
   };
   std::vector<Slice> slices;
   forEachForwardMatrix(model, [&](size_t entry, int64_t m, int64_t k,
                                   const kvrt_weight_slice &slice) {
-    if (slice.format != KVRT_WEIGHT_Q8_0)
+    if (kvrt::decodeGroupBlockBytes(slice.format) == 0)
       return;
     rows->offsets[entry] = rows->bytes;
-    slices.push_back({slice.data, m, k, rows->bytes, slice.bytes});
+    slices.push_back(
+        {slice.data, m, k, rows->bytes, slice.bytes, slice.format});
     // Each slice starts on a 64-byte line of its own.
-    rows->bytes += (kvrt::q8Rows16Bytes(m, k) + 63) / 64 * 64;
+    rows->bytes += (kvrt::decodeRowsBytes(slice.format, m, k) + 63) / 64 * 64;
   });
   if (rows->bytes == 0)
     return rows;
@@ -340,8 +342,9 @@ std::shared_ptr<const DecodeRows> repackModel(const kvrt_model &model) {
     kvrt_parallel_for((slice.m + kvrt::kQ8Rows16 - 1) / kvrt::kQ8Rows16,
                       [](void *context, int64_t begin, int64_t end) {
                         auto &i = *static_cast<Item *>(context);
-                        kvrt::repackQ8Rows16(i.slice->data, i.slice->m,
-                                             i.slice->k, i.to, begin, end);
+                        kvrt::repackDecodeRows(i.slice->format, i.slice->data,
+                                               i.slice->m, i.slice->k, i.to,
+                                               begin, end);
                       },
                       &item);
     // The forward reads the copy from now on: the pages of the slice in

@@ -145,10 +145,11 @@ struct PackedWeights {
 /// call).
 const PackedWeights *packedWeights(const kvrt_model &model, int64_t width);
 
-/// The Q8_0 matrices the forward multiplies (every layer's wq .. w3 and the
-/// classifier, where Q8_0) repacked once for a decode step's integer dots
-/// (ForwardABI.def: decode_rows, decode_rows_offsets; kvrt::repackQ8Rows16,
-/// Quant.h; docs/cpu-backend.md, "A layout for decode").
+/// The Q8_0 and Q4_K matrices the forward multiplies (every layer's wq ..
+/// w3 and the classifier, where of those formats) repacked once for a
+/// decode step's integer dots (ForwardABI.def: decode_rows,
+/// decode_rows_offsets; kvrt::repackDecodeRows, Quant.h; docs/cpu-backend.md,
+/// "A layout for decode").
 struct DecodeRows {
   /// [weight][layer] byte offsets into `data` (the rows of weight_offsets),
   /// -1 where a slice is not repacked.
@@ -168,7 +169,7 @@ struct DecodeRows {
 /// on the runtime pool's threads; the other callers wait) and kept with the
 /// model for every program and call, or null where this CPU has no AVX-512
 /// VNNI (the forward's decode then reads no repacked rows), the model was
-/// loaded with KVRT_LOAD_NO_REPACK or it has no Q8_0 matrix.
+/// loaded with KVRT_LOAD_NO_REPACK or it has no Q8_0 or Q4_K matrix.
 const DecodeRows *decodeRows(const kvrt_model &model);
 
 /// Bytes of the packed weights `model` holds (0 before packedWeights and

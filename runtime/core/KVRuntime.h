@@ -276,9 +276,10 @@ typedef enum kvrt_load_flags {
   /// page cache holds (docs/models.md, "Weights in 2 MiB pages"). A llama2.c
   /// checkpoint is read into memory either way.
   KVRT_LOAD_READ = 1,
-  /// No copy of the Q8_0 matrices repacked for decode (docs/cpu-backend.md,
-  /// "A layout for decode"): the CPU forward's decode steps read the file's
-  /// rows, slower, and the model holds no second copy of those bytes.
+  /// No copy of the Q8_0 and Q4_K matrices repacked for decode
+  /// (docs/cpu-backend.md, "A layout for decode"): the CPU
+  /// forward's decode steps read the file's rows, slower, and the model holds
+  /// no second copy of those bytes.
   KVRT_LOAD_NO_REPACK = 2,
 } kvrt_load_flags;
 

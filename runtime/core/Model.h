@@ -126,8 +126,8 @@ struct kvrt_model {
   /// for the CPU forward on first use.
   mutable std::once_flag packedOnce;
   mutable std::shared_ptr<const kvir::PackedWeights> packed;
-  /// kvir::decodeRows (ForwardCall.h): the Q8_0 matrices repacked for the
-  /// CPU forward's decode steps on first use, unless loaded with
+  /// kvir::decodeRows (ForwardCall.h): the Q8_0 and Q4_K matrices repacked for
+  /// the CPU forward's decode steps on first use, unless loaded with
   /// KVRT_LOAD_NO_REPACK (`repack` false).
   bool repack = true;
   /// The mapping of the model's file its weights lie in (a GGUF file loaded

@@ -5,6 +5,7 @@
 #include "runtime/core/Support.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 
@@ -572,4 +573,67 @@ void kvrt::repackQ8Rows16(const void *src, int64_t rows, int64_t cols,
         }
       }
     }
+}
+
+int64_t kvrt::q4kRows16Bytes(int64_t rows, int64_t cols) {
+  int64_t groups = (rows + kQ8Rows16 - 1) / kQ8Rows16;
+  return groups * (cols / 256) * kQ4KRows16BlockBytes;
+}
+
+void kvrt::repackQ4KRows16(const void *src, int64_t rows, int64_t cols,
+                           void *dst, int64_t groupBegin, int64_t groupEnd) {
+  constexpr int64_t kBlockBytes = 144;
+  int64_t blocks = cols / 256;
+  int64_t rowBytes = blocks * kBlockBytes;
+  const auto *from = static_cast<const uint8_t *>(src);
+  auto *to =
+      static_cast<uint8_t *>(dst) + groupBegin * blocks * kQ4KRows16BlockBytes;
+  for (int64_t g = groupBegin; g < groupEnd; ++g)
+    for (int64_t b = 0; b < blocks; ++b, to += kQ4KRows16BlockBytes) {
+      // Rows past the last: all zero (d, dmin, scales, mins and quants).
+      std::memset(to, 0, kQ4KRows16BlockBytes);
+      for (int64_t r = 0; r < kQ8Rows16; ++r) {
+        int64_t row = g * kQ8Rows16 + r;
+        if (row >= rows)
+          break;
+        const uint8_t *block = from + row * rowBytes + b * kBlockBytes;
+        std::memcpy(to + 2 * r, block, 2);
+        std::memcpy(to + 32 + 2 * r, block + 2, 2);
+        for (int s = 0; s < 8; ++s) {
+          uint8_t scale, min;
+          scaleMinK4(s, block + 4, scale, min);
+          to[64 + 16 * s + r] = scale;
+          to[192 + 32 * (s / 2) + 2 * r + s % 2] = min;
+          // Sub-block s: the low (even s) or high nibbles of qs[32 (s / 2)
+          // ..]; four elements 4i .. and four 4i + 16 .. in one word each.
+          const uint8_t *qs = block + 16 + 32 * (s / 2);
+          int shift = 4 * (s % 2);
+          for (int i = 0; i < 4; ++i) {
+            uint32_t low, high;
+            std::memcpy(&low, qs + 4 * i, 4);
+            std::memcpy(&high, qs + 16 + 4 * i, 4);
+            uint32_t four = ((low >> shift) & 0x0F0F0F0Fu) |
+                            (((high >> shift) & 0x0F0F0F0Fu) << 4);
+            std::memcpy(to + 320 + 256 * s + 64 * i + 4 * r, &four, 4);
+          }
+        }
+      }
+    }
+}
+
+int64_t kvrt::decodeRowsBytes(kvrt_weight_format format, int64_t rows,
+                              int64_t cols) {
+  assert(decodeGroupBlockBytes(format) > 0 && "no layout for decode");
+  return format == KVRT_WEIGHT_Q4_K ? q4kRows16Bytes(rows, cols)
+                                    : q8Rows16Bytes(rows, cols);
+}
+
+void kvrt::repackDecodeRows(kvrt_weight_format format, const void *src,
+                            int64_t rows, int64_t cols, void *dst,
+                            int64_t groupBegin, int64_t groupEnd) {
+  assert(decodeGroupBlockBytes(format) > 0 && "no layout for decode");
+  if (format == KVRT_WEIGHT_Q4_K)
+    repackQ4KRows16(src, rows, cols, dst, groupBegin, groupEnd);
+  else
+    repackQ8Rows16(src, rows, cols, dst, groupBegin, groupEnd);
 }

@@ -4,7 +4,7 @@
 // layouts): the exact dequantisation every reader shares (the oracle, the
 // runtime's embedding lookup, the writers, the tests), the check of every
 // block's scales a loader makes, the quantisers kv-convert writes with, and
-// the repacking of Q8_0 rows for the CPU's decode steps (kQ8Rows16).
+// the repacking of Q8_0 and Q4_K rows for the CPU's decode steps (kQ8Rows16).
 //
 // Dequantisation is ggml's, operation for operation in f32 (no contraction
 // into fused multiply-adds): Q8_0 d * q; Q4_0 d * (q - 8); Q4_K and Q5_K
@@ -57,6 +57,16 @@ int64_t q8Rows16Bytes(int64_t rows, int64_t cols);
 /// (q8Rows16Bytes of them): callers split the groups between threads.
 void repackQ8Rows16(const void *src, int64_t rows, int64_t cols, void *dst,
                     int64_t groupBegin, int64_t groupEnd);
+/// The same for Q4_K rows (WeightFormat.h, kQ4KRows16BlockBytes): bytes of
+/// `rows` rows repacked, and groups `groupBegin` .. `groupEnd` - 1 written.
+int64_t q4kRows16Bytes(int64_t rows, int64_t cols);
+void repackQ4KRows16(const void *src, int64_t rows, int64_t cols, void *dst,
+                     int64_t groupBegin, int64_t groupEnd);
+/// Either of the above by format (decodeGroupBlockBytes(format) > 0).
+int64_t decodeRowsBytes(kvrt_weight_format format, int64_t rows, int64_t cols);
+void repackDecodeRows(kvrt_weight_format format, const void *src, int64_t rows,
+                      int64_t cols, void *dst, int64_t groupBegin,
+                      int64_t groupEnd);
 
 } // namespace kvrt
 

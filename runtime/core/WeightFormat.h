@@ -74,7 +74,35 @@ const char *ggmlTypeName(uint32_t type);
 /// of 16 rows, so a dot against the token's 4 quants broadcast sums each row
 /// in its own lane. A group's blocks follow each other; a row past the last
 /// (the last group filled up) has zero scales and quants.
+///
+/// Q4_K rows repacked for decode, in the same groups: per group and block of
+/// 256 (kQ4KRows16BlockBytes), the 16 rows' f16 d (bytes 0 .. 31) and dmin
+/// (32 .. 63); the 6-bit scales decoded to bytes, sub-block s of row r at 64
+/// + 16 s + r; the mins decoded, two sub-blocks side by side, at 192 + 32 (s
+/// / 2) + 2 r + s % 2; then the quants, sub-block s of 32 at 320 + 256 s, 4
+/// of each row at a time as Q8_0's: at 64 i + 4 r + l the low nibble holds
+/// element 4 i + l of the sub-block, the high nibble element 4 i + 16 + l. A
+/// 64-byte load masked by 0x0F then holds 4 quants of each of 16 rows, as
+/// does the same load masked by 0xF0 (times 16); the mins pair with the
+/// token's sums of two sub-blocks in one word dot. 2368 bytes where the
+/// file holds 16 x 144 = 2304 (the scales a byte each). The prefill's panels
+/// of 16 outputs hold the same quants in the same order.
 constexpr int64_t kQ8Rows16 = 16;
+constexpr int64_t kQ4KRows16BlockBytes = 64 + 128 + 128 + 2048;
+
+/// Whether the CPU's decode steps read rows of `format` repacked (the
+/// layouts above: Q8_0 and Q4_K), and bytes of a group of kQ8Rows16 rows'
+/// block there (0 for other formats).
+inline int64_t decodeGroupBlockBytes(kvrt_weight_format format) {
+  switch (format) {
+  case KVRT_WEIGHT_Q8_0:
+    return kQ8Rows16 * 34;
+  case KVRT_WEIGHT_Q4_K:
+    return kQ4KRows16BlockBytes;
+  default:
+    return 0;
+  }
+}
 
 /// Bytes of a row of `cols` elements in `format`, or -1 when the row is not
 /// whole blocks.

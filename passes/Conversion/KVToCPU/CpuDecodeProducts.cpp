@@ -120,10 +120,13 @@ DecodeTile decodeTile(ForwardEmitter &e, const DecodeKernel &kernel,
     Value lastGroup =
         e.sub(e.divu(e.add(m, e.cIndex(kvrt::kQ8Rows16 - 1)), groupRows),
               e.cIndex(1));
+    Value groupBytes =
+        e.mul(e.divu(in.k, e.cIndex(kvrt::blockLayout(kernel.format).elements)),
+              e.cIndex(kvrt::decodeGroupBlockBytes(kernel.format)));
     for (int64_t j = 0; j < kRepackedTileGroups; ++j) {
       Value group = e.add(tile, e.mul(tiles, e.cIndex(j)));
-      result.rows.push_back(e.add(
-          offset, e.mul(e.minu(group, lastGroup), e.mul(groupRows, rowBytes))));
+      result.rows.push_back(
+          e.add(offset, e.mul(e.minu(group, lastGroup), groupBytes)));
       for (int64_t lane = 0; lane < kvrt::kQ8Rows16; ++lane)
         result.outputs.push_back(
             e.add(e.mul(group, groupRows), e.cIndex(lane)));
@@ -144,7 +147,9 @@ SmallVector<Value> tileSums(ForwardEmitter &e, const DecodeKernel &kernel,
                             const DecodeInput &in, Value bytes,
                             const DecodeTile &tile, Value t) {
   if (kernel.repacked)
-    return emitRepackedDecodeTile(e, bytes, in.act, in.k, t, tile.rows);
+    return emitRepackedDecodeTile(e, kernel.format, bytes,
+                                  in.activationsFor(kernel.format), in.k, t,
+                                  tile.rows);
   if (kernel.int8)
     return int8DecodeSums(e, kernel.format, bytes,
                           in.activationsFor(kernel.format), in.k, t, tile.rows,

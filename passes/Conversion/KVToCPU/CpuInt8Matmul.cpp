@@ -780,9 +780,9 @@ void emitInt8PackPanels(ForwardEmitter &e, kvrt_weight_format format,
 /// group of 16 rows there, its quants already in the panel's order (+ 128),
 /// so a block's 512 bytes are copied and its 16 f16 scales widened. The
 /// rows past m are the group's zero rows.
-void emitRepackedPackPanels(ForwardEmitter &e, Value bytes, Value offset,
-                            Value k, Value quants, Value scales, Value lo,
-                            Value hi) {
+void emitRepackedQ8PackPanels(ForwardEmitter &e, Value bytes, Value offset,
+                              Value k, Value quants, Value scales, Value lo,
+                              Value hi) {
   constexpr int64_t kGroupBlockBytes = kvrt::kQ8Rows16 * 34;
   Value c1 = e.cIndex(1);
   Value blocks = e.divu(k, e.cIndex(32));
@@ -805,6 +805,75 @@ void emitRepackedPackPanels(ForwardEmitter &e, Value bytes, Value offset,
       vector::StoreOp::create(
           e.b, arith::ExtFOp::create(e.b, e.vec(16, e.f32()), halves), scales,
           ValueRange{e.mul(panelBlock, e.cIndex(16))});
+    });
+  });
+}
+
+/// The 16 f16 at byte `at` of `bytes` as a vector<16xf32>.
+Value widenHalves(ForwardEmitter &e, Value bytes, Value at) {
+  Value halves = vector::BitCastOp::create(
+      e.b, e.vec(16, e.b.getF16Type()),
+      vector::LoadOp::create(e.b, e.vec(32, e.byte()), bytes, ValueRange{at})
+          .getResult());
+  return arith::ExtFOp::create(e.b, e.vec(16, e.f32()), halves);
+}
+
+/// Panels lo .. hi-1 of Q4_K weights for the prefill's tiles, as
+/// emitKQuantPackPanels packs them for vpdpbusd, from the rows the runtime
+/// repacked for decode at byte `offset` of `bytes` (decode_rows,
+/// kvrt::repackQ4KRows16): a panel is a group there, whose sub-block's 256
+/// bytes of quants are already the panel's, copied; the run's scale A = d sc
+/// and min B = dmin m computed as groupScale computes them (an f16 widened
+/// times the integer as f32), so the panels are the file path's bit for bit.
+/// The rows past m are the group's zero rows.
+void emitRepackedQ4KPackPanels(ForwardEmitter &e, Value bytes, Value offset,
+                               Value k, Value quants, Value scales, Value lo,
+                               Value hi) {
+  Value c1 = e.cIndex(1);
+  Value superBlocks = e.divu(k, e.cIndex(256));
+  Value blocks = e.divu(k, e.cIndex(32));
+  VectorType v64b = e.vec(64, e.byte()), v32b = e.vec(32, e.byte()),
+             v16b = e.vec(16, e.byte()), v16f = e.vec(16, e.f32()),
+             v16i = e.vec(16, e.i32());
+  auto halvesAt = [&](Value at) { return widenHalves(e, bytes, at); };
+  auto asF32 = [&](Value sixteenBytes) -> Value {
+    return arith::UIToFPOp::create(
+        e.b, v16f, arith::ExtUIOp::create(e.b, v16i, sixteenBytes));
+  };
+  e.forLoop(lo, hi, c1, [&](Value p) {
+    e.forLoop(e.cIndex(0), superBlocks, c1, [&](Value sb) {
+      Value at = e.add(offset, e.mul(e.add(e.mul(p, superBlocks), sb),
+                                     e.cIndex(kvrt::kQ4KRows16BlockBytes)));
+      Value d = halvesAt(at), dmin = halvesAt(e.add(at, e.cIndex(32)));
+      for (int64_t s = 0; s < 8; ++s) {
+        Value panelBlock =
+            e.add(e.mul(p, blocks), e.add(e.mul(sb, e.cIndex(8)), e.cIndex(s)));
+        for (int64_t i = 0; i < 4; ++i)
+          vector::StoreOp::create(
+              e.b,
+              vector::LoadOp::create(
+                  e.b, v64b, bytes,
+                  ValueRange{e.add(at, e.cIndex(320 + 256 * s + 64 * i))}),
+              quants,
+              ValueRange{
+                  e.mul(e.add(e.mul(panelBlock, e.cIndex(4)), e.cIndex(i)),
+                        e.cIndex(64))});
+        Value sc = vector::LoadOp::create(
+            e.b, v16b, bytes, ValueRange{e.add(at, e.cIndex(64 + 16 * s))});
+        Value pair = vector::LoadOp::create(
+            e.b, v32b, bytes,
+            ValueRange{e.add(at, e.cIndex(192 + 32 * (s / 2)))});
+        SmallVector<int64_t> order;
+        for (int64_t r = 0; r < kvrt::kQ8Rows16; ++r)
+          order.push_back(2 * r + s % 2);
+        Value m = vector::ShuffleOp::create(e.b, pair, pair, order);
+        Value scaleAt = e.mul(panelBlock, e.cIndex(32));
+        vector::StoreOp::create(e.b, arith::MulFOp::create(e.b, d, asF32(sc)),
+                                scales, ValueRange{scaleAt});
+        vector::StoreOp::create(e.b, arith::MulFOp::create(e.b, dmin, asF32(m)),
+                                scales,
+                                ValueRange{e.add(scaleAt, e.cIndex(16))});
+      }
     });
   });
 }
@@ -1573,10 +1642,140 @@ void cpu::freeInt8Activations(ForwardEmitter &e, const Int8Activations &act) {
     memref::DeallocOp::create(e.b, buffer);
 }
 
-SmallVector<Value> cpu::emitRepackedDecodeTile(ForwardEmitter &e, Value bytes,
-                                               const Int8Activations &act,
-                                               Value k, Value t,
-                                               ArrayRef<Value> groupAt) {
+/// The 4 bytes (or 2 words) of `buffer` at element `at` as one i32 in every
+/// lane of a vector<16xi32> (LLVM folds it into its user's broadcast
+/// operand).
+Value broadcastWord(ForwardEmitter &e, Value buffer, VectorType fourBytes,
+                    Value at) {
+  Value four = vector::LoadOp::create(e.b, fourBytes, buffer, ValueRange{at});
+  Value word = vector::ExtractOp::create(
+      e.b, vector::BitCastOp::create(e.b, e.vec(1, e.i32()), four),
+      ArrayRef<int64_t>{0});
+  return vector::BroadcastOp::create(e.b, e.vec(16, e.i32()), word);
+}
+
+/// The lanes of a tile's accumulators in order, 16 a group.
+SmallVector<Value> groupLanes(ForwardEmitter &e, ValueRange accs) {
+  SmallVector<Value> sums;
+  for (Value acc : accs)
+    for (int64_t lane = 0; lane < kvrt::kQ8Rows16; ++lane)
+      sums.push_back(
+          vector::ExtractOp::create(e.b, acc, ArrayRef<int64_t>{lane}));
+  return sums;
+}
+
+/// emitRepackedDecodeTile for Q4_K rows (kvrt::repackQ4KRows16) on Q8_K
+/// activations (a scale per 256, the sums of runs of 32 beside). Per block,
+/// sub-block s and group: four 64-byte loads of quants, each masked by 0x0F
+/// (4 quants of 16 rows) and by 0xF0 (4 more, times 16), dotted (vpdpbusd)
+/// against the token's quants 4i .. and 4i + 16 .. of the sub-block
+/// broadcast, two chains; the sub-block's sum the first plus the second
+/// shifted right by 4 (exact: a multiple of 16), times the rows' scales
+/// (bytes widened, vpmulld), added up in i32 over the block (|sum| < 2^25).
+/// The mins' term sum_s m_s (the token's sum over s) in i32 by vpdpwssd, two
+/// sub-blocks at a time (the mins as words, the sums as a word pair). Per
+/// block and group two FMAs: the sum by d dx and the mins' term by -dmin dx
+/// (the rows' d and dmin widened from f16 together).
+SmallVector<Value> emitRepackedQ4KDecodeTile(ForwardEmitter &e, Value bytes,
+                                             const Int8Activations &act,
+                                             Value k, Value t,
+                                             ArrayRef<Value> groupAt) {
+  assert(act.scaleBlock == 256 && "Q4_K tiles take Q8_K activations");
+  VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
+             v64b = e.vec(64, e.byte()), v32b = e.vec(32, e.byte()),
+             v16b = e.vec(16, e.byte()), v32w = e.vec(32, e.b.getI16Type());
+  Value blocks = e.divu(k, e.cIndex(256));
+  Value quantsRow = e.mul(act.pairs, e.cIndex(64));
+  Value laneRow = e.mul(act.pairs, e.cIndex(16));
+  Value sumsRow = e.mul(blocks, e.cIndex(32));
+  Value lowMask = splatBytes(e, v64b, 0x0F);
+  Value highMask = splatBytes(e, v64b, int8_t(0xF0));
+  auto halvesAt = [&](Value at) { return widenHalves(e, bytes, at); };
+  SmallVector<Value> inits(groupAt.size(), e.splatF32(16, 0.0f));
+  SmallVector<Value> accs = e.forLoop(
+      e.cIndex(0), blocks, e.cIndex(1), inits,
+      [&](Value b, ValueRange accs) -> SmallVector<Value> {
+        Value xAt = e.add(e.mul(t, quantsRow), e.mul(b, e.cIndex(256)));
+        Value dx = e.load(act.scales,
+                          {e.add(e.mul(t, laneRow), e.mul(b, e.cIndex(64)))});
+        Value sumsAt = e.add(e.mul(t, sumsRow), e.mul(b, e.cIndex(32)));
+        SmallVector<Value> at, sums, mins;
+        for (Value group : groupAt) {
+          at.push_back(
+              e.add(group, e.mul(b, e.cIndex(kvrt::kQ4KRows16BlockBytes))));
+          sums.push_back(e.splatI32(16, 0));
+          mins.push_back(e.splatI32(16, 0));
+        }
+        for (int64_t s = 0; s < 8; ++s) {
+          SmallVector<Value> lowX, highX;
+          for (int64_t i = 0; i < 4; ++i) {
+            Value runAt = e.add(xAt, e.cIndex(32 * s + 4 * i));
+            auto four = e.vec(4, e.byte());
+            lowX.push_back(vector::BitCastOp::create(
+                e.b, v64b, broadcastWord(e, act.quants, four, runAt)));
+            highX.push_back(vector::BitCastOp::create(
+                e.b, v64b,
+                broadcastWord(e, act.quants, four,
+                              e.add(runAt, e.cIndex(16)))));
+          }
+          for (size_t g = 0; g < at.size(); ++g) {
+            Value low = e.splatI32(16, 0), high = e.splatI32(16, 0);
+            for (int64_t i = 0; i < 4; ++i) {
+              Value w = vector::LoadOp::create(
+                  e.b, v64b, bytes,
+                  ValueRange{e.add(at[g], e.cIndex(320 + 256 * s + 64 * i))});
+              low = dotBytes(e, low, arith::AndIOp::create(e.b, w, lowMask),
+                             lowX[i], Int8Isa::Vnni512);
+              high = dotBytes(e, high, arith::AndIOp::create(e.b, w, highMask),
+                              highX[i], Int8Isa::Vnni512);
+            }
+            Value dot = arith::AddIOp::create(
+                e.b, low, arith::ShRSIOp::create(e.b, high, e.splatI32(16, 4)));
+            Value scales = arith::ExtUIOp::create(
+                e.b, v16i,
+                vector::LoadOp::create(
+                    e.b, v16b, bytes,
+                    ValueRange{e.add(at[g], e.cIndex(64 + 16 * s))}));
+            sums[g] = arith::AddIOp::create(
+                e.b, sums[g], arith::MulIOp::create(e.b, dot, scales));
+          }
+        }
+        Value dxLanes = vector::BroadcastOp::create(e.b, v16f, dx);
+        Value minusDx = arith::NegFOp::create(e.b, dxLanes);
+        SmallVector<Value> next;
+        for (size_t g = 0; g < at.size(); ++g) {
+          for (int64_t pair = 0; pair < 4; ++pair) {
+            Value m = arith::ExtUIOp::create(
+                e.b, v32w,
+                vector::LoadOp::create(
+                    e.b, v32b, bytes,
+                    ValueRange{e.add(at[g], e.cIndex(192 + 32 * pair))}));
+            Value x = vector::BitCastOp::create(
+                e.b, v32w,
+                broadcastWord(e, act.sums, e.vec(2, e.b.getI16Type()),
+                              e.add(sumsAt, e.cIndex(16 + 2 * pair))));
+            mins[g] = dotWords(e, mins[g], m, x, Int8Isa::Vnni512);
+          }
+          Value d = arith::MulFOp::create(e.b, halvesAt(at[g]), dxLanes);
+          Value dmin = arith::MulFOp::create(
+              e.b, halvesAt(e.add(at[g], e.cIndex(32))), minusDx);
+          Value acc = vector::FMAOp::create(
+              e.b, arith::SIToFPOp::create(e.b, v16f, sums[g]), d, accs[g]);
+          next.push_back(vector::FMAOp::create(
+              e.b, arith::SIToFPOp::create(e.b, v16f, mins[g]), dmin, acc));
+        }
+        return next;
+      });
+  return groupLanes(e, accs);
+}
+
+SmallVector<Value>
+cpu::emitRepackedDecodeTile(ForwardEmitter &e, kvrt_weight_format format,
+                            Value bytes, const Int8Activations &act, Value k,
+                            Value t, ArrayRef<Value> groupAt) {
+  if (format == KVRT_WEIGHT_Q4_K)
+    return emitRepackedQ4KDecodeTile(e, bytes, act, k, t, groupAt);
+  assert(format == KVRT_WEIGHT_Q8_0 && "rows repacked are Q8_0's or Q4_K's");
   constexpr int64_t kGroupBlockBytes = kvrt::kQ8Rows16 * 34;
   VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
              v64b = e.vec(64, e.byte()), v32b = e.vec(32, e.byte());
@@ -1591,16 +1790,11 @@ SmallVector<Value> cpu::emitRepackedDecodeTile(ForwardEmitter &e, Value bytes,
         // the dot started at its -128 sum q; its scale in every lane.
         SmallVector<Value> x;
         Value quantsAt = e.add(e.mul(t, quantsRow), e.mul(b, e.cIndex(32)));
-        for (int64_t run = 0; run < 8; ++run) {
-          Value four = vector::LoadOp::create(
-              e.b, e.vec(4, e.byte()), act.quants,
-              ValueRange{e.add(quantsAt, e.cIndex(4 * run))});
-          Value word = vector::ExtractOp::create(
-              e.b, vector::BitCastOp::create(e.b, e.vec(1, e.i32()), four),
-              ArrayRef<int64_t>{0});
+        for (int64_t run = 0; run < 8; ++run)
           x.push_back(vector::BitCastOp::create(
-              e.b, v64b, vector::BroadcastOp::create(e.b, v16i, word)));
-        }
+              e.b, v64b,
+              broadcastWord(e, act.quants, e.vec(4, e.byte()),
+                            e.add(quantsAt, e.cIndex(4 * run)))));
         Value bias = vector::BroadcastOp::create(
             e.b, v16i, e.load(act.blockBias, {e.add(e.mul(t, biasRow), b)}));
         Value d = vector::BroadcastOp::create(
@@ -1631,12 +1825,7 @@ SmallVector<Value> cpu::emitRepackedDecodeTile(ForwardEmitter &e, Value bytes,
         }
         return next;
       });
-  SmallVector<Value> sums;
-  for (Value acc : accs)
-    for (int64_t lane = 0; lane < kvrt::kQ8Rows16; ++lane)
-      sums.push_back(
-          vector::ExtractOp::create(e.b, acc, ArrayRef<int64_t>{lane}));
-  return sums;
+  return groupLanes(e, accs);
 }
 
 SmallVector<Value> cpu::int8DecodeSums(ForwardEmitter &e,
@@ -1682,7 +1871,7 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
                          bool repacked) {
   assert(hasInt8Dot(format) && "a format without an integer dot product");
   assert((!repacked || readsDecodeRows(format, true, isa)) &&
-         "repacked rows are Q8_0's, for VNNI");
+         "repacked rows are Q8_0's or Q4_K's, for VNNI");
   std::string base = int8MatmulName(format, accumulate, repacked);
   // Repacked rows hold VNNI's biased quants: no AMX tiles over them.
   amx = amx && !repacked;
@@ -1774,21 +1963,23 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
       // For vpdpbusd (Q8_0's quants biased, Q4_K's two a byte) or for AMX
       // (unbiased, one a byte).
       auto pack = [&](StringRef task, bool forVnni) {
-        parallelFor(e, base + task.str(), panels,
-                    {bytes, offset, packedQuants, packedScales, c, a},
-                    [&](ValueRange v, Value lo, Value hi) {
-                      Value k = memref::DimOp::create(e.b, v[5], e.cIndex(1));
-                      Value m = memref::DimOp::create(e.b, v[4], e.cIndex(1));
-                      if (repacked)
-                        emitRepackedPackPanels(e, v[0], v[1], k, v[2], v[3], lo,
-                                               hi);
-                      else if (kQuant)
-                        emitKQuantPackPanels(e, format, v[0], v[1], k, m, v[2],
-                                             v[3], lo, hi, forVnni);
-                      else
-                        emitInt8PackPanels(e, format, v[0], v[1], k, m, v[2],
-                                           v[3], lo, hi, forVnni);
-                    });
+        parallelFor(
+            e, base + task.str(), panels,
+            {bytes, offset, packedQuants, packedScales, c, a},
+            [&](ValueRange v, Value lo, Value hi) {
+              Value k = memref::DimOp::create(e.b, v[5], e.cIndex(1));
+              Value m = memref::DimOp::create(e.b, v[4], e.cIndex(1));
+              if (repacked && kQuant)
+                emitRepackedQ4KPackPanels(e, v[0], v[1], k, v[2], v[3], lo, hi);
+              else if (repacked)
+                emitRepackedQ8PackPanels(e, v[0], v[1], k, v[2], v[3], lo, hi);
+              else if (kQuant)
+                emitKQuantPackPanels(e, format, v[0], v[1], k, m, v[2], v[3],
+                                     lo, hi, forVnni);
+              else
+                emitInt8PackPanels(e, format, v[0], v[1], k, m, v[2], v[3], lo,
+                                   hi, forVnni);
+            });
       };
       if (!amxTiles)
         pack("_pack_task", /*forVnni=*/true);

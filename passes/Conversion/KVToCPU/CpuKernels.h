@@ -76,8 +76,8 @@ enum class Int8Isa { Vnni512, Avx2 };
 /// tiles where the running process is granted them, VNNI where not. With
 /// Int8Isa::Avx2 the decode step's tiles take AVX2's instructions and a
 /// prefill widens the weights (emitQuantMatmul's prefill).
-/// With `repacked` (Q8_0 by VNNI, readsDecodeRows), `bytes` and the offset
-/// are the rows the runtime repacked for decode (decode_rows): a decode
+/// With `repacked` (Q8_0, Q4_K by VNNI, readsDecodeRows), `bytes` and the
+/// offset are the rows the runtime repacked for decode (decode_rows): a decode
 /// step takes emitRepackedDecodeTile's tiles, a prefill copies its panels
 /// from them (no AMX); int8MatmulName names the kernel.
 void emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
@@ -286,8 +286,12 @@ SmallVector<Value> emitQuantDots(ForwardEmitter &e, kvrt_weight_format format,
 /// dot started at the token's -128 sum q: lane r holds row r's sum, scaled
 /// by the group's 16 f16 scales times the token's in one conversion, one
 /// multiply and one FMA for the 16 rows. Returns the sums of every group's
-/// rows in order (16 a group). AVX-512 VNNI only.
-SmallVector<Value> emitRepackedDecodeTile(ForwardEmitter &e, Value bytes,
+/// rows in order (16 a group). AVX-512 VNNI only. Q4_K rows
+/// (kvrt::repackQ4KRows16) take Q8_K activations (a scale per 256) and the
+/// same tile over their nibbles, scales and mins (CpuInt8Matmul.cpp).
+SmallVector<Value> emitRepackedDecodeTile(ForwardEmitter &e,
+                                          kvrt_weight_format format,
+                                          Value bytes,
                                           const Int8Activations &act, Value k,
                                           Value t, ArrayRef<Value> groupAt);
 /// The groups of kvrt::kQ8Rows16 rows a tile of emitRepackedDecodeTile
@@ -298,7 +302,8 @@ constexpr int64_t kRepackedTileGroups = 2;
 /// How a decode step multiplies weights of `format` (not f32): by integer
 /// dots on the quantised activations (`int8`) or widened to f32; with
 /// `repacked`, over the rows the runtime repacked for decode (decode_rows:
-/// Q8_0 by AVX-512 VNNI dots, readsDecodeRows) instead of the file's.
+/// Q8_0 and Q4_K by AVX-512 VNNI dots, readsDecodeRows) instead of the
+/// file's.
 struct DecodeKernel {
   kvrt_weight_format format;
   bool int8;
@@ -317,9 +322,11 @@ struct DecodeKernel {
 };
 
 /// Whether a decode kernel multiplying `format` by integer dots (`int8`)
-/// of `isa` can read the rows repacked for decode: Q8_0 by VNNI-512.
+/// of `isa` can read the rows repacked for decode: Q8_0 and Q4_K by
+/// VNNI-512.
 inline bool readsDecodeRows(kvrt_weight_format format, bool int8, Int8Isa isa) {
-  return format == KVRT_WEIGHT_Q8_0 && int8 && isa == Int8Isa::Vnni512;
+  return kvrt::decodeGroupBlockBytes(format) > 0 && int8 &&
+         isa == Int8Isa::Vnni512;
 }
 
 /// The input of a decode step's product as a kernel sees it: the rows of a

@@ -180,8 +180,8 @@ public:
     };
     if (!repackable)
       return fileRows();
-    // A decode step reads the Q8_0 weights' repacked rows where the runtime
-    // repacked them all.
+    // A decode step reads the Q8_0 and Q4_K weights' repacked rows where the
+    // runtime repacked them all.
     SmallVector<Value> offsets;
     Value repacked = decodeRows(e, n);
     for (auto [out, kernel] : llvm::zip_equal(outputs, kernels)) {

@@ -247,6 +247,59 @@ TEST(QuantTest, Q8Rows16HoldsEachRowWhereDocumented) {
     }
 }
 
+/// The Q4_K layout for decode (Quant.h, repackQ4KRows16) read back from its
+/// description: every element rebuilt from the group's d, dmin, scale, min
+/// and nibble where WeightFormat.h puts them equals the file row's
+/// dequantised element; the rows past the last all zero; the groups written
+/// in two calls as in one.
+TEST(QuantTest, Q4KRows16HoldsEachRowWhereDocumented) {
+  std::mt19937 rng(11);
+  const int64_t rows = 37, cols = 512, blocks = cols / 256, rowBytes = 144 * 2;
+  const int64_t groupBlock = kvrt::kQ4KRows16BlockBytes;
+  std::vector<uint8_t> file;
+  for (int64_t i = 0; i < rows * blocks; ++i) {
+    std::vector<uint8_t> block = randomBlock(KVRT_WEIGHT_Q4_K, rng, {0, 2});
+    file.insert(file.end(), block.begin(), block.end());
+  }
+  ASSERT_EQ(kvrt::q4kRows16Bytes(rows, cols), 3 * blocks * groupBlock);
+  ASSERT_EQ(kvrt::decodeRowsBytes(KVRT_WEIGHT_Q4_K, rows, cols),
+            kvrt::q4kRows16Bytes(rows, cols));
+  std::vector<uint8_t> whole(size_t(kvrt::q4kRows16Bytes(rows, cols)), 0x55);
+  std::vector<uint8_t> split(whole);
+  kvrt::repackQ4KRows16(file.data(), rows, cols, whole.data(), 0, 3);
+  kvrt::repackDecodeRows(KVRT_WEIGHT_Q4_K, file.data(), rows, cols,
+                         split.data(), 2, 3);
+  kvrt::repackDecodeRows(KVRT_WEIGHT_Q4_K, file.data(), rows, cols,
+                         split.data(), 0, 2);
+  EXPECT_EQ(whole, split);
+  std::vector<float> y(static_cast<size_t>(cols));
+  for (int64_t row = 0; row < 48; ++row) {
+    if (row < rows)
+      kvrt::dequantizeRow(KVRT_WEIGHT_Q4_K, file.data() + row * rowBytes,
+                          y.data(), cols);
+    int64_t r = row % 16;
+    SCOPED_TRACE("row " + std::to_string(row));
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t *g = whole.data() + ((row / 16) * blocks + b) * groupBlock;
+      for (int64_t s = 0; s < 8; ++s) {
+        int sc = g[64 + 16 * s + r];
+        int m = g[192 + 32 * (s / 2) + 2 * r + s % 2];
+        for (int64_t l = 0; l < 32; ++l) {
+          uint8_t byte = g[320 + 256 * s + 64 * (l % 16 / 4) + 4 * r + l % 4];
+          int q = l < 16 ? byte & 15 : byte >> 4;
+          float element = half(&g[2 * r]) * float(sc) * float(q) -
+                          half(&g[32 + 2 * r]) * float(m);
+          if (row >= rows)
+            EXPECT_TRUE(sc == 0 && m == 0 && q == 0 && element == 0.0f);
+          else
+            EXPECT_EQ(element, y[size_t(256 * b + 32 * s + l)])
+                << "block " << b << " sub-block " << s << " element " << l;
+        }
+      }
+    }
+  }
+}
+
 TEST(QuantTest, FormatsHaveOneSpelling) {
   for (int f = 0; f < KVRT_WEIGHT_FORMAT_COUNT; ++f) {
     auto format = static_cast<kvrt_weight_format>(f);

@@ -568,61 +568,79 @@ TEST(QuantForwardTest, Int8DotWithinTheActivationQuantisationBound) {
 }
 
 TEST(QuantForwardTest, DecodeRowsAgreeWithTheFileRows) {
-  // With AVX-512 VNNI a decode step reads the Q8_0 matrices repacked 16
-  // rows at a time (decode_rows, made on the first call); loaded with
-  // KVRT_LOAD_NO_REPACK it reads the file's rows. Both take the same
+  // With AVX-512 VNNI a decode step reads the Q8_0 and Q4_K matrices
+  // repacked 16 rows at a time (decode_rows, made on the first call); loaded
+  // with KVRT_LOAD_NO_REPACK it reads the file's rows. Both take the same
   // quantised activations and exact integer dots; the float sums differ in
-  // order (a lane per row and block against per pair), so a last-bit
-  // difference may round a later layer's activation to the next quant, as
-  // in DecodeStepsAreThePrefillsRows: within 2% of the largest logit, the
-  // same top-1. dim 96 and hidden 224 are 3 and 7 blocks, 509 outputs of
-  // the classifier end in a part group of 13 rows and a tile whose second
-  // group is past the end; the repacked outputs are identical on 1, 2 and 3
-  // threads. Only the repacking model holds the repacked copy.
+  // order (a lane per row and block against per pair or per row), so a
+  // last-bit difference may round a later layer's activation to the next
+  // quant, as in DecodeStepsAreThePrefillsRows: within 2% of the largest
+  // logit, the same top-1. A prefill (64 tokens) copies its panels from the
+  // rows: its logits are the file path's bit for bit. Q8_0: dim 96 and
+  // hidden 224 are 3 and 7 blocks; Q4_K: 768 and 512, 3 and 2 blocks of 256.
+  // 509 outputs of the classifier end in a part group of 13 rows and a tile
+  // whose second group is past the end; the repacked outputs are identical
+  // on 1, 2 and 3 threads. Only the repacking model holds the repacked copy.
   if (!mlir::kv::hostHasInt8Dot())
     GTEST_SKIP() << "this host has no AVX-512 VNNI (the integer dot path)";
-  kvrt_model_config c = makeConfig(96, 224, 2, 4, 2, 509, 256);
-  ModelPtr f32 = syntheticModel(c, 47);
-  ModelPtr repacked = quantised(f32.get(), "rows-q8_0", KVRT_GGUF_Q8_0);
-  ModelPtr file =
-      quantised(f32.get(), "rows-q8_0", KVRT_GGUF_Q8_0, KVRT_LOAD_NO_REPACK);
-  PoolPtr pool = poolFor(repacked.get(), 64);
-  ViewPtr empty = emptyView(pool.get());
-  for (size_t n : {1, 3}) {
-    SCOPED_TRACE(n);
-    std::vector<int32_t> tokens = randomTokens(n, c.vocab_size, 900 + n);
-    std::vector<std::vector<float>> byThreads;
-    for (int32_t threads : {1, 2, 3}) {
-      kvrt_set_num_threads(threads);
-      byThreads.push_back(
-          cpuPrefill(repacked.get(), empty.get(), tokens, 0, "int8").logits);
+  struct Case {
+    const char *name;
+    kvrt_gguf_type type;
+    kvrt_weight_format format;
+    int64_t dim, hidden;
+  };
+  for (Case k :
+       {Case{"rows-q8_0", KVRT_GGUF_Q8_0, KVRT_WEIGHT_Q8_0, 96, 224},
+        Case{"rows-q4_k", KVRT_GGUF_Q4_K, KVRT_WEIGHT_Q4_K, 768, 512}}) {
+    SCOPED_TRACE(k.name);
+    kvrt_model_config c = makeConfig(k.dim, k.hidden, 2, 4, 2, 509, 256);
+    ModelPtr f32 = syntheticModel(c, 47);
+    ModelPtr repacked = quantised(f32.get(), k.name, k.type);
+    ModelPtr file = quantised(f32.get(), k.name, k.type, KVRT_LOAD_NO_REPACK);
+    PoolPtr pool = poolFor(repacked.get(), 64);
+    ViewPtr empty = emptyView(pool.get());
+    for (size_t n : {1, 3}) {
+      SCOPED_TRACE(n);
+      std::vector<int32_t> tokens = randomTokens(n, c.vocab_size, 900 + n);
+      std::vector<std::vector<float>> byThreads;
+      for (int32_t threads : {1, 2, 3}) {
+        kvrt_set_num_threads(threads);
+        byThreads.push_back(
+            cpuPrefill(repacked.get(), empty.get(), tokens, 0, "int8").logits);
+      }
+      kvrt_set_num_threads(0);
+      EXPECT_EQ(byThreads[0], byThreads[1]);
+      EXPECT_EQ(byThreads[0], byThreads[2]);
+      std::vector<float> fileRows =
+          cpuPrefill(file.get(), empty.get(), tokens, 0, "int8").logits;
+      double tolerance = 2e-2 * largestOf(fileRows);
+      EXPECT_LT(maxDiff(byThreads[0], fileRows), tolerance);
+      for (size_t t = 0; t < n; ++t) {
+        auto row = [&](const std::vector<float> &logits) {
+          auto begin = logits.begin() + t * c.vocab_size;
+          return std::max_element(begin, begin + c.vocab_size) - begin;
+        };
+        EXPECT_EQ(row(byThreads[0]), row(fileRows)) << "token " << t;
+      }
+      std::printf("decode rows, %s, %zu tokens: max |logit diff| %.3e "
+                  "against the file's rows (tolerance %.3e)\n",
+                  k.name, n, maxDiff(byThreads[0], fileRows), tolerance);
     }
-    kvrt_set_num_threads(0);
-    EXPECT_EQ(byThreads[0], byThreads[1]);
-    EXPECT_EQ(byThreads[0], byThreads[2]);
-    std::vector<float> fileRows =
-        cpuPrefill(file.get(), empty.get(), tokens, 0, "int8").logits;
-    double tolerance = 2e-2 * largestOf(fileRows);
-    EXPECT_LT(maxDiff(byThreads[0], fileRows), tolerance);
-    for (size_t t = 0; t < n; ++t) {
-      auto row = [&](const std::vector<float> &logits) {
-        auto begin = logits.begin() + t * c.vocab_size;
-        return std::max_element(begin, begin + c.vocab_size) - begin;
-      };
-      EXPECT_EQ(row(byThreads[0]), row(fileRows)) << "token " << t;
-    }
-    std::printf("decode rows, %zu tokens: max |logit diff| %.3e against the "
-                "file's rows (tolerance %.3e)\n",
-                n, maxDiff(byThreads[0], fileRows), tolerance);
+    std::vector<int32_t> tokens = randomTokens(64, c.vocab_size, 964);
+    EXPECT_EQ(cpuPrefill(repacked.get(), empty.get(), tokens, 0, "int8").logits,
+              cpuPrefill(file.get(), empty.get(), tokens, 0, "int8").logits);
+    // At least the bytes of the 14 matrices of the two layers, the rows
+    // rounded up to whole groups of 16.
+    auto rows = [&](int64_t m, int64_t cols) {
+      return kvrt::decodeRowsBytes(k.format, m, cols);
+    };
+    int64_t kvRows = c.n_kv_heads * (c.dim / c.n_heads);
+    EXPECT_GE(kvir::packedWeightBytes(*repacked),
+              uint64_t(2 * (2 * rows(c.dim, c.dim) + 2 * rows(kvRows, c.dim) +
+                            2 * rows(c.hidden_dim, c.dim) +
+                            rows(c.dim, c.hidden_dim))));
+    EXPECT_EQ(kvir::packedWeightBytes(*file), 0u);
   }
-  // At least the bytes of the 14 matrices of the two layers, the rows
-  // rounded up to whole groups of 16.
-  EXPECT_GE(kvir::packedWeightBytes(*repacked),
-            uint64_t(2 * (2 * kvrt::q8Rows16Bytes(96, 96) +
-                          2 * kvrt::q8Rows16Bytes(48, 96) +
-                          2 * kvrt::q8Rows16Bytes(224, 96) +
-                          kvrt::q8Rows16Bytes(96, 224))));
-  EXPECT_EQ(kvir::packedWeightBytes(*file), 0u);
 }
 
 TEST(QuantForwardTest, Int8DotOfK_QuantWithinTheBound) {
