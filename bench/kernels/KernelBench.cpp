@@ -21,6 +21,7 @@
 
 #include "bench/kernels/HardwareReport.h"
 #include "bench/kernels/KernelFixtures.h"
+#include "bench/kernels/Q4KRowsModel.h"
 #include "bench/kernels/Q8TileModel.h"
 #include "driver/version/Version.h"
 #include "runtime/core/HugePages.h"
@@ -192,20 +193,21 @@ BENCHMARK(BM_ReadBandwidth)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-/// The Q8_0 product of `matrices` matrices of TinyLlama's gate shape (5632 x
-/// 2048, 12.3 MB each, on huge pages) in `layout` (Q8TileModel.h), on
-/// state.range(0) threads of the runtime's pool, after checking its sums
-/// against a scalar Q8_0 dot; bytes/s.
-void runQ8Model(benchmark::State &state, int64_t matrices, Q8Layout layout) {
-  if (!Q8TileModel::supported()) {
+/// A hand-written tile model (Q8TileModel, Q4KRowsModel) made once per
+/// `key` by `make`, on state.range(0) threads of the runtime's pool, after
+/// checking its sums against a scalar dot (`mismatch` says otherwise);
+/// bytes/s.
+template <typename Model, typename Key, typename Make>
+void runTileModel(benchmark::State &state, const Key &key, Make make,
+                  const char *mismatch) {
+  if (!Model::supported()) {
     state.SkipWithError("needs AVX-512 (F, BW, VL), VNNI and F16C");
     return;
   }
-  static std::map<std::pair<int64_t, Q8Layout>, std::unique_ptr<Q8TileModel>>
-      models;
-  std::unique_ptr<Q8TileModel> &model = models[{matrices, layout}];
+  static std::map<Key, std::unique_ptr<Model>> models;
+  std::unique_ptr<Model> &model = models[key];
   if (!model)
-    model = std::make_unique<Q8TileModel>(matrices, layout);
+    model = make();
   if (!model->valid()) {
     state.SkipWithError("could not allocate the weights");
     return;
@@ -213,13 +215,23 @@ void runQ8Model(benchmark::State &state, int64_t matrices, Q8Layout layout) {
   kvrt_set_num_threads(int(state.range(0)));
   if (!model->matchesScalar()) {
     kvrt_set_num_threads(0);
-    state.SkipWithError("the tile's sums differ from a scalar Q8_0 dot");
+    state.SkipWithError(mismatch);
     return;
   }
   for (auto _ : state)
     benchmark::DoNotOptimize(model->run());
   kvrt_set_num_threads(0);
   state.SetBytesProcessed(state.iterations() * model->bytesRead());
+}
+
+/// The Q8_0 product of `matrices` matrices of TinyLlama's gate shape (5632 x
+/// 2048, 12.3 MB each, on huge pages) in `layout` (Q8TileModel.h), checked
+/// against a scalar Q8_0 dot.
+void runQ8Model(benchmark::State &state, int64_t matrices, Q8Layout layout) {
+  runTileModel<Q8TileModel>(
+      state, std::pair{matrices, layout},
+      [&] { return std::make_unique<Q8TileModel>(matrices, layout); },
+      "the tile's sums differ from a scalar Q8_0 dot");
 }
 
 /// A hand-written copy of the generated Q8_0 decode tile over 22 matrices
@@ -262,6 +274,35 @@ BENCHMARK(BM_Q8TileModelCached)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_Q8Rows16ModelCached)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+/// The Q4_K product of `matrices` matrices of TinyLlama's gate shape (5632 x
+/// 2048, 6.8 MB each repacked, on huge pages) over rows repacked for decode
+/// (Q4KRowsModel.h), on state.range(0) threads of the runtime's pool, after
+/// checking its sums against the dequantised file rows; bytes/s.
+void runQ4KModel(benchmark::State &state, int64_t matrices) {
+  runTileModel<Q4KRowsModel>(
+      state, matrices, [&] { return std::make_unique<Q4KRowsModel>(matrices); },
+      "the tile's sums differ from the file rows' dot");
+}
+
+/// A hand-written copy of the tile over Q4_K rows repacked for decode, 60
+/// matrices (410 MB): what that layout lets a decode step read a second from
+/// memory (docs/cpu-backend.md, "A layout for decode"); and over one matrix
+/// (6.8 MB, in the L3 after the first run): what it computes a second.
+void BM_Q4KRows16Model(benchmark::State &state) { runQ4KModel(state, 60); }
+void BM_Q4KRows16ModelCached(benchmark::State &state) { runQ4KModel(state, 1); }
+BENCHMARK(BM_Q4KRows16Model)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Q4KRows16ModelCached)
     ->ArgName("threads")
     ->Arg(1)
     ->Arg(2)

@@ -59,13 +59,14 @@ void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
               "(docs/models.md)",
               r.noMmap);
   parser.flag("no-repack",
-              "keep Q8_0 and Q4_K matrices in the file's layout only: by "
-              "default, where the backend is the CPU and the machine has "
-              "AVX-512 VNNI, they are repacked 16 rows at a time before the "
-              "first call (about as many bytes as those matrices, in place "
-              "of the file's pages) and decode steps and prefills read that "
-              "copy, for faster decode; this saves the copy and its making "
-              "(docs/cpu-backend.md)",
+              "keep Q8_0 matrices (and a small model's Q4_K ones) in the "
+              "file's layout only: by default, where the backend is the CPU "
+              "and the machine has AVX-512 VNNI, they are repacked 16 rows "
+              "at a time before the first call (Q4_K where the forward's "
+              "matrices take at most 16 MiB; about as many bytes as those "
+              "matrices, in place of the file's pages) and decode steps and "
+              "prefills read that copy, for faster decode; this saves the "
+              "copy and its making (docs/cpu-backend.md)",
               r.noRepack);
 
   parser.section("the entry and its arguments");

@@ -306,6 +306,20 @@ bool hostReadsDecodeRows() {
          __builtin_cpu_supports("avx512vnni");
 }
 
+/// Q4_K matrices are repacked for decode only where the matrices the
+/// forward multiplies, all formats, total at most this many bytes: a step
+/// that stays in the last-level cache is instruction-bound, and there the
+/// repacked rows took a Q4_K_M step (dim 1024, hidden 2816, Zen 4 with a
+/// 32 MiB L3, medians of alternated runs) from 0.29 to 0.19 ms on one thread
+/// and 0.30 to 0.16 on two (one layer, 7.6 MB), 0.54 to 0.34 and 0.49 to
+/// 0.33 (two layers, 13.9 MB); with four layers (27 MB) 1.13 to 1.01 on one
+/// thread but 1.06 to 1.25 on two, and from eight layers (54 MB) to
+/// TinyLlama's shape (631 MB) the step read from memory took as long either
+/// way or longer (docs/cpu-backend.md, "A layout for decode": the copy
+/// costs its making and 2.8% more bytes). Q8_0 matrices are repacked at
+/// every size.
+constexpr int64_t kQ4KRowsMaxForwardBytes = int64_t(16) << 20;
+
 std::shared_ptr<const DecodeRows> repackModel(const kvrt_model &model) {
   const kvrt_model_config &c = model.config;
   auto rows = std::make_shared<DecodeRows>();
@@ -315,10 +329,20 @@ std::shared_ptr<const DecodeRows> repackModel(const kvrt_model &model) {
     int64_t m, k, at, fileBytes;
     kvrt_weight_format format;
   };
+  int64_t forwardBytes = 0;
+  forEachForwardMatrix(
+      model, [&](size_t, int64_t, int64_t, const kvrt_weight_slice &slice) {
+        forwardBytes += slice.bytes;
+      });
+  auto repacks = [&](kvrt_weight_format format) {
+    if (format == KVRT_WEIGHT_Q4_K)
+      return forwardBytes <= kQ4KRowsMaxForwardBytes;
+    return kvrt::decodeGroupBlockBytes(format) > 0;
+  };
   std::vector<Slice> slices;
   forEachForwardMatrix(model, [&](size_t entry, int64_t m, int64_t k,
                                   const kvrt_weight_slice &slice) {
-    if (kvrt::decodeGroupBlockBytes(slice.format) == 0)
+    if (!repacks(slice.format))
       return;
     rows->offsets[entry] = rows->bytes;
     slices.push_back(

@@ -145,9 +145,10 @@ struct PackedWeights {
 /// call).
 const PackedWeights *packedWeights(const kvrt_model &model, int64_t width);
 
-/// The Q8_0 and Q4_K matrices the forward multiplies (every layer's wq ..
-/// w3 and the classifier, where of those formats) repacked once for a
-/// decode step's integer dots (ForwardABI.def: decode_rows,
+/// The Q8_0 matrices the forward multiplies (every layer's wq .. w3 and the
+/// classifier, where Q8_0), and its Q4_K ones where all its matrices take
+/// at most 16 MiB (a step in the cache: ForwardCall.cpp says why), repacked
+/// once for a decode step's integer dots (ForwardABI.def: decode_rows,
 /// decode_rows_offsets; kvrt::repackDecodeRows, Quant.h; docs/cpu-backend.md,
 /// "A layout for decode").
 struct DecodeRows {

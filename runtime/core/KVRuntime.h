@@ -276,8 +276,8 @@ typedef enum kvrt_load_flags {
   /// page cache holds (docs/models.md, "Weights in 2 MiB pages"). A llama2.c
   /// checkpoint is read into memory either way.
   KVRT_LOAD_READ = 1,
-  /// No copy of the Q8_0 and Q4_K matrices repacked for decode
-  /// (docs/cpu-backend.md, "A layout for decode"): the CPU
+  /// No copy of the Q8_0 matrices (nor of a small model's Q4_K ones) repacked
+  /// for decode (docs/cpu-backend.md, "A layout for decode"): the CPU
   /// forward's decode steps read the file's rows, slower, and the model holds
   /// no second copy of those bytes.
   KVRT_LOAD_NO_REPACK = 2,
