@@ -51,16 +51,24 @@ constexpr uint64_t kClosed = 0xffffffffu;
 /// The items a claim at `begin` of a loop of `count` items on `threads`
 /// threads takes: 1 / (kGuidedShare x threads) of those left, and at least
 /// 1 / (kLeastShare x threads) of the loop. A loop then starts with blocks
-/// of an eighth of its items on two threads, as fixed blocks of four claims
-/// per thread did, and ends with small ones: the caller waits at the end of
-/// a loop for the last block another thread holds, half a block on
-/// average. Measured on the TinyLlama-shaped Q4_K_M decode on two threads
-/// (perf, decode only, three runs each, alternated; an AMD EPYC 2-core
-/// machine): the pool's waits were 10.5-10.9% of the samples with fixed
-/// blocks, 5.7-7.4% with these; 5.6-8.7% without the floor (more claims),
-/// 7.9-8.8% with a share of 2. The step times moved within the machine's
-/// noise (docs/models.md).
-constexpr int64_t kGuidedShare = 4, kLeastShare = 32;
+/// of a quarter of its items on two threads and ends with small ones: the
+/// caller waits at the end of a loop for the last block another thread
+/// holds, half a block on average. Measured on the TinyLlama-shaped Q4_K_M
+/// decode on two threads (perf, decode only, three runs each, alternated;
+/// an AMD EPYC 2-core machine): the pool's waits were 10.5-10.9% of the
+/// samples with fixed blocks of an eighth, 5.7-7.4% with a share of 4;
+/// 5.6-8.7% without the floor (more claims), 7.9-8.8% with a share of 2.
+/// But each claim of a decode step's matmul starts its rows' streams anew
+/// (the gated product two matrices' at once) for the memory's prefetchers
+/// to pick up again, the likely reason why fewer claims ran faster on the
+/// Zen 4 machine (alternated rounds, 128 steps,
+/// bench/results/pool-claims.txt): the Q4_K_M step took 15.1-20.5 ms with a
+/// share of 2 against 17.5-21.1 with 4 (nine rounds, each faster),
+/// 14.1-19.3 with a block of half the loop; Q8_0 and F16 moved within the
+/// noise; a 512-token prefill did not move with a share of 1, which was as
+/// fast as 2. 2 keeps a first block of a quarter, so a thread that other
+/// work holds up holds up less.
+constexpr int64_t kGuidedShare = 2, kLeastShare = 32;
 int64_t claimBlock(int64_t begin, int64_t count, int64_t threads) {
   int64_t guided = (count - begin) / (kGuidedShare * threads);
   int64_t least = count / (kLeastShare * threads);

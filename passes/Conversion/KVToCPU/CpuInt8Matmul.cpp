@@ -1643,8 +1643,8 @@ void cpu::freeInt8Activations(ForwardEmitter &e, const Int8Activations &act) {
 }
 
 /// The 4 bytes (or 2 words) of `buffer` at element `at` as one i32 in every
-/// lane of a vector<16xi32> (LLVM folds it into its user's broadcast
-/// operand).
+/// lane of a vector<16xi32> (one vpbroadcastd from memory, which LLVM folds
+/// into a single user's broadcast operand).
 Value broadcastWord(ForwardEmitter &e, Value buffer, VectorType fourBytes,
                     Value at) {
   Value four = vector::LoadOp::create(e.b, fourBytes, buffer, ValueRange{at});
@@ -1675,7 +1675,7 @@ SmallVector<Value> groupLanes(ForwardEmitter &e, ValueRange accs) {
 /// The mins' term sum_s m_s (the token's sum over s) in i32 by vpdpwssd, two
 /// sub-blocks at a time (the mins as words, the sums as a word pair). Per
 /// block and group two FMAs: the sum by d dx and the mins' term by -dmin dx
-/// (the rows' d and dmin widened from f16 together).
+/// (the 16 rows' d and dmin each widened from f16 by one conversion).
 SmallVector<Value> emitRepackedQ4KDecodeTile(ForwardEmitter &e, Value bytes,
                                              const Int8Activations &act,
                                              Value k, Value t,
