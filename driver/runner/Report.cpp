@@ -797,8 +797,7 @@ void printTokenListText(const TokenListReport &r) {
   std::printf(", %llu on 2 MiB pages",
               (unsigned long long)r.weightHugePageBytes);
   if (r.repackSeconds > 0)
-    std::printf("; Q8_0 and Q4_K rows repacked for decode in %.1f ms",
-                r.repackSeconds * 1e3);
+    std::printf("; rows repacked for decode in %.1f ms", r.repackSeconds * 1e3);
   std::printf("\n");
   std::printf("tokens: %zu (positions 0..%zu)\n", n, n - 1);
   if (r.fromText) {

@@ -773,6 +773,15 @@ void emitInt8PackPanels(ForwardEmitter &e, kvrt_weight_format format,
       });
 }
 
+/// The 16 f16 at byte `at` of `bytes` as a vector<16xf32>.
+Value widenHalves(ForwardEmitter &e, Value bytes, Value at) {
+  Value halves = vector::BitCastOp::create(
+      e.b, e.vec(16, e.b.getF16Type()),
+      vector::LoadOp::create(e.b, e.vec(32, e.byte()), bytes, ValueRange{at})
+          .getResult());
+  return arith::ExtFOp::create(e.b, e.vec(16, e.f32()), halves);
+}
+
 /// Panels lo .. hi-1 of Q8_0 weights for the prefill's tiles, as
 /// emitInt8PackPanels packs them (biased, for vpdpbusd), from the rows the
 /// runtime repacked for decode at byte `offset` of `bytes` (decode_rows,
@@ -786,7 +795,7 @@ void emitRepackedQ8PackPanels(ForwardEmitter &e, Value bytes, Value offset,
   constexpr int64_t kGroupBlockBytes = kvrt::kQ8Rows16 * 34;
   Value c1 = e.cIndex(1);
   Value blocks = e.divu(k, e.cIndex(32));
-  VectorType v64b = e.vec(64, e.byte()), v32b = e.vec(32, e.byte());
+  VectorType v64b = e.vec(64, e.byte());
   e.forLoop(lo, hi, c1, [&](Value p) {
     e.forLoop(e.cIndex(0), blocks, c1, [&](Value b) {
       Value panelBlock = e.add(e.mul(p, blocks), b);
@@ -799,23 +808,10 @@ void emitRepackedQ8PackPanels(ForwardEmitter &e, Value bytes, Value offset,
             ValueRange{e.mul(e.add(e.mul(panelBlock, e.cIndex(8)), e.cIndex(i)),
                              e.cIndex(64))});
       }
-      Value halves = vector::BitCastOp::create(
-          e.b, e.vec(16, e.b.getF16Type()),
-          vector::LoadOp::create(e.b, v32b, bytes, ValueRange{at}).getResult());
-      vector::StoreOp::create(
-          e.b, arith::ExtFOp::create(e.b, e.vec(16, e.f32()), halves), scales,
-          ValueRange{e.mul(panelBlock, e.cIndex(16))});
+      vector::StoreOp::create(e.b, widenHalves(e, bytes, at), scales,
+                              ValueRange{e.mul(panelBlock, e.cIndex(16))});
     });
   });
-}
-
-/// The 16 f16 at byte `at` of `bytes` as a vector<16xf32>.
-Value widenHalves(ForwardEmitter &e, Value bytes, Value at) {
-  Value halves = vector::BitCastOp::create(
-      e.b, e.vec(16, e.b.getF16Type()),
-      vector::LoadOp::create(e.b, e.vec(32, e.byte()), bytes, ValueRange{at})
-          .getResult());
-  return arith::ExtFOp::create(e.b, e.vec(16, e.f32()), halves);
 }
 
 /// Panels lo .. hi-1 of Q4_K weights for the prefill's tiles, as
@@ -835,7 +831,6 @@ void emitRepackedQ4KPackPanels(ForwardEmitter &e, Value bytes, Value offset,
   VectorType v64b = e.vec(64, e.byte()), v32b = e.vec(32, e.byte()),
              v16b = e.vec(16, e.byte()), v16f = e.vec(16, e.f32()),
              v16i = e.vec(16, e.i32());
-  auto halvesAt = [&](Value at) { return widenHalves(e, bytes, at); };
   auto asF32 = [&](Value sixteenBytes) -> Value {
     return arith::UIToFPOp::create(
         e.b, v16f, arith::ExtUIOp::create(e.b, v16i, sixteenBytes));
@@ -844,7 +839,8 @@ void emitRepackedQ4KPackPanels(ForwardEmitter &e, Value bytes, Value offset,
     e.forLoop(e.cIndex(0), superBlocks, c1, [&](Value sb) {
       Value at = e.add(offset, e.mul(e.add(e.mul(p, superBlocks), sb),
                                      e.cIndex(kvrt::kQ4KRows16BlockBytes)));
-      Value d = halvesAt(at), dmin = halvesAt(e.add(at, e.cIndex(32)));
+      Value d = widenHalves(e, bytes, at),
+            dmin = widenHalves(e, bytes, e.add(at, e.cIndex(32)));
       for (int64_t s = 0; s < 8; ++s) {
         Value panelBlock =
             e.add(e.mul(p, blocks), e.add(e.mul(sb, e.cIndex(8)), e.cIndex(s)));
@@ -1690,7 +1686,6 @@ SmallVector<Value> emitRepackedQ4KDecodeTile(ForwardEmitter &e, Value bytes,
   Value sumsRow = e.mul(blocks, e.cIndex(32));
   Value lowMask = splatBytes(e, v64b, 0x0F);
   Value highMask = splatBytes(e, v64b, int8_t(0xF0));
-  auto halvesAt = [&](Value at) { return widenHalves(e, bytes, at); };
   SmallVector<Value> inits(groupAt.size(), e.splatF32(16, 0.0f));
   SmallVector<Value> accs = e.forLoop(
       e.cIndex(0), blocks, e.cIndex(1), inits,
@@ -1756,9 +1751,10 @@ SmallVector<Value> emitRepackedQ4KDecodeTile(ForwardEmitter &e, Value bytes,
                               e.add(sumsAt, e.cIndex(16 + 2 * pair))));
             mins[g] = dotWords(e, mins[g], m, x, Int8Isa::Vnni512);
           }
-          Value d = arith::MulFOp::create(e.b, halvesAt(at[g]), dxLanes);
+          Value d =
+              arith::MulFOp::create(e.b, widenHalves(e, bytes, at[g]), dxLanes);
           Value dmin = arith::MulFOp::create(
-              e.b, halvesAt(e.add(at[g], e.cIndex(32))), minusDx);
+              e.b, widenHalves(e, bytes, e.add(at[g], e.cIndex(32))), minusDx);
           Value acc = vector::FMAOp::create(
               e.b, arith::SIToFPOp::create(e.b, v16f, sums[g]), d, accs[g]);
           next.push_back(vector::FMAOp::create(
@@ -1778,7 +1774,7 @@ cpu::emitRepackedDecodeTile(ForwardEmitter &e, kvrt_weight_format format,
   assert(format == KVRT_WEIGHT_Q8_0 && "rows repacked are Q8_0's or Q4_K's");
   constexpr int64_t kGroupBlockBytes = kvrt::kQ8Rows16 * 34;
   VectorType v16f = e.vec(16, e.f32()), v16i = e.vec(16, e.i32()),
-             v64b = e.vec(64, e.byte()), v32b = e.vec(32, e.byte());
+             v64b = e.vec(64, e.byte());
   Value quantsRow = e.mul(act.pairs, e.cIndex(64));
   Value scaleRow = e.mul(act.pairs, e.cIndex(16));
   Value biasRow = e.mul(act.pairs, e.cIndex(2));
@@ -1814,12 +1810,8 @@ cpu::emitRepackedDecodeTile(ForwardEmitter &e, kvrt_weight_format format,
                 dotBytes(e, chains[run % 2], w, x[run], Int8Isa::Vnni512);
           }
           Value dot = arith::AddIOp::create(e.b, chains[0], chains[1]);
-          Value halves = vector::BitCastOp::create(
-              e.b, e.vec(16, e.b.getF16Type()),
-              vector::LoadOp::create(e.b, v32b, bytes, ValueRange{at})
-                  .getResult());
-          Value scales = arith::MulFOp::create(
-              e.b, arith::ExtFOp::create(e.b, v16f, halves), d);
+          Value scales =
+              arith::MulFOp::create(e.b, widenHalves(e, bytes, at), d);
           next.push_back(vector::FMAOp::create(
               e.b, arith::SIToFPOp::create(e.b, v16f, dot), scales, acc));
         }
