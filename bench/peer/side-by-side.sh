@@ -41,12 +41,15 @@
 # attends) over its time, and its share of the machine's read bandwidth on
 # as many threads (kv-bench-kernels' BM_ReadBandwidth: a 256 MiB buffer on
 # huge pages, best of 5; issue 20's target is 0.8), measured right before
-# and right after the row's runs, the larger printed beside the share: on a
-# machine shared with other work the bandwidth moves within minutes (31-61
-# GB/s on two threads in one afternoon), so a yardstick taken once for the
-# whole table misstates the later rows, and one taken in a disturbed moment
-# understates the memory (a two-thread F16 step once read 48 GB/s against
-# 37 measured just before it). The header line gives the figures taken
+# and right after the row's runs, the share taken against the larger, both
+# printed beside it (before/after): on a machine shared with other work the
+# bandwidth moves within minutes (31-61 GB/s on two threads in one
+# afternoon), so a yardstick taken once for the whole table misstates the
+# later rows, one taken in a disturbed moment understates the memory (a
+# two-thread F16 step once read 48 GB/s against 37 measured just before
+# it), and two far apart say the state moved during the row's runs, whose
+# ratio then says which engine caught which state more than which is
+# faster. The header line gives the figures taken
 # before the table, and what the Q8_0 decode patterns written by hand read
 # (kv-bench-kernels' BM_Q8TileModel over the file's rows, BM_Q8Rows16Model
 # over the rows repacked for decode, which kv-run's Q8_0 steps read by
@@ -149,7 +152,7 @@ done
 echo "shape: $shape; prompt $prompt tokens, decode $decode tokens; $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "read bandwidth (GB/s): $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${readGBs[$t]}"; done)the Q8_0 decode pattern by hand, file rows: $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${tileGBs[$t]}"; done)repacked rows: $(for t in $threads; do printf '%s thread(s) %s; ' "$t" "${rowsGBs[$t]}"; done)kv-run options: ${kvirArgs:-none}$([ "$rounds" -gt 1 ] && echo "; $rounds alternated rounds a row, medians")"
 echo
-echo "| file | MiB | threads | prefill ms KVIR / llama.cpp | ratio | decode ms/token KVIR / llama.cpp | ratio | KVIR decode GB/s (share of the read bandwidth measured around the row: GB/s) | weights on 2 MiB pages | peak RSS MiB KVIR / llama.cpp | greedy ids agree |"
+echo "| file | MiB | threads | prefill ms KVIR / llama.cpp | ratio | decode ms/token KVIR / llama.cpp | ratio | KVIR decode GB/s (share of the read bandwidth, the larger of those measured before / after the row: GB/s) | weights on 2 MiB pages | peak RSS MiB KVIR / llama.cpp | greedy ids agree |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for type in $types; do
   # A kept file is named by the shape and its type: a reused one is the
@@ -173,13 +176,13 @@ for type in $types; do
         "$work/prompt.txt" "$decode" "$t")
       llRss=$((rss > llRss ? rss : llRss))
     done
-    rowRead=$(python3 -c "import sys; print(max(sys.argv[1:], key=float))" \
-      "$readBefore" "$(readBandwidth "$t")")
+    readAfter=$(readBandwidth "$t")
     # The medians of the rounds (one round: its figures), and the first
     # round's greedy ids against llama.cpp's.
-    read -r kvPrefill kvDecode kvRead kvHuge llPrefill llDecode agree < <(python3 - "$work" "$rounds" "$rowRead" <<'PY'
+    read -r kvPrefill kvDecode kvRead kvHuge llPrefill llDecode agree < <(python3 - "$work" "$rounds" "$readBefore" "$readAfter" <<'PY'
 import json, statistics, sys
-work, rounds, read = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+work, rounds = sys.argv[1], int(sys.argv[2])
+read = max(float(sys.argv[3]), float(sys.argv[4]))
 kv = [json.load(open(f"{work}/kvir.{r}.json")) for r in range(1, rounds + 1)]
 ll = []
 for r in range(1, rounds + 1):
@@ -193,9 +196,9 @@ b = [int(x) for x in open(f"{work}/llama.1.txt").read().split("greedy")[1].split
 n = 0
 while n < min(len(a), len(b)) and a[n] == b[n]:
     n += 1
-print("%.1f %.2f %.2f(%.2f:%s) %.0f%% %s %s %d/%d" % (
+print("%.1f %.2f %.2f(%.2f:%s/%s) %.0f%% %s %s %d/%d" % (
     med(kv, "prefill_ms"), med(kv, "decode_ms_per_token"), gbs, gbs / read,
-    sys.argv[3], huge, "%.3f" % med(ll, "prefill_ms"),
+    sys.argv[3], sys.argv[4], huge, "%.3f" % med(ll, "prefill_ms"),
     "%.3f" % med(ll, "decode_ms_per_token"), n, len(a)))
 PY
     )
