@@ -14,7 +14,9 @@
 //    libopenblas-dev; linked into this benchmark only) and the FMA peak;
 //  - a hand-written copy of the Q8_0 decode tile (Q8TileModel.h) beside the
 //    plain read bandwidth: what the decode pattern can read here; the same
-//    product over rows repacked 16 at a time, and what repacking costs.
+//    product over rows repacked 16 at a time, and what repacking costs;
+//  - a hand-written copy of the Q4_K decode tile over repacked rows
+//    (Q4KRowsModel.h) and the generated decode matmul on the same buffer.
 // Every figure against the machine's limits in one run: `kv-bench --hw`.
 //
 //===----------------------------------------------------------------------===//
@@ -197,6 +199,17 @@ BENCHMARK(BM_ReadBandwidth)
 /// `key` by `make`, on state.range(0) threads of the runtime's pool, after
 /// checking its sums against a scalar dot (`mismatch` says otherwise);
 /// bytes/s.
+/// The model of `key`, made by `make` the first time it is asked for and
+/// kept for the process: the benchmarks over one buffer share it.
+template <typename Model, typename Key, typename Make>
+std::unique_ptr<Model> &sharedModel(const Key &key, Make make) {
+  static std::map<Key, std::unique_ptr<Model>> models;
+  std::unique_ptr<Model> &model = models[key];
+  if (!model)
+    model = make();
+  return model;
+}
+
 template <typename Model, typename Key, typename Make>
 void runTileModel(benchmark::State &state, const Key &key, Make make,
                   const char *mismatch) {
@@ -204,10 +217,7 @@ void runTileModel(benchmark::State &state, const Key &key, Make make,
     state.SkipWithError("needs AVX-512 (F, BW, VL), VNNI and F16C");
     return;
   }
-  static std::map<Key, std::unique_ptr<Model>> models;
-  std::unique_ptr<Model> &model = models[key];
-  if (!model)
-    model = make();
+  std::unique_ptr<Model> &model = sharedModel<Model>(key, make);
   if (!model->valid()) {
     state.SkipWithError("could not allocate the weights");
     return;
@@ -296,6 +306,56 @@ void runQ4KModel(benchmark::State &state, int64_t matrices) {
 /// (6.8 MB, in the L3 after the first run): what it computes a second.
 void BM_Q4KRows16Model(benchmark::State &state) { runQ4KModel(state, 60); }
 void BM_Q4KRows16ModelCached(benchmark::State &state) { runQ4KModel(state, 1); }
+
+/// The generated decode matmul (compileQuantMatmul: the forward's Q4_K
+/// kernel over rows repacked for decode) on the same matrices, one call a
+/// matrix: the generated tile beside the hand-written one on one buffer,
+/// so that what differs between them is the code. Checked first as the
+/// hand-written tile is.
+void runGeneratedQ4K(benchmark::State &state, int64_t matrices) {
+  if (!Q4KRowsModel::supported()) {
+    state.SkipWithError("needs AVX-512 (F, BW, VL), VNNI and F16C");
+    return;
+  }
+  std::unique_ptr<Q4KRowsModel> &model = sharedModel<Q4KRowsModel>(
+      matrices, [&] { return std::make_unique<Q4KRowsModel>(matrices); });
+  if (!model->valid()) {
+    state.SkipWithError("could not allocate the weights");
+    return;
+  }
+  if (!model->compileGenerated()) {
+    state.SkipWithError(kvrt_last_error());
+    return;
+  }
+  kvrt_set_num_threads(int(state.range(0)));
+  if (!model->generatedMatchesScalar()) {
+    kvrt_set_num_threads(0);
+    state.SkipWithError("the generated sums differ from the file rows' dot");
+    return;
+  }
+  for (auto _ : state)
+    benchmark::DoNotOptimize(model->runGenerated());
+  kvrt_set_num_threads(0);
+  state.SetBytesProcessed(state.iterations() * model->bytesRead());
+}
+void BM_Q4KRows16Generated(benchmark::State &state) {
+  runGeneratedQ4K(state, 60);
+}
+void BM_Q4KRows16GeneratedCached(benchmark::State &state) {
+  runGeneratedQ4K(state, 1);
+}
+BENCHMARK(BM_Q4KRows16Generated)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Q4KRows16GeneratedCached)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_Q4KRows16Model)
     ->ArgName("threads")
     ->Arg(1)

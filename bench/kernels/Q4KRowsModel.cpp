@@ -199,18 +199,66 @@ void Q4KRowsModel::runInto(float *out) const {
   }
 }
 
-float Q4KRowsModel::run() const {
-  std::vector<float> out(size_t(matrices * kRows));
-  runInto(out.data());
+namespace {
+
+/// The sum of the `count` outputs `into` writes (for the optimizer's sake).
+template <typename Into> float sumOfOutputs(int64_t count, Into into) {
+  std::vector<float> out(static_cast<size_t>(count));
+  into(out.data());
   float sum = 0;
   for (float v : out)
     sum += v;
   return sum;
 }
 
+} // namespace
+
+float Q4KRowsModel::run() const {
+  return sumOfOutputs(matrices * kRows, [&](float *out) { runInto(out); });
+}
+
 bool Q4KRowsModel::matchesScalar() const {
   std::vector<float> out(size_t(matrices * kRows));
   runInto(out.data());
+  return firstMatrixMatches(out.data());
+}
+
+bool Q4KRowsModel::compileGenerated() {
+  if (generated)
+    return true;
+  const Activations &act = token();
+  tokenFloats.resize(size_t(kK));
+  for (int64_t i = 0; i < kK; ++i)
+    tokenFloats[size_t(i)] = float(act.quants[i]) * act.scales[i / 256];
+  return kvir::compiler::compileQuantMatmul(KVRT_WEIGHT_Q4_K, kRows, kK,
+                                            &generated) == KVRT_OK;
+}
+
+void Q4KRowsModel::runGeneratedInto(float *out) {
+  kvrt_memref_f32 a = kvir::memrefF32(tokenFloats.data(), kK);
+  kvrt_memref_weight b = {bytes, bytes, 0, {matrices * kMatrixBytes}, {1}};
+  // One matrix a call, as the forward multiplies one weight a loop: the
+  // table names where its rows start.
+  for (int64_t matrix = 0; matrix < matrices; ++matrix) {
+    int64_t at = matrix * kMatrixBytes;
+    kvrt_memref_i64 rowsOffset = {&at, &at, 0, {1}, {1}};
+    kvrt_memref_f32 c = kvir::memrefF32(out + matrix * kRows, kRows);
+    generated(&a, &b, &c, 1, &rowsOffset);
+  }
+}
+
+float Q4KRowsModel::runGenerated() {
+  return sumOfOutputs(matrices * kRows,
+                      [&](float *out) { runGeneratedInto(out); });
+}
+
+bool Q4KRowsModel::generatedMatchesScalar() {
+  std::vector<float> out(size_t(matrices * kRows));
+  runGeneratedInto(out.data());
+  return firstMatrixMatches(out.data());
+}
+
+bool Q4KRowsModel::firstMatrixMatches(const float *out) const {
   const Activations &act = token();
   std::vector<float> w(static_cast<size_t>(kK));
   int64_t rowBytes = kBlocks * kFileBlockBytes;

@@ -3,6 +3,7 @@
 #ifndef KVIR_BENCH_KERNELS_Q4KROWSMODEL_H
 #define KVIR_BENCH_KERNELS_Q4KROWSMODEL_H
 
+#include "driver/compiler/Compiler.h"
 #include "runtime/core/WeightFormat.h"
 
 #include <cstdint>
@@ -43,11 +44,28 @@ public:
   /// (kvrt::dequantizeRow; relative 1e-4).
   bool matchesScalar() const;
 
+  /// The same product by the generated decode matmul
+  /// (kvir::compiler::compileQuantMatmul, its tiles emitRepackedQ4KDecodeTile)
+  /// over the same rows, the token given as floats (its quants times its
+  /// scales, which the generated matmul quantises back to the same quants):
+  /// the generated tile beside the hand-written one, on one buffer. False
+  /// where it cannot be compiled.
+  bool compileGenerated();
+  float runGenerated();
+  /// Whether runGenerated's outputs of those four rows equal that dot.
+  bool generatedMatchesScalar();
+
   const int64_t matrices;
   uint8_t *bytes = nullptr;
 
 private:
   void runInto(float *out) const;
+  void runGeneratedInto(float *out);
+  /// Whether `out` (a run's outputs) holds the four rows' dots.
+  bool firstMatrixMatches(const float *out) const;
+
+  kvir::compiler::QuantMatmulFn generated = nullptr;
+  std::vector<float> tokenFloats;
 
   /// The first matrix in the file's layout.
   std::vector<uint8_t> firstFile;

@@ -848,12 +848,31 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
   return KVRT_OK;
 }
 
-kvrt_status kvir::compiler::compileMatmul(int64_t m, int64_t k, MatmulFn *out) {
+namespace {
+
+/// The body of compileMatmul and compileQuantMatmul: `kv_matmul` (its C
+/// wrapper's address in `*out`), the product of weights in `format` as the
+/// forward's CPU target emits it. Past f32 it takes a fifth argument, the
+/// table of the weight's offset among the rows repacked for decode
+/// (WeightRef::decodeRowsOffsets, one entry), over the weights' own buffer.
+kvrt_status compileProduct(int64_t m, int64_t k, kvrt_weight_format format,
+                           void **out) {
   if (!out)
     return kvrt::nullArgument(__func__);
   if (m <= 0 || k <= 0)
     return fail(KVRT_ERR_INVALID_ARGUMENT,
                 str("compileMatmul: sizes ", m, " x ", k, " must be positive"));
+  kvir::WeightFormats formats;
+  if (format != KVRT_WEIGHT_F32) {
+    // Only the query's weight is read; its format names the kernels.
+    std::string error;
+    std::optional<kvir::WeightFormats> parsed = kvir::WeightFormats::parse(
+        str("wq:", kvrt::weightFormatName(format)), 1, error);
+    if (!parsed)
+      return fail(KVRT_ERR_INVALID_ARGUMENT,
+                  str("compileQuantMatmul: ", error));
+    formats = *parsed;
+  }
   static std::mutex mutex;
   static auto &programs = *new std::vector<std::unique_ptr<JitProgram>>();
   std::lock_guard<std::mutex> lock(mutex);
@@ -876,16 +895,24 @@ kvrt_status kvir::compiler::compileMatmul(int64_t m, int64_t k, MatmulFn *out) {
   config.vocab_size = m;
   std::unique_ptr<kv::ForwardTarget> target = kv::createCpuTarget();
   kv::ForwardEmitter e(*module, config, "kv_matmul");
+  e.formats = formats;
   target->emitKernels(e);
   Type buffer = e.buffer(e.f32());
-  func::FuncOp f = e.beginFunction(
-      "kv_matmul", {buffer, e.buffer(e.byte()), buffer, e.index()},
-      /*isPublic=*/true);
+  SmallVector<Type> arguments{buffer, e.buffer(e.byte()), buffer, e.index()};
+  if (format != KVRT_WEIGHT_F32)
+    arguments.push_back(e.buffer(e.i64()));
+  func::FuncOp f = e.beginFunction("kv_matmul", arguments, /*isPublic=*/true);
   f->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(), UnitAttr::get(&ctx));
   Value zero = e.cIndex(0);
   kv::WeightRef weights;
   weights.bytes = f.getArgument(1);
   weights.offset = zero;
+  weights.format = format;
+  if (format != KVRT_WEIGHT_F32) {
+    weights.decodeRows = f.getArgument(1);
+    weights.decodeRowsOffsets = f.getArgument(4);
+    weights.packedEntry = zero;
+  }
   target->matmul(e, {f.getArgument(0), zero}, weights, {f.getArgument(2), zero},
                  f.getArgument(3), m, k,
                  /*accumulate=*/false);
@@ -901,10 +928,34 @@ kvrt_status kvir::compiler::compileMatmul(int64_t m, int64_t k, MatmulFn *out) {
   if (!jit)
     return fail(KVRT_ERR_INTERNAL,
                 str("cannot JIT-compile the matmul: ", diagnostics.text));
-  *out = reinterpret_cast<MatmulFn>(jit->lookup("_mlir_ciface_kv_matmul"));
+  *out = jit->lookup("_mlir_ciface_kv_matmul");
   programs.push_back(std::move(jit));
   return *out ? KVRT_OK
               : fail(KVRT_ERR_INTERNAL, "the compiled matmul has no entry");
+}
+
+} // namespace
+
+kvrt_status kvir::compiler::compileMatmul(int64_t m, int64_t k, MatmulFn *out) {
+  void *fn = nullptr;
+  kvrt_status status =
+      compileProduct(m, k, KVRT_WEIGHT_F32, out ? &fn : nullptr);
+  if (out)
+    *out = reinterpret_cast<MatmulFn>(fn);
+  return status;
+}
+
+kvrt_status kvir::compiler::compileQuantMatmul(kvrt_weight_format format,
+                                               int64_t m, int64_t k,
+                                               QuantMatmulFn *out) {
+  if (format == KVRT_WEIGHT_F32)
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                "compileQuantMatmul: f32 weights are compileMatmul's");
+  void *fn = nullptr;
+  kvrt_status status = compileProduct(m, k, format, out ? &fn : nullptr);
+  if (out)
+    *out = reinterpret_cast<QuantMatmulFn>(fn);
+  return status;
 }
 
 kvrt_status kvir::compiler::getForwardSource(const kvrt_model_config &config,

@@ -221,6 +221,19 @@ using MatmulFn = void (*)(kvrt_memref_f32 *a, kvrt_memref_weight *b,
                           kvrt_memref_f32 *c, int64_t n);
 kvrt_status compileMatmul(int64_t m, int64_t k, MatmulFn *out);
 
+/// The same for weights in a quantised `format` (not f32), as the forward's
+/// CPU target multiplies them: b holds the weights' bytes in the file's
+/// layout, or, where `rows_offset` (a one-entry table) holds an offset of 0
+/// or more, the rows repacked for decode (kvrt::repackDecodeRows) at that
+/// byte of b; a decode step (n below the packed kernels' rows) then reads
+/// those. Benchmarks set the generated tiles beside hand-written ones on
+/// the same buffer.
+using QuantMatmulFn = void (*)(kvrt_memref_f32 *a, kvrt_memref_weight *b,
+                               kvrt_memref_f32 *c, int64_t n,
+                               kvrt_memref_i64 *rowsOffset);
+kvrt_status compileQuantMatmul(kvrt_weight_format format, int64_t m, int64_t k,
+                               QuantMatmulFn *out);
+
 /// The forward of `config` as MLIR: upstream dialects, or lowered to the
 /// LLVM dialect with `lowered` (inspection and tests).
 kvrt_status getForwardSource(const kvrt_model_config &config, Target target,

@@ -132,7 +132,7 @@ NOT_RUN = {
     "build/bin/kv-bench-kernels --benchmark_filter='Decode|ReadBandwidth' --benchmark_repetitions=3": BENCH,
     "build/bin/kv-bench-kernels --benchmark_filter='Q8TileModel|ReadBandwidth' --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true": BENCH,
     "build/bin/kv-bench-kernels --benchmark_filter='Q8TileModel|Q8Rows16Model|Q8Repack|ReadBandwidth' --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true": BENCH,
-    "build/bin/kv-bench-kernels --benchmark_filter='Q4KRows16Model|ReadBandwidth' --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true": BENCH,
+    "build/bin/kv-bench-kernels --benchmark_filter='Q4KRows16|ReadBandwidth' --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true": BENCH,
     "cmake -G Ninja -S . -B build && ninja -C build KVCpuTests kv-opt": BUILDS,
     "build/bin/KVCpuTests": SUITE,
     "/usr/lib/llvm-22/bin/lit -sv build/test/Conversion/CPU": SUITE,

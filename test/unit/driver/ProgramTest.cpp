@@ -10,6 +10,8 @@
 #include "driver/compiler/Attribution.h"
 #include "driver/compiler/Compiler.h"
 
+#include "runtime/core/Quant.h"
+#include "runtime/core/WeightFormat.h"
 #include "runtime/cpu/CpuBackend.h"
 #include "runtime/exec/Session.h"
 #include "runtime/reference/Reference.h"
@@ -688,6 +690,72 @@ TEST(ProgramTest, CompiledMatmulEqualsANaiveProduct) {
         ASSERT_NEAR(c[t * m + o], want, 1e-5)
             << "n " << n << " [" << t << "][" << o << "]";
       }
+  }
+}
+
+// The quantised matmul the benchmarks set beside hand-written tiles is the
+// forward's: over the file's rows and over the rows repacked for decode (a
+// table entry of -1 and of their offset), a decode step (1 token) and a
+// prefill (37) each stay within the error the activations' quantisation per
+// 256 allows (Q8_K: half a step, max|x| / 254, per element) of the product
+// with the dequantised weights, and a prefill over the repacked rows (its
+// panels copied from them) equals the file rows' bit for bit. 40 rows: two
+// whole groups of 16 and a partial one.
+TEST(ProgramTest, CompiledQuantMatmulReadsTheFileAndTheDecodeRows) {
+  const int64_t m = 40, k = 512;
+  for (kvrt_weight_format format : {KVRT_WEIGHT_Q8_0, KVRT_WEIGHT_Q4_K}) {
+    SCOPED_TRACE(kvrt::weightFormatName(format));
+    kvir::compiler::QuantMatmulFn fn = nullptr;
+    ASSERT_EQ(kvir::compiler::compileQuantMatmul(format, m, k, &fn), KVRT_OK)
+        << kvrt_last_error();
+    int64_t rowBytes = kvrt::weightRowBytes(format, k);
+    int64_t rowsAt = (m * rowBytes + 63) / 64 * 64;
+    std::vector<uint8_t> bytes(
+        size_t(rowsAt + kvrt::decodeRowsBytes(format, m, k)));
+    std::vector<float> w(size_t(m * k));
+    for (int64_t row = 0; row < m; ++row) {
+      float *dst = w.data() + row * k;
+      for (int64_t i = 0; i < k; ++i)
+        dst[i] = float(int((row * 131 + i * 7) % 23) - 11) * 0.01f;
+      kvrt::quantizeRow(format, dst, bytes.data() + row * rowBytes, k);
+      kvrt::dequantizeRow(format, bytes.data() + row * rowBytes, dst, k);
+    }
+    kvrt::repackDecodeRows(format, bytes.data(), m, k, bytes.data() + rowsAt, 0,
+                           (m + 15) / 16);
+    kvrt_memref_weight mb = {
+        bytes.data(), bytes.data(), 0, {int64_t(bytes.size())}, {1}};
+    for (int64_t n : {1, 37}) {
+      std::vector<float> a(size_t(n * k));
+      for (size_t i = 0; i < a.size(); ++i)
+        a[i] = float(int(i * 13 % 29) - 14) * 0.07f;
+      std::vector<std::vector<float>> outs;
+      for (int64_t at : {int64_t(-1), rowsAt}) {
+        std::vector<float> c(size_t(n * m), -1.0f);
+        kvrt_memref_f32 ma = kvir::memrefF32(a.data(), int64_t(a.size()));
+        kvrt_memref_f32 mc = kvir::memrefF32(c.data(), int64_t(c.size()));
+        kvrt_memref_i64 offset = {&at, &at, 0, {1}, {1}};
+        fn(&ma, &mb, &mc, n, &offset);
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t o = 0; o < m; ++o) {
+            double want = 0, bound = 1e-4;
+            for (int64_t b = 0; b < k; b += 256) {
+              double maxAbs = 0;
+              for (int64_t i = b; i < b + 256; ++i)
+                maxAbs = std::max(maxAbs, double(std::abs(a[t * k + i])));
+              for (int64_t i = b; i < b + 256; ++i) {
+                want += double(a[t * k + i]) * double(w[o * k + i]);
+                bound += std::abs(double(w[o * k + i])) * maxAbs / 254 * 1.01;
+              }
+            }
+            ASSERT_NEAR(c[t * m + o], want, bound)
+                << "n " << n << " rows at " << at << " [" << t << "][" << o
+                << "]";
+          }
+        outs.push_back(c);
+      }
+      if (n > 1)
+        EXPECT_EQ(outs[0], outs[1]) << "a prefill over the repacked rows";
+    }
   }
 }
 
