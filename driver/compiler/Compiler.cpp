@@ -855,13 +855,13 @@ namespace {
 /// forward's CPU target emits it. Past f32 it takes a fifth argument, the
 /// table of the weight's offset among the rows repacked for decode
 /// (WeightRef::decodeRowsOffsets, one entry), over the weights' own buffer.
-kvrt_status compileProduct(int64_t m, int64_t k, kvrt_weight_format format,
-                           void **out) {
+kvrt_status compileProduct(const char *caller, int64_t m, int64_t k,
+                           kvrt_weight_format format, void **out) {
   if (!out)
-    return kvrt::nullArgument(__func__);
+    return kvrt::nullArgument(caller);
   if (m <= 0 || k <= 0)
     return fail(KVRT_ERR_INVALID_ARGUMENT,
-                str("compileMatmul: sizes ", m, " x ", k, " must be positive"));
+                str(caller, ": sizes ", m, " x ", k, " must be positive"));
   kvir::WeightFormats formats;
   if (format != KVRT_WEIGHT_F32) {
     // Only the query's weight is read; its format names the kernels.
@@ -869,9 +869,13 @@ kvrt_status compileProduct(int64_t m, int64_t k, kvrt_weight_format format,
     std::optional<kvir::WeightFormats> parsed = kvir::WeightFormats::parse(
         str("wq:", kvrt::weightFormatName(format)), 1, error);
     if (!parsed)
-      return fail(KVRT_ERR_INVALID_ARGUMENT,
-                  str("compileQuantMatmul: ", error));
+      return fail(KVRT_ERR_INVALID_ARGUMENT, str(caller, ": ", error));
     formats = *parsed;
+    int64_t block = kvrt::blockLayout(format).elements;
+    if (k % block != 0)
+      return fail(KVRT_ERR_INVALID_ARGUMENT,
+                  str(caller, ": rows of ", k, " elements are not whole ",
+                      kvrt::weightFormatName(format), " blocks of ", block));
   }
   static std::mutex mutex;
   static auto &programs = *new std::vector<std::unique_ptr<JitProgram>>();
@@ -939,7 +943,7 @@ kvrt_status compileProduct(int64_t m, int64_t k, kvrt_weight_format format,
 kvrt_status kvir::compiler::compileMatmul(int64_t m, int64_t k, MatmulFn *out) {
   void *fn = nullptr;
   kvrt_status status =
-      compileProduct(m, k, KVRT_WEIGHT_F32, out ? &fn : nullptr);
+      compileProduct(__func__, m, k, KVRT_WEIGHT_F32, out ? &fn : nullptr);
   if (out)
     *out = reinterpret_cast<MatmulFn>(fn);
   return status;
@@ -952,7 +956,8 @@ kvrt_status kvir::compiler::compileQuantMatmul(kvrt_weight_format format,
     return fail(KVRT_ERR_INVALID_ARGUMENT,
                 "compileQuantMatmul: f32 weights are compileMatmul's");
   void *fn = nullptr;
-  kvrt_status status = compileProduct(m, k, format, out ? &fn : nullptr);
+  kvrt_status status =
+      compileProduct(__func__, m, k, format, out ? &fn : nullptr);
   if (out)
     *out = reinterpret_cast<QuantMatmulFn>(fn);
   return status;

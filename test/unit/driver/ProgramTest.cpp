@@ -703,6 +703,17 @@ TEST(ProgramTest, CompiledMatmulEqualsANaiveProduct) {
 // whole groups of 16 and a partial one.
 TEST(ProgramTest, CompiledQuantMatmulReadsTheFileAndTheDecodeRows) {
   const int64_t m = 40, k = 512;
+  // Rows that are not whole blocks, and f32 weights, are refused by name.
+  kvir::compiler::QuantMatmulFn refused = nullptr;
+  EXPECT_EQ(
+      kvir::compiler::compileQuantMatmul(KVRT_WEIGHT_Q4_K, m, 100, &refused),
+      KVRT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvrt_last_error()).find("not whole q4_k blocks"),
+            std::string::npos)
+      << kvrt_last_error();
+  EXPECT_EQ(kvir::compiler::compileQuantMatmul(KVRT_WEIGHT_F32, m, k, &refused),
+            KVRT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(refused, nullptr);
   for (kvrt_weight_format format : {KVRT_WEIGHT_Q8_0, KVRT_WEIGHT_Q4_K}) {
     SCOPED_TRACE(kvrt::weightFormatName(format));
     kvir::compiler::QuantMatmulFn fn = nullptr;
