@@ -310,9 +310,11 @@ void BM_Q4KRows16ModelCached(benchmark::State &state) { runQ4KModel(state, 1); }
 /// The generated decode matmul (compileQuantMatmul: the forward's Q4_K
 /// kernel over rows repacked for decode) on the same matrices, one call a
 /// matrix: the generated tile beside the hand-written one on one buffer,
-/// so that what differs between them is the code. Checked first as the
-/// hand-written tile is.
-void runGeneratedQ4K(benchmark::State &state, int64_t matrices) {
+/// so that what differs between them is the code. With `fileRows`, over the
+/// first matrix in the file's layout instead (one matrix). Checked first as
+/// the hand-written tile is.
+void runGeneratedQ4K(benchmark::State &state, int64_t matrices,
+                     bool fileRows = false) {
   if (!Q4KRowsModel::supported()) {
     state.SkipWithError("needs AVX-512 (F, BW, VL), VNNI and F16C");
     return;
@@ -328,15 +330,21 @@ void runGeneratedQ4K(benchmark::State &state, int64_t matrices) {
     return;
   }
   kvrt_set_num_threads(int(state.range(0)));
-  if (!model->generatedMatchesScalar()) {
+  if (!(fileRows ? model->generatedFileMatchesScalar()
+                 : model->generatedMatchesScalar())) {
     kvrt_set_num_threads(0);
     state.SkipWithError("the generated sums differ from the file rows' dot");
     return;
   }
+  std::vector<float> out(static_cast<size_t>(Q4KRowsModel::kRows));
   for (auto _ : state)
-    benchmark::DoNotOptimize(model->runGenerated());
+    benchmark::DoNotOptimize(fileRows ? model->runGeneratedFile(out.data())
+                                      : model->runGenerated());
   kvrt_set_num_threads(0);
-  state.SetBytesProcessed(state.iterations() * model->bytesRead());
+  state.SetBytesProcessed(
+      state.iterations() *
+      (fileRows ? Q4KRowsModel::kRows * (Q4KRowsModel::kK / 256) * 144
+                : model->bytesRead()));
 }
 void BM_Q4KRows16Generated(benchmark::State &state) {
   runGeneratedQ4K(state, 60);
@@ -344,6 +352,18 @@ void BM_Q4KRows16Generated(benchmark::State &state) {
 void BM_Q4KRows16GeneratedCached(benchmark::State &state) {
   runGeneratedQ4K(state, 1);
 }
+/// The generated matmul over the first matrix in the file's layout (6.5 MB,
+/// in the L3 after the first run): what the file rows' tile computes a
+/// second, beside BM_Q4KRows16GeneratedCached over the same rows repacked.
+void BM_Q4KFileGeneratedCached(benchmark::State &state) {
+  runGeneratedQ4K(state, 1, /*fileRows=*/true);
+}
+BENCHMARK(BM_Q4KFileGeneratedCached)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_Q4KRows16Generated)
     ->ArgName("threads")
     ->Arg(1)

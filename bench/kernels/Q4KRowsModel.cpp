@@ -252,6 +252,23 @@ float Q4KRowsModel::runGenerated() {
                       [&](float *out) { runGeneratedInto(out); });
 }
 
+float Q4KRowsModel::runGeneratedFile(float *out) {
+  kvrt_memref_f32 a = kvir::memrefF32(tokenFloats.data(), kK);
+  auto *file = const_cast<uint8_t *>(firstFile.data());
+  kvrt_memref_weight b = {file, file, 0, {int64_t(firstFile.size())}, {1}};
+  int64_t none = -1;
+  kvrt_memref_i64 rowsOffset = {&none, &none, 0, {1}, {1}};
+  kvrt_memref_f32 c = kvir::memrefF32(out, kRows);
+  generated(&a, &b, &c, 1, &rowsOffset);
+  return out[0];
+}
+
+bool Q4KRowsModel::generatedFileMatchesScalar() {
+  std::vector<float> out(static_cast<size_t>(kRows));
+  runGeneratedFile(out.data());
+  return firstMatrixMatches(out.data());
+}
+
 bool Q4KRowsModel::generatedMatchesScalar() {
   std::vector<float> out(size_t(matrices * kRows));
   runGeneratedInto(out.data());

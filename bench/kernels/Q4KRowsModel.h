@@ -54,6 +54,12 @@ public:
   float runGenerated();
   /// Whether runGenerated's outputs of those four rows equal that dot.
   bool generatedMatchesScalar();
+  /// The generated matmul over the first matrix in the file's layout (the
+  /// table's offset -1): what the file rows' tile computes a second where
+  /// it stays in the L3. Its outputs in `out` (kRows); the first of them.
+  float runGeneratedFile(float *out);
+  /// Whether its outputs of the four rows equal the dot of matchesScalar.
+  bool generatedFileMatchesScalar();
 
   const int64_t matrices;
   uint8_t *bytes = nullptr;
