@@ -195,10 +195,6 @@ BENCHMARK(BM_ReadBandwidth)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-/// A hand-written tile model (Q8TileModel, Q4KRowsModel) made once per
-/// `key` by `make`, on state.range(0) threads of the runtime's pool, after
-/// checking its sums against a scalar dot (`mismatch` says otherwise);
-/// bytes/s.
 /// The model of `key`, made by `make` the first time it is asked for and
 /// kept for the process: the benchmarks over one buffer share it.
 template <typename Model, typename Key, typename Make>
@@ -210,6 +206,10 @@ std::unique_ptr<Model> &sharedModel(const Key &key, Make make) {
   return model;
 }
 
+/// A hand-written tile model (Q8TileModel, Q4KRowsModel) made once per
+/// `key` by `make`, on state.range(0) threads of the runtime's pool, after
+/// checking its sums against a scalar dot (`mismatch` says otherwise);
+/// bytes/s.
 template <typename Model, typename Key, typename Make>
 void runTileModel(benchmark::State &state, const Key &key, Make make,
                   const char *mismatch) {
@@ -341,10 +341,9 @@ void runGeneratedQ4K(benchmark::State &state, int64_t matrices,
     benchmark::DoNotOptimize(fileRows ? model->runGeneratedFile(out.data())
                                       : model->runGenerated());
   kvrt_set_num_threads(0);
-  state.SetBytesProcessed(
-      state.iterations() *
-      (fileRows ? Q4KRowsModel::kRows * (Q4KRowsModel::kK / 256) * 144
-                : model->bytesRead()));
+  state.SetBytesProcessed(state.iterations() * (fileRows
+                                                    ? model->fileBytesRead()
+                                                    : model->bytesRead()));
 }
 void BM_Q4KRows16Generated(benchmark::State &state) {
   runGeneratedQ4K(state, 60);

@@ -60,6 +60,8 @@ public:
   float runGeneratedFile(float *out);
   /// Whether its outputs of the four rows equal the dot of matchesScalar.
   bool generatedFileMatchesScalar();
+  /// The bytes one runGeneratedFile() reads.
+  int64_t fileBytesRead() const { return int64_t(firstFile.size()); }
 
   const int64_t matrices;
   uint8_t *bytes = nullptr;

@@ -696,8 +696,9 @@ TEST(ProgramTest, CompiledMatmulEqualsANaiveProduct) {
 // The quantised matmul the benchmarks set beside hand-written tiles is the
 // forward's: over the file's rows and over the rows repacked for decode (a
 // table entry of -1 and of their offset), a decode step (1 token) and a
-// prefill (37) each stay within the error the activations' quantisation per
-// 256 allows (Q8_K: half a step, max|x| / 254, per element) of the product
+// prefill (37) each stay within the error the activations' quantisation
+// allows (half a step per element: at most max|x| over its 256 / 254, for
+// Q8_K's blocks of 256 and Q8_0's of 32 alike) of the product
 // with the dequantised weights, and a prefill over the repacked rows (its
 // panels copied from them) equals the file rows' bit for bit. 40 rows: two
 // whole groups of 16 and a partial one.
@@ -732,7 +733,7 @@ TEST(ProgramTest, CompiledQuantMatmulReadsTheFileAndTheDecodeRows) {
       kvrt::dequantizeRow(format, bytes.data() + row * rowBytes, dst, k);
     }
     kvrt::repackDecodeRows(format, bytes.data(), m, k, bytes.data() + rowsAt, 0,
-                           (m + 15) / 16);
+                           (m + kvrt::kQ8Rows16 - 1) / kvrt::kQ8Rows16);
     kvrt_memref_weight mb = {
         bytes.data(), bytes.data(), 0, {int64_t(bytes.size())}, {1}};
     for (int64_t n : {1, 37}) {
