@@ -3,9 +3,12 @@
 #include "runtime/core/ModelConfig.h"
 #include "runtime/core/Support.h"
 
+#include <cerrno>
 #include <cinttypes>
+#include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 using kvrt::str;
@@ -241,6 +244,159 @@ std::string kvir::forwardKey(const kvrt_model_config &c, kvrt_kv_dtype dtype,
   if (!formats.allF32())
     key += " weights=" + formats.spec();
   return key;
+}
+
+namespace {
+
+/// `text` as a decimal int32 or as 16 (`bits` 64) or 8 hex digits after
+/// "0x"; false where it is not exactly that.
+bool parseInt32(std::string_view text, int32_t &out) {
+  if (text.empty() || text.size() > 11)
+    return false;
+  std::string s(text);
+  char *end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (*end || errno || v < INT32_MIN || v > INT32_MAX)
+    return false;
+  out = int32_t(v);
+  return true;
+}
+
+bool parseHexBits(std::string_view text, int digits, uint64_t &out) {
+  if (text.size() != size_t(digits) + 2 || text.substr(0, 2) != "0x")
+    return false;
+  out = 0;
+  for (char c : text.substr(2)) {
+    int v = c >= '0' && c <= '9'   ? c - '0'
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                   : -1;
+    if (v < 0)
+      return false;
+    out = out << 4 | uint64_t(v);
+  }
+  return true;
+}
+
+} // namespace
+
+bool kvir::parseForwardKey(std::string_view key, kvrt_model_config &c,
+                           kvrt_kv_dtype &dtype, WeightFormats &formats,
+                           std::string &error) {
+  c = kvrt_model_config{};
+  dtype = KVRT_KV_F32;
+  std::string weights;
+  // The fields configKey() always writes, in its order; then the optional
+  // ones, each at most once.
+  const char *required[] = {"dim",   "hidden", "layers", "heads", "kv_heads",
+                            "vocab", "rope",   "theta",  "eps",   "kv"};
+  size_t next = 0;
+  bool seenRopeDim = false, seenScale = false, seenFreqs = false;
+  auto bad = [&](std::string_view field) {
+    error = str("a forward key with a bad '", field, "': '", key, "'");
+    return false;
+  };
+  size_t pos = 0;
+  while (pos < key.size()) {
+    size_t end = key.find(' ', pos);
+    if (end == std::string_view::npos)
+      end = key.size();
+    std::string_view field = key.substr(pos, end - pos);
+    pos = end + 1;
+    size_t eq = field.find('=');
+    std::string_view name = field.substr(0, eq);
+    std::string_view value = eq == std::string_view::npos
+                                 ? std::string_view()
+                                 : field.substr(eq + 1);
+    if (next < std::size(required)) {
+      if (name != required[next++] || eq == std::string_view::npos)
+        return bad(field);
+      uint64_t bits = 0;
+      bool ok = true;
+      if (name == "dim")
+        ok = parseInt32(value, c.dim);
+      else if (name == "hidden")
+        ok = parseInt32(value, c.hidden_dim);
+      else if (name == "layers")
+        ok = parseInt32(value, c.n_layers);
+      else if (name == "heads")
+        ok = parseInt32(value, c.n_heads);
+      else if (name == "kv_heads")
+        ok = parseInt32(value, c.n_kv_heads);
+      else if (name == "vocab")
+        ok = parseInt32(value, c.vocab_size);
+      else if (name == "rope") {
+        std::optional<kvrt_rope_layout> layout = parseRopeLayout(value);
+        ok = layout && value == ropeLayoutName(*layout);
+        if (ok)
+          c.rope_layout = *layout;
+      } else if (name == "theta" || name == "eps") {
+        ok = parseHexBits(value, 16, bits);
+        std::memcpy(name == "theta" ? &c.rope_theta : &c.rms_eps, &bits,
+                    sizeof(bits));
+      } else {
+        std::optional<kvrt_kv_dtype> parsed = parseKvDtype(value);
+        ok = parsed && value == kvDtypeName(*parsed);
+        if (ok)
+          dtype = *parsed;
+      }
+      if (!ok)
+        return bad(field);
+      continue;
+    }
+    if (name == "rope_dim" && !seenRopeDim && weights.empty()) {
+      seenRopeDim = true;
+      if (!parseInt32(value, c.rope_dim) || c.rope_dim <= 0)
+        return bad(field);
+    } else if (name == "rope_scale" && !seenScale && weights.empty()) {
+      seenScale = true;
+      uint64_t bits = 0;
+      if (!parseHexBits(value, 16, bits))
+        return bad(field);
+      std::memcpy(&c.rope_scale, &bits, sizeof(bits));
+    } else if (field == "qkv_bias" && !c.qkv_bias && weights.empty()) {
+      c.qkv_bias = 1;
+    } else if (name == "rope_freqs" && !seenFreqs && weights.empty()) {
+      seenFreqs = true;
+      size_t at = 0;
+      while (true) {
+        size_t comma = value.find(',', at);
+        std::string_view one = value.substr(at, comma - at);
+        uint64_t bits = 0;
+        if (c.n_rope_freq_factors >= KVRT_MAX_ROPE_PAIRS ||
+            !parseHexBits(str("0x", one), 8, bits))
+          return bad(field);
+        uint32_t word = uint32_t(bits);
+        std::memcpy(&c.rope_freq_factors[c.n_rope_freq_factors++], &word,
+                    sizeof(word));
+        if (comma == std::string_view::npos)
+          break;
+        at = comma + 1;
+      }
+    } else if (name == "weights" && weights.empty() && !value.empty()) {
+      weights = std::string(value);
+    } else {
+      return bad(field);
+    }
+  }
+  if (next < std::size(required))
+    return bad(required[next]);
+  if (std::string problem = describeArchitectureError(c); !problem.empty()) {
+    error = str("the forward key names an unsupported config: ", problem);
+    return false;
+  }
+  formats = WeightFormats();
+  if (!weights.empty()) {
+    std::optional<WeightFormats> parsed =
+        WeightFormats::parse(weights, c.n_layers, error);
+    if (!parsed)
+      return false;
+    formats = *parsed;
+  }
+  // What was read writes back the same key, or it was not one.
+  if (forwardKey(c, dtype, formats) != key)
+    return bad(key);
+  return true;
 }
 
 std::string kvir::forwardPrefix(const kvrt_model_config &c, kvrt_kv_dtype dtype,

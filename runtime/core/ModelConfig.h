@@ -102,6 +102,16 @@ std::string configKey(const kvrt_model_config &config, kvrt_kv_dtype dtype);
 std::string forwardKey(const kvrt_model_config &config, kvrt_kv_dtype dtype,
                        const WeightFormats &formats);
 
+/// What forwardKey() names, read back: the config (its file fields,
+/// seq_len and shared_classifier, zero: no forward depends on them), the K/V
+/// element type and the weights' formats; false with `error` for a key
+/// forwardKey() cannot have written or a config describeArchitectureError()
+/// refuses. For a process that compiles the forward another one runs (kv-run
+/// asks kv-aot for it).
+bool parseForwardKey(std::string_view key, kvrt_model_config &config,
+                     kvrt_kv_dtype &dtype, WeightFormats &formats,
+                     std::string &error);
+
 /// The prefix of the generated functions of one forward in a module:
 /// `kv_fwd_` and 16 hex digits of a hash of forwardKey() (all-f32 weights
 /// where not given).

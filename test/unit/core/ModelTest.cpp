@@ -1,6 +1,7 @@
 //===- ModelTest.cpp - Model loading, validation and saving -----*- C++ -*-===//
 
 #include "runtime/core/Model.h"
+#include "runtime/core/ModelConfig.h"
 #include "runtime/core/ModelTensors.h"
 #include "test/unit/TestSupport.h"
 
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <sys/stat.h>
 
 using namespace kvir::test;
@@ -406,3 +408,63 @@ TEST_F(MalformedModelTest, InfiniteWeightInSeparateClassifier) {
 }
 
 } // namespace
+
+// A forward key read back (kv-run hands it to kv-aot --forward) names the
+// same forward: every field forwardKey() writes, the optional ones included,
+// survives; a key it could not have written is refused, naming the field.
+TEST(ModelTest, ForwardKeyReadsBack) {
+  std::vector<std::pair<kvrt_model_config, kvrt_kv_dtype>> configs;
+  configs.push_back(
+      {kvrt::sizedConfig(64, 172, 5, 8, 4, 512, 512), KVRT_KV_F32});
+  kvrt_model_config c = kvrt::sizedConfig(128, 256, 3, 4, 2, 1000, 256);
+  c.rope_layout = KVRT_ROPE_HALF;
+  c.rope_theta = 1e6;
+  c.rms_eps = 1e-6;
+  c.rope_dim = 16;
+  c.rope_scale = 4.0;
+  c.qkv_bias = 1;
+  c.n_rope_freq_factors = 8;
+  for (int i = 0; i < 8; ++i)
+    c.rope_freq_factors[i] = 1.0f + 0.25f * float(i);
+  configs.push_back({c, KVRT_KV_BF16});
+  std::string error;
+  for (const auto &[config, dtype] : configs) {
+    // Q4_K_M's kind of mix: a tensor whose layers differ.
+    std::optional<kvir::WeightFormats> mixed = kvir::WeightFormats::parse(
+        "wq:q4_k;wv:q6_k,q4_k*" + std::to_string(config.n_layers - 1),
+        config.n_layers, error);
+    ASSERT_TRUE(mixed) << error;
+    for (const kvir::WeightFormats &formats : {kvir::WeightFormats(), *mixed}) {
+      std::string key = kvir::forwardKey(config, dtype, formats);
+      kvrt_model_config read;
+      kvrt_kv_dtype readDtype;
+      kvir::WeightFormats readFormats;
+      ASSERT_TRUE(
+          kvir::parseForwardKey(key, read, readDtype, readFormats, error))
+          << key << ": " << error;
+      EXPECT_EQ(kvir::forwardKey(read, readDtype, readFormats), key);
+      EXPECT_EQ(kvir::forwardPrefix(read, readDtype, readFormats),
+                kvir::forwardPrefix(config, dtype, formats));
+    }
+  }
+  std::string key =
+      kvir::forwardKey(configs[0].first, KVRT_KV_F32, kvir::WeightFormats());
+  kvrt_model_config read;
+  kvrt_kv_dtype dtype;
+  kvir::WeightFormats formats;
+  auto refused = [&](const std::string &text, const std::string &why) {
+    EXPECT_FALSE(kvir::parseForwardKey(text, read, dtype, formats, error))
+        << text;
+    EXPECT_NE(error.find(why), std::string::npos) << text << ": " << error;
+  };
+  refused(key.substr(0, key.find(" vocab")), "bad 'vocab'");
+  refused(key + " colour=red", "bad 'colour=red'");
+  refused(key + " qkv_bias qkv_bias", "bad 'qkv_bias'");
+  std::string swapped = key;
+  swapped.replace(0, swapped.find(' '), "dim=x");
+  refused(swapped, "bad 'dim=x'");
+  std::string odd = key;
+  odd.replace(odd.find("heads=8"), 7, "heads=7");
+  refused(odd, "unsupported config");
+  refused(key + " weights=wq:q9_9", "q9_9");
+}
