@@ -38,11 +38,8 @@ constexpr char kMagic[8] = {'K', 'V', 'I', 'R', 'J', 'I', 'T', '\0'};
 constexpr uint32_t kFormat = 1;
 /// magic, format, key, identity digest, two sizes, payload digest.
 constexpr size_t kHeaderSize = 8 + 4 + 32 + 32 + 8 + 8 + 32;
+/// One of the suffixes cache::evict() counts as entries.
 constexpr llvm::StringLiteral kEntrySuffix = ".kvjit";
-constexpr llvm::StringLiteral kTempSuffix = ".tmp";
-/// A temporary file older than this was left by a writer that died.
-constexpr int64_t kStaleTempSeconds = 3600;
-
 using Digest = std::array<uint8_t, 32>;
 
 Digest blake3(llvm::StringRef a, llvm::StringRef b = {}) {
@@ -68,86 +65,17 @@ llvm::StringRef bytesOf(const Digest &digest) {
   return {reinterpret_cast<const char *>(digest.data()), digest.size()};
 }
 
-std::string errnoText(const std::string &what) {
-  return what + ": " + std::strerror(errno);
-}
-
-/// Writes all of `data` to `fd`.
-bool writeAll(int fd, llvm::StringRef data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return false;
-    data = data.drop_front(size_t(n));
-  }
-  return true;
-}
-
-/// A name no other writer uses at the same time: the process, a counter and
-/// random bits.
-std::string uniqueSuffix() {
-  static std::atomic<uint64_t> counter{0};
-  static thread_local std::mt19937_64 random(std::random_device{}());
-  return "." + std::to_string(::getpid()) + "." + std::to_string(counter++) +
-         "." + llvm::utohexstr(random());
-}
-
-/// The GNU build id of the loaded object that holds `address`, as hex
-/// ("" when it has none).
+/// The GNU build id of the loaded object that holds `address`, else a
+/// digest of its file (the main program's name is "" in the list).
 std::string buildIdAt(const void *address) {
-  struct Search {
-    uintptr_t address;
-    std::string id;
-    std::string path;
-  } search{reinterpret_cast<uintptr_t>(address), {}, {}};
-  dl_iterate_phdr(
-      [](dl_phdr_info *info, size_t, void *data) -> int {
-        auto *s = static_cast<Search *>(data);
-        bool holds = false;
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr) &ph = info->dlpi_phdr[i];
-          uintptr_t start = info->dlpi_addr + ph.p_vaddr;
-          if (ph.p_type == PT_LOAD && s->address >= start &&
-              s->address < start + ph.p_memsz)
-            holds = true;
-        }
-        if (!holds)
-          return 0;
-        s->path = info->dlpi_name;
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr) &ph = info->dlpi_phdr[i];
-          if (ph.p_type != PT_NOTE)
-            continue;
-          const char *at =
-              reinterpret_cast<const char *>(info->dlpi_addr + ph.p_vaddr);
-          const char *end = at + ph.p_memsz;
-          while (at + sizeof(ElfW(Nhdr)) <= end) {
-            auto *note = reinterpret_cast<const ElfW(Nhdr) *>(at);
-            const char *name = at + sizeof(ElfW(Nhdr));
-            const char *desc = name + ((note->n_namesz + 3) & ~3u);
-            if (desc + note->n_descsz > end)
-              break;
-            if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 &&
-                std::memcmp(name, "GNU", 4) == 0) {
-              s->id = llvm::toHex(llvm::StringRef(desc, note->n_descsz),
-                                  /*LowerCase=*/true);
-              return 1;
-            }
-            at = desc + ((note->n_descsz + 3) & ~3u);
-          }
-        }
-        return 1;
-      },
-      &search);
-  if (!search.id.empty())
-    return search.id;
-  // No build id: the contents of the file (the main program's name is ""
-  // in the list).
-  std::string path = search.path.empty() ? "/proc/self/exe" : search.path;
-  auto file = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                          /*RequiresNullTerminator=*/false);
+  std::string path;
+  std::string id = cache::buildIdAt(address, &path);
+  if (!id.empty())
+    return id;
+  auto file =
+      llvm::MemoryBuffer::getFile(path.empty() ? "/proc/self/exe" : path,
+                                  /*IsText=*/false,
+                                  /*RequiresNullTerminator=*/false);
   if (!file)
     return "";
   return "xxh3:" + llvm::utohexstr(llvm::xxh3_64bits(
@@ -212,20 +140,6 @@ std::string kvir::compiler::toolchainIdentity() {
   return identity;
 }
 
-std::string kvir::compiler::defaultCacheDirectory() {
-  auto env = [](const char *name) {
-    const char *value = std::getenv(name);
-    return std::string(value ? value : "");
-  };
-  if (std::string dir = env("KVIR_CACHE_DIR"); !dir.empty())
-    return dir;
-  if (std::string dir = env("XDG_CACHE_HOME"); !dir.empty())
-    return dir + "/kvir";
-  if (std::string dir = env("HOME"); !dir.empty())
-    return dir + "/.cache/kvir";
-  return "";
-}
-
 //===----------------------------------------------------------------------===//
 // The cache
 //===----------------------------------------------------------------------===//
@@ -236,38 +150,12 @@ CompileCache::CompileCache(Config config)
 
 std::unique_ptr<CompileCache> CompileCache::open(const Config &config,
                                                  std::string &error) {
-  if (config.directory.empty()) {
-    error = "no cache directory (set KVIR_CACHE_DIR, XDG_CACHE_HOME or HOME)";
-    return nullptr;
-  }
   if (config.maxBytes == 0) {
     error = "the cache's bound must be positive";
     return nullptr;
   }
-  if (std::error_code ec = llvm::sys::fs::create_directories(
-          config.directory, /*IgnoreExisting=*/true,
-          llvm::sys::fs::perms::owner_all)) {
-    error = "cannot create the cache directory '" + config.directory +
-            "': " + ec.message();
+  if (!cache::openCacheDirectory(config.directory, error))
     return nullptr;
-  }
-  struct stat st;
-  if (::stat(config.directory.c_str(), &st) != 0) {
-    error =
-        errnoText("cannot read the cache directory '" + config.directory + "'");
-    return nullptr;
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    error = "the cache directory '" + config.directory + "' is not a directory";
-    return nullptr;
-  }
-  // Entries are code this process runs: only its user may write them.
-  if (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
-    error = "the cache directory '" + config.directory +
-            "' is not private to this user (owned by another or writable by "
-            "others): not loading code from it";
-    return nullptr;
-  }
   return std::unique_ptr<CompileCache>(new CompileCache(config));
 }
 
@@ -287,7 +175,7 @@ bool CompileCache::load(const CacheKey &key, CacheEntry &out,
                         std::string *why) {
   std::string path = entryPath(key);
   auto reject = [&](const std::string &reason) {
-    ++rejected;
+    ++counters.rejected;
     if (why)
       *why = reason;
     return false;
@@ -299,7 +187,7 @@ bool CompileCache::load(const CacheKey &key, CacheEntry &out,
                                           /*IsVolatile=*/true);
   if (!file) {
     if (file.getError() == std::errc::no_such_file_or_directory) {
-      ++misses;
+      ++counters.misses;
       if (why)
         *why = "no entry";
       return false;
@@ -327,10 +215,10 @@ bool CompileCache::load(const CacheKey &key, CacheEntry &out,
     return reject("corrupt: digest mismatch");
   out.object = body.take_front(objectSize).str();
   out.metadata = body.drop_front(objectSize).str();
-  ++hits;
+  ++counters.hits;
   // The time of use orders eviction: refresh it (a failure only makes the
   // entry look older).
-  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
+  cache::touch(path);
   return true;
 }
 
@@ -349,107 +237,29 @@ bool CompileCache::store(const CacheKey &key, const CacheEntry &entry,
   header += bytesOf(hasher.final());
   uint64_t total = header.size() + entry.object.size() + entry.metadata.size();
   auto failed = [&](const std::string &message) {
-    ++storeFailures;
+    ++counters.storeFailures;
     error = message;
     return false;
   };
   if (total > config.maxBytes)
     return failed("the entry (" + std::to_string(total) +
                   " bytes) is larger than the cache's bound");
-  std::string path = entryPath(key);
-  std::string temp = path + uniqueSuffix() + kTempSuffix.str();
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0)
-    return failed(errnoText("cannot create '" + temp + "'"));
-  bool written = writeAll(fd, header) && writeAll(fd, entry.object) &&
-                 writeAll(fd, entry.metadata) && ::fsync(fd) == 0;
-  std::string problem = written ? "" : errnoText("cannot write '" + temp + "'");
-  if (::close(fd) != 0 && written) {
-    written = false;
-    problem = errnoText("cannot write '" + temp + "'");
-  }
-  if (!written || ::rename(temp.c_str(), path.c_str()) != 0) {
-    if (written)
-      problem = errnoText("cannot rename '" + temp + "'");
-    ::unlink(temp.c_str());
+  std::string problem;
+  if (!cache::writeWhole(config.directory, entryPath(key),
+                         {header, entry.object, entry.metadata}, problem))
     return failed(problem);
-  }
-  // The rename itself survives a crash once the directory is flushed.
-  int dir =
-      ::open(config.directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
-  ++stored;
+  ++counters.stored;
   evict();
   return true;
 }
 
 void CompileCache::evict() {
-  struct File {
-    std::string path;
-    uint64_t size;
-    struct timespec used;
-  };
-  std::vector<File> entries;
-  uint64_t total = 0;
-  DIR *dir = ::opendir(config.directory.c_str());
-  if (!dir)
-    return;
-  auto now = std::chrono::system_clock::now();
-  while (dirent *e = ::readdir(dir)) {
-    llvm::StringRef name(e->d_name);
-    bool isEntry = name.ends_with(kEntrySuffix);
-    if (!isEntry && !name.ends_with(kTempSuffix))
-      continue;
-    std::string path = config.directory + "/" + name.str();
-    struct stat st;
-    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
-      continue;
-    if (!isEntry) {
-      // Another process may be writing it: only a long-abandoned one goes.
-      auto age = now - std::chrono::system_clock::from_time_t(st.st_mtime);
-      if (age > std::chrono::seconds(kStaleTempSeconds))
-        ::unlink(path.c_str());
-      continue;
-    }
-    entries.push_back({path, uint64_t(st.st_size), st.st_mtim});
-    total += uint64_t(st.st_size);
-  }
-  ::closedir(dir);
-  if (total <= config.maxBytes)
-    return;
-  std::sort(entries.begin(), entries.end(), [](const File &a, const File &b) {
-    if (a.used.tv_sec != b.used.tv_sec)
-      return a.used.tv_sec < b.used.tv_sec;
-    return a.used.tv_nsec < b.used.tv_nsec;
-  });
-  for (const File &file : entries) {
-    if (total <= config.maxBytes)
-      break;
-    // Another process may have removed it first; it is gone either way.
-    if (::unlink(file.path.c_str()) == 0)
-      ++evicted;
-    total -= file.size;
-  }
+  counters.evicted += cache::evict(config.directory, config.maxBytes);
 }
 
-CacheStats CompileCache::stats() const {
-  CacheStats s;
-  s.hits = hits;
-  s.misses = misses;
-  s.rejected = rejected;
-  s.stored = stored;
-  s.storeFailures = storeFailures;
-  s.evicted = evicted;
-  return s;
-}
+CacheStats CompileCache::stats() const { return counters.snapshot(); }
 
-void CompileCache::countUnusable() {
-  --hits;
-  ++rejected;
-}
+void CompileCache::countUnusable() { counters.countUnusable(); }
 
 //===----------------------------------------------------------------------===//
 // The process's cache
@@ -479,16 +289,5 @@ bool kvir::compiler::installDefaultCompileCache(uint64_t maxBytes,
 }
 
 std::string kvir::compiler::describeCacheStats(const CompileCache &cache) {
-  CacheStats s = cache.stats();
-  auto count = [](int64_t n, const char *one, const char *many) {
-    return std::to_string(n) + " " + (n == 1 ? one : many);
-  };
-  std::string text = "compile cache: " + count(s.hits, "hit", "hits") + ", " +
-                     count(s.misses, "miss", "misses") + ", " +
-                     std::to_string(s.rejected) + " rejected, " +
-                     std::to_string(s.stored) + " stored, " +
-                     std::to_string(s.evicted) + " evicted";
-  if (s.storeFailures)
-    text += ", " + count(s.storeFailures, "store failed", "stores failed");
-  return text + " (" + cache.directory() + ")";
+  return cache::describeCacheStats(cache.stats(), cache.directory());
 }

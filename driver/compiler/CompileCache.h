@@ -33,6 +33,8 @@
 #ifndef KVIR_DRIVER_COMPILER_COMPILECACHE_H
 #define KVIR_DRIVER_COMPILER_COMPILECACHE_H
 
+#include "driver/cache/CacheDirectory.h"
+
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/BLAKE3.h"
 
@@ -69,15 +71,7 @@ struct CacheEntry {
   std::string metadata;
 };
 
-/// What a cache did so far.
-struct CacheStats {
-  /// Loads that found a valid entry; that found none; that found a file
-  /// failing a check (counted apart from the misses).
-  int64_t hits = 0, misses = 0, rejected = 0;
-  /// Entries written; writes that failed (the run goes on without them);
-  /// entries removed to keep the bound.
-  int64_t stored = 0, storeFailures = 0, evicted = 0;
-};
+using cache::CacheStats;
 
 /// A directory of compiled objects, shared by every process pointed at it.
 /// Thread-safe.
@@ -126,8 +120,7 @@ private:
   Config config;
   /// BLAKE3 of the identity, as the header records it.
   std::array<uint8_t, 32> identityDigest;
-  std::atomic<int64_t> hits{0}, misses{0}, rejected{0}, stored{0},
-      storeFailures{0}, evicted{0};
+  cache::CacheCounters counters;
 };
 
 /// The identity of the code this process generates: KVIR's version and the
@@ -136,9 +129,8 @@ private:
 /// libLLVM/libMLIR, the host CPU's name and features.
 std::string toolchainIdentity();
 
-/// Where the cache lives by default: $KVIR_CACHE_DIR, else
-/// $XDG_CACHE_HOME/kvir, else $HOME/.cache/kvir ("" when none is set).
-std::string defaultCacheDirectory();
+/// Where the cache lives by default (CacheDirectory.h).
+using cache::defaultCacheDirectory;
 
 /// The cache compileProgram and compileForward use, for the whole process
 /// (null: none, the default; the tools install one).

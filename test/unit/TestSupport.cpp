@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <sstream>
 
 using namespace kvir::test;
 
@@ -31,6 +32,19 @@ bool kvir::test::haveTestModel() {
   return std::filesystem::exists(testModelPath()) &&
          std::filesystem::exists(greedyTokensPath()) &&
          std::filesystem::exists(greedyLogitsPath());
+}
+
+std::string kvir::test::readFileBytes(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void kvir::test::writeFileBytes(const std::string &path,
+                                const std::string &bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
 }
 
 std::vector<float> kvir::test::readFloats(const std::string &path) {

@@ -35,6 +35,10 @@ bool haveTestModel();
 /// Reads a whole file of little-endian float32.
 std::vector<float> readFloats(const std::string &path);
 
+/// The bytes of a file ("" where it cannot be read); writes a file whole.
+std::string readFileBytes(const std::string &path);
+void writeFileBytes(const std::string &path, const std::string &bytes);
+
 /// Reads whitespace-separated token ids.
 std::vector<int32_t> readTokenFile(const std::string &path);
 

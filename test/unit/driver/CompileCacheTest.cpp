@@ -52,18 +52,6 @@ std::unique_ptr<CompileCache> openCache(const std::string &dir,
   return cache;
 }
 
-std::string readBytes(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void writeBytes(const std::string &path, const std::string &bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
-
 /// Files of `dir` whose names end in `suffix`.
 std::vector<std::string> filesEndingIn(const std::string &dir,
                                        const std::string &suffix) {
@@ -134,7 +122,7 @@ TEST(CompileCache, CorruptEntriesAreRejectedAndRebuilt) {
   std::string error, path = cache->entryPath(keyOf("k"));
   ASSERT_TRUE(
       cache->store(keyOf("k"), {std::string(5000, 'o'), "meta"}, error));
-  std::string good = readBytes(path);
+  std::string good = readFileBytes(path);
   struct Case {
     const char *name;
     std::string bytes;
@@ -163,7 +151,7 @@ TEST(CompileCache, CorruptEntriesAreRejectedAndRebuilt) {
   int64_t rejected = 0;
   for (const Case &c : cases) {
     SCOPED_TRACE(c.name);
-    writeBytes(path, c.bytes);
+    writeFileBytes(path, c.bytes);
     CacheEntry entry;
     std::string why;
     EXPECT_FALSE(cache->load(keyOf("k"), entry, &why));
@@ -176,7 +164,7 @@ TEST(CompileCache, CorruptEntriesAreRejectedAndRebuilt) {
   }
   // An entry copied under another key's name is stale, not used.
   std::string other = cache->entryPath(keyOf("other"));
-  writeBytes(other, good);
+  writeFileBytes(other, good);
   CacheEntry entry;
   std::string why;
   EXPECT_FALSE(cache->load(keyOf("other"), entry, &why));
@@ -304,8 +292,8 @@ TEST(CompileCache, AbandonedTemporaryFilesAreRemoved) {
   ASSERT_TRUE(cache);
   std::string old = dir.file("cache") + "/dead.1.2.3.tmp",
               fresh = dir.file("cache") + "/live.1.2.3.tmp";
-  writeBytes(old, "partial");
-  writeBytes(fresh, "partial");
+  writeFileBytes(old, "partial");
+  writeFileBytes(fresh, "partial");
   setAge(old, 2 * 3600);
   std::string error;
   ASSERT_TRUE(cache->store(keyOf("k"), {"o", ""}, error));
@@ -325,7 +313,7 @@ TEST(CompileCache, UnsafeDirectoryIsRefused) {
   std::string error;
   EXPECT_FALSE(CompileCache::open(config, error));
   EXPECT_NE(error.find("not private to this user"), std::string::npos) << error;
-  writeBytes(dir.file("file"), "x");
+  writeFileBytes(dir.file("file"), "x");
   config.directory = dir.file("file");
   EXPECT_FALSE(CompileCache::open(config, error));
   EXPECT_NE(error.find("is not a directory"), std::string::npos) << error;
@@ -352,7 +340,7 @@ TEST(CompileCache, IdentityNamesThisBuildAndMachine) {
 //===----------------------------------------------------------------------===//
 
 std::string readSource(const std::string &relative) {
-  return readBytes(std::string(KVIR_SOURCE_DIR) + "/" + relative);
+  return readFileBytes(std::string(KVIR_SOURCE_DIR) + "/" + relative);
 }
 
 /// Compiles and runs examples/agent-edit.mlir's @main on the generated CPU
@@ -461,18 +449,18 @@ TEST(CompileCache, UnusableProgramEntriesAreCompiledAfresh) {
   ASSERT_FALSE(compiled.empty());
   ASSERT_EQ(installed.entries().size(), 1u);
   std::string path = installed.entries()[0];
-  std::string good = readBytes(path);
+  std::string good = readFileBytes(path);
 
   // A corrupt file: rejected by its digest, compiled, stored again.
   std::string corrupt = good;
   corrupt[corrupt.size() / 2] ^= 0x40;
-  writeBytes(path, corrupt);
+  writeFileBytes(path, corrupt);
   std::vector<float> again = AgentRun().run();
   EXPECT_EQ(again, compiled);
   CacheStats s = installed.cache->stats();
   EXPECT_EQ(s.rejected, 1);
   EXPECT_EQ(s.stored, 2);
-  EXPECT_EQ(readBytes(path), good);
+  EXPECT_EQ(readFileBytes(path), good);
 
   // An entry that passes every check of the file but whose object does not
   // link (written through the cache under the same key: the key follows
@@ -486,7 +474,7 @@ TEST(CompileCache, UnusableProgramEntriesAreCompiledAfresh) {
   s = installed.cache->stats();
   EXPECT_EQ(s.rejected, 2);
   EXPECT_EQ(s.hits, 0);
-  EXPECT_EQ(readBytes(path), good);
+  EXPECT_EQ(readFileBytes(path), good);
 
   // Sites that do not parse: the same.
   CacheEntry entry;
@@ -510,7 +498,7 @@ TEST(CompileCache, ForwardCompiledOnceThenLoaded) {
   // A second process would load it; here, the cached object links.
   CacheEntry entry;
   std::string path = installed.entries()[0];
-  std::string bytes = readBytes(path);
+  std::string bytes = readFileBytes(path);
   CacheKey key;
   std::memcpy(key.bytes.data(), bytes.data() + 12, 32);
   ASSERT_TRUE(installed.cache->load(key, entry));
