@@ -848,6 +848,26 @@ kvrt_status kvir::compiler::compileForward(const kvrt_model_config &config,
   return KVRT_OK;
 }
 
+LogicalResult kvir::compiler::emitForwardObject(
+    MLIRContext &context, const kvrt_model_config &config, kvrt_kv_dtype dtype,
+    const kvir::WeightFormats &formats, StringRef cpuQuantDot, StringRef path) {
+  context.loadDialect<kv::KVDialect>();
+  OwningOpRef<ModuleOp> module = forwardModule(context, config, dtype, formats);
+  std::string problem = describeArchitectureError(config);
+  if (!problem.empty())
+    return emitError(module->getLoc())
+           << "unsupported model config: " << problem;
+  LowerOptions options;
+  options.target = Target::Cpu;
+  options.format = "isa";
+  options.cpuQuantDot = cpuQuantDot.str();
+  std::vector<Location> sites;
+  OwningOpRef<ModuleOp> lowered = lowerProgram(*module, options, sites);
+  if (!lowered)
+    return failure();
+  return emitObject(*lowered, {}, path, "native");
+}
+
 namespace {
 
 /// The body of compileMatmul and compileQuantMatmul: `kv_matmul` (its C

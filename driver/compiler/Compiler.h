@@ -248,6 +248,17 @@ mlir::LogicalResult emitObject(mlir::ModuleOp lowered,
                                llvm::ArrayRef<exec::EntryManifest> manifests,
                                llvm::StringRef path, llvm::StringRef cpu);
 
+/// Writes the CPU forward of `config` alone (pages of `dtype`, weights in
+/// `formats`, quantised products as `cpuQuantDot` says: LowerOptions) as a
+/// relocatable object for this machine (emitObject with no manifests), its
+/// functions named by forwardPrefix(): what kv-aot --forward links into the
+/// library a runner without LLVM binds (kv-run's token-list form). Failure
+/// after a diagnostic in `context`.
+mlir::LogicalResult
+emitForwardObject(mlir::MLIRContext &context, const kvrt_model_config &config,
+                  kvrt_kv_dtype dtype, const kvir::WeightFormats &formats,
+                  llvm::StringRef cpuQuantDot, llvm::StringRef path);
+
 /// The CPU forward's quant-dot for code generated for `cpu` ("native" or an
 /// LLVM CPU name): `requested` where the CPU has the integer dot path's
 /// instructions (AVX-512 VNNI) or `requested` is not "auto", else "f32"

@@ -44,7 +44,15 @@ namespace {
 cl::OptionCategory category("kv-aot options");
 
 cl::opt<std::string> programPath(cl::Positional, cl::desc("PROGRAM.mlir"),
-                                 cl::Required, cl::cat(category));
+                                 cl::cat(category));
+cl::opt<std::string> forwardKey(
+    "forward",
+    cl::desc("instead of a program: the CPU forward of one model alone, "
+             "named by its forward key (the config, K/V type and weight "
+             "formats, as kv-run --cache-stats and docs/kv-run.md spell it); "
+             "kv-run's token-list form asks for it and keeps the library in "
+             "its compile cache"),
+    cl::value_desc("key"), cl::cat(category));
 cl::list<std::string> entryNames(
     "entry",
     cl::desc("public function to compile as an entry (repeatable; default: "
@@ -141,6 +149,67 @@ std::optional<std::string> binaryOf(ModuleOp module) {
   return out;
 }
 
+/// Links `stem`.o into OUT/lib`base`.so (a shared library whose kvrt_exec_*
+/// and mgpu* references the runner that loads it provides); the exit status.
+int linkLibrary(const std::string &stem, const std::string &base) {
+  std::string linker = KVIR_AOT_LINKER;
+  if (linker.empty())
+    return fail("no linker was found at configure time: link " + stem +
+                ".o yourself, or pass --link=false");
+  std::string library = outDir + "/lib" + base + ".so";
+  std::string object = stem + ".o";
+  llvm::SmallVector<llvm::StringRef> command = {linker, "-shared", "-o",
+                                                library, object};
+  std::string message;
+  int status = llvm::sys::ExecuteAndWait(linker, command, std::nullopt, {}, 0,
+                                         0, &message);
+  if (status != 0)
+    return fail("linking " + library + " failed" +
+                (message.empty() ? "" : ": " + message));
+  llvm::outs() << "kv-aot: wrote " << library << " (run it with kv-aot-run "
+               << library << ")\n";
+  return 0;
+}
+
+/// --forward: the forward named by `key` alone, as OUT/NAME.o and
+/// libNAME.so; the exit status.
+int writeForward(const std::string &key) {
+  if (!programPath.empty())
+    return fail("--forward takes no program (got '" + programPath + "')");
+  if (targetName.getNumOccurrences() && targetName != "cpu")
+    return fail("--forward builds CPU code (--target cpu, its default)");
+  if (!modelPath.empty() || !weightFormats.empty() || !entryNames.empty() ||
+      (!cpu.empty() && cpu != "native"))
+    return fail("--forward names the model, its formats and its K/V type "
+                "itself, for this machine's CPU: no --model, "
+                "--weight-formats, --entry or --cpu");
+  kvrt_model_config config;
+  kvrt_kv_dtype dtype;
+  kvir::WeightFormats formats;
+  std::string error;
+  if (!kvir::parseForwardKey(key, config, dtype, formats, error))
+    return fail("bad --forward: " + error);
+  if (std::string refusal = kvir::compiler::quantDotRefusal("native", quantDot);
+      !refusal.empty())
+    return fail("--" + refusal);
+  DialectRegistry registry;
+  kvir::compiler::registerDialects(registry);
+  MLIRContext context(registry);
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
+  if (std::error_code ec = llvm::sys::fs::create_directories(outDir))
+    return fail("cannot create " + outDir + ": " + ec.message());
+  std::string base = name.empty() ? std::string("forward") : name.getValue();
+  std::string stem = outDir + "/" + base;
+  if (failed(kvir::compiler::emitForwardObject(
+          context, config, dtype, formats,
+          kvir::compiler::quantDotFor("native", quantDot), stem + ".o")))
+    return 1;
+  llvm::outs() << "kv-aot: wrote " << stem << ".o (the forward "
+               << kvir::forwardPrefix(config, dtype, formats) << ")\n";
+  return link ? linkLibrary(stem, base) : 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -157,6 +226,11 @@ int main(int argc, char **argv) {
                 "libNAME.so and NAME.manifest there)");
   if (targetName != "gpu" && targetName != "cpu")
     return fail("unknown --target '" + targetName + "' (available: gpu, cpu)");
+  if (forwardKey.getNumOccurrences())
+    return writeForward(forwardKey);
+  if (programPath.empty())
+    return fail("no program given (kv-aot PROGRAM.mlir -o DIR, or --forward "
+                "KEY for a forward alone)");
   bool gpu = targetName == "gpu";
   std::string base = name.empty() ? llvm::sys::path::stem(programPath).str()
                                   : std::string(name);
@@ -296,25 +370,5 @@ int main(int argc, char **argv) {
   llvm::outs() << "kv-aot: wrote " << stem << ".o, " << stem << ".manifest"
                << (gpu ? ", " + stem + ".cubin, " + stem + ".ptx" : "")
                << " (entries " << entries << ", target " << targetName << ")\n";
-  if (!link)
-    return 0;
-  // A shared library whose kvrt_exec_* (and mgpu*) references the runner
-  // that loads it provides.
-  std::string linker = KVIR_AOT_LINKER;
-  if (linker.empty())
-    return fail("no linker was found at configure time: link " + stem +
-                ".o yourself, or pass --link=false");
-  std::string library = outDir + "/lib" + base + ".so";
-  std::string object = stem + ".o";
-  llvm::SmallVector<llvm::StringRef> command = {linker, "-shared", "-o",
-                                                library, object};
-  std::string message;
-  int status = llvm::sys::ExecuteAndWait(linker, command, std::nullopt, {}, 0,
-                                         0, &message);
-  if (status != 0)
-    return fail("linking " + library + " failed" +
-                (message.empty() ? "" : ": " + message));
-  llvm::outs() << "kv-aot: wrote " << library << " (run it with kv-aot-run "
-               << library << ")\n";
-  return 0;
+  return link ? linkLibrary(stem, base) : 0;
 }
