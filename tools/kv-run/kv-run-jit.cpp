@@ -1,26 +1,20 @@
-//===- kv-run.cpp - Run kv programs, report cost and fidelity ---*- C++ -*-===//
+//===- kv-run-jit.cpp - kv-run with the compiler loaded --------*- C++ -*-===//
 //
-// Two forms:
+// kv-run's runs that compile just in time: the program form
 //   kv-run PROGRAM.mlir [--model FILE] [--input NAME=FILE]...
 //          [--text NAME=STRING]... [--compare-full-prefill] [--attribute]
-//     plans the program with kv-optimize, lowers it to one module
-//     (kv-lower-to-cpu, or kv-lower-to-nvvm with --backend cuda), JIT-compiles
-//     it, runs its entry over the backend and prints its results and, on
-//     request, the cost and fidelity of the plan against a full prefill of the
-//     same final context, and the attribution of an edited answer to the
-//     segments before it;
-//   kv-run --model FILE (--tokens "1 2 3" | --tokens-file F | --text STRING)
-//          [--greedy N] [--json] [--dump-logits OUT]
-//     prefills a token list from position 0, then generates N tokens
-//     greedily, timing the prefill and the decode steps.
-// --model takes a llama2.c checkpoint or a GGUF file. Without --model, a
-// built-in synthetic model of stories260K's shape is used. Text goes through
-// the tokenizer inside a GGUF model, the one beside the model
-// (tok<vocab>.bin) or --tokenizer, and continuations are decoded.
+// plans the program with kv-optimize, lowers it to one module
+// (kv-lower-to-cpu, or kv-lower-to-nvvm with --backend cuda), JIT-compiles
+// it, runs its entry over the backend and prints its results and, on
+// request, the cost and fidelity of the plan against a full prefill of the
+// same final context, and the attribution of an edited answer to the
+// segments before it; and the token-list form on the CUDA backend.
 //
-// The options, the run and the report are the runner's (driver/runner),
-// shared with kv-aot-run; what is here needs LLVM: compiling the program
-// just in time, its exact reference and --attribute.
+// kv-run (kv-run.cpp), which never loads LLVM, hands these runs to this
+// executable (exec, same arguments); run directly it does every run kv-run
+// does, compiling the token-list form's forward with the JIT. The command
+// line and the token-list form are kv-run's (CommandLine.h, TokenList.h);
+// the options, the run and the report the runner's (driver/runner).
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,6 +25,8 @@
 #include "driver/version/Version.h"
 #include "passes/Transforms/RetargetModel.h"
 #include "runtime/core/ForwardCall.h"
+#include "tools/kv-run/CommandLine.h"
+#include "tools/kv-run/TokenList.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -57,70 +53,8 @@ using namespace kvir::run;
 
 namespace {
 
-const char *kUsage =
-    "kv-run: run kv programs (or a token list) on a model; report logits, "
-    "cost and\nfidelity (docs/kv-run.md)\n"
-    "\n"
-    "usage: kv-run PROGRAM.mlir [options]\n"
-    "       kv-run [options] (--tokens IDS | --tokens-file FILE | --text "
-    "STRING\n"
-    "                        | --text-file FILE)\n"
-    "\n"
-    "  kv-run examples/agent-edit.mlir --synthesize-inputs "
-    "--compare-full-prefill\n"
-    "  kv-run PROGRAM.mlir --model M.bin --input city=city.txt ...\n"
-    "  kv-run examples/story-edit.mlir --model M.bin\n"
-    "      --text hero=\"girl named Lily.\" ... --attribute\n"
-    "  kv-run --model M.bin --tokens \"1 2 3\" --dump-logits out.f32\n"
-    "  kv-run --model M.bin --text \"Once upon a time\" --bos prompt\n"
-    "  kv-run --model M.bin --tokens 1 --greedy 64 --json\n"
-    "\n"
-    "With PROGRAM, kv-run plans it with kv-optimize, JIT-compiles it and runs "
-    "its\nentry. Without, it prefills a token list from position 0: --text "
-    "and --text-file\ntake the prompt itself (--bos prompt puts BOS in "
-    "front), --dump-logits writes\nthe logits of every position, --greedy N "
-    "generates N tokens from the prompt\n(prefill and decode timed apart).\n";
-
-/// kv-run's command line: the runners' options and its own.
-struct Options {
-  RunOptions run;
-  CacheOptions cache;
-  std::string program;
-  std::string tokens, tokensFile;
-  bool tokensGiven = false, tokensFileGiven = false;
-  bool attribute = false;
-  bool printTokens = false;
-  bool retarget = false;
-  /// `--quant-dot`: kv-lower-to-cpu's quant-dot.
-  std::string quantDot = "auto";
-};
-
 llvm::Error makeError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
-}
-
-/// Turns the runtime's last error into an llvm::Error.
-llvm::Error runtimeError(llvm::StringRef what) {
-  return makeError(what + ": " + kvrt_last_error());
-}
-
-/// Warns when the run went beyond the context the model was trained on.
-void warnBeyondTraining(const Runner &runner, int64_t tokens) {
-  std::string warning = runner.contextWarning(tokens);
-  if (!warning.empty())
-    llvm::WithColor::warning(llvm::errs(), "kv-run") << warning << "\n";
-}
-
-/// The runner the options ask for; without --backend, the cpu one.
-llvm::Expected<std::unique_ptr<Runner>> makeRunner(const RunnerOptions &given) {
-  RunnerOptions options = given;
-  if (!options.backendGiven)
-    options.backend = "cpu";
-  std::string error;
-  std::unique_ptr<Runner> runner = Runner::create(options, error);
-  if (!runner)
-    return makeError(error);
-  return runner;
 }
 
 /// Where the generated code of --backend runs.
@@ -130,187 +64,19 @@ compiler::Target target(const RunnerOptions &options) {
              : compiler::Target::Cpu;
 }
 
-/// Reads the token list from --tokens, --tokens-file or the text of --text
-/// or --text-file (exactly one), encoding text with `tokenizer`.
-llvm::Expected<std::vector<int32_t>>
-readTokens(const Options &options, const exec::TextOptions &prompt,
-           const kvrt_tokenizer *tokenizer) {
-  if (options.tokensGiven + options.tokensFileGiven + prompt.texts.size() != 1)
-    return makeError("give exactly one of --tokens and --tokens-file, or one "
-                     "--text or --text-file");
-  std::string error;
-  if (!prompt.texts.empty()) {
-    exec::InputOptions encoded;
-    if (!exec::encodeTextInputs(prompt, tokenizer, encoded, error))
-      return makeError(error);
-    std::vector<int32_t> tokens = encoded.givenTokens["prompt"].tokens;
-    if (tokens.empty())
-      return makeError("the text encodes to no tokens: the first form needs "
-                       "at least one");
-    return tokens;
-  }
-  std::string text = options.tokens, source = "--tokens";
-  if (options.tokensFileGiven) {
-    source = "'" + options.tokensFile + "'";
-    if (!exec::readFile(options.tokensFile, text, error, "token file"))
-      return makeError(error);
-  }
-  std::vector<int32_t> tokens;
-  if (!exec::parseTokenList(text, source, tokens, error))
-    return makeError(error);
-  return tokens;
-}
-
-/// `bytes` as a quoted C-like literal: printable ASCII and whole UTF-8
-/// characters as they are, quotes and backslashes escaped, other bytes
-/// (controls, a character's bytes split across tokens) as \n, \t or \xHH.
-std::string quoted(llvm::StringRef bytes) {
-  std::string out = "'";
-  for (size_t i = 0; i < bytes.size();) {
-    unsigned char c = bytes[i];
-    // A whole UTF-8 sequence: its lead byte's length, continuation bytes.
-    size_t n = c >= 0xF0 && c < 0xF5 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
-    bool whole = n > 0 && c < 0xF5 && i + n <= bytes.size();
-    for (size_t k = 1; whole && k < n; ++k)
-      whole = (static_cast<unsigned char>(bytes[i + k]) & 0xC0) == 0x80;
-    if (whole) {
-      out += bytes.substr(i, n).str();
-      i += n;
-      continue;
-    }
-    if (c == '\'' || c == '\\')
-      out += std::string("\\") + char(c);
-    else if (c == '\n')
-      out += "\\n";
-    else if (c == '\t')
-      out += "\\t";
-    else if (c >= 0x20 && c < 0x7F)
-      out += char(c);
-    else
-      out += llvm::formatv("\\x{0:X-2}", unsigned(c)).str();
-    ++i;
-  }
-  return out + "'";
-}
-
-/// --print-tokens: each token's id, its piece as the vocabulary spells it,
-/// and the text it decodes to alone (special tokens included).
-llvm::Error printTokens(const kvrt_tokenizer *tokenizer,
-                        const std::vector<int32_t> &tokens) {
-  std::printf("tokens: %zu\n", tokens.size());
-  for (int32_t id : tokens) {
-    const char *piece = nullptr, *text = nullptr;
-    size_t pieceLength = 0, textLength = 0;
-    if (kvrt_tokenizer_get_piece(tokenizer, id, &piece, &pieceLength,
-                                 nullptr) ||
-        kvrt_tokenizer_decode_token_ex(tokenizer, -1, id, KVRT_DECODE_SPECIAL,
-                                       &text, &textLength))
-      return runtimeError("cannot print token " + std::to_string(id));
-    // Padded to 24 characters (UTF-8 lead bytes), not bytes.
-    std::string shown = quoted(llvm::StringRef(piece, pieceLength));
-    size_t width = 0;
-    for (char c : shown)
-      width += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-    shown.append(width < 24 ? 24 - width : 0, ' ');
-    std::printf("%8d  %s %s\n", id, shown.c_str(),
-                quoted(llvm::StringRef(text, textLength)).c_str());
-  }
-  return llvm::Error::success();
-}
-
-/// The forward of `model` (its config, its weights' formats) for the first
-/// form (no program).
-llvm::Expected<Forward> forwardFor(const ComputeBackend &backend,
-                                   const kvrt_model *model,
-                                   const kvrt_model_config &config,
-                                   compiler::Target target, kvrt_kv_dtype dtype,
-                                   const std::string &quantDot) {
-  Forward forward;
-  if (!backend.runsGeneratedCode())
-    return forward;
-  if (compiler::compileForward(config, target, &forward, dtype,
-                               /*cpuVectorBits=*/0, modelWeightFormats(model),
-                               quantDot))
-    return runtimeError("cannot compile the forward of the model");
-  return forward;
-}
-
-/// The first form: prefill a token list from position 0.
-llvm::Error runTokens(const Options &options) {
-  const RunOptions &o = options.run;
-  if (!options.tokensGiven && !options.tokensFileGiven &&
-      o.request.texts.empty())
-    return makeError(
-        "nothing to run: give a program (kv-run PROGRAM.mlir, e.g. kv-run "
-        "examples/agent-edit.mlir --synthesize-inputs) or a token list "
-        "(--tokens, --tokens-file, --text or --text-file); kv-run --help "
-        "lists the options");
-  if (options.attribute)
-    return makeError("--attribute belongs to the program form (kv-run "
-                     "PROGRAM.mlir --attribute)");
-  if (options.retarget)
-    return makeError("--retarget-model belongs to the program form: a token "
-                     "list runs on any model as it is");
-  if (options.printTokens && o.request.texts.empty())
-    return makeError("--print-tokens shows what a text became: give --text "
-                     "or --text-file");
-  if (o.runner.storeGiven)
-    return makeError("--kv-store belongs to the program form: blocks are "
-                     "loaded and stored by kv.load_block and kv.store_block");
-  std::string error;
-  exec::TextOptions text;
-  if (!readTextOptions(o.runner, o.request, /*onePrompt=*/true, text, error))
-    return makeError(error);
-  if (text.texts.empty() && !text.bos.empty())
-    return makeError("--bos " + *text.bos.begin() +
-                     " names no text: the first form takes --bos prompt with "
-                     "--text or --text-file (token ids are taken verbatim)");
-  // Token ids are checked before anything loads; text needs the tokenizer.
-  llvm::Expected<std::vector<int32_t>> tokens =
-      text.texts.empty()
-          ? readTokens(options, text, nullptr)
-          : llvm::Expected<std::vector<int32_t>>(std::vector<int32_t>());
-  if (!tokens)
-    return tokens.takeError();
-  llvm::Expected<std::unique_ptr<Runner>> runner = makeRunner(o.runner);
-  if (!runner)
-    return runner.takeError();
-  Runner &r = **runner;
-  if (!text.texts.empty()) {
-    llvm::Expected<std::vector<int32_t>> encoded =
-        readTokens(options, text, r.tokenizer());
-    if (!encoded)
-      return encoded.takeError();
-    *tokens = std::move(*encoded);
-    if (options.printTokens)
-      return printTokens(r.tokenizer(), *tokens);
-  }
-  if (!r.checkTokenList(*tokens, o.request.greedyTokens(), error))
-    return makeError(error);
-  warnBeyondTraining(r, int64_t(tokens->size()) +
-                            std::max<int64_t>(o.request.greedyTokens() - 1, 0));
-  if (!r.preparePool(KVRT_KV_F32, /*fromProgram=*/false, error))
-    return makeError(error);
-  llvm::Expected<Forward> forward =
-      forwardFor(r.backend(), r.model(), r.config(), target(o.runner),
-                 r.pageType(), options.quantDot);
-  if (!forward)
-    return forward.takeError();
-  TokenListRun run;
-  run.tokens = std::move(*tokens);
-  run.allRows = o.request.dumpLogitsGiven;
-  run.greedy = o.request.greedyTokens();
-  if (!text.texts.empty()) {
-    run.fromText = true;
-    run.text = text.texts.front().text;
-    run.bos = text.bos.count("prompt") > 0;
-  }
-  if (!r.prefillTokenList(*forward, run, error) ||
-      !r.printTokenList(run, o.request.dumpLogits, o.request.json, error))
-    return makeError(error);
-  if (std::string note = r.hugePageNote(); !note.empty())
-    llvm::WithColor::note(llvm::errs(), "kv-run") << note << "\n";
-  return llvm::Error::success();
+/// The token-list form's forward: the JIT's (or the compile cache's JIT
+/// object).
+ForwardSource jitForward(const KvRunOptions &options) {
+  return [&options](Runner &r, Forward &out, std::string &error) {
+    if (compiler::compileForward(r.config(), target(options.run.runner), &out,
+                                 r.pageType(), /*cpuVectorBits=*/0,
+                                 modelWeightFormats(r.model()),
+                                 options.quantDot) == KVRT_OK)
+      return true;
+    error = std::string("cannot compile the forward of the model: ") +
+            kvrt_last_error();
+    return false;
+  };
 }
 
 /// Runs the auxiliary entry of `spec` for the edit's operands and
@@ -390,7 +156,7 @@ runExactReference(mlir::OwningOpRef<mlir::ModuleOp> reference,
 }
 
 /// The program form.
-llvm::Error runProgram(const Options &options) {
+llvm::Error runProgram(const KvRunOptions &options) {
   const RunOptions &o = options.run;
   const std::string &entryName = o.request.entry;
   if (options.tokensGiven || options.tokensFileGiven)
@@ -406,10 +172,10 @@ llvm::Error runProgram(const Options &options) {
   exec::TextOptions text;
   if (!readTextOptions(o.runner, o.request, /*onePrompt=*/false, text, error))
     return makeError(error);
-  llvm::Expected<std::unique_ptr<Runner>> made = makeRunner(o.runner);
+  std::unique_ptr<Runner> made = makeRunner(o.runner, error);
   if (!made)
-    return made.takeError();
-  Runner &runner = **made;
+    return makeError(error);
+  Runner &runner = *made;
   if (!runner.encodeInputs(text, inputs, error))
     return makeError(error);
 
@@ -545,99 +311,28 @@ llvm::Error runProgram(const Options &options) {
   return llvm::Error::success();
 }
 
-/// Declares kv-run's options: the runners' and its own.
-void declareOptions(OptionParser &parser, Options &options) {
-  addRunOptions(parser, options.run);
-  addCacheOptions(parser, options.cache);
-  parser.section("kv-run's own");
-  parser.text("tokens", "IDS",
-              "without a program: whitespace-separated token ids, e.g. "
-              "\"1 2 3\" (taken verbatim: no BOS is added)",
-              options.tokens, &options.tokensGiven);
-  parser.text("tokens-file", "FILE",
-              "without a program: a file of whitespace-separated token ids",
-              options.tokensFile, &options.tokensFileGiven);
-  parser.flag("attribute",
-              "attribute the change of the answer made by a kv.edit to the "
-              "segments before it, by patching each segment's K/V with its "
-              "value in the edited context (docs/kv-run.md)",
-              options.attribute);
-  parser.flag("retarget-model",
-              "run a program written for another model's shape: retype its "
-              "!kv.model, its !kv.cache shapes and its logits' vocabulary "
-              "to the model's (the kv-retarget-model pass; a note says what "
-              "changed, a program it cannot retype is an error at the op); "
-              "without it a program must name the model's exact type",
-              options.retarget);
-  parser.flag("print-tokens",
-              "without a program: print the ids and pieces of the text of "
-              "--text or --text-file (each piece as the vocabulary spells it, "
-              "then the text it decodes to) instead of running it",
-              options.printTokens);
-  parser.text("quant-dot", "auto|f32|int8|amx|avx2",
-              "how the generated CPU code multiplies quantised weights: f32 "
-              "widens them exactly (the oracle's weights), int8 takes integer "
-              "dot products on Q8_0, Q4_0, Q4_K and Q6_K blocks (Q5_K's "
-              "in decode steps) "
-              "against activations quantised per "
-              "block (AVX-512 VNNI; docs/cpu-backend.md), amx the same with "
-              "a Q8_0 or Q4_K prefill on AMX tiles, avx2 int8's decode steps "
-              "by AVX2's instructions (a prefill widens), auto (default) amx "
-              "where the host has AMX, else int8 where it has VNNI, else avx2",
-              options.quantDot);
-}
-
-/// Prints `message` as kv-run's error; the exit status.
-int fail(const std::string &message) {
-  llvm::WithColor::error(llvm::errs(), "kv-run") << message << "\n";
-  return 1;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  Options options;
-  OptionParser parser("kv-run");
-  declareOptions(parser, options);
-  std::vector<std::string> positionals;
+  KvRunOptions options;
+  ParsedCommandLine parsed = parseKvRunCommandLine(argc, argv, options);
+  if (!parsed.run)
+    return parsed.status;
   std::string problem;
-  if (!parser.parse(argc, argv, 1, positionals, problem))
-    return fail(problem);
-  if (parser.helpRequested()) {
-    parser.printHelp(stdout, kUsage);
-    return 0;
-  }
-  if (parser.versionRequested()) {
-    std::fputs(versionText("kv-run").c_str(), stdout);
-    return 0;
-  }
-  if (positionals.size() > 1)
-    return fail("one program at a time, got '" + positionals[0] + "' and '" +
-                positionals[1] + "'");
-  if (!positionals.empty())
-    options.program = positionals[0];
-  if (options.quantDot != "auto" && options.quantDot != "f32" &&
-      options.quantDot != "int8" && options.quantDot != "amx" &&
-      options.quantDot != "avx2")
-    return fail("unknown --quant-dot '" + options.quantDot +
-                "' (available: auto, f32, int8, amx, avx2)");
-  // A forward that widens Q8_0 or takes AVX2's dots never reads the rows
-  // repacked for VNNI: none are made.
-  if (options.quantDot == "f32" || options.quantDot == "avx2")
-    options.run.runner.noRepack = true;
-  if (!applyThreads(options.run.runner.threads, problem) ||
-      !checkRunOptions(options.run, problem) ||
-      !checkCacheOptions(options.cache, problem))
-    return fail(problem);
   // Without a cache the run compiles everything, as --no-cache does.
   if (!options.cache.disabled &&
       !compiler::installDefaultCompileCache(uint64_t(options.cache.maxMb) << 20,
                                             problem))
-    llvm::WithColor::warning(llvm::errs(), "kv-run")
-        << "compile cache off: " << problem << "\n";
+    printWarning("compile cache off: " + problem);
+  auto runTokens = [&]() -> llvm::Error {
+    std::string message;
+    if (!runTokenList(options, jitForward(options), message))
+      return makeError(message);
+    return llvm::Error::success();
+  };
   llvm::Error error =
-      options.program.empty() ? runTokens(options) : runProgram(options);
+      options.program.empty() ? runTokens() : runProgram(options);
   if (options.cache.stats) {
     std::shared_ptr<compiler::CompileCache> cache = compiler::compileCache();
     llvm::errs() << (cache ? compiler::describeCacheStats(*cache)
@@ -648,7 +343,9 @@ int main(int argc, char **argv) {
   if (!error && (std::fflush(stdout) != 0 || std::ferror(stdout)))
     error = makeError(llvm::Twine("cannot write the report to stdout: ") +
                       std::strerror(errno));
-  if (error)
-    return fail(llvm::toString(std::move(error)));
+  if (error) {
+    printError(llvm::toString(std::move(error)));
+    return 1;
+  }
   return 0;
 }
