@@ -28,7 +28,9 @@
 # own timers: the prefill, then the decode steps); llama.cpp: llama-speed.cpp
 # (llama_decode of the prompt in one batch, then one token per step, its
 # default context: f16 K/V). Peak RSS is /usr/bin/time's, of the whole
-# process (KVIR's includes its JIT compile). --kvir-args adds options to
+# process (KVIR's: kv-run, which loads its forward from the compile cache; on
+# a first run the larger of it and the kv-aot child that compiles the
+# forward, docs/kv-run.md). --kvir-args adds options to
 # each kv-run (e.g. --no-mmap). --rounds N (default 1) runs each row's two
 # engines N times, alternated (KVIR, llama.cpp, KVIR, ...), and prints the
 # medians of their times (peak RSS: the largest): on a machine whose
