@@ -179,7 +179,7 @@ bool kvir::run::loadForwardLibrary(const Runner &runner,
     // The stored entry is what later runs load: load it now too (unless
     // another process evicted it already).
     if (!cache->store(entryKey, bytes, problem))
-      printWarning("compile cache: the forward was not stored: " + problem);
+      printWarning("compile cache: cannot store the compiled forward: " + problem);
     else if (bindLibrary(cache->entryPath(entryKey), prefix, key.c_str(), out,
                          why))
       return true;
