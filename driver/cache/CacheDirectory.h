@@ -5,7 +5,7 @@
 // files created whole, the bound kept by removing the least recently used
 // entries, and the line --cache-stats prints. Two kinds of entry live there:
 // the JIT's objects (`*.kvjit`, driver/compiler/CompileCache.h) and the
-// forwards kv-run loads with dlopen (`*.kvfwd`, ForwardLibraryCache.h); one
+// libraries kv-run loads with dlopen (`*.kvfwd`, LibraryCache.h); one
 // bound covers both.
 //
 //===----------------------------------------------------------------------===//

@@ -27,6 +27,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "driver/runner/ProgramLibrary.h"
 #include "driver/runner/Runner.h"
 #include "driver/version/Version.h"
 
@@ -138,89 +139,6 @@ bool parse(int argc, char **argv, OptionParser &parser, Args &a,
 }
 
 using ModelPtr = std::unique_ptr<kvrt_model, void (*)(kvrt_model *)>;
-
-/// A loaded program library: its manifest and entry.
-struct Library {
-  void *handle = nullptr;
-  exec::EntryManifest manifest;
-  exec::EntryFn entry = nullptr;
-
-  /// The library's forward of `config` on pages of the manifest's type and
-  /// weights in the manifest's formats (null members if it holds none).
-  Forward forward(const kvrt_model_config &config) {
-    Forward f;
-    std::string error;
-    std::optional<WeightFormats> formats =
-        WeightFormats::parse(manifest.weightFormats, config.n_layers, error);
-    if (!formats)
-      return f;
-    key = forwardKey(config, manifest.kvDtype, *formats);
-    f.key = key.c_str();
-    std::string prefix = forwardPrefix(config, manifest.kvDtype, *formats);
-    f.prefill = reinterpret_cast<kvrt_prefill_fn>(
-        dlsym(handle, (prefix + "_prefill").c_str()));
-    f.attention = reinterpret_cast<kvrt_attention_fn>(
-        dlsym(handle, (prefix + "_attention").c_str()));
-    f.materialize = reinterpret_cast<kvrt_materialize_fn>(
-        dlsym(handle, (prefix + "_materialize").c_str()));
-    return f;
-  }
-
-  /// Why `model`'s weights cannot run on the library's forwards, or "": the
-  /// library was compiled for the formats its manifest names.
-  std::string checkFormats(const kvrt_model *model) const {
-    std::string theirs = modelWeightFormats(model).spec();
-    if (theirs == manifest.weightFormats)
-      return "";
-    auto name = [](const std::string &spec) {
-      return spec.empty() ? std::string("f32") : spec;
-    };
-    return "the program library was compiled for weights in " +
-           name(manifest.weightFormats) + ", the model's weights are in " +
-           name(theirs) + " (compile it for this model: kv-aot --model FILE)";
-  }
-
-private:
-  std::string key;
-};
-
-/// Opens `path` and reads the manifest of `entry`.
-bool openLibrary(const std::string &path, const std::string &entry,
-                 Library &out, std::string &error) {
-  // The library's constructor loads its GPU binary (mgpuModuleLoad): the
-  // driver has been checked before, so a failure is recorded, not a crash.
-  out.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!out.handle) {
-    const char *why = dlerror();
-    error = "cannot load the program library " + path + ": " +
-            (why ? why : "unknown reason");
-    return false;
-  }
-  auto *text = static_cast<const char *>(
-      dlsym(out.handle, exec::manifestSymbol(entry).c_str()));
-  if (!text) {
-    error = path + " has no entry @" + entry + " (no " +
-            exec::manifestSymbol(entry) + "; was it compiled by kv-aot " +
-            "with --entry " + entry + "?)";
-    return false;
-  }
-  if (!exec::EntryManifest::parse(text, out.manifest, error)) {
-    error = path + ": " + error;
-    return false;
-  }
-  out.entry = reinterpret_cast<exec::EntryFn>(
-      dlsym(out.handle, exec::entrySymbol(entry).c_str()));
-  if (!out.entry) {
-    error = path + " has no " + exec::entrySymbol(entry);
-    return false;
-  }
-  if (out.manifest.target == "gpu" && kvrt_cuda_check() != KVRT_OK) {
-    error = std::string("loading the program's GPU kernels failed: ") +
-            kvrt_last_error();
-    return false;
-  }
-  return true;
-}
 
 /// Checks, before any backend is created, that `path` is a file that can be
 /// a program library (an ELF shared object, as kv-aot writes): a missing
@@ -339,8 +257,8 @@ int runProgram(const Args &a) {
   std::unique_ptr<Runner> runner = Runner::create(runnerOptions, error);
   if (!runner)
     return usageError(error);
-  Library library;
-  if (!openLibrary(a.library, o.request.entry, library, error))
+  ProgramLibrary library;
+  if (!openProgramLibrary(a.library, o.request.entry, library, error))
     return usageError(error);
   if (runner->backend().runsGeneratedCode() &&
       (library.manifest.target == "gpu") != (runnerOptions.backend == "cuda"))
@@ -485,8 +403,8 @@ int benchAttention(Args &a) {
       cuda::createCudaBackend(model.get(), &error);
   if (!gpu)
     return usageError(error);
-  Library library;
-  if (!openLibrary(a.library, a.run.request.entry, library, error))
+  ProgramLibrary library;
+  if (!openProgramLibrary(a.library, a.run.request.entry, library, error))
     return usageError(error);
   kvrt_model_config c;
   kvrt_model_get_config(model.get(), &c);

@@ -149,6 +149,5 @@ ParsedCommandLine kvir::run::parseKvRunCommandLine(int argc, char **argv,
 
 bool kvir::run::runsWithoutCompiler(const KvRunOptions &options) {
   const RunnerOptions &runner = options.run.runner;
-  return options.program.empty() &&
-         !(runner.backendGiven && runner.backend == "cuda");
+  return !(runner.backendGiven && runner.backend == "cuda");
 }

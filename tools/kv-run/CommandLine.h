@@ -1,9 +1,10 @@
 //===- CommandLine.h - kv-run's command line --------------------*- C++ -*-===//
 //
 // The options of kv-run, read the same way by its two executables: kv-run,
-// which runs token lists on a forward loaded as a shared library and never
-// loads LLVM, and kv-run-jit, which kv-run hands every other run to (a
-// program, the CUDA backend) and which compiles just in time. Plain C++.
+// which runs code loaded as shared libraries and never loads LLVM, and
+// kv-run-jit, which kv-run hands the other runs to (the CUDA backend,
+// --attribute, a program that needs the compiler's diagnostics) and which
+// compiles just in time. Plain C++.
 //
 //===----------------------------------------------------------------------===//
 
@@ -42,8 +43,8 @@ struct ParsedCommandLine {
 ParsedCommandLine parseKvRunCommandLine(int argc, char **argv,
                                         KvRunOptions &options);
 
-/// Whether the run is kv-run's own (a token list on a backend whose forward
-/// is CPU code or none) rather than kv-run-jit's.
+/// Whether kv-run may run it itself (on CPU code or the reference backend)
+/// rather than hand it to kv-run-jit at once (the CUDA backend).
 bool runsWithoutCompiler(const KvRunOptions &options);
 
 /// Prints `message` as kv-run's error, warning or note on stderr.

@@ -1,7 +1,8 @@
-//===- ForwardLibrary.cpp - A forward loaded as a shared library ----------===//
+//===- CachedLibrary.cpp - Compiled code from the cache or from kv-aot ---===//
 
-#include "tools/kv-run/ForwardLibrary.h"
+#include "tools/kv-run/CachedLibrary.h"
 
+#include "driver/runner/ProgramLibrary.h"
 #include "runtime/core/ForwardCall.h"
 #include "runtime/core/ModelConfig.h"
 #include "tools/kv-run/CommandLine.h"
@@ -43,7 +44,8 @@ public:
   ~ScratchDirectory() {
     if (path.empty())
       return;
-    for (const char *name : {"forward.o", "libforward.so", "kv-aot.log"})
+    for (const char *name :
+         {"code.o", "libcode.so", "code.manifest", "kv-aot.log"})
       ::unlink((path + "/" + name).c_str());
     ::rmdir(path.c_str());
   }
@@ -95,14 +97,7 @@ bool bindLibrary(const std::string &path, const std::string &prefix,
     why = message ? message : "dlopen failed";
     return false;
   }
-  Forward f;
-  f.key = key;
-  f.prefill = reinterpret_cast<kvrt_prefill_fn>(
-      ::dlsym(handle, (prefix + "_prefill").c_str()));
-  f.attention = reinterpret_cast<kvrt_attention_fn>(
-      ::dlsym(handle, (prefix + "_attention").c_str()));
-  f.materialize = reinterpret_cast<kvrt_materialize_fn>(
-      ::dlsym(handle, (prefix + "_materialize").c_str()));
+  Forward f = bindForward(handle, prefix, key);
   if (!f.prefill || !f.attention || !f.materialize) {
     ::dlclose(handle);
     why = "the library lacks the entry points of " + prefix;
@@ -124,9 +119,63 @@ std::string kvir::run::besideThisExecutable(const std::string &name) {
   return self.substr(0, self.rfind('/') + 1) + name;
 }
 
+bool kvir::run::loadCachedLibrary(const std::vector<std::string> &compile,
+                                  const std::string &entryKey,
+                                  cache::LibraryCache *cache,
+                                  const LibraryOpener &open,
+                                  std::string &error) {
+  std::string why;
+  if (cache) {
+    std::string path;
+    if (cache->load(entryKey, path)) {
+      if (open(path, why))
+        return true;
+      cache->countUnusable();
+    }
+  }
+  ScratchDirectory scratch;
+  if (!scratch.create(error))
+    return false;
+  std::string log = scratch.path + "/kv-aot.log";
+  std::vector<std::string> argv = compile;
+  for (const char *arg : {"-o", "", "--name", "code"})
+    argv.push_back(*arg ? arg : scratch.path);
+  int status = runChild(argv, log, why);
+  if (status != 0) {
+    if (status > 0) {
+      std::string text;
+      cache::readWhole(log, text);
+      while (!text.empty() && text.back() == '\n')
+        text.pop_back();
+      why = compile[0] + " failed" + (text.empty() ? "" : ":\n" + text);
+    }
+    error = why;
+    return false;
+  }
+  std::string library = scratch.path + "/libcode.so";
+  if (cache) {
+    std::string bytes, problem;
+    if (int readError = cache::readWhole(library, bytes)) {
+      error = "cannot read " + library + ": " + std::strerror(readError);
+      return false;
+    }
+    // The stored entry is what later runs load: load it now too (unless
+    // another process evicted it already).
+    if (!cache->store(entryKey, bytes, problem))
+      printWarning("compile cache: cannot store the compiled code: " + problem);
+    else if (open(cache->entryPath(entryKey), why))
+      return true;
+  }
+  if (!open(library, why)) {
+    error = why;
+    return false;
+  }
+  return true;
+}
+
 bool kvir::run::loadForwardLibrary(const Runner &runner,
                                    const std::string &quantDot,
-                                   cache::ForwardLibraryCache *cache,
+                                   cache::LibraryCache *cache,
                                    const std::string &compiler, Forward &out,
                                    std::string &error) {
   WeightFormats formats = modelWeightFormats(runner.model());
@@ -139,52 +188,13 @@ bool kvir::run::loadForwardLibrary(const Runner &runner,
       forwardKey(runner.config(), runner.pageType(), formats));
   std::string prefix =
       forwardPrefix(runner.config(), runner.pageType(), formats);
-  // The library also depends on how its products are taken.
-  std::string entryKey = key + " quant-dot=" + quantDot;
-  std::string why;
-  if (cache) {
-    std::string path;
-    if (cache->load(entryKey, path)) {
-      if (bindLibrary(path, prefix, key.c_str(), out, why))
-        return true;
-      cache->countUnusable();
-    }
-  }
-  auto fail = [&](const std::string &message) {
-    error = "cannot compile the forward of the model: " + message;
-    return false;
+  auto open = [&](const std::string &path, std::string &why) {
+    return bindLibrary(path, prefix, key.c_str(), out, why);
   };
-  ScratchDirectory scratch;
-  if (!scratch.create(error))
-    return false;
-  std::string log = scratch.path + "/kv-aot.log";
-  int status = runChild({compiler, "--forward", key, "--quant-dot", quantDot,
-                         "-o", scratch.path, "--name", "forward"},
-                        log, why);
-  if (status != 0) {
-    if (status > 0) {
-      std::string text;
-      cache::readWhole(log, text);
-      while (!text.empty() && text.back() == '\n')
-        text.pop_back();
-      why = compiler + " failed" + (text.empty() ? "" : ":\n" + text);
-    }
-    return fail(why);
-  }
-  std::string library = scratch.path + "/libforward.so";
-  if (cache) {
-    std::string bytes, problem;
-    if (int readError = cache::readWhole(library, bytes))
-      return fail("cannot read " + library + ": " + std::strerror(readError));
-    // The stored entry is what later runs load: load it now too (unless
-    // another process evicted it already).
-    if (!cache->store(entryKey, bytes, problem))
-      printWarning("compile cache: cannot store the compiled forward: " + problem);
-    else if (bindLibrary(cache->entryPath(entryKey), prefix, key.c_str(), out,
-                         why))
-      return true;
-  }
-  if (!bindLibrary(library, prefix, key.c_str(), out, why))
-    return fail(why);
-  return true;
+  // The library also depends on how its products are taken.
+  if (loadCachedLibrary({compiler, "--forward", key, "--quant-dot", quantDot},
+                        key + " quant-dot=" + quantDot, cache, open, error))
+    return true;
+  error = "cannot compile the forward of the model: " + error;
+  return false;
 }

@@ -1,14 +1,14 @@
-//===- ForwardLibraryCacheTest.cpp - Forwards kept as libraries -*- C++ -*-===//
+//===- LibraryCacheTest.cpp - Compiled code kept as libraries ---*- C++ -*-===//
 //
-// The cache kv-run loads its token-list forward from without LLVM
-// (driver/cache/ForwardLibraryCache.h): a stored library is found again
+// The cache kv-run loads its code from without LLVM
+// (driver/cache/LibraryCache.h): a stored library is found again
 // byte for byte; a damaged, truncated or misplaced entry is rejected; the
 // directory's one bound evicts the least recently used entries of both
-// kinds (forward libraries and the JIT's objects).
+// kinds (libraries and the JIT's objects).
 //
 //===----------------------------------------------------------------------===//
 
-#include "driver/cache/ForwardLibraryCache.h"
+#include "driver/cache/LibraryCache.h"
 
 #include "test/unit/TestSupport.h"
 
@@ -28,16 +28,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<ForwardLibraryCache> openCache(const std::string &dir,
-                                               const std::string &identity,
-                                               uint64_t maxBytes = 1 << 30) {
-  ForwardLibraryCache::Config config;
+std::unique_ptr<LibraryCache> openCache(const std::string &dir,
+                                        const std::string &identity,
+                                        uint64_t maxBytes = 1 << 30) {
+  LibraryCache::Config config;
   config.directory = dir;
   config.identity = identity;
   config.maxBytes = maxBytes;
   std::string error;
-  std::unique_ptr<ForwardLibraryCache> cache =
-      ForwardLibraryCache::open(config, error);
+  std::unique_ptr<LibraryCache> cache = LibraryCache::open(config, error);
   EXPECT_TRUE(cache) << error;
   return cache;
 }
@@ -47,9 +46,9 @@ std::string library(size_t size, char fill) { return std::string(size, fill); }
 
 } // namespace
 
-TEST(ForwardLibraryCacheTest, StoredLibraryIsFoundByteForByte) {
+TEST(LibraryCacheTest, StoredLibraryIsFoundByteForByte) {
   TempDir dir;
-  std::unique_ptr<ForwardLibraryCache> cache =
+  std::unique_ptr<LibraryCache> cache =
       openCache(dir.file("cache"), "identity A");
   ASSERT_TRUE(cache);
   std::string path, why;
@@ -73,15 +72,15 @@ TEST(ForwardLibraryCacheTest, StoredLibraryIsFoundByteForByte) {
   ASSERT_EQ(::stat(dir.file("cache").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
   // Another identity (another build, another CPU) does not see it.
-  std::unique_ptr<ForwardLibraryCache> other =
+  std::unique_ptr<LibraryCache> other =
       openCache(dir.file("cache"), "identity B");
   EXPECT_FALSE(other->load("key 1", path, &why));
   EXPECT_EQ(why, "no entry");
 }
 
-TEST(ForwardLibraryCacheTest, DamagedEntriesAreRejected) {
+TEST(LibraryCacheTest, DamagedEntriesAreRejected) {
   TempDir dir;
-  std::unique_ptr<ForwardLibraryCache> cache =
+  std::unique_ptr<LibraryCache> cache =
       openCache(dir.file("cache"), "identity A");
   ASSERT_TRUE(cache);
   std::string error, path, why;
@@ -116,10 +115,10 @@ TEST(ForwardLibraryCacheTest, DamagedEntriesAreRejected) {
   EXPECT_TRUE(cache->load("key 2", path, &why)) << why;
 }
 
-TEST(ForwardLibraryCacheTest, OneBoundForBothKinds) {
+TEST(LibraryCacheTest, OneBoundForBothKinds) {
   TempDir dir;
   std::string root = dir.file("cache");
-  std::unique_ptr<ForwardLibraryCache> cache =
+  std::unique_ptr<LibraryCache> cache =
       openCache(root, "identity A", /*maxBytes=*/10000);
   ASSERT_TRUE(cache);
   // A JIT object (CompileCache's kind), the oldest entry.
@@ -144,27 +143,27 @@ TEST(ForwardLibraryCacheTest, OneBoundForBothKinds) {
   EXPECT_EQ(cache->stats().storeFailures, 1);
 }
 
-TEST(ForwardLibraryCacheTest, IdentityNamesTheBuildsAndTheCpu) {
+TEST(LibraryCacheTest, IdentityNamesTheBuildsAndTheCpu) {
   std::string cpu = hostCpuIdentity();
   EXPECT_FALSE(cpu.empty());
   EXPECT_EQ(cpu, hostCpuIdentity());
-  std::string a = forwardLibraryIdentity("/proc/self/exe");
+  std::string a = libraryIdentity("/proc/self/exe");
   EXPECT_NE(a.find("; cpu " + cpu), std::string::npos) << a;
   // A compiler that is not there, or another one, is another identity.
-  EXPECT_NE(forwardLibraryIdentity("/nonexistent/kv-aot"), a);
-  EXPECT_NE(forwardLibraryIdentity("/nonexistent/kv-aot").find("absent"),
+  EXPECT_NE(libraryIdentity("/nonexistent/kv-aot"), a);
+  EXPECT_NE(libraryIdentity("/nonexistent/kv-aot").find("absent"),
             std::string::npos);
 }
 
-TEST(ForwardLibraryCacheTest, UnsafeDirectoryIsRefused) {
+TEST(LibraryCacheTest, UnsafeDirectoryIsRefused) {
   TempDir dir;
   std::string root = dir.file("shared");
   ASSERT_EQ(::mkdir(root.c_str(), 0777), 0);
   ASSERT_EQ(::chmod(root.c_str(), 0777), 0);
-  ForwardLibraryCache::Config config;
+  LibraryCache::Config config;
   config.directory = root;
   config.identity = "A";
   std::string error;
-  EXPECT_FALSE(ForwardLibraryCache::open(config, error));
+  EXPECT_FALSE(LibraryCache::open(config, error));
   EXPECT_NE(error.find("not private to this user"), std::string::npos) << error;
 }

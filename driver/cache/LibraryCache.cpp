@@ -1,6 +1,6 @@
-//===- ForwardLibraryCache.cpp - Forwards kept as shared libraries --------===//
+//===- LibraryCache.cpp - Compiled code kept as shared libraries ----------===//
 
-#include "driver/cache/ForwardLibraryCache.h"
+#include "driver/cache/LibraryCache.h"
 
 #include "driver/version/Version.h"
 
@@ -105,24 +105,23 @@ std::string buildOf(const std::string &path) {
 
 } // namespace
 
-std::string
-kvir::cache::forwardLibraryIdentity(const std::string &compilerPath) {
+std::string kvir::cache::libraryIdentity(const std::string &compilerPath) {
   return "kvir " + kvirVersion() + "; runtime " + buildOf("/proc/self/exe") +
          "; compiler " + buildOf(compilerPath) + "; cpu " + hostCpuIdentity();
 }
 
-std::unique_ptr<ForwardLibraryCache>
-ForwardLibraryCache::open(const Config &config, std::string &error) {
+std::unique_ptr<LibraryCache> LibraryCache::open(const Config &config,
+                                                 std::string &error) {
   if (config.maxBytes == 0) {
     error = "the cache's bound must be positive";
     return nullptr;
   }
   if (!openCacheDirectory(config.directory, error))
     return nullptr;
-  return std::unique_ptr<ForwardLibraryCache>(new ForwardLibraryCache(config));
+  return std::unique_ptr<LibraryCache>(new LibraryCache(config));
 }
 
-std::string ForwardLibraryCache::entryPath(const std::string &key) const {
+std::string LibraryCache::entryPath(const std::string &key) const {
   // The identity is part of the name: builds of different versions keep
   // their entries side by side.
   uint64_t hash = fnv1a(key, fnv1a(config.identity + '\0'));
@@ -132,8 +131,8 @@ std::string ForwardLibraryCache::entryPath(const std::string &key) const {
   return config.directory + "/" + name + std::string(kEntrySuffix);
 }
 
-bool ForwardLibraryCache::load(const std::string &key, std::string &path,
-                               std::string *why) {
+bool LibraryCache::load(const std::string &key, std::string &path,
+                        std::string *why) {
   path = entryPath(key);
   auto reject = [&](const std::string &reason) {
     ++counters.rejected;
@@ -174,9 +173,8 @@ bool ForwardLibraryCache::load(const std::string &key, std::string &path,
   return true;
 }
 
-bool ForwardLibraryCache::store(const std::string &key,
-                                const std::string &library,
-                                std::string &error) {
+bool LibraryCache::store(const std::string &key, const std::string &library,
+                         std::string &error) {
   std::string trailer = key + config.identity;
   appendLE(trailer, key.size());
   appendLE(trailer, config.identity.size());
@@ -200,6 +198,6 @@ bool ForwardLibraryCache::store(const std::string &key,
   return true;
 }
 
-void ForwardLibraryCache::countUnusable() { counters.countUnusable(); }
+void LibraryCache::countUnusable() { counters.countUnusable(); }
 
-CacheStats ForwardLibraryCache::stats() const { return counters.snapshot(); }
+CacheStats LibraryCache::stats() const { return counters.snapshot(); }

@@ -1,14 +1,14 @@
-//===- ForwardLibraryCache.h - Forwards kept as shared libraries -*- C++
-//-*-===//
+//===- LibraryCache.h - Compiled code kept as shared libraries -*- C++ -*-===//
 //
-// kv-run's token-list form runs the forward of one model and nothing else.
-// It keeps that forward as a shared library in the compile cache's directory
-// (CacheDirectory.h), written by kv-aot --forward in a child process, so that
-// the process that runs it loads it with dlopen and never loads LLVM or MLIR
-// (docs/kv-run.md "Start-up and memory"). An entry is named by the forward's
-// key (runtime/core/ModelConfig.h: forwardKey) and the identity of the code:
-// KVIR's version, the build of the runtime the code calls (this process), of
-// the compiler that wrote it (kv-aot's file) and the host CPU. Each file is
+// kv-run keeps the code it runs, the token-list form's forward or a
+// program, as shared libraries in the compile cache's directory
+// (CacheDirectory.h), written by kv-aot in a child process, so that the
+// process that runs them loads them with dlopen and never loads LLVM or MLIR
+// (docs/kv-run.md "Start-up and memory"). An entry is named by its key (the
+// caller's: a forward key, a program's text and options) and the identity of
+// the code: KVIR's version, the build of the runtime the code calls (this
+// process), of the compiler that wrote it (kv-aot's file) and the host CPU.
+// Each file is
 //
 //   library  the shared object, as the linker wrote it
 //   trailer  the key, the identity, their sizes and the library's, a
@@ -20,8 +20,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef KVIR_DRIVER_CACHE_FORWARDLIBRARYCACHE_H
-#define KVIR_DRIVER_CACHE_FORWARDLIBRARYCACHE_H
+#ifndef KVIR_DRIVER_CACHE_LIBRARYCACHE_H
+#define KVIR_DRIVER_CACHE_LIBRARYCACHE_H
 
 #include "driver/cache/CacheDirectory.h"
 
@@ -30,18 +30,18 @@
 
 namespace kvir::cache {
 
-/// The identity of forward libraries loaded by this process and written by
-/// the compiler `compilerPath` (kv-aot): KVIR's version, the builds of this
+/// The identity of libraries loaded by this process and written by the
+/// compiler `compilerPath` (kv-aot): KVIR's version, the builds of this
 /// process's executable and of that file (GNU build ids, else their sizes
 /// and times), the host CPU's model and features (cpuid).
-std::string forwardLibraryIdentity(const std::string &compilerPath);
+std::string libraryIdentity(const std::string &compilerPath);
 
 /// The host CPU as the key of generated code sees it: vendor, family,
 /// model, stepping and the feature words of cpuid (an x86 host), else the
 /// machine's name.
 std::string hostCpuIdentity();
 
-class ForwardLibraryCache {
+class LibraryCache {
 public:
   struct Config {
     std::string directory;
@@ -52,8 +52,8 @@ public:
 
   /// Opens (creates) the directory; null with `error` where it cannot be
   /// used (openCacheDirectory).
-  static std::unique_ptr<ForwardLibraryCache> open(const Config &config,
-                                                   std::string &error);
+  static std::unique_ptr<LibraryCache> open(const Config &config,
+                                            std::string &error);
 
   /// On a hit, true and the entry's file in `path` (checked whole; dlopen
   /// it). False on a miss or a file that fails a check (`why` says which).
@@ -75,7 +75,7 @@ public:
   CacheStats stats() const;
 
 private:
-  explicit ForwardLibraryCache(Config config) : config(std::move(config)) {}
+  explicit LibraryCache(Config config) : config(std::move(config)) {}
 
   Config config;
   CacheCounters counters;
@@ -83,4 +83,4 @@ private:
 
 } // namespace kvir::cache
 
-#endif // KVIR_DRIVER_CACHE_FORWARDLIBRARYCACHE_H
+#endif // KVIR_DRIVER_CACHE_LIBRARYCACHE_H
