@@ -3,6 +3,7 @@
 #include "driver/cache/LibraryCache.h"
 
 #include "driver/version/Version.h"
+#include "runtime/core/Support.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -21,20 +22,11 @@ using namespace kvir::cache;
 namespace {
 
 constexpr char kMagic[8] = {'K', 'V', 'I', 'R', 'F', 'W', 'D', '1'};
-/// key size, identity size, library size, checksum, magic.
+/// key size, identity size, library size, checksum, magic. The checksum is
+/// FNV-1a: it guards against a damaged file, not an adversary (the directory
+/// is private to the user).
 constexpr size_t kTrailerFixed = 8 + 8 + 8 + 8 + sizeof(kMagic);
 constexpr std::string_view kEntrySuffix = ".kvfwd";
-
-/// FNV-1a over `data`, continuing from `hash`: stable everywhere; guards
-/// against a damaged file, not against an adversary (the directory is
-/// private to the user).
-uint64_t fnv1a(std::string_view data, uint64_t hash = 0xcbf29ce484222325ULL) {
-  for (unsigned char c : data) {
-    hash ^= c;
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
 
 void appendLE(std::string &out, uint64_t value) {
   for (unsigned i = 0; i < 8; ++i)
@@ -124,7 +116,7 @@ std::unique_ptr<LibraryCache> LibraryCache::open(const Config &config,
 std::string LibraryCache::entryPath(const std::string &key) const {
   // The identity is part of the name: builds of different versions keep
   // their entries side by side.
-  uint64_t hash = fnv1a(key, fnv1a(config.identity + '\0'));
+  uint64_t hash = kvrt::fnv1a(key, kvrt::fnv1a(config.identity + '\0'));
   char name[24];
   std::snprintf(name, sizeof(name), "%016llx",
                 static_cast<unsigned long long>(hash));
@@ -161,7 +153,7 @@ bool LibraryCache::load(const std::string &key, std::string &path,
   if (keySize > body || identitySize > body - keySize ||
       librarySize != body - keySize - identitySize)
     return reject("corrupt: its sizes do not match the file's");
-  if (fnv1a(std::string_view(data.data(), body + 24)) != checksum)
+  if (kvrt::fnv1a(std::string_view(data.data(), body + 24)) != checksum)
     return reject("corrupt: checksum mismatch");
   if (std::string_view(data.data() + librarySize, keySize) != key)
     return reject("stale: another key");
@@ -179,7 +171,7 @@ bool LibraryCache::store(const std::string &key, const std::string &library,
   appendLE(trailer, key.size());
   appendLE(trailer, config.identity.size());
   appendLE(trailer, library.size());
-  uint64_t checksum = fnv1a(trailer, fnv1a(library));
+  uint64_t checksum = kvrt::fnv1a(trailer, kvrt::fnv1a(library));
   appendLE(trailer, checksum);
   trailer.append(kMagic, sizeof(kMagic));
   if (library.size() + trailer.size() > config.maxBytes) {

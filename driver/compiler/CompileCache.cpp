@@ -8,25 +8,14 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Config/llvm-config.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
 #include "llvm/Support/xxhash.h"
 #include "llvm/TargetParser/Host.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <mutex>
-#include <random>
 #include <vector>
-
-#include <dirent.h>
-#include <fcntl.h>
-#include <link.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 using namespace kvir;
 using namespace kvir::compiler;

@@ -39,7 +39,6 @@
 #include "llvm/Support/BLAKE3.h"
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>

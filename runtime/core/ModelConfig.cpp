@@ -248,8 +248,7 @@ std::string kvir::forwardKey(const kvrt_model_config &c, kvrt_kv_dtype dtype,
 
 namespace {
 
-/// `text` as a decimal int32 or as 16 (`bits` 64) or 8 hex digits after
-/// "0x"; false where it is not exactly that.
+/// `text` as a decimal int32; false where it is not exactly that.
 bool parseInt32(std::string_view text, int32_t &out) {
   if (text.empty() || text.size() > 11)
     return false;
@@ -263,6 +262,8 @@ bool parseInt32(std::string_view text, int32_t &out) {
   return true;
 }
 
+/// `text` as "0x" and exactly `digits` lowercase hex digits (the bits of a
+/// double or a float, as configKey writes them).
 bool parseHexBits(std::string_view text, int digits, uint64_t &out) {
   if (text.size() != size_t(digits) + 2 || text.substr(0, 2) != "0x")
     return false;
@@ -401,12 +402,7 @@ bool kvir::parseForwardKey(std::string_view key, kvrt_model_config &c,
 
 std::string kvir::forwardPrefix(const kvrt_model_config &c, kvrt_kv_dtype dtype,
                                 const WeightFormats &formats) {
-  // FNV-1a: stable across machines and compilers, unlike std::hash.
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (unsigned char ch : forwardKey(c, dtype, formats)) {
-    hash ^= ch;
-    hash *= 0x100000001b3ULL;
-  }
+  uint64_t hash = kvrt::fnv1a(forwardKey(c, dtype, formats));
   char buf[40];
   std::snprintf(buf, sizeof(buf), "kv_fwd_%016" PRIx64, hash);
   return buf;

@@ -13,12 +13,14 @@
 #include "runtime/core/KVRuntime.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <memory>
 #include <new>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -76,6 +78,17 @@ kvrt_status allocationFault(kvrt_fault_kind kind, const char *what);
 
 /// Records `message` as this thread's last error and returns `status`.
 kvrt_status fail(kvrt_status status, const std::string &message);
+
+/// FNV-1a over `data`, continuing from `hash`: stable across machines and
+/// compilers, unlike std::hash (names of generated code, cache files).
+inline uint64_t fnv1a(std::string_view data,
+                      uint64_t hash = 0xcbf29ce484222325ULL) {
+  for (unsigned char c : data) {
+    hash ^= c;
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
 
 /// Concatenates the stream representations of `parts`.
 template <typename... Parts> std::string str(Parts &&...parts) {
