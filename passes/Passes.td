@@ -86,6 +86,13 @@ def ConvertKVToCPUPass : Pass<"convert-kv-to-cpu", "ModuleOp"> {
            "prefill on AMX tiles; needs AMX), avx2 (int8's decode steps by "
            "AVX2's instructions, a prefill widened) or auto (amx where the "
            "host has AMX, else int8 where it has VNNI, else avx2)">,
+    Option<"decodePrefetch", "decode-prefetch", "std::string",
+           /*default=*/"\"host\"",
+           "How far ahead decode tiles prefetch F16 and BF16 rows and Q4_K, "
+           "Q5_K and Q6_K blocks: near (256 bytes, one block: measured best "
+           "on an AMD EPYC, Zen 4), far (512 bytes, eight blocks: on the "
+           "Intel Xeons) or host (far where the host's L1 data cache has 12 "
+           "ways or more or does not say, else near)">,
     Option<"checkHost", "check-host", "bool", /*default=*/"true",
            "Refuse a quant-dot whose instructions this host lacks (code "
            "that runs here); false where the caller checked the CPU the "

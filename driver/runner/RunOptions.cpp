@@ -18,7 +18,8 @@ int64_t RequestOptions::greedyTokens() const {
 
 uint32_t kvir::run::RunnerOptions::loadFlags() const {
   return (noMmap ? KVRT_LOAD_READ : KVRT_LOAD_MAP) |
-         (noRepack ? KVRT_LOAD_NO_REPACK : 0);
+         (noRepack ? KVRT_LOAD_NO_REPACK : 0) |
+         (repack && !noRepack ? KVRT_LOAD_REPACK : 0);
 }
 
 void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
@@ -65,9 +66,16 @@ void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {
               "at a time before the first call (Q4_K where the forward's "
               "matrices take at most 16 MiB; about as many bytes as those "
               "matrices, in place of the file's pages) and decode steps and "
-              "prefills read that copy, for faster decode; this saves the "
-              "copy and its making (docs/cpu-backend.md)",
+              "prefills read that copy, for faster decode, except on a "
+              "machine with AMX, whose decode measured faster from the "
+              "file's rows; this saves the copy and its making "
+              "(docs/cpu-backend.md)",
               r.noRepack);
+  parser.flag("repack",
+              "make that copy even on a machine with AMX (where the prefill "
+              "still reads the file's rows, so the model holds those "
+              "weights twice): to compare the two layouts there",
+              r.repack);
 
   parser.section("the entry and its arguments");
   parser.text("entry", "NAME", "function of the program to run (default main)",
@@ -235,6 +243,10 @@ bool kvir::run::checkRunOptions(const RunOptions &options, std::string &error) {
               " names a model file: give one of them";
       return false;
     }
+  if (r.repack && r.noRepack) {
+    error = "--repack and --no-repack together: give one of them";
+    return false;
+  }
   if (q.dumpLogitsGiven && q.dumpLogits.empty()) {
     error = "--dump-logits: an empty output file name";
     return false;

@@ -58,6 +58,9 @@ struct RunnerOptions {
   /// `--no-repack`: no copy of the matrices repacked for decode
   /// (KVRT_LOAD_NO_REPACK).
   bool noRepack = false;
+  /// `--repack`: that copy made even on a host that keeps the file's rows
+  /// (KVRT_LOAD_REPACK).
+  bool repack = false;
   /// The kvrt_model_load_ex flags these options ask for.
   uint32_t loadFlags() const;
 };

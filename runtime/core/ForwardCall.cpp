@@ -306,6 +306,24 @@ bool hostReadsDecodeRows() {
          __builtin_cpu_supports("avx512vnni");
 }
 
+/// Whether this host's decode steps read the file's rows by default: one
+/// with AMX int8 tiles (an Intel Xeon from Sapphire Rapids on). Its
+/// prefill multiplies Q8_0 and Q4_K on AMX tiles from the file's rows
+/// (CpuInt8Matmul.cpp, emitAmxPanelTiles), so a copy for decode holds those
+/// weights twice (TinyLlama-shape Q8_0: peak RSS 2187 MiB against a 1049
+/// MiB file), and there the decode steps read the file's rows faster: the
+/// Intel Xeon of 2026-12-05 (2 cores, AMX), kv-run --greedy 48 after 64
+/// ids, three alternated rounds, ms a step, copy / file's rows: TinyLlama-
+/// shape Q8_0 one thread 74.7-76.8 / 67.3-68.7, two 39.2-39.9 / 36.7-37.9;
+/// a Q4_K_M model of dim 1024 (one layer, 7.6 MB; four layers, 27 MB) the
+/// same within the noise (bench/results/intel-xeon-decode-prefetch.txt).
+/// The Zen 4 machine's figures, below, are the other way: there a file
+/// row's tile computes about as fast as memory reads and the copy's twice.
+bool hostKeepsFileRows() {
+  return __builtin_cpu_supports("amx-tile") &&
+         __builtin_cpu_supports("amx-int8");
+}
+
 /// Q4_K matrices are repacked for decode only where the matrices the
 /// forward multiplies, all formats, total at most this many bytes: a step
 /// that stays in the last-level cache is instruction-bound, and there the
@@ -394,7 +412,8 @@ std::shared_ptr<const DecodeRows> repackModel(const kvrt_model &model) {
 } // namespace
 
 const DecodeRows *kvir::decodeRows(const kvrt_model &model) {
-  if (!model.repack || !hostReadsDecodeRows())
+  if (!model.repack || !hostReadsDecodeRows() ||
+      (hostKeepsFileRows() && !model.repackOnEveryHost))
     return nullptr;
   std::call_once(model.decodeRowsOnce,
                  [&] { model.decodeRows = repackModel(model); });

@@ -170,7 +170,9 @@ struct DecodeRows {
 /// on the runtime pool's threads; the other callers wait) and kept with the
 /// model for every program and call, or null where this CPU has no AVX-512
 /// VNNI (the forward's decode then reads no repacked rows), the model was
-/// loaded with KVRT_LOAD_NO_REPACK or it has no Q8_0 or Q4_K matrix.
+/// loaded with KVRT_LOAD_NO_REPACK, the host keeps the file's rows (AMX;
+/// ForwardCall.cpp says why) and the model was not loaded with
+/// KVRT_LOAD_REPACK, or it has no Q8_0 or Q4_K matrix.
 const DecodeRows *decodeRows(const kvrt_model &model);
 
 /// Bytes of the packed weights `model` holds (0 before packedWeights and

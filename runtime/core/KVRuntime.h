@@ -281,6 +281,13 @@ typedef enum kvrt_load_flags {
   /// forward's decode steps read the file's rows, slower, and the model holds
   /// no second copy of those bytes.
   KVRT_LOAD_NO_REPACK = 2,
+  /// The copy of KVRT_LOAD_NO_REPACK made even on a host whose decode steps
+  /// read the file's rows by default (one with AMX int8 tiles: its prefill
+  /// reads the file's rows anyway, so the copy would hold the weights twice,
+  /// and its decode steps measured faster from the file's rows;
+  /// docs/cpu-backend.md, "A layout for decode"). Not with
+  /// KVRT_LOAD_NO_REPACK.
+  KVRT_LOAD_REPACK = 4,
 } kvrt_load_flags;
 
 /// kvrt_model_load with `flags` (kvrt_load_flags; unknown bits are refused

@@ -128,8 +128,10 @@ struct kvrt_model {
   mutable std::shared_ptr<const kvir::PackedWeights> packed;
   /// kvir::decodeRows (ForwardCall.h): the Q8_0 and Q4_K matrices repacked for
   /// the CPU forward's decode steps on first use, unless loaded with
-  /// KVRT_LOAD_NO_REPACK (`repack` false).
+  /// KVRT_LOAD_NO_REPACK (`repack` false), and on a host that keeps the
+  /// file's rows unless loaded with KVRT_LOAD_REPACK (`repackOnEveryHost`).
   bool repack = true;
+  bool repackOnEveryHost = false;
   /// The mapping of the model's file its weights lie in (a GGUF file loaded
   /// without KVRT_LOAD_READ; null otherwise): pages of it the runtime may
   /// give back where it holds a copy the forward reads instead. A slice

@@ -226,11 +226,15 @@ extern "C" kvrt_status kvrt_model_load_ex(const char *path, uint32_t flags,
   if (!path || !out)
     return nullArgument(__func__);
   *out = nullptr;
-  uint32_t known = KVRT_LOAD_READ | KVRT_LOAD_NO_REPACK;
+  uint32_t known = KVRT_LOAD_READ | KVRT_LOAD_NO_REPACK | KVRT_LOAD_REPACK;
   if (flags & ~known)
     return fail(
         KVRT_ERR_INVALID_ARGUMENT,
         str("kvrt_model_load_ex: unknown flags 0x", std::hex, flags & ~known));
+  if ((flags & KVRT_LOAD_NO_REPACK) && (flags & KVRT_LOAD_REPACK))
+    return fail(KVRT_ERR_INVALID_ARGUMENT,
+                "kvrt_model_load_ex: KVRT_LOAD_NO_REPACK and "
+                "KVRT_LOAD_REPACK together: give one of them");
   kvrt_status status = guard([&] {
     if (!gguf::fileHasMagic(path))
       return loadModel(path, out);
@@ -238,8 +242,10 @@ extern "C" kvrt_status kvrt_model_load_ex(const char *path, uint32_t flags,
         gguf::readFile(path, out, nullptr, (flags & KVRT_LOAD_READ) != 0);
     return error.empty() ? KVRT_OK : fail(KVRT_ERR_BAD_MODEL, error);
   });
-  if (status == KVRT_OK)
+  if (status == KVRT_OK) {
     (*out)->repack = (flags & KVRT_LOAD_NO_REPACK) == 0;
+    (*out)->repackOnEveryHost = (flags & KVRT_LOAD_REPACK) != 0;
+  }
   return status;
 }
 

@@ -137,8 +137,10 @@ ParsedCommandLine kvir::run::parseKvRunCommandLine(int argc, char **argv,
                 "' (available: auto, f32, int8, amx, avx2)");
   // A forward that widens Q8_0 or takes AVX2's dots never reads the rows
   // repacked for VNNI: none are made.
-  if (q == "f32" || q == "avx2")
+  if (q == "f32" || q == "avx2") {
     options.run.runner.noRepack = true;
+    options.run.runner.repack = false;
+  }
   if (!applyThreads(options.run.runner.threads, problem) ||
       !checkRunOptions(options.run, problem) ||
       !checkCacheOptions(options.cache, problem))

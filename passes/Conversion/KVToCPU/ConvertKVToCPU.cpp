@@ -65,7 +65,16 @@ struct ConvertKVToCPUPass
              "lacks";
       return signalPassFailure();
     }
-    std::unique_ptr<ForwardTarget> target = createCpuTarget(vectorBits, *dot);
+    std::optional<DecodePrefetch> prefetch =
+        parseDecodePrefetch(decodePrefetch);
+    if (!prefetch) {
+      getOperation().emitError() << "convert-kv-to-cpu: decode-prefetch must "
+                                    "be host, near or far, not '"
+                                 << decodePrefetch << "'";
+      return signalPassFailure();
+    }
+    std::unique_ptr<ForwardTarget> target =
+        createCpuTarget(vectorBits, *dot, *prefetch);
     FailureOr<unsigned> built = buildProgramForwards(getOperation(), *target);
     if (failed(built))
       return signalPassFailure();

@@ -153,8 +153,9 @@ SmallVector<Value> tileSums(ForwardEmitter &e, const DecodeKernel &kernel,
   if (kernel.int8)
     return int8DecodeSums(e, kernel.format, bytes,
                           in.activationsFor(kernel.format), in.k, t, tile.rows,
-                          kernel.isa);
-  return emitQuantDots(e, kernel.format, in.a, bytes, tile.rows, t, in.k);
+                          kernel.isa, kernel.farPrefetch);
+  return emitQuantDots(e, kernel.format, in.a, bytes, tile.rows, t, in.k,
+                       kernel.farPrefetch);
 }
 
 } // namespace

@@ -432,7 +432,7 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
                                         kvrt_weight_format format, Value bytes,
                                         const Int8Activations &act, Value k,
                                         Value t, ArrayRef<Value> rowAt,
-                                        Int8Isa isa) {
+                                        Int8Isa isa, bool farPrefetch) {
   assert(act.scaleBlock == 256 && "K-quant tiles take Q8_K activations");
   // Q4_K and Q5_K: nibbles, scales and mins; Q6_K otherwise.
   bool q5k = format == KVRT_WEIGHT_Q5_K;
@@ -469,7 +469,8 @@ SmallVector<Value> emitKQuantDecodeTile(ForwardEmitter &e,
         Value blockAt = e.mul(b, e.cIndex(blockBytes));
         prefetchTileRows(
             e, bytes, rowAt, blockAt, blockBytes,
-            llvm::alignTo(kKQuantTilePrefetchBlocks * blockBytes, 64));
+            llvm::alignTo(kQuantTilePrefetchBlocks(farPrefetch) * blockBytes,
+                          64));
         Value xAt = e.add(e.mul(t, quantsRow), e.mul(b, e.cIndex(256)));
         SmallVector<Value> x;
         for (int64_t i = 0; i < 4; ++i)
@@ -1824,10 +1825,11 @@ SmallVector<Value> cpu::int8DecodeSums(ForwardEmitter &e,
                                        kvrt_weight_format format, Value bytes,
                                        const Int8Activations &act, Value k,
                                        Value t, ArrayRef<Value> rows,
-                                       Int8Isa isa) {
+                                       Int8Isa isa, bool farPrefetch) {
   if (int8ScaleBlock(format) == 32)
     return emitBlock32DecodeTile(e, format, bytes, act, k, t, rows, isa);
-  return emitKQuantDecodeTile(e, format, bytes, act, k, t, rows, isa);
+  return emitKQuantDecodeTile(e, format, bytes, act, k, t, rows, isa,
+                              farPrefetch);
 }
 
 /// Q8_0, Q4_0, Q4_K, Q5_K and Q6_K (the others widen).
@@ -1859,8 +1861,8 @@ bool cpu::hasInt8Panels(kvrt_weight_format format) {
 /// The arguments are emitQuantMatmul's; its pack and widen buffers are not
 /// used (the activations' and the panels' buffers are allocated per call).
 void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
-                         bool accumulate, Int8Isa isa, bool amx,
-                         bool repacked) {
+                         bool accumulate, Int8Isa isa, bool farPrefetch,
+                         bool amx, bool repacked) {
   assert(hasInt8Dot(format) && "a format without an integer dot product");
   assert((!repacked || readsDecodeRows(format, true, isa)) &&
          "repacked rows are Q8_0's or Q4_K's, for VNNI");
@@ -1906,7 +1908,7 @@ void cpu::emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
               Int8Activations::fromBuffers(e, v.drop_front(1), k, scaleBlock),
               lo, hi, isa);
         });
-    DecodeKernel kernel{format, /*int8=*/true, isa, repacked};
+    DecodeKernel kernel{format, /*int8=*/true, isa, repacked, farPrefetch};
     Value groups = decodeTileCount(e, kernel, m);
     SmallVector<Value> captures{bytes,      offset, act.quants, act.bias,
                                 act.scales, c,      a,          act.blockBias};

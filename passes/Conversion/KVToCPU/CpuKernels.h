@@ -59,7 +59,7 @@ int64_t panelWidth(int64_t vectorBits);
 /// CpuQuantMatmul.cpp: matmul_<format> (or _acc) of weights in a format other
 /// than f32, (a, bytes, byte offset, c); quantMatmulName names it.
 void emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
-                     bool accumulate);
+                     bool accumulate, bool farPrefetch);
 std::string quantMatmulName(kvrt_weight_format format, bool accumulate);
 /// The instructions of the integer-dot kernels: AVX-512 VNNI on 512-bit
 /// vectors (vpdpbusd, vpdpwssd), or AVX2's vpmaddubsw and vpmaddwd on the
@@ -81,8 +81,8 @@ enum class Int8Isa { Vnni512, Avx2 };
 /// step takes emitRepackedDecodeTile's tiles, a prefill copies its panels
 /// from them (no AMX); int8MatmulName names the kernel.
 void emitInt8Matmul(ForwardEmitter &e, kvrt_weight_format format,
-                    bool accumulate, Int8Isa isa, bool amx = false,
-                    bool repacked = false);
+                    bool accumulate, Int8Isa isa, bool farPrefetch,
+                    bool amx = false, bool repacked = false);
 std::string int8MatmulName(kvrt_weight_format format, bool accumulate,
                            bool repacked);
 bool hasInt8Dot(kvrt_weight_format format);
@@ -159,11 +159,20 @@ constexpr int64_t kChunkRows = 96;
 /// (103-126) and the same as 512 in another (four alternated runs each,
 /// one-thread medians 136.8 / 137.5), so every format kept 512. 2 and 4 KiB
 /// as 1 KiB; none at all 121-148 for F16. The K-quants' integer tiles take
-/// kKQuantTilePrefetchBlocks instead, F16 and BF16 rows
-/// kHalfDecodeTilePrefetchBytes.
+/// kQuantTilePrefetchBlocks instead, F16 and BF16 rows
+/// halfDecodeTilePrefetchBytes.
 constexpr int64_t kDecodeTilePrefetchBytes = 512;
-/// The same distance for the rows of 16-bit floats (F16, BF16): 256 bytes.
-/// Measured on the Zen 4 machine on 2026-12-04, TinyLlama's F16 file,
+/// Whether this host's decode tiles prefetch their 16-bit float rows and
+/// their K-quant blocks far ahead (halfDecodeTilePrefetchBytes,
+/// kQuantTilePrefetchBlocks): where the L1 data cache has 12 ways or more,
+/// or says nothing (hostL1DataWays), as on the Intel Xeons measured, whose
+/// memory answers a core later than the AMD EPYC's (Zen 4, 8 ways) and so
+/// wants more lines in flight. The L1's ways are what tells the two
+/// families measured apart here, not the cause.
+bool decodePrefetchesFar();
+/// How far ahead a decode tile's row of 16-bit floats (F16, BF16)
+/// prefetches: 256 bytes near, 512 `far` (DecodePrefetch, CpuTarget.h).
+/// Near: the Zen 4 machine on 2026-12-04, TinyLlama's F16 file,
 /// kv-run --greedy 32 after 64 tokens, ms a step, medians of alternated runs
 /// beside llama.cpp's own step on the same file (it reads one row at a time,
 /// no prefetch): one thread, 512 / 256 / llama.cpp 80.7 / 76.3 / 76.7 (six
@@ -171,12 +180,19 @@ constexpr int64_t kDecodeTilePrefetchBytes = 512;
 /// threads 66.5 / 58.1 / 64.7 (six), 66.2 / 62.9 / 64.4 (five). A C model of
 /// the tile on the mapped file agreed: 4 spread rows read 27.2-29.9 GB/s
 /// with 256 bytes, 20.9-26.5 with 512 and 24.8-29.1 with none (four rounds).
-/// BF16 shares the loop and was not measured apart.
-constexpr int64_t kHalfDecodeTilePrefetchBytes = 256;
+/// Far: an Intel Xeon with AMX (2 cores, 48 KiB 12-way L1) on 2026-12-05,
+/// the same file and command after 64 ids, 48 steps, two alternated rounds
+/// (bench/results/intel-xeon-decode-prefetch.txt): one thread 256 bytes
+/// 179.5-180.8 ms, none 142.4-144.0, 384 124.1-129.6, 512 118.7-121.2, 768
+/// 122.8-126.8, 1 KiB 122.6-126.8, 2 KiB 125.1-126.2 (8 rows; 4 rows at 512:
+/// 130.9-133.2); two threads 256 95.2-96.0, 512 64.0-64.3, 768 65.9-66.7.
+/// BF16 shares the loop and was measured on neither.
+int64_t halfDecodeTilePrefetchBytes(bool far);
 /// How many of its 256-element blocks ahead a row of a K-quant integer decode
 /// tile (emitKQuantDecodeTile) prefetches, the distance rounded up to whole
-/// lines: one. These tiles spend the most instructions a byte, so 512 bytes
-/// (3.5 Q4_K blocks) reached too far: on the Zen 4 machine, kv-run --greedy
+/// lines: one near, eight `far` (DecodePrefetch, CpuTarget.h).
+/// Near: these tiles spend the most instructions a byte, so 512 bytes
+/// (3.5 Q4_K blocks) reached too far on the Zen 4 machine: kv-run --greedy
 /// 96 after 64 tokens, TinyLlama-shape files, one thread, alternated runs,
 /// medians: Q4_K_M with Q4_K / Q6_K blocks prefetched 512 / 512 bytes ahead
 /// 35.6 ms a step, 216 / 210 30.7, 192 / 256 (one block) 29.9; Q4_K alone
@@ -184,7 +200,12 @@ constexpr int64_t kHalfDecodeTilePrefetchBytes = 256;
 /// Q5_K_M 512 / 512 38.5, 176 / 210 33.4. On two threads Q4_K 144-512 all
 /// took 21.4-21.7 ms. (Q8_0's and Q4_0's tiles: 256 bytes did worse, 768
 /// no better; they keep 512.)
-constexpr int64_t kKQuantTilePrefetchBlocks = 1;
+/// Far: the Intel Xeon above, TinyLlama-shape Q4_K_M, 48 steps after 64 ids,
+/// two alternated rounds a set, ms a step, blocks ahead: one thread 1
+/// 43.6-44.3, 2 42.1-42.3, 3 41.2-42.4, 4 39.8-40.3, 6 39.7-40.7, 8
+/// 37.7-39.0, 12 38.6-38.8, 16 37.8-38.9; two threads 1 23.1-23.5, 2 22.6,
+/// 4 20.9-21.4, 8 20.2-21.4, 12 20.6-20.9, 16 20.5-20.7.
+int64_t kQuantTilePrefetchBlocks(bool far);
 /// Weight row `r` of decode tile `tile` of `tiles`: tile + r * tiles. A
 /// tile's rows are `tiles` rows apart, so that row r of every tile, in tile
 /// order, is one sequential stream through the weight, and a task of
@@ -267,7 +288,7 @@ int64_t int8TileOutputs(kvrt_weight_format format, Int8Isa isa);
 SmallVector<Value> int8DecodeSums(ForwardEmitter &e, kvrt_weight_format format,
                                   Value bytes, const Int8Activations &act,
                                   Value k, Value t, ArrayRef<Value> rows,
-                                  Int8Isa isa);
+                                  Int8Isa isa, bool farPrefetch);
 /// CpuQuantMatmul.cpp: the weight rows of a decode tile widened to f32 (F16
 /// 8, or 4 where the L1 has fewer than 12 ways; others 4), and the sums of row
 /// t of `a` ([n][k]) with each of the rows that start at the byte offsets
@@ -275,7 +296,7 @@ SmallVector<Value> int8DecodeSums(ForwardEmitter &e, kvrt_weight_format format,
 int64_t decodeTileRows(kvrt_weight_format format);
 SmallVector<Value> emitQuantDots(ForwardEmitter &e, kvrt_weight_format format,
                                  Value a, Value bytes, ArrayRef<Value> rows,
-                                 Value t, Value k);
+                                 Value t, Value k, bool farPrefetch);
 
 /// CpuInt8Matmul.cpp: a decode tile over Q8_0 rows repacked for decode
 /// (decode_rows; kvrt::repackQ8Rows16): token t (a row of the quantised
@@ -310,6 +331,8 @@ struct DecodeKernel {
   /// The instructions of its integer dots.
   Int8Isa isa = Int8Isa::Vnni512;
   bool repacked = false;
+  /// Whether its tiles prefetch far ahead (DecodePrefetch, CpuTarget.h).
+  bool farPrefetch = false;
   /// The weight rows of one of its tiles.
   int64_t tileRows() const {
     if (repacked)

@@ -39,14 +39,15 @@ using RowPieceFn = function_ref<SmallVector<Value>(
 /// values are the oracle's bit for bit: block by block, each group (a group
 /// shares its scale and min) as one vector per row; f16 and bf16 32 elements
 /// at a time (two pieces of 16, slots 0 and 1), then 16 (slot 0), then the
-/// rest one by one (`tail`). With `prefetch`, the rows are a decode tile's
-/// and each prefetches the bytes kDecodeTilePrefetchBytes ahead of the step
-/// it is at (prefetchTileRows; f16 and bf16 rows
-/// kHalfDecodeTilePrefetchBytes). Returns the carried values.
+/// rest one by one (`tail`). With `prefetchRows`, the rows are a decode
+/// tile's and each prefetches the bytes kDecodeTilePrefetchBytes ahead of
+/// the step it is at (prefetchTileRows; f16 and bf16 rows
+/// halfDecodeTilePrefetchBytes(farPrefetch)). Returns the carried values.
 SmallVector<Value> foldRows(ForwardEmitter &e, kvrt_weight_format format,
                             Value bytes, ArrayRef<Value> rows, Value cols,
                             ValueRange inits, RowPieceFn piece, RowPieceFn tail,
-                            bool prefetchRows = false) {
+                            bool prefetchRows = false,
+                            bool farPrefetch = false) {
   Value c0 = e.cIndex(0), c1 = e.cIndex(1);
   auto prefetch = [&](Value at, int64_t stepBytes,
                       int64_t aheadBytes = kDecodeTilePrefetchBytes) {
@@ -74,14 +75,15 @@ SmallVector<Value> foldRows(ForwardEmitter &e, kvrt_weight_format format,
     };
     Value pairs = e.sub(cols, e.remu(cols, c32));
     Value whole = e.sub(cols, e.remu(cols, c16));
-    SmallVector<Value> carried = e.forLoop(
-        c0, pairs, c32, inits,
-        [&](Value j, ValueRange accs) -> SmallVector<Value> {
-          prefetch(e.mul(j, e.cIndex(2)), 64, kHalfDecodeTilePrefetchBytes);
-          SmallVector<Value> next = piece(j, widen(j), 0, accs);
-          Value second = e.add(j, c16);
-          return piece(second, widen(second), 1, next);
-        });
+    SmallVector<Value> carried =
+        e.forLoop(c0, pairs, c32, inits,
+                  [&](Value j, ValueRange accs) -> SmallVector<Value> {
+                    prefetch(e.mul(j, e.cIndex(2)), 64,
+                             halfDecodeTilePrefetchBytes(farPrefetch));
+                    SmallVector<Value> next = piece(j, widen(j), 0, accs);
+                    Value second = e.add(j, c16);
+                    return piece(second, widen(second), 1, next);
+                  });
     carried = e.forLoop(pairs, whole, c16, carried,
                         [&](Value j, ValueRange accs) -> SmallVector<Value> {
                           return piece(j, widen(j), 0, accs);
@@ -150,6 +152,15 @@ void emitWidenRow(ForwardEmitter &e, kvrt_weight_format format, Value bytes,
 
 } // namespace
 
+bool cpu::decodePrefetchesFar() {
+  int64_t ways = hostL1DataWays();
+  return ways == 0 || ways >= 12;
+}
+
+int64_t cpu::halfDecodeTilePrefetchBytes(bool far) { return far ? 512 : 256; }
+
+int64_t cpu::kQuantTilePrefetchBlocks(bool far) { return far ? 8 : 1; }
+
 /// The decode's tiles (fewer than kPackedMinRows rows): this many weight
 /// rows at a time (decodeTileRow's), each token's activations loaded once per
 /// piece for all of them. One row at a time left one stream of misses in
@@ -194,7 +205,7 @@ int64_t cpu::decodeTileRows(kvrt_weight_format format) {
 SmallVector<Value> cpu::emitQuantDots(ForwardEmitter &e,
                                       kvrt_weight_format format, Value a,
                                       Value bytes, ArrayRef<Value> rows,
-                                      Value t, Value k) {
+                                      Value t, Value k, bool farPrefetch) {
   VectorType v16 = e.vec(kLanes, e.f32());
   int64_t count = rows.size();
   Value zero = e.splatF32(kLanes, 0.0f);
@@ -235,7 +246,7 @@ SmallVector<Value> cpu::emitQuantDots(ForwardEmitter &e,
   };
   SmallVector<Value> accs =
       foldRows(e, format, bytes, rows, k, inits, piece, tail,
-               /*prefetchRows=*/true);
+               /*prefetchRows=*/true, farPrefetch);
   SmallVector<Value> sums;
   for (int64_t r = 0; r < count; ++r) {
     Value sum = vector::ReductionOp::create(
@@ -343,7 +354,7 @@ void cpu::emitWidenedProduct(ForwardEmitter &e, kvrt_weight_format format,
 /// of c. Widening is exact, so either way the product is the f32 path's on
 /// the dequantised weights.
 void cpu::emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
-                          bool accumulate) {
+                          bool accumulate, bool farPrefetch) {
   std::string base = quantMatmulName(format, accumulate);
   func::FuncOp fn = beginQuantMatmul(e, base);
   Value a = fn.getArgument(0), bytes = fn.getArgument(1),
@@ -356,7 +367,8 @@ void cpu::emitQuantMatmul(ForwardEmitter &e, kvrt_weight_format format,
   e.ifElse(
       small,
       [&] {
-        DecodeKernel kernel{format, /*int8=*/false};
+        DecodeKernel kernel{format, /*int8=*/false, Int8Isa::Vnni512,
+                            /*repacked=*/false, farPrefetch};
         parallelFor(e, base + "_dot_task", decodeTileCount(e, kernel, m),
                     {a, bytes, offset, c},
                     [&](ValueRange v, Value lo, Value hi) {

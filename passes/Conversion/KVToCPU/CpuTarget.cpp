@@ -18,6 +18,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/TargetParser/Host.h"
 
 #include <algorithm>
@@ -47,7 +48,7 @@ int64_t hostVectorBits() { return hostHas({"avx512f"}) ? 512 : 256; }
 
 class CpuTarget final : public ForwardTarget {
 public:
-  CpuTarget(int64_t vectorBits, QuantDot quantDot)
+  CpuTarget(int64_t vectorBits, QuantDot quantDot, DecodePrefetch prefetch)
       : vectorBits(vectorBits ? vectorBits : hostVectorBits()),
         int8Dot(
             quantDot != QuantDot::F32 &&
@@ -57,7 +58,10 @@ public:
                     ? Int8Isa::Avx2
                     : Int8Isa::Vnni512),
         amx(quantDot == QuantDot::Amx ||
-            (quantDot == QuantDot::Auto && hostHasAmx())) {}
+            (quantDot == QuantDot::Auto && hostHasAmx())),
+        farPrefetch(
+            prefetch == DecodePrefetch::Far ||
+            (prefetch == DecodePrefetch::Host && decodePrefetchesFar())) {}
 
   StringRef name() const override { return "CPU"; }
 
@@ -340,6 +344,8 @@ private:
   Int8Isa int8Isa;
   /// Whether their prefill takes AMX tiles where emitInt8Matmul has them.
   bool amx;
+  /// Whether its decode tiles prefetch far ahead (DecodePrefetch).
+  bool farPrefetch;
   SmallVector<Value> temporaries;
   /// The kernels emitted on demand (the fused products of a decode step,
   /// one per combination of formats), by their full names.
@@ -347,7 +353,8 @@ private:
 
   /// How a decode step of this target multiplies weights of `format`.
   DecodeKernel decodeKernel(kvrt_weight_format format) const {
-    return DecodeKernel{format, int8Dot && hasInt8Dot(format), int8Isa};
+    return DecodeKernel{format, int8Dot && hasInt8Dot(format), int8Isa,
+                        /*repacked=*/false, farPrefetch};
   }
   /// The same over the rows the runtime repacked for decode.
   DecodeKernel repackedKernel(kvrt_weight_format format) const {
@@ -455,12 +462,12 @@ void CpuTarget::emitKernels(ForwardEmitter &e) {
     for (bool accumulate : {false, true}) {
       bool int8 = int8Dot && hasInt8Dot(format);
       if (int8)
-        emitInt8Matmul(e, format, accumulate, int8Isa, amx);
+        emitInt8Matmul(e, format, accumulate, int8Isa, farPrefetch, amx);
       else
-        emitQuantMatmul(e, format, accumulate);
+        emitQuantMatmul(e, format, accumulate, farPrefetch);
       // Over the rows the runtime repacks for decode (decode_rows).
       if (readsDecodeRows(format, int8, int8Isa))
-        emitInt8Matmul(e, format, accumulate, int8Isa, amx,
+        emitInt8Matmul(e, format, accumulate, int8Isa, farPrefetch, amx,
                        /*repacked=*/true);
     }
   }
@@ -520,17 +527,22 @@ SmallVector<Value> cpu::call(ForwardEmitter &e, StringRef kernel,
 }
 
 std::optional<QuantDot> mlir::kv::parseQuantDot(llvm::StringRef name) {
-  if (name == "auto")
-    return QuantDot::Auto;
-  if (name == "f32")
-    return QuantDot::F32;
-  if (name == "int8")
-    return QuantDot::Int8;
-  if (name == "amx")
-    return QuantDot::Amx;
-  if (name == "avx2")
-    return QuantDot::Avx2;
-  return std::nullopt;
+  return llvm::StringSwitch<std::optional<QuantDot>>(name)
+      .Case("auto", QuantDot::Auto)
+      .Case("f32", QuantDot::F32)
+      .Case("int8", QuantDot::Int8)
+      .Case("amx", QuantDot::Amx)
+      .Case("avx2", QuantDot::Avx2)
+      .Default(std::nullopt);
+}
+
+std::optional<DecodePrefetch>
+mlir::kv::parseDecodePrefetch(llvm::StringRef name) {
+  return llvm::StringSwitch<std::optional<DecodePrefetch>>(name)
+      .Case("host", DecodePrefetch::Host)
+      .Case("near", DecodePrefetch::Near)
+      .Case("far", DecodePrefetch::Far)
+      .Default(std::nullopt);
 }
 
 bool mlir::kv::hostHasInt8Dot() { return hostHas({"avx512vnni", "avx512bw"}); }
@@ -562,7 +574,8 @@ int64_t mlir::kv::hostL1DataWays() {
 #endif
 }
 
-std::unique_ptr<ForwardTarget> mlir::kv::createCpuTarget(int64_t vectorBits,
-                                                         QuantDot quantDot) {
-  return std::make_unique<CpuTarget>(vectorBits, quantDot);
+std::unique_ptr<ForwardTarget>
+mlir::kv::createCpuTarget(int64_t vectorBits, QuantDot quantDot,
+                          DecodePrefetch prefetch) {
+  return std::make_unique<CpuTarget>(vectorBits, quantDot, prefetch);
 }

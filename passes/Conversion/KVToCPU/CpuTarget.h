@@ -33,6 +33,16 @@ namespace mlir::kv {
 enum class QuantDot { Auto, F32, Int8, Amx, Avx2 };
 /// "auto", "f32", "int8", "amx", "avx2" (the option's values), or nullopt.
 std::optional<QuantDot> parseQuantDot(llvm::StringRef name);
+/// How far ahead a decode step's tiles prefetch their F16 and BF16 rows and
+/// their K-quant blocks (the pass option `decode-prefetch`; CpuKernels.h,
+/// halfDecodeTilePrefetchBytes and kQuantTilePrefetchBlocks give the
+/// figures): Near (256 bytes, one block: measured best on an AMD EPYC, Zen
+/// 4), Far (512 bytes, eight blocks: on the Intel Xeons) or Host (Far where
+/// the host's L1 data cache has 12 ways or more or says nothing, else Near:
+/// decodePrefetchesFar).
+enum class DecodePrefetch { Host, Near, Far };
+/// "host", "near", "far" (the option's values), or nullopt.
+std::optional<DecodePrefetch> parseDecodePrefetch(llvm::StringRef name);
 /// Whether this host runs the integer dot products (AVX-512 VNNI).
 bool hostHasInt8Dot();
 /// Whether this host runs quant-dot=avx2's decode tiles (AVX2).
@@ -52,7 +62,8 @@ int64_t hostL1DataWays();
 /// 0: the host's), which sets the register tile of the packed matmul, and
 /// quantised weights multiplied as `quantDot` says.
 std::unique_ptr<ForwardTarget>
-createCpuTarget(int64_t vectorBits = 0, QuantDot quantDot = QuantDot::Auto);
+createCpuTarget(int64_t vectorBits = 0, QuantDot quantDot = QuantDot::Auto,
+                DecodePrefetch prefetch = DecodePrefetch::Host);
 
 } // namespace mlir::kv
 

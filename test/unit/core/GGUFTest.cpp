@@ -1116,11 +1116,18 @@ TEST(GGUFTest, ReadLoadKeepsTheMappedBytes) {
   EXPECT_EQ(weightsOf(mapped.get()), weightsOf(read.get()));
 
   kvrt_model *none = nullptr;
-  EXPECT_EQ(kvrt_model_load_ex(path.c_str(), 6, &none),
+  EXPECT_EQ(kvrt_model_load_ex(path.c_str(), 10, &none),
             KVRT_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(none, nullptr);
   EXPECT_EQ(std::string(kvrt_last_error()),
-            "kvrt_model_load_ex: unknown flags 0x4");
+            "kvrt_model_load_ex: unknown flags 0x8");
+  EXPECT_EQ(kvrt_model_load_ex(path.c_str(),
+                               KVRT_LOAD_NO_REPACK | KVRT_LOAD_REPACK, &none),
+            KVRT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_EQ(std::string(kvrt_last_error()),
+            "kvrt_model_load_ex: KVRT_LOAD_NO_REPACK and KVRT_LOAD_REPACK "
+            "together: give one of them");
   std::string missing = scratch("no-such-file.gguf");
   EXPECT_EQ(kvrt_model_load_ex(missing.c_str(), KVRT_LOAD_READ, &none),
             KVRT_ERR_IO);

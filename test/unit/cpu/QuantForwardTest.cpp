@@ -570,7 +570,9 @@ TEST(QuantForwardTest, Int8DotWithinTheActivationQuantisationBound) {
 TEST(QuantForwardTest, DecodeRowsAgreeWithTheFileRows) {
   // With AVX-512 VNNI a decode step reads the Q8_0 and Q4_K matrices
   // repacked 16 rows at a time (decode_rows, made on the first call); loaded
-  // with KVRT_LOAD_NO_REPACK it reads the file's rows. Both take the same
+  // with KVRT_LOAD_NO_REPACK it reads the file's rows (KVRT_LOAD_REPACK
+  // makes the copy on an AMX host too, which by default keeps the file's
+  // rows: docs/cpu-backend.md). Both take the same
   // quantised activations and exact integer dots; the float sums differ in
   // order (a lane per row and block against per pair or per row), so a
   // last-bit difference may round a later layer's activation to the next
@@ -595,7 +597,7 @@ TEST(QuantForwardTest, DecodeRowsAgreeWithTheFileRows) {
     SCOPED_TRACE(k.name);
     kvrt_model_config c = makeConfig(k.dim, k.hidden, 2, 4, 2, 509, 256);
     ModelPtr f32 = syntheticModel(c, 47);
-    ModelPtr repacked = quantised(f32.get(), k.name, k.type);
+    ModelPtr repacked = quantised(f32.get(), k.name, k.type, KVRT_LOAD_REPACK);
     ModelPtr file = quantised(f32.get(), k.name, k.type, KVRT_LOAD_NO_REPACK);
     PoolPtr pool = poolFor(repacked.get(), 64);
     ViewPtr empty = emptyView(pool.get());
