@@ -18,8 +18,7 @@ int64_t RequestOptions::greedyTokens() const {
 
 uint32_t kvir::run::RunnerOptions::loadFlags() const {
   return (noMmap ? KVRT_LOAD_READ : KVRT_LOAD_MAP) |
-         (noRepack ? KVRT_LOAD_NO_REPACK : 0) |
-         (repack && !noRepack ? KVRT_LOAD_REPACK : 0);
+         (noRepack ? KVRT_LOAD_NO_REPACK : 0) | (repack ? KVRT_LOAD_REPACK : 0);
 }
 
 void kvir::run::addRunOptions(OptionParser &parser, RunOptions &options) {

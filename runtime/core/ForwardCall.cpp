@@ -412,8 +412,9 @@ std::shared_ptr<const DecodeRows> repackModel(const kvrt_model &model) {
 } // namespace
 
 const DecodeRows *kvir::decodeRows(const kvrt_model &model) {
-  if (!model.repack || !hostReadsDecodeRows() ||
-      (hostKeepsFileRows() && !model.repackOnEveryHost))
+  using Repack = kvrt_model::Repack;
+  if (model.repack == Repack::Never || !hostReadsDecodeRows() ||
+      (model.repack == Repack::ByHost && hostKeepsFileRows()))
     return nullptr;
   std::call_once(model.decodeRowsOnce,
                  [&] { model.decodeRows = repackModel(model); });

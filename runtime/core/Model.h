@@ -127,11 +127,11 @@ struct kvrt_model {
   mutable std::once_flag packedOnce;
   mutable std::shared_ptr<const kvir::PackedWeights> packed;
   /// kvir::decodeRows (ForwardCall.h): the Q8_0 and Q4_K matrices repacked for
-  /// the CPU forward's decode steps on first use, unless loaded with
-  /// KVRT_LOAD_NO_REPACK (`repack` false), and on a host that keeps the
-  /// file's rows unless loaded with KVRT_LOAD_REPACK (`repackOnEveryHost`).
-  bool repack = true;
-  bool repackOnEveryHost = false;
+  /// the CPU forward's decode steps on first use: as the host decides (not
+  /// on one that keeps the file's rows), never (KVRT_LOAD_NO_REPACK) or on
+  /// every host (KVRT_LOAD_REPACK).
+  enum class Repack { ByHost, Never, Always };
+  Repack repack = Repack::ByHost;
   /// The mapping of the model's file its weights lie in (a GGUF file loaded
   /// without KVRT_LOAD_READ; null otherwise): pages of it the runtime may
   /// give back where it holds a copy the forward reads instead. A slice

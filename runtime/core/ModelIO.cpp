@@ -242,10 +242,10 @@ extern "C" kvrt_status kvrt_model_load_ex(const char *path, uint32_t flags,
         gguf::readFile(path, out, nullptr, (flags & KVRT_LOAD_READ) != 0);
     return error.empty() ? KVRT_OK : fail(KVRT_ERR_BAD_MODEL, error);
   });
-  if (status == KVRT_OK) {
-    (*out)->repack = (flags & KVRT_LOAD_NO_REPACK) == 0;
-    (*out)->repackOnEveryHost = (flags & KVRT_LOAD_REPACK) != 0;
-  }
+  if (status == KVRT_OK)
+    (*out)->repack = (flags & KVRT_LOAD_NO_REPACK) ? kvrt_model::Repack::Never
+                     : (flags & KVRT_LOAD_REPACK)  ? kvrt_model::Repack::Always
+                                                   : kvrt_model::Repack::ByHost;
   return status;
 }
 
